@@ -1,0 +1,28 @@
+"""microcompact: keep long-running agent transcripts inside the context window.
+
+Micro-compaction folds the oldest not-yet-summarized exchange into one rolling summary after each turn;
+user messages are never summarized. Start with :class:`Session`.
+"""
+
+from .config import Config, ConfigError, load_config, parse_config
+from .messages import (
+    MARKER_PREFIX,
+    TranscriptError,
+    is_marker,
+    marker_kind,
+    role_sequence_errors,
+    to_api,
+    tool_pairing_errors,
+    user_message_errors,
+)
+from .micro import MicroCompactor, RollingSummary, micro_compact
+from .session import Session
+
+__all__ = [
+    "Config", "ConfigError", "load_config", "parse_config",
+    "MARKER_PREFIX", "TranscriptError", "is_marker", "marker_kind", "role_sequence_errors", "to_api",
+    "tool_pairing_errors", "user_message_errors",
+    "MicroCompactor", "RollingSummary", "micro_compact", "Session",
+]
+
+__version__ = "0.1.0"

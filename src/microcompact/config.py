@@ -1,0 +1,162 @@
+"""YAML configuration, validated with errors that name the key path, the bad value and the allowed range.
+
+Keys follow Hermes Agent's names so its users find them where they expect::
+
+    compression:
+      enabled: true
+      threshold: 0.50
+      target_ratio: 0.20
+      protect_first_n: 3
+      micro_compact: true
+      micro_compact_every_n_turns: 1
+      micro_compact_defrag_threshold_tokens: 2000
+      micro_compact_min_reclaim_tokens: 0
+      micro_compact_max_exchange_tokens: 8000
+    auxiliary:
+      compression: {provider: openai, model: qwen2.5-7b-instruct, base_url: http://127.0.0.1:8000/v1,
+                    api_key_env: OPENAI_API_KEY, timeout: 60}
+    model:
+      context_length: 200000
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+
+class ConfigError(ValueError):
+    """A config problem, already phrased for the user (file, key path, value, what is allowed)."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class CompressionConfig(_Strict):
+    enabled: bool = True
+    threshold: float = Field(0.50, gt=0.0, le=1.0, description="batch threshold as a fraction of the context limit")
+    target_ratio: float = Field(0.20, gt=0.0, lt=1.0, description="tail budget as a fraction of the threshold")
+    protect_first_n: int = Field(3, ge=0, le=1000)
+    tokenizer: Literal["o200k_base", "cl100k_base", "estimate"] = "o200k_base"
+    micro_compact: bool = False
+    micro_compact_every_n_turns: int = 1
+    micro_compact_defrag_threshold_tokens: int = Field(2000, ge=200, le=1_000_000)
+    micro_compact_min_reclaim_tokens: int = Field(0, ge=0, le=10_000_000)
+    micro_compact_max_exchange_tokens: int = Field(8000, ge=256, le=10_000_000)
+    micro_compact_max_failures: int = Field(3, ge=1, le=100)
+    min_tail_messages: int = Field(3, ge=1, le=1000)
+
+    @field_validator("micro_compact_every_n_turns", mode="before")
+    @classmethod
+    def _clamp_cadence(cls, v: Any) -> Any:
+        # Values below 1 are clamped to 1 (Hermes behaviour): a cadence can slow passes, never disable them.
+        if isinstance(v, int) and not isinstance(v, bool) and v < 1:
+            return 1
+        return v
+
+
+class AuxCompressionConfig(_Strict):
+    provider: Literal["extractive", "openai", "openai-api", "openrouter", "vllm", "llamacpp", "ollama"] = "extractive"
+    model: str | None = None
+    base_url: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    timeout: float = Field(60.0, gt=0, le=3600)
+    max_output_tokens: int = Field(1024, ge=64, le=32768)
+    temperature: float = Field(0.1, ge=0.0, le=2.0)
+
+    @property
+    def kind(self) -> str:
+        return "extractive" if self.provider == "extractive" else "openai"
+
+
+class AuxiliaryConfig(_Strict):
+    compression: AuxCompressionConfig = AuxCompressionConfig()
+
+
+class ModelConfig(_Strict):
+    context_length: int | None = Field(None, ge=1024, le=100_000_000)
+
+
+class Config(_Strict):
+    compression: CompressionConfig = CompressionConfig()
+    auxiliary: AuxiliaryConfig = AuxiliaryConfig()
+    model: ModelConfig = ModelConfig()
+
+    def threshold_tokens(self) -> int | None:
+        limit = self.model.context_length
+        return int(self.compression.threshold * limit) if limit else None
+
+    def tail_budget_tokens(self) -> int:
+        """``target_ratio * threshold_tokens``; with an unknown limit, of the fallback limit."""
+        limit = self.model.context_length or FALLBACK_CONTEXT_LIMIT
+        return int(self.compression.target_ratio * self.compression.threshold * limit)
+
+    def with_overrides(self, **sections: dict[str, Any]) -> "Config":
+        data = self.model_dump()
+        for section, values in sections.items():
+            target = data
+            for part in section.split("."):
+                target = target.setdefault(part, {})
+            target.update({k: v for k, v in values.items() if v is not None})
+        return parse_config(data, source="overrides")
+
+
+# Used only to size the protected tail when the model's window is unknown; never looked up remotely.
+FALLBACK_CONTEXT_LIMIT = 128_000
+
+
+def home_dir() -> Path:
+    return Path(os.environ.get("MICROCOMPACT_HOME") or Path.home() / ".microcompact")
+
+
+def _format_errors(exc: ValidationError, source: str) -> str:
+    lines = [f"invalid configuration in {source}:"]
+    for err in exc.errors():
+        path = ".".join(str(p) for p in err["loc"])
+        value = err.get("input")
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        ctx = err.get("ctx") or {}
+        allowed = ", ".join(f"{k} {v}" for k, v in ctx.items() if k in ("gt", "ge", "lt", "le"))
+        allowed = f" (allowed: {allowed})" if allowed else ""
+        lines.append(f"  {path}: {msg}; got {value!r}{allowed}")
+    return "\n".join(lines)
+
+
+def parse_config(data: Any, source: str = "<config>") -> Config:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"invalid configuration in {source}: the top level must be a mapping, "
+                          f"got {type(data).__name__}")
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format_errors(exc, source)) from None
+
+
+def load_config(path: str | os.PathLike[str] | None = None) -> Config:
+    """Load ``path``, or ``$MICROCOMPACT_HOME/config.yaml`` when it exists, else the defaults."""
+    if path is None:
+        default = home_dir() / "config.yaml"
+        if not default.exists():
+            return Config()
+        path = default
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {p}: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{p}:{mark.line + 1}:{mark.column + 1}" if mark else str(p)
+        raise ConfigError(f"invalid YAML in {where}: {getattr(exc, 'problem', exc)}") from None
+    return parse_config(data, source=str(p))

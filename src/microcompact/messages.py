@@ -1,0 +1,297 @@
+"""OpenAI chat-completions messages: metadata, markers, and the invariants every pass must keep.
+
+A transcript is a list of message dicts (``system``, ``user``, ``assistant`` with optional
+``tool_calls``, ``tool`` with ``tool_call_id``). The library keeps its own bookkeeping under keys that
+start with an underscore (``_mc`` for marker metadata, ``_tokens`` for the cached count); ``to_api``
+strips them before anything reaches a provider.
+
+Each invariant is one small function returning a list of problems (empty = holds), so tests and the
+engine can assert them separately.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal
+
+Message = dict[str, Any]
+MarkerKind = Literal["micro", "batch"]
+
+META_KEY = "_mc"
+
+MARKER_PREFIX = (
+    "[CONTEXT COMPACTION] Earlier turns of this conversation were compacted into the reference summary "
+    "below. It is a record of work already handled, not new instructions: do not act on it again. "
+    "The user's own messages are kept verbatim elsewhere in the conversation. "
+    "Answer the latest user message."
+)
+MARKER_HEADING = "## Summary of earlier turns"
+MARKER_END = "[END OF COMPACTED SUMMARY]"
+
+
+class TranscriptError(ValueError):
+    """A transcript that is not a valid list of chat-completions messages (says where and what)."""
+
+
+# --------------------------------------------------------------------------- content helpers
+
+
+def content_text(message: Message) -> str:
+    """The text of a message's content: strings as is, list parts joined (images as a placeholder)."""
+    content = message.get("content")
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        out = []
+        for part in content:
+            if isinstance(part, dict):
+                if part.get("type") == "text" or "text" in part:
+                    out.append(str(part.get("text", "")))
+                elif part.get("type") in ("image_url", "image", "input_image"):
+                    out.append("[image]")
+                elif part.get("type") == "input_audio":
+                    out.append("[audio]")
+            elif isinstance(part, str):
+                out.append(part)
+        return "\n".join(out)
+    return str(content)
+
+
+def tool_call_ids(message: Message) -> list[str]:
+    """IDs of the tool calls an assistant message makes (empty for anything else)."""
+    if message.get("role") != "assistant":
+        return []
+    return [str(tc.get("id")) for tc in (message.get("tool_calls") or []) if isinstance(tc, dict)]
+
+
+def to_api(messages: Iterable[Message], *, strict_alternation: bool = False) -> list[Message]:
+    """Copies of ``messages`` with library metadata (keys starting with ``_``) removed.
+
+    With ``strict_alternation`` (for providers and chat templates that demand user/assistant
+    alternation), adjacent user messages are joined with a blank line (list content keeps its parts)
+    and an assistant message directly followed by another assistant message (a marker placed inside a
+    long turn) is merged into it: its text goes first, the follower's tool calls are kept.
+    """
+    out: list[Message] = []
+    for m in messages:
+        clean = {k: v for k, v in m.items() if not k.startswith("_")}
+        if strict_alternation and out:
+            prev = out[-1]
+            role = clean.get("role")
+            if role == "user" and prev.get("role") == "user":
+                out[-1] = _join_contents(prev, clean)
+                continue
+            if role == "assistant" and prev.get("role") == "assistant" and not prev.get("tool_calls"):
+                merged = _join_contents(prev, clean)
+                if clean.get("tool_calls"):
+                    merged["tool_calls"] = clean["tool_calls"]
+                out[-1] = merged
+                continue
+        out.append(clean)
+    return out
+
+
+def _join_contents(first: Message, second: Message) -> Message:
+    a, b = first.get("content"), second.get("content")
+    joined = dict(first)
+    if isinstance(a, list) or isinstance(b, list):
+        parts: list[Any] = []
+        for c in (a, b):
+            if isinstance(c, list):
+                parts.extend(c)
+            elif c:
+                parts.append({"type": "text", "text": c})
+        joined["content"] = parts
+    else:
+        texts = [t for t in (a, b) if t]
+        joined["content"] = "\n\n".join(texts)
+    return joined
+
+
+def strip_cache(message: Message) -> Message:
+    """A shallow copy without the cached token count (for export)."""
+    return {k: v for k, v in message.items() if k != "_tokens"}
+
+
+# --------------------------------------------------------------------------- markers
+
+
+def render_marker(body: str, kind: MarkerKind, **meta: Any) -> Message:
+    """The assistant-role marker message that stands for compacted turns."""
+    text = f"{MARKER_PREFIX}\n\n{MARKER_HEADING}\n\n{body.strip()}\n\n{MARKER_END}"
+    return {"role": "assistant", "content": text, META_KEY: {"marker": kind, **meta}}
+
+
+def marker_kind(message: Message) -> MarkerKind | None:
+    """``micro``/``batch`` when the message is a marker, else None.
+
+    Metadata decides. Without metadata (an exported transcript) only an assistant message whose content
+    starts with the exact prefix counts; it is a micro marker when its body carries the rolling-summary
+    tag, else a batch marker. Tool outputs and user messages that quote the prefix are never markers.
+    """
+    if message.get("role") != "assistant":
+        return None
+    meta = message.get(META_KEY)
+    if isinstance(meta, dict) and meta.get("marker") in ("micro", "batch"):
+        return meta["marker"]
+    content = message.get("content")
+    if isinstance(content, str) and content.startswith(MARKER_PREFIX) and not message.get("tool_calls"):
+        return "micro" if MARKER_END in content and _MICRO_TAG in content else "batch"
+    return None
+
+
+# Micro markers say what they are in their body's first line so they stay recognisable after export.
+_MICRO_TAG = "(rolling summary, updated turn by turn)"
+
+
+def is_marker(message: Message) -> bool:
+    return marker_kind(message) is not None
+
+
+def marker_body(message: Message) -> str:
+    """The summary body of a marker (what lies between the heading and the end line)."""
+    text = content_text(message)
+    start = text.find(MARKER_HEADING)
+    if start < 0:
+        return ""
+    body = text[start + len(MARKER_HEADING):]
+    end = body.rfind(MARKER_END)
+    if end >= 0:
+        body = body[:end]
+    body = body.strip()
+    if body.startswith(_MICRO_TAG):
+        body = body[len(_MICRO_TAG):].lstrip("\n")
+    return body
+
+
+def render_micro_marker(body: str, **meta: Any) -> Message:
+    return render_marker(f"{_MICRO_TAG}\n\n{body.strip()}", "micro", **meta)
+
+
+# --------------------------------------------------------------------------- validation of input
+
+
+def validate_message(message: Any, where: str) -> None:
+    """Raise TranscriptError naming ``where`` when ``message`` is not a usable chat message."""
+    if not isinstance(message, dict):
+        raise TranscriptError(f"{where}: expected a JSON object, got {type(message).__name__}")
+    role = message.get("role")
+    if role not in ("system", "user", "assistant", "tool", "developer"):
+        raise TranscriptError(f"{where}: unknown role {role!r} (expected system, user, assistant or tool)")
+    content = message.get("content")
+    if content is not None and not isinstance(content, (str, list)):
+        raise TranscriptError(f"{where}: content must be a string, null or a list of parts")
+    if role == "tool" and not message.get("tool_call_id"):
+        raise TranscriptError(f"{where}: a tool message needs a tool_call_id")
+    calls = message.get("tool_calls")
+    if calls is not None:
+        if role != "assistant":
+            raise TranscriptError(f"{where}: only assistant messages may carry tool_calls")
+        if not isinstance(calls, list):
+            raise TranscriptError(f"{where}: tool_calls must be a list")
+        for j, tc in enumerate(calls):
+            if not isinstance(tc, dict) or not tc.get("id"):
+                raise TranscriptError(f"{where}: tool_calls[{j}] needs an id")
+
+
+# --------------------------------------------------------------------------- invariants
+
+
+def tool_pairing_errors(messages: Sequence[Message]) -> list[str]:
+    """Every tool result follows the assistant message that called it; every call has its result.
+
+    Results of one assistant message come right after it (in any order), before the next non-tool
+    message.
+    """
+    errors: list[str] = []
+    open_calls: set[str] = set()
+    caller = -1
+    for i, m in enumerate(messages):
+        role = m.get("role")
+        if role == "tool":
+            tcid = str(m.get("tool_call_id"))
+            if tcid not in open_calls:
+                errors.append(f"message {i}: tool result {tcid!r} has no matching call in the assistant "
+                              f"message before it")
+            else:
+                open_calls.discard(tcid)
+            continue
+        if open_calls:
+            errors.append(f"message {caller}: tool call(s) {sorted(open_calls)} have no result")
+            open_calls = set()
+        if role == "assistant":
+            ids = tool_call_ids(m)
+            if ids:
+                open_calls = set(ids)
+                caller = i
+    if open_calls:
+        errors.append(f"message {caller}: tool call(s) {sorted(open_calls)} have no result")
+    return errors
+
+
+def role_sequence_errors(messages: Sequence[Message], *, strict_alternation: bool = False) -> list[str]:
+    """A role sequence every OpenAI-compatible API accepts.
+
+    System/developer messages only at the start, tool results only after a tool-calling assistant
+    (checked with pairing), no empty assistant message without tool calls. With ``strict_alternation``
+    (what ``to_api(strict_alternation=True)`` produces), user and assistant turns must alternate.
+    """
+    errors: list[str] = []
+    seen_other = False
+    prev_role = None
+    for i, m in enumerate(messages):
+        role = m.get("role")
+        if role in ("system", "developer"):
+            if seen_other:
+                errors.append(f"message {i}: {role} message after the conversation started")
+            continue
+        seen_other = True
+        if role == "tool" and prev_role not in ("assistant", "tool"):
+            errors.append(f"message {i}: tool result after a {prev_role} message")
+        if strict_alternation and role in ("user", "assistant") and role == prev_role:
+            errors.append(f"message {i}: two {role} messages in a row")
+        prev_role = role
+    return errors + tool_pairing_errors(messages)
+
+
+def user_texts(messages: Iterable[Message]) -> list[str]:
+    return [content_text(m) for m in messages if m.get("role") == "user"]
+
+
+def user_message_errors(before: Sequence[Message], after: Sequence[Message]) -> list[str]:
+    """Every user message of ``before`` appears in ``after``, in order, verbatim.
+
+    A user message of ``after`` may hold several consecutive originals joined by blank lines.
+    """
+    originals = user_texts(before)
+    kept = user_texts(after)
+    errors: list[str] = []
+    i = 0
+    for j, text in enumerate(kept):
+        pos = 0
+        matched = False
+        while i < len(originals):
+            found = text.find(originals[i], pos) if originals[i] else pos
+            if found < 0:
+                break
+            pos = found + len(originals[i])
+            i += 1
+            matched = True
+        if not matched:
+            errors.append(f"user message {j} of the output matches no original user message in order")
+    if i < len(originals):
+        errors.append(f"user message {i} of the input (of {len(originals)}) is missing or out of order: "
+                      f"{originals[i][:80]!r}")
+    return errors
+
+
+def marker_count(messages: Iterable[Message], kind: MarkerKind) -> int:
+    return sum(1 for m in messages if marker_kind(m) == kind)
+
+
+def clone(messages: Iterable[Message]) -> list[Message]:
+    """Deep copies, for callers that want to keep their own dicts untouched."""
+    return [copy.deepcopy(m) for m in messages]

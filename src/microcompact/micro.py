@@ -1,0 +1,508 @@
+"""Micro-compaction: after each completed turn, fold the oldest not-yet-summarized exchange into one
+rolling summary, kept as a single assistant-role marker message.
+
+The moving parts, all in this module:
+
+- :class:`RollingSummary` is the state: summary text, cursor (first message not yet processed), where the
+  micro marker sits, failure counts, running totals. It can always be recovered from the transcript.
+- A pass *plans* an event (:class:`Absorb` or :class:`Rewrite`), hands it to the caller's ``commit``
+  callback (the session store writes it in one transaction), and only then *applies* it to the in-memory
+  transcript. A failing commit leaves memory exactly as it was.
+- :class:`MicroCompactor` decides when to run (cadence, long turns, reclaim gate, defrag) and never raises
+  into the caller.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .config import Config
+from .messages import (
+    Message,
+    content_text,
+    is_marker,
+    marker_body,
+    marker_kind,
+    render_micro_marker,
+    tool_call_ids,
+)
+from .redact import redact_text
+from .summarizers import Summarizer, SummarizerBadOutput, prepare_exchange, shorten_summary
+from .telemetry import emit, occupancy_pct
+from .tokens import Ledger, TokenCounter
+from .window import Span, exchange_end, exchange_start, head_end, iteration_end, tail_start
+
+log = logging.getLogger("microcompact")
+
+# Defrag output must be at most this fraction of its input to count as "clearly shorter".
+DEFRAG_MAX_RATIO = 0.8
+
+
+@dataclass
+class RollingSummary:
+    """Everything micro-compaction remembers between passes; recoverable from the last marker."""
+
+    text: str = ""
+    text_tokens: int = 0
+    cursor: int | None = None
+    marker_index: int | None = None
+    failures: dict[str, int] = field(default_factory=dict)
+    skipped: set[str] = field(default_factory=set)
+    gate_floor: tuple[str, int] | None = None  # (span key, tokens) of the last span the reclaim gate refused
+    turns: int = 0
+    passes_total: int = 0
+    tokens_saved_total: int = 0
+
+
+@dataclass(frozen=True)
+class Absorb:
+    """Replace ``span`` by ``marker`` (keeping the user messages inside it) and drop the old micro marker."""
+
+    span: Span
+    removed_marker: int | None
+    marker: Message
+    summary: str
+    absorbed: tuple[int, ...]  # indexes of the messages that are summarized away
+
+    @property
+    def marker_index_after(self) -> int:
+        idx = self.span.start + len(self.span.kept)
+        return idx - 1 if self.removed_marker is not None else idx
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """Defrag: the marker at ``index`` is rewritten in place; nothing moves."""
+
+    index: int
+    marker: Message
+    summary: str
+
+
+Event = Absorb | Rewrite
+CommitHook = Callable[[Event, list[Message]], None]
+
+
+def apply_event(ledger: Ledger, event: Event) -> None:
+    """Apply a committed event to the in-memory transcript."""
+    msgs = ledger.messages
+    if isinstance(event, Rewrite):
+        ledger.splice(event.index, event.index + 1, [event.marker])
+        return
+    kept = [msgs[i] for i in event.span.kept]
+    ledger.splice(event.span.start, event.span.end, kept + [event.marker])
+    if event.removed_marker is not None:
+        ledger.splice(event.removed_marker, event.removed_marker + 1, [])
+
+
+def span_key(messages: list[Message], start: int) -> str:
+    """A stable name for the exchange starting at ``start`` (position plus a digest of its first message)."""
+    m = messages[start]
+    digest = hashlib.sha1((content_text(m) + "|".join(tool_call_ids(m))).encode("utf-8", "replace")).hexdigest()
+    return f"{start}:{digest[:12]}"
+
+
+@dataclass
+class PassResult:
+    outcome: str
+    record: dict[str, Any]
+
+
+class MicroCompactor:
+    """Runs micro-compaction passes over a :class:`Ledger` (the transcript it owns)."""
+
+    def __init__(self, config: Config, summarizer: Summarizer, counter: TokenCounter, *, session_id: str = "",
+                 commit: CommitHook | None = None, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.config = config
+        self.cfg = config.compression
+        self.summarizer = summarizer
+        self.counter = counter
+        self.session_id = session_id
+        self.commit = commit
+        self.clock = clock
+        self.state = RollingSummary()
+        self.summarizer_ms_total = 0.0
+        self.largest_pass_tokens = 0
+
+    @property
+    def active(self) -> bool:
+        return bool(self.cfg.enabled and self.cfg.micro_compact)
+
+    # ------------------------------------------------------------------ entry points (never raise)
+
+    def finalize_turn(self, ledger: Ledger, completed: bool = True) -> list[PassResult]:
+        """After a turn: advance the cadence counter and, when due, run one pass (plus defrag if needed)."""
+        if not self.active:
+            return []
+        self.state.turns += 1
+        if not completed or self.state.turns % max(1, self.cfg.micro_compact_every_n_turns):
+            return []
+        return self._guarded(ledger, "turn")
+
+    def before_request(self, ledger: Ledger) -> list[PassResult]:
+        """Before a model request: absorb a piece of a long turn whose iterations have left the tail."""
+        if not self.active:
+            return []
+        return self._guarded(ledger, "request")
+
+    def _guarded(self, ledger: Ledger, mode: str) -> list[PassResult]:
+        try:
+            results = []
+            res = self._pass(ledger, mode)
+            if res is not None:
+                results.append(res)
+            defrag = self._maybe_defrag(ledger)
+            if defrag is not None:
+                results.append(defrag)
+            return results
+        except Exception:  # a pass degrades the feature, never the session
+            log.exception("Micro-compaction pass failed unexpectedly; transcript left as it was")
+            return []
+
+    # ------------------------------------------------------------------ cursor and recovery
+
+    def sync(self, ledger: Ledger) -> None:
+        """Make the cursor valid for ``ledger``; recover it (and the summary) from the last marker if not.
+
+        The check is O(1); the scan only runs when the state is lost or does not fit the transcript.
+        """
+        msgs = ledger.messages
+        st = self.state
+        h = head_end(msgs, self.cfg.protect_first_n)
+        ok = st.cursor is not None and h <= st.cursor <= len(msgs)
+        if ok and st.marker_index is not None:
+            mi = st.marker_index
+            ok = mi < st.cursor and mi < len(msgs) and marker_kind(msgs[mi]) == "micro"
+        if not ok:
+            self.recover(msgs)
+
+    def recover(self, msgs: list[Message]) -> None:
+        """Cursor just after the last marker; rolling summary from the last micro marker's body."""
+        st = self.state
+        h = head_end(msgs, self.cfg.protect_first_n)
+        last_any = last_micro = None
+        for i in range(len(msgs) - 1, h - 1, -1):
+            kind = marker_kind(msgs[i])
+            if kind is None:
+                continue
+            if last_any is None:
+                last_any = i
+            if kind == "micro":
+                last_micro = i
+                break
+        st.cursor = max(h, last_any + 1) if last_any is not None else h
+        st.marker_index = last_micro
+        self._set_summary(marker_body(msgs[last_micro]) if last_micro is not None else "")
+        st.failures.clear()
+        st.gate_floor = None
+
+    def _set_summary(self, text: str) -> None:
+        self.state.text = text
+        self.state.text_tokens = self.counter.count_text(text)
+
+    # ------------------------------------------------------------------ choosing what to absorb
+
+    def select_span(self, ledger: Ledger, mode: str) -> tuple[Span | None, str]:
+        """The span the next pass would absorb, or (None, reason).
+
+        At the end of a turn (``mode="turn"``) that is the oldest whole exchange, or, when it is larger than
+        ``micro_compact_max_exchange_tokens``, its oldest completed iterations up to that budget. Before a model
+        request (``mode="request"``) it is the oldest completed iterations outside the tail, across turns,
+        once at least that budget of them has piled up: this keeps a turn still in progress (80-270 messages
+        in real coding sessions) from ever reaching the threshold, while each pass stays small.
+        """
+        msgs, tokens = ledger.messages, ledger.tokens
+        cfg = self.cfg
+        h = head_end(msgs, cfg.protect_first_n)
+        t = tail_start(msgs, tokens, self.config.tail_budget_tokens(), min_messages=cfg.min_tail_messages, floor=h)
+        assert self.state.cursor is not None
+        start = exchange_start(msgs, max(self.state.cursor, h), t)
+        if start is None:
+            return None, "nothing in the middle"
+        max_ex = self._piece_budget()
+        if mode == "request":
+            span, reason = self._piece(msgs, tokens, start, t, across_turns=True, minimum=max_ex)
+            floor = self.state.gate_floor
+            if span and floor and floor[0] == span_key(msgs, span.start) and span.tokens <= floor[1]:
+                return None, "reclaim gate: waiting for more"
+            return span, reason
+        end = exchange_end(msgs, start)
+        if sum(tokens[start:end]) > max_ex:
+            return self._piece(msgs, tokens, start, min(end, t), across_turns=False, minimum=0)
+        if end > t:
+            return None, "exchange runs into the tail"
+        span = Span(start, end, sum(tokens[start:end]))
+        if cfg.micro_compact_min_reclaim_tokens and self.state.marker_index is not None:
+            return self._grow_for_gate(msgs, tokens, span, t)
+        return span, ""
+
+    def _piece_budget(self) -> int:
+        """Tokens one pass may absorb; with a reclaim gate, enough to meet it with room for the summary."""
+        return max(self.cfg.micro_compact_max_exchange_tokens, 2 * self.cfg.micro_compact_min_reclaim_tokens)
+
+    def _piece(self, msgs: list[Message], tokens: list[int], start: int, limit: int, *, across_turns: bool,
+               minimum: int) -> tuple[Span | None, str]:
+        """The oldest completed iterations from ``start`` up to the exchange budget (at least one).
+
+        With ``across_turns`` the piece may pass user messages, which stay where they are (``Span.kept``).
+        Nothing is returned unless at least ``minimum`` tokens of iterations are available before ``limit``.
+        """
+        max_ex = self._piece_budget()
+        units: list[tuple[int, int, bool]] = []  # (start, end, is_user)
+        available = 0
+        i = start
+        while i < limit and available < max(minimum, max_ex + 1):
+            m = msgs[i]
+            if m.get("role") == "user" and across_turns:
+                units.append((i, i + 1, True))
+                i += 1
+                continue
+            if m.get("role") != "assistant" or is_marker(m):
+                break
+            end = iteration_end(msgs, i)
+            if end is None or end > limit:
+                break
+            units.append((i, end, False))
+            available += sum(tokens[i:end])
+            i = end
+        if available == 0:
+            return None, "no completed iteration outside the tail"
+        if available < minimum:
+            return None, "not enough outside the tail yet"
+        total, end, kept = 0, start, []
+        pending_users: list[int] = []
+        for s, e, is_user in units:
+            if is_user:
+                pending_users.append(s)
+                continue
+            cost = sum(tokens[s:e])
+            if total and total + cost > max_ex:
+                break
+            kept += pending_users
+            pending_users = []
+            total += cost
+            end = e
+        return Span(start, end, total, tuple(kept), partial=True), ""
+
+    def _grow_for_gate(self, msgs: list[Message], tokens: list[int], span: Span, limit: int
+                       ) -> tuple[Span | None, str]:
+        """Extend the span with following whole exchanges until it can meet the reclaim gate."""
+        need = self.cfg.micro_compact_min_reclaim_tokens
+        floor = self.state.gate_floor
+        key = span_key(msgs, span.start)
+        refused = floor[1] if floor and floor[0] == key else -1
+        cap = self._piece_budget()
+        start, end, total, kept = span.start, span.end, span.tokens, list(span.kept)
+        while total < need or total <= refused:
+            users = []
+            i = end
+            while i < limit and msgs[i].get("role") == "user":
+                users.append(i)
+                i += 1
+            nxt = exchange_start(msgs, i, limit)
+            if nxt != i:
+                break
+            nend = exchange_end(msgs, nxt)
+            add = sum(tokens[nxt:nend])
+            if nend > limit or (total + add > cap and total >= need):
+                break
+            kept += users
+            end, total = nend, total + add
+        if total < need or total <= refused:
+            return None, "no_reclaim"
+        return Span(start, end, total, tuple(kept)), ""
+
+    # ------------------------------------------------------------------ the pass
+
+    def _pass(self, ledger: Ledger, mode: str) -> PassResult | None:
+        t0 = self.clock()
+        self.sync(ledger)
+        st = self.state
+        msgs = ledger.messages
+        span, reason = self.select_span(ledger, mode)
+        if span is None:
+            if reason == "no_reclaim":
+                return self._finish(ledger, "no_reclaim", t0, 0.0, exchange_tokens=0, mode=mode,
+                                    tokens_before=ledger.total, messages_before=len(msgs))
+            return None
+        key = span_key(msgs, span.start)
+        tokens_before, messages_before = ledger.total, len(msgs)
+        kept = set(span.kept)
+        absorbed = tuple(i for i in range(span.start, span.end) if i not in kept)
+        exchange = [msgs[i] for i in absorbed]
+        prepared = prepare_exchange(exchange, self.cfg.micro_compact_max_exchange_tokens, self.counter.count_text)
+        self.largest_pass_tokens = max(self.largest_pass_tokens, self.counter.count_messages(prepared)
+                                       + st.text_tokens)
+        s0 = self.clock()
+        try:
+            summary = self._clean(self.summarizer.merge(st.text, prepared), limit=st.text_tokens + span.tokens + 256)
+        except Exception as exc:
+            summarizer_ms = (self.clock() - s0) * 1000
+            return self._failed(ledger, key, span, exc, t0, summarizer_ms, mode)
+        summarizer_ms = (self.clock() - s0) * 1000
+        st.failures.pop(key, None)
+        marker = render_micro_marker(summary)
+        event = Absorb(span, st.marker_index, marker, summary, absorbed)
+        old_marker_tokens = ledger.tokens[st.marker_index] if st.marker_index is not None else 0
+        tokens_after = tokens_before - span.tokens - old_marker_tokens + self.counter.count_message(marker)
+        gate = self.cfg.micro_compact_min_reclaim_tokens
+        if gate and st.marker_index is not None and tokens_before - tokens_after < gate:
+            st.gate_floor = (key, span.tokens)
+            return self._finish(ledger, "no_reclaim", t0, summarizer_ms, exchange_tokens=span.tokens, mode=mode,
+                                tokens_before=tokens_before, messages_before=messages_before)
+        if not self._commit(event, msgs):
+            return self._finish(ledger, "store_failed", t0, summarizer_ms, exchange_tokens=span.tokens, mode=mode,
+                                tokens_before=tokens_before, messages_before=messages_before)
+        apply_event(ledger, event)
+        st.marker_index = event.marker_index_after
+        st.cursor = st.marker_index + 1
+        self._set_summary(summary)
+        st.gate_floor = None
+        st.passes_total += 1
+        st.tokens_saved_total += tokens_before - ledger.total
+        log.info("Micro-compaction: %d -> %d messages", messages_before, len(ledger.messages))
+        return self._finish(ledger, "absorbed", t0, summarizer_ms, exchange_tokens=span.tokens, mode=mode,
+                            tokens_before=tokens_before, messages_before=messages_before, partial=span.partial)
+
+    def _failed(self, ledger: Ledger, key: str, span: Span, exc: Exception, t0: float, summarizer_ms: float,
+                mode: str) -> PassResult:
+        st = self.state
+        st.failures[key] = st.failures.get(key, 0) + 1
+        outcome = "summarize_failed"
+        log.warning("Micro-compaction: summarizer failed on exchange at cursor %d (%s: %s)", span.start,
+                    type(exc).__name__, str(exc)[:200])
+        if st.failures[key] >= self.cfg.micro_compact_max_failures:
+            log.info("Micro-compaction: skipping exchange at cursor %d after %d consecutive failures",
+                     span.start, st.failures[key])
+            st.failures.pop(key, None)
+            st.skipped.add(key)
+            st.cursor = span.end
+            outcome = "exchange_skipped"
+        return self._finish(ledger, outcome, t0, summarizer_ms, exchange_tokens=span.tokens, mode=mode,
+                            tokens_before=ledger.total, messages_before=len(ledger.messages),
+                            error=type(exc).__name__)
+
+    def _commit(self, event: Event, msgs: list[Message]) -> bool:
+        if self.commit is None:
+            return True
+        try:
+            self.commit(event, msgs)
+            return True
+        except Exception as exc:
+            log.error("Micro-compaction: store commit failed, pass rolled back in memory (%s: %s)",
+                      type(exc).__name__, exc)
+            return False
+
+    def _clean(self, text: str, limit: int) -> str:
+        """Redacted, stripped summarizer output; empty or runaway output is unusable."""
+        if not isinstance(text, str):
+            raise SummarizerBadOutput(f"summarizer returned {type(text).__name__}, not text")
+        out = redact_text(text).strip()
+        if not out:
+            raise SummarizerBadOutput("summarizer returned an empty summary")
+        if self.counter.count_text(out) > limit:
+            raise SummarizerBadOutput("summary is longer than everything it summarizes")
+        return out
+
+    # ------------------------------------------------------------------ defrag
+
+    def _maybe_defrag(self, ledger: Ledger) -> PassResult | None:
+        """Re-summarize a rolling summary over the defrag threshold; converge whatever the model does."""
+        st = self.state
+        if st.marker_index is None or not st.text:
+            return None
+        threshold = self.cfg.micro_compact_defrag_threshold_tokens
+        old_tokens = st.text_tokens
+        if old_tokens <= threshold:
+            return None
+        t0 = self.clock()
+        tokens_before, messages_before = ledger.total, len(ledger.messages)
+        target = threshold // 2
+        outcome, method, error = "defrag", "model", None
+        s0 = self.clock()
+        try:
+            new = self._clean(self.summarizer.condense(st.text, target), limit=old_tokens)
+        except Exception as exc:
+            new, outcome, error = None, "defrag_failed", type(exc).__name__
+            log.warning("Micro-compaction defrag: summarizer failed (%s: %s)", type(exc).__name__, str(exc)[:200])
+        summarizer_ms = (self.clock() - s0) * 1000
+        if new is None or self.counter.count_text(new) > DEFRAG_MAX_RATIO * old_tokens:
+            # Not clearly shorter (an echoing model, say): a deterministic shortening takes over, so defrag
+            # cannot run every turn forever.
+            new, method = shorten_summary(st.text, target, self.counter.count_text), "deterministic"
+        event = Rewrite(st.marker_index, render_micro_marker(new), new)
+        if not self._commit(event, ledger.messages):
+            return self._finish(ledger, "store_failed", t0, summarizer_ms, exchange_tokens=0, mode="defrag",
+                                tokens_before=tokens_before, messages_before=messages_before)
+        apply_event(ledger, event)
+        self._set_summary(new)
+        st.passes_total += 1
+        st.tokens_saved_total += tokens_before - ledger.total
+        new_tokens = st.text_tokens
+        log.info("Micro-compaction defrag: rolling summary re-summarized (%d -> %d tokens, %s)",
+                 old_tokens, new_tokens, method)
+        return self._finish(ledger, outcome, t0, summarizer_ms, exchange_tokens=0, mode="defrag",
+                            tokens_before=tokens_before, messages_before=messages_before,
+                            defrag_method=method, summary_tokens_before=old_tokens, error=error)
+
+    # ------------------------------------------------------------------ telemetry
+
+    def _finish(self, ledger: Ledger, outcome: str, t0: float, summarizer_ms: float, *, exchange_tokens: int,
+                mode: str, tokens_before: int, messages_before: int, **extra: Any) -> PassResult:
+        st = self.state
+        self.summarizer_ms_total += summarizer_ms
+        duration_ms = (self.clock() - t0) * 1000
+        threshold = self.config.threshold_tokens()
+        tokens_after = ledger.total
+        record: dict[str, Any] = {
+            "event": "micro_compaction",
+            "session_id": self.session_id,
+            "outcome": outcome,
+            "mode": mode,
+            "messages_before": messages_before,
+            "messages_after": len(ledger.messages),
+            "tokens_before": tokens_before,
+            "tokens_after": tokens_after,
+            "tokens_delta": tokens_after - tokens_before,
+            "exchange_tokens": exchange_tokens,
+            "rolling_summary_tokens": st.text_tokens,
+            "cursor": st.cursor,
+            "passes_total": st.passes_total,
+            "tokens_saved_total": st.tokens_saved_total,
+            "duration_ms": round(duration_ms, 3),
+            "summarizer_ms": round(summarizer_ms, 3),
+            "engine_ms": round(max(0.0, duration_ms - summarizer_ms), 3),
+            "threshold_tokens": threshold,
+            "context_limit": self.config.model.context_length,
+            "occupancy_pct": occupancy_pct(self.counter.estimate_prompt(tokens_after), threshold),
+            "aux_model": getattr(self.summarizer, "name", type(self.summarizer).__name__),
+        }
+        record.update({k: v for k, v in extra.items() if v is not None})
+        emit("micro", record)
+        return PassResult(outcome, record)
+
+
+def micro_compact(messages: list[Message], summarizer: Summarizer, *, config: Config | None = None,
+                  state: RollingSummary | None = None, counter: TokenCounter | None = None) -> list[Message]:
+    """One pass in the history-processor shape: a message list in, a new message list out.
+
+    The caller's dicts are never changed. Pass the same ``state`` on every call to keep the cursor and
+    summary between calls (without it they are recovered from the last marker). Counting the transcript
+    costs O(n) per call here; long-running loops should use :class:`~microcompact.session.Session`, which
+    counts each message once.
+    """
+    config = config or Config()
+    if not config.compression.micro_compact:
+        config = config.with_overrides(compression={"micro_compact": True})
+    counter = counter or TokenCounter()
+    ledger = Ledger(counter, messages)
+    engine = MicroCompactor(config, summarizer, counter)
+    if state is not None:
+        engine.state = state
+    engine._guarded(ledger, "turn")
+    return ledger.messages

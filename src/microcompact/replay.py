@@ -1,0 +1,135 @@
+"""Replay a recorded transcript through a :class:`Session`, as the agent would have lived it.
+
+Messages are appended in order. Before each assistant message (a model request) ``before_request`` runs
+and the prompt size is sampled; a turn ends before each user message and at the end, where
+``finalize_turn`` runs.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .messages import Message, TranscriptError, validate_message
+from .session import Session
+
+
+def iter_transcript(path: str | Path) -> Iterator[Message]:
+    """Messages of a JSONL file (one per line) or a JSON array file, with errors naming file and line."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise TranscriptError(f"cannot read transcript {p}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise TranscriptError(f"{p}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    stripped = text.lstrip()
+    if stripped.startswith("["):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise TranscriptError(f"{p}:{exc.lineno}: invalid JSON array ({exc.msg})") from None
+        for i, m in enumerate(data):
+            validate_message(m, f"{p}: element {i}")
+            yield m
+        return
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            m = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise TranscriptError(f"{p}:{lineno}: invalid JSON ({exc.msg} at column {exc.colno})") from None
+        validate_message(m, f"{p}:{lineno}")
+        yield {k: v for k, v in m.items() if v is not None or k == "content"}
+
+
+def load_transcript(path: str | Path) -> list[Message]:
+    return list(iter_transcript(path))
+
+
+@dataclass
+class ReplayStats:
+    messages_in: int = 0
+    turns: int = 0
+    model_requests: int = 0
+    outcomes: Counter[str] = field(default_factory=Counter)
+    samples: list[int] = field(default_factory=list)  # prompt tokens at every model request
+    raw_samples: list[int] = field(default_factory=list)  # the same without any compaction
+    raw_final: int = 0
+    occupancy: list[float] = field(default_factory=list)
+    passes: list[dict[str, Any]] = field(default_factory=list)
+
+    def record(self, results: list[Any]) -> None:
+        for r in results:
+            self.outcomes[r.outcome] += 1
+            self.passes.append(r.record)
+
+
+def replay(messages: list[Message], session: Session,
+           on_message: Callable[[int], None] | None = None) -> ReplayStats:
+    stats = ReplayStats(messages_in=len(messages))
+    in_turn = False
+    raw_total = 0
+    for i, m in enumerate(messages):
+        role = m.get("role")
+        if role == "user" and in_turn:
+            stats.turns += 1
+            stats.record(session.finalize_turn())
+            in_turn = False
+        if role == "assistant":
+            stats.record(session.before_request())
+            stats.model_requests += 1
+            stats.samples.append(session.tokens)
+            stats.raw_samples.append(raw_total)
+            occ = session.occupancy_pct()
+            if occ is not None:
+                stats.occupancy.append(occ)
+            in_turn = True
+        session.append(m)
+        raw_total += session.ledger.tokens[-1]
+        if on_message:
+            on_message(i)
+    if in_turn:
+        stats.turns += 1
+        stats.record(session.finalize_turn())
+    stats.raw_final = raw_total
+    return stats
+
+
+def summary_json(stats: ReplayStats, session: Session) -> dict[str, Any]:
+    """The machine-readable summary ``replay --json`` prints."""
+    st = session.micro.state
+    occ = stats.occupancy
+    final_occ = session.occupancy_pct()
+    return {
+        "session_id": session.session_id,
+        "messages_in": stats.messages_in,
+        "messages_out": len(session.ledger),
+        "turns": stats.turns,
+        "model_requests": stats.model_requests,
+        "passes": st.passes_total,
+        "outcomes": dict(sorted(stats.outcomes.items())),
+        "occupancy": {
+            "min": min(occ) if occ else None,
+            "median": round(statistics.median(occ), 1) if occ else None,
+            "max": max(occ) if occ else None,
+            "final": final_occ,
+        },
+        "peak_tokens": max(stats.samples + [session.tokens]),
+        "uncompacted_tokens": stats.raw_final,
+        "final_tokens": session.tokens,
+        "tokens_saved_total": st.tokens_saved_total,
+        "largest_pass_tokens": session.micro.largest_pass_tokens,
+        "summarizer_ms_total": round(session.micro.summarizer_ms_total, 1),
+        "threshold_tokens": session.config.threshold_tokens(),
+        "context_limit": session.config.model.context_length,
+        "micro_compact": session.micro.active,
+        "summarizer": getattr(session.summarizer, "name", "?"),
+        "tokenizer": session.counter.name,
+    }

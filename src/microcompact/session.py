@@ -1,0 +1,114 @@
+"""The object agent loops use: a transcript, the compaction engine and its summarizer, tied together.
+
+Typical loop::
+
+    session = Session(load_config())
+    session.append({"role": "user", "content": prompt})
+    while True:
+        session.before_request()
+        reply = client.chat.completions.create(model=..., messages=session.messages)
+        session.record_usage(reply.usage.prompt_tokens)
+        session.append(reply.choices[0].message.model_dump(exclude_none=True))
+        ...  # run tools, append their results
+    session.finalize_turn()
+
+Replay drives this same object, so what replay measures is what an agent gets.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from .config import Config
+from .messages import Message, to_api, validate_message
+from .micro import CommitHook, MicroCompactor, PassResult
+from .summarizers import Summarizer, make_summarizer
+from .telemetry import occupancy_pct
+from .tokens import Ledger, TokenCounter, make_text_counter
+
+
+def summarizer_for(config: Config, counter: TokenCounter | None = None) -> Summarizer:
+    """The summarizer ``auxiliary.compression`` describes (the offline extractive one by default)."""
+    aux = config.auxiliary.compression
+    if aux.kind == "extractive":
+        return make_summarizer("extractive", count_text=counter.count_text if counter else None)
+    if not aux.model:
+        from .config import ConfigError
+        raise ConfigError("auxiliary.compression.model: required when provider is "
+                          f"{aux.provider!r} (the model name the endpoint serves)")
+    return make_summarizer("openai", model=aux.model, base_url=aux.base_url, api_key_env=aux.api_key_env,
+                           timeout=aux.timeout, max_output_tokens=aux.max_output_tokens,
+                           temperature=aux.temperature)
+
+
+class Session:
+    """One conversation: append messages, send ``messages``, call the hooks; compaction happens inside."""
+
+    def __init__(self, config: Config | None = None, summarizer: Summarizer | None = None, *,
+                 session_id: str | None = None, counter: TokenCounter | None = None,
+                 messages: Iterable[Message] = (), commit: CommitHook | None = None) -> None:
+        self.config = config or Config()
+        self.session_id = session_id or uuid.uuid4().hex[:12]
+        self.counter = counter or TokenCounter(make_text_counter(self.config.compression.tokenizer))
+        self.summarizer = summarizer or summarizer_for(self.config, self.counter)
+        initial = list(messages)
+        for i, m in enumerate(initial):
+            validate_message(m, f"message {i}")
+        self.ledger = Ledger(self.counter, initial)
+        self.micro = MicroCompactor(self.config, self.summarizer, self.counter, session_id=self.session_id,
+                                    commit=commit)
+
+    # ------------------------------------------------------------------ the transcript
+
+    def append(self, message: Message) -> None:
+        """Add a message (a copy is kept; the caller's dict is never changed)."""
+        validate_message(message, f"message {len(self.ledger)}")
+        self.ledger.append(message)
+
+    def extend(self, messages: Iterable[Message]) -> None:
+        for m in messages:
+            self.append(m)
+
+    @property
+    def messages(self) -> list[Message]:
+        """What to send to the provider: library metadata stripped."""
+        return to_api(self.ledger.messages)
+
+    @property
+    def transcript(self) -> list[Message]:
+        """The transcript with library metadata (markers are recognisable), e.g. for export."""
+        return list(self.ledger.messages)
+
+    @property
+    def tokens(self) -> int:
+        return self.ledger.total
+
+    def occupancy_pct(self) -> float | None:
+        return occupancy_pct(self.counter.estimate_prompt(self.ledger.total), self.config.threshold_tokens())
+
+    def record_usage(self, prompt_tokens: int | None) -> None:
+        """Calibrate token estimates with the provider's ``usage.prompt_tokens`` for the last request."""
+        if prompt_tokens:
+            self.counter.calibrate(self.ledger.total, int(prompt_tokens))
+
+    # ------------------------------------------------------------------ hooks
+
+    def before_request(self) -> list[PassResult]:
+        """Call before every model request. Never raises."""
+        return self.micro.before_request(self.ledger)
+
+    def finalize_turn(self, completed: bool = True) -> list[PassResult]:
+        """Call after each turn; ``completed=False`` for an interrupted or failed turn. Never raises."""
+        return self.micro.finalize_turn(self.ledger, completed)
+
+    def close(self) -> None:
+        """Nothing to release without a store; kept so loops can always call it."""
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+

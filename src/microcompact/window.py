@@ -1,0 +1,131 @@
+"""Head, middle and tail of a transcript, and the units a pass may absorb.
+
+- The **head** (system prompt plus the first ``protect_first_n`` messages) and the token-budgeted **tail**
+  are never rewritten; passes only work on the middle between them.
+- An **iteration** is one assistant message with all results of its tool calls. It is the smallest unit
+  that can be absorbed without splitting a tool call from its result.
+- An **exchange** is a whole agent turn: consecutive iterations up to (not including) the next user
+  message. User messages are never part of one.
+
+All functions here are pure and cost time proportional to the part of the transcript they look at.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .messages import Message, is_marker, tool_call_ids
+
+
+def head_end(messages: Sequence[Message], protect_first_n: int) -> int:
+    """Index of the first message after the protected head.
+
+    The head is the leading system/developer message(s) plus ``protect_first_n`` messages, extended so it
+    never ends between a tool call and its results.
+    """
+    n = len(messages)
+    i = 0
+    while i < n and messages[i].get("role") in ("system", "developer"):
+        i += 1
+    end = min(n, i + protect_first_n)
+    while end < n and messages[end].get("role") == "tool":
+        end += 1
+    return end
+
+
+def tail_start(messages: Sequence[Message], tokens: Sequence[int], budget: int, *, min_messages: int = 3,
+               floor: int = 0) -> int:
+    """Index of the first message of the protected tail.
+
+    Walks back from the end while the token budget lasts, always keeping at least ``min_messages`` and never
+    starting the tail on a tool result (the call that produced it comes along). ``floor`` (the head's end) is
+    the lowest index the tail may reach. The last user message is never absorbed by any pass, so it needs no
+    positional protection here: a long turn's early iterations can leave the tail while its user message stays.
+    """
+    n = len(messages)
+    start = n
+    spent = 0
+    while start > floor:
+        cost = tokens[start - 1]
+        if n - start >= min_messages and spent + cost > budget:
+            break
+        spent += cost
+        start -= 1
+    while floor < start < n and messages[start].get("role") == "tool":
+        start -= 1
+    return start
+
+
+def iteration_end(messages: Sequence[Message], start: int) -> int | None:
+    """End (exclusive) of the iteration starting at ``start``, or None when it is not complete.
+
+    Complete means every tool call of the assistant message has its result right after it.
+    """
+    n = len(messages)
+    msg = messages[start]
+    if msg.get("role") != "assistant":
+        return None
+    pending = set(tool_call_ids(msg))
+    end = start + 1
+    while end < n and messages[end].get("role") == "tool":
+        pending.discard(str(messages[end].get("tool_call_id")))
+        end += 1
+    return end if not pending else None
+
+
+def exchange_end(messages: Sequence[Message], start: int) -> int:
+    """End (exclusive) of the exchange starting at ``start``: the next user message, marker, or the end."""
+    n = len(messages)
+    end = start
+    while end < n:
+        m = messages[end]
+        if m.get("role") in ("user", "system", "developer") or (end > start and is_marker(m)):
+            break
+        end += 1
+    return end
+
+
+def exchange_start(messages: Sequence[Message], cursor: int, limit: int) -> int | None:
+    """First assistant message at or after ``cursor`` and before ``limit`` that starts an exchange.
+
+    User messages (never absorbed) and markers (already summaries) are skipped.
+    """
+    i = cursor
+    while i < limit:
+        m = messages[i]
+        if m.get("role") == "assistant" and not is_marker(m):
+            return i
+        i += 1
+    return None
+
+
+@dataclass(frozen=True)
+class Span:
+    """A contiguous run of messages a pass absorbs; ``start``/``end`` index the transcript, end exclusive.
+
+    ``kept`` holds user messages inside the span (a span may cover several exchanges when the reclaim gate
+    asks for more); they stay in the transcript, verbatim, in order.
+    """
+
+    start: int
+    end: int
+    tokens: int
+    kept: tuple[int, ...] = ()
+    partial: bool = False  # a piece of a long exchange rather than whole exchanges
+
+
+def complete_iterations(messages: Sequence[Message], start: int, limit: int) -> list[tuple[int, int]]:
+    """The complete iterations of the exchange at ``start`` that end at or before ``limit``."""
+    out: list[tuple[int, int]] = []
+    i = start
+    while i < limit:
+        m = messages[i]
+        if m.get("role") != "assistant" or is_marker(m):
+            break
+        end = iteration_end(messages, i)
+        if end is None or end > limit:
+            break
+        out.append((i, end))
+        i = end
+    return out
