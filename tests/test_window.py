@@ -1,7 +1,7 @@
 """Head, tail, iterations and exchanges."""
 
 from microcompact.messages import render_micro_marker
-from microcompact.window import complete_iterations, exchange_end, exchange_start, head_end, iteration_end, tail_start
+from microcompact.window import bounded_exchange, exchange_start, head_end, iteration_end, tail_start
 
 
 def call(cid):
@@ -46,14 +46,15 @@ def test_iterations_and_exchanges():
     assert iteration_end(msgs, 1) == 3
     assert iteration_end(msgs, 3) == 6
     assert iteration_end(msgs, 8) is None  # result not there yet
-    assert exchange_end(msgs, 1) == 7
+    toks = [10] * len(msgs)
+    assert bounded_exchange(msgs, toks, 1, 9, 10**6) == (7, 60)
+    assert bounded_exchange(msgs, toks, 1, 5, 10**6) == (5, 40)  # stops at the tail
+    assert bounded_exchange(msgs, toks, 1, 9, 15) == (3, 20)  # stops once over budget
     assert exchange_start(msgs, 0, 9) == 1
-    assert complete_iterations(msgs, 1, 7) == [(1, 3), (3, 6), (6, 7)]
-    assert complete_iterations(msgs, 1, 5) == [(1, 3)]
 
 
 def test_exchange_skips_markers_and_stops_before_one():
     marker = render_micro_marker("s")
     msgs = [U, marker, A(), marker, U]
     assert exchange_start(msgs, 0, 5) == 2
-    assert exchange_end(msgs, 2) == 3
+    assert bounded_exchange(msgs, [1] * 5, 2, 5, 100) == (3, 1)

@@ -49,6 +49,11 @@ class CompressionConfig(_Strict):
     micro_compact_min_reclaim_tokens: int = Field(0, ge=0, le=10_000_000)
     micro_compact_max_exchange_tokens: int = Field(8000, ge=256, le=10_000_000)
     micro_compact_max_failures: int = Field(3, ge=1, le=100)
+    proactive_prune_min_reclaim_tokens: int = Field(4096, ge=0, le=10_000_000)
+    prune_min_tool_tokens: int = Field(200, ge=1, le=10_000_000)
+    prune_max_argument_tokens: int = Field(1000, ge=50, le=10_000_000)
+    batch_user_floor_ratio: float = Field(0.5, gt=0.0, le=1.0)
+    batch_min_free_ratio: float = Field(0.10, ge=0.0, lt=1.0)
     min_tail_messages: int = Field(3, ge=1, le=1000)
 
     @field_validator("micro_compact_every_n_turns", mode="before")
@@ -68,6 +73,7 @@ class AuxCompressionConfig(_Strict):
     timeout: float = Field(60.0, gt=0, le=3600)
     max_output_tokens: int = Field(1024, ge=64, le=32768)
     temperature: float = Field(0.1, ge=0.0, le=2.0)
+    max_input_tokens: int = Field(32_000, ge=1000, le=10_000_000)
 
     @property
     def kind(self) -> str:

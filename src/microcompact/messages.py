@@ -94,6 +94,14 @@ def to_api(messages: Iterable[Message], *, strict_alternation: bool = False) -> 
     return out
 
 
+def join_user_messages(messages: Sequence[Message]) -> Message:
+    """One user message holding each of ``messages`` verbatim, in order, separated by a blank line."""
+    joined = {k: v for k, v in messages[0].items() if not k.startswith("_")}
+    for m in messages[1:]:
+        joined = _join_contents(joined, m)
+    return joined
+
+
 def _join_contents(first: Message, second: Message) -> Message:
     a, b = first.get("content"), second.get("content")
     joined = dict(first)

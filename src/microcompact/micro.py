@@ -35,7 +35,7 @@ from .redact import redact_text
 from .summarizers import Summarizer, SummarizerBadOutput, prepare_exchange, shorten_summary
 from .telemetry import emit, occupancy_pct
 from .tokens import Ledger, TokenCounter
-from .window import Span, exchange_end, exchange_start, head_end, iteration_end, tail_start
+from .window import Span, bounded_exchange, exchange_start, head_end, iteration_end, tail_start
 
 log = logging.getLogger("microcompact")
 
@@ -231,12 +231,12 @@ class MicroCompactor:
             if span and floor and floor[0] == span_key(msgs, span.start) and span.tokens <= floor[1]:
                 return None, "reclaim gate: waiting for more"
             return span, reason
-        end = exchange_end(msgs, start)
-        if sum(tokens[start:end]) > max_ex:
-            return self._piece(msgs, tokens, start, min(end, t), across_turns=False, minimum=0)
-        if end > t:
+        end, size = bounded_exchange(msgs, tokens, start, t, max_ex)
+        if size > max_ex:
+            return self._piece(msgs, tokens, start, t, across_turns=False, minimum=0)
+        if end == t and t < len(msgs) and msgs[t].get("role") != "user":
             return None, "exchange runs into the tail"
-        span = Span(start, end, sum(tokens[start:end]))
+        span = Span(start, end, size)
         if cfg.micro_compact_min_reclaim_tokens and self.state.marker_index is not None:
             return self._grow_for_gate(msgs, tokens, span, t)
         return span, ""
@@ -307,9 +307,9 @@ class MicroCompactor:
             nxt = exchange_start(msgs, i, limit)
             if nxt != i:
                 break
-            nend = exchange_end(msgs, nxt)
-            add = sum(tokens[nxt:nend])
-            if nend > limit or (total + add > cap and total >= need):
+            nend, add = bounded_exchange(msgs, tokens, nxt, limit, cap)
+            runs_into_tail = nend == limit and limit < len(msgs) and msgs[limit].get("role") != "user"
+            if add > cap or runs_into_tail or (total + add > cap and total >= need):
                 break
             kept += users
             end, total = nend, total + add
@@ -336,8 +336,9 @@ class MicroCompactor:
         absorbed = tuple(i for i in range(span.start, span.end) if i not in kept)
         exchange = [msgs[i] for i in absorbed]
         prepared = prepare_exchange(exchange, self.cfg.micro_compact_max_exchange_tokens, self.counter.count_text)
-        self.largest_pass_tokens = max(self.largest_pass_tokens, self.counter.count_messages(prepared)
-                                       + st.text_tokens)
+        # What the summarizer reads: the exchange as bounded by prepare_exchange, plus the running summary.
+        read = min(span.tokens, self.cfg.micro_compact_max_exchange_tokens) + st.text_tokens
+        self.largest_pass_tokens = max(self.largest_pass_tokens, read)
         s0 = self.clock()
         try:
             summary = self._clean(self.summarizer.merge(st.text, prepared), limit=st.text_tokens + span.tokens + 256)

@@ -64,11 +64,17 @@ class ReplayStats:
     raw_final: int = 0
     occupancy: list[float] = field(default_factory=list)
     passes: list[dict[str, Any]] = field(default_factory=list)
+    batches: list[dict[str, Any]] = field(default_factory=list)
+    batch_outcomes: Counter[str] = field(default_factory=Counter)
 
     def record(self, results: list[Any]) -> None:
         for r in results:
-            self.outcomes[r.outcome] += 1
-            self.passes.append(r.record)
+            if r.record.get("event") == "batch_compaction":
+                self.batch_outcomes[r.outcome] += 1
+                self.batches.append(r.record)
+            else:
+                self.outcomes[r.outcome] += 1
+                self.passes.append(r.record)
 
 
 def replay(messages: list[Message], session: Session,
@@ -125,8 +131,14 @@ def summary_json(stats: ReplayStats, session: Session) -> dict[str, Any]:
         "uncompacted_tokens": stats.raw_final,
         "final_tokens": session.tokens,
         "tokens_saved_total": st.tokens_saved_total,
+        "batch_compactions": session.batch.compactions,
+        "batch_outcomes": dict(sorted(stats.batch_outcomes.items())),
+        "micro_passes_per_batch": [b.get("micro_passes_since_last") for b in stats.batches
+                                   if b["outcome"] in ("compacted", "user_floor_exceeded", "fallback")]
+                                  if session.micro.active else None,
+        "largest_batch_input_tokens": session.batch.largest_input_tokens,
         "largest_pass_tokens": session.micro.largest_pass_tokens,
-        "summarizer_ms_total": round(session.micro.summarizer_ms_total, 1),
+        "summarizer_ms_total": round(session.micro.summarizer_ms_total + session.batch.summarizer_ms_total, 1),
         "threshold_tokens": session.config.threshold_tokens(),
         "context_limit": session.config.model.context_length,
         "micro_compact": session.micro.active,

@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
+from .batch import BatchCompactor, BatchResult
 from .config import Config
 from .messages import Message, to_api, validate_message
 from .micro import CommitHook, MicroCompactor, PassResult
@@ -59,6 +60,9 @@ class Session:
         self.ledger = Ledger(self.counter, initial)
         self.micro = MicroCompactor(self.config, self.summarizer, self.counter, session_id=self.session_id,
                                     commit=commit)
+        self.batch = BatchCompactor(self.config, self.summarizer, self.counter, session_id=self.session_id,
+                                    commit=commit)
+        self._micro_passes_at_last_batch = 0
 
     # ------------------------------------------------------------------ the transcript
 
@@ -95,9 +99,32 @@ class Session:
 
     # ------------------------------------------------------------------ hooks
 
-    def before_request(self) -> list[PassResult]:
-        """Call before every model request. Never raises."""
-        return self.micro.before_request(self.ledger)
+    def should_compress(self, prompt_tokens: int | None = None) -> bool:
+        """True when the prompt (the provider's figure when given, else counted) reaches the threshold."""
+        return self.batch.should_compress(self.ledger, prompt_tokens)
+
+    def before_request(self, prompt_tokens: int | None = None) -> list[PassResult | BatchResult]:
+        """Call before every model request: batch compaction when over the threshold, then absorption of
+        long-turn iterations that left the tail. Never raises."""
+        results: list[PassResult | BatchResult] = []
+        if self.batch.should_compress(self.ledger, prompt_tokens):
+            results.append(self._batch(reason="threshold", prompt_tokens=prompt_tokens))
+        results += self.micro.before_request(self.ledger)
+        return results
+
+    def compact(self, focus: str | None = None) -> BatchResult:
+        """Batch compaction on demand (``force``), optionally favouring ``focus`` in the summary."""
+        return self._batch(reason="on_demand", force=True, focus=focus)
+
+    def _batch(self, **kwargs: Any) -> BatchResult:
+        since = self.micro.state.passes_total - self._micro_passes_at_last_batch
+        result = self.batch.compact(self.ledger, micro_passes_since_last=since if self.micro.active else None,
+                                    **kwargs)
+        if result.changed:
+            # Micro state continues from the new marker; the old rolling summary went into the batch one.
+            self.micro.recover(self.ledger.messages)
+            self._micro_passes_at_last_batch = self.micro.state.passes_total
+        return result
 
     def finalize_turn(self, completed: bool = True) -> list[PassResult]:
         """Call after each turn; ``completed=False`` for an interrupted or failed turn. Never raises."""

@@ -713,6 +713,26 @@ def _error_lines(result: str, exit_code: int | None, failed: bool, limit: int = 
     return lines
 
 
+def describe_tool_result(call: dict[str, Any] | None, result: str) -> str:
+    """A one-line stand-in for a tool output: tool, target, size and exit status.
+
+    E.g. ``[read_file] src/app.py (412 lines)`` or ``[Bash] `pytest -x` (38 lines, exit 1)``. Batch
+    compaction's cheap phase puts these where old outputs were; the originals stay in the store.
+    """
+    parsed = _parse_call(call) if call else _Call("tool", {})
+    target = (_first_arg(parsed.args, _PATH_KEYS) or _first_arg(parsed.args, _SHELL_KEYS)
+              or _first_arg(parsed.args, _PATTERN_KEYS + _URL_KEYS))
+    lines = len(result.splitlines())
+    facts = [f"{lines} line{'s' if lines != 1 else ''}" if lines > 1 else f"{len(result)} chars"]
+    code = _exit_code(result)
+    if code is not None:
+        facts.append(f"exit {code}")
+    elif _ERROR_RESULT.match(result):
+        facts.append("error")
+    where = f" {_clip(target.splitlines()[0], _COMMAND_CHARS)}" if target else ""
+    return f"[{parsed.name}]{where} ({', '.join(facts)})"
+
+
 # --------------------------------------------------------------------------- OpenAI-compatible model
 
 _THINK_BLOCK = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL)

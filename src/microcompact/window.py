@@ -74,16 +74,19 @@ def iteration_end(messages: Sequence[Message], start: int) -> int | None:
     return end if not pending else None
 
 
-def exchange_end(messages: Sequence[Message], start: int) -> int:
-    """End (exclusive) of the exchange starting at ``start``: the next user message, marker, or the end."""
-    n = len(messages)
-    end = start
-    while end < n:
+def bounded_exchange(messages: Sequence[Message], tokens: Sequence[int], start: int, limit: int,
+                     budget: int) -> tuple[int, int]:
+    """(end, tokens) of the exchange at ``start``, looking no further than ``limit`` (the tail's start)
+    and no further than needed to know it exceeds ``budget``: a pass never walks a long turn to its end.
+    """
+    end, size = start, 0
+    while end < limit and size <= budget:
         m = messages[end]
         if m.get("role") in ("user", "system", "developer") or (end > start and is_marker(m)):
             break
+        size += tokens[end]
         end += 1
-    return end
+    return end, size
 
 
 def exchange_start(messages: Sequence[Message], cursor: int, limit: int) -> int | None:
@@ -113,19 +116,3 @@ class Span:
     tokens: int
     kept: tuple[int, ...] = ()
     partial: bool = False  # a piece of a long exchange rather than whole exchanges
-
-
-def complete_iterations(messages: Sequence[Message], start: int, limit: int) -> list[tuple[int, int]]:
-    """The complete iterations of the exchange at ``start`` that end at or before ``limit``."""
-    out: list[tuple[int, int]] = []
-    i = start
-    while i < limit:
-        m = messages[i]
-        if m.get("role") != "assistant" or is_marker(m):
-            break
-        end = iteration_end(messages, i)
-        if end is None or end > limit:
-            break
-        out.append((i, end))
-        i = end
-    return out

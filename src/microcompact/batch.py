@@ -1,0 +1,480 @@
+"""Batch compaction at the threshold: the long pause micro-compaction postpones, kept for when it is due.
+
+Two phases, cheapest first:
+
+1. **Prune** (no model): old tool outputs in the middle become one-line stubs, identical older outputs
+   are de-duplicated, oversized tool-call arguments are shortened while staying valid JSON. If that alone
+   frees enough, stop.
+2. **Summarize**: every message of the middle except user messages is absorbed, in one summarizer call,
+   into a batch marker (the same marker format as micro-compaction) that updates the previous summary.
+   User messages stay verbatim; the ones left adjacent are joined into one user message. Only when they
+   alone exceed ``batch_user_floor_ratio`` of the threshold are the oldest folded into the summary, and
+   the outcome says so (``user_floor_exceeded``).
+
+Failures never change the transcript. A failing summarizer backs off (longer after repeated timeouts,
+shorter after malformed output, never retried on authentication or quota errors); when the transcript is
+at risk of overflowing the context window, the deterministic extractive summary is used instead so the
+session can go on. Two compactions in a row that free too little pause automatic compaction until the
+transcript has grown meaningfully.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .config import Config
+from .messages import (
+    META_KEY,
+    Message,
+    content_text,
+    is_marker,
+    join_user_messages,
+    marker_body,
+    marker_kind,
+    render_marker,
+)
+from .redact import redact_text
+from .summarizers import (
+    ExtractiveSummarizer,
+    Summarizer,
+    SummarizerAuthError,
+    SummarizerBadOutput,
+    SummarizerRateLimited,
+    SummarizerTimeout,
+    describe_tool_result,
+    prepare_exchange,
+    render_exchange,
+)
+from .telemetry import emit, occupancy_pct
+from .tokens import Ledger, TokenCounter
+from .window import head_end, tail_start
+
+log = logging.getLogger("microcompact")
+
+OMITTED_MESSAGES = "[... {count} messages ({tokens:,} tokens) omitted by microcompact: the summarizer's input limit ...]"
+
+
+# ---------------------------------------------------------------------------------------------- events
+
+
+@dataclass(frozen=True)
+class Prune:
+    """Replace single messages in place (tool outputs by stubs, calls by shortened arguments)."""
+
+    replacements: tuple[tuple[int, Message], ...]
+
+
+@dataclass(frozen=True)
+class BatchCompact:
+    """Replace the middle ``[start, end)`` by ``new`` (a joined user message, if any, then the marker).
+
+    ``absorbed`` indexes are summarized away; ``superseded`` ones (user messages) are carried verbatim
+    into the joined user message.
+    """
+
+    start: int
+    end: int
+    new: tuple[Message, ...]
+    absorbed: tuple[int, ...]
+    superseded: tuple[int, ...]
+    summary: str
+
+
+def apply_batch_event(ledger: Ledger, event: Prune | BatchCompact) -> None:
+    if isinstance(event, Prune):
+        for index, message in event.replacements:
+            ledger.splice(index, index + 1, [message])
+        return
+    ledger.splice(event.start, event.end, list(event.new))
+
+
+# ---------------------------------------------------------------------------------------------- prune
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha1(text.encode("utf-8", "replace")).hexdigest()
+
+
+def _is_stub(message: Message) -> bool:
+    meta = message.get(META_KEY)
+    return isinstance(meta, dict) and bool(meta.get("stub"))
+
+
+def shorten_arguments(arguments: str, max_chars: int) -> str | None:
+    """Tool-call arguments with long string values cut head-and-tail, still valid JSON; None if not JSON."""
+    try:
+        value = json.loads(arguments)
+    except (TypeError, ValueError):
+        return None
+    keep = max(40, max_chars // 4)
+
+    def cut(v: Any) -> Any:
+        if isinstance(v, str) and len(v) > keep * 2:
+            return f"{v[:keep]}[... {len(v) - 2 * keep:,} characters omitted by microcompact ...]{v[-keep:]}"
+        if isinstance(v, dict):
+            return {k: cut(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [cut(x) for x in v]
+        return v
+
+    return json.dumps(cut(value), ensure_ascii=False)
+
+
+def plan_prune(msgs: list[Message], tokens: list[int], start: int, end: int, *, min_tool_tokens: int,
+               max_argument_tokens: int) -> Prune | None:
+    """Stubs for tool outputs in ``[start, end)``, newest copy of duplicate outputs kept whole."""
+    calls: dict[str, dict[str, Any]] = {}
+    for i in range(start, end):
+        for tc in msgs[i].get("tool_calls") or ():
+            calls[str(tc.get("id"))] = tc
+    replacements: list[tuple[int, Message]] = []
+    newest: dict[str, int] = {}
+    for i in range(end - 1, start - 1, -1):
+        m = msgs[i]
+        if m.get("role") == "tool" and not _is_stub(m):
+            text = content_text(m)
+            call = calls.get(str(m.get("tool_call_id")))
+            key = _digest(text)
+            if key in newest and tokens[i] > 20:
+                stub = f"{describe_tool_result(call, text)} [identical to a later output, kept there]"
+            elif tokens[i] > min_tool_tokens:
+                stub = describe_tool_result(call, text)
+            else:
+                newest.setdefault(key, i)
+                continue
+            newest.setdefault(key, i)
+            replacements.append((i, {"role": "tool", "tool_call_id": m.get("tool_call_id"), "content": stub,
+                                     META_KEY: {"stub": True, "original_tokens": tokens[i]}}))
+        elif m.get("role") == "assistant" and m.get("tool_calls") and tokens[i] > max_argument_tokens:
+            new_calls, changed = [], False
+            for tc in m["tool_calls"]:
+                fn = dict(tc.get("function") or {})
+                args = fn.get("arguments")
+                short = shorten_arguments(args, max_argument_tokens * 4) if isinstance(args, str) else None
+                if short is not None and len(short) < len(args):
+                    fn["arguments"], changed = short, True
+                new_calls.append({**tc, "function": fn})
+            if changed:
+                replacements.append((i, {**{k: v for k, v in m.items() if k != "_tokens"}, "tool_calls": new_calls,
+                                         META_KEY: {**(m.get(META_KEY) or {}), "shortened": True}}))
+    if not replacements:
+        return None
+    return Prune(tuple(sorted(replacements, key=lambda r: r[0])))
+
+
+# ---------------------------------------------------------------------------------------------- backoff
+
+
+class Backoff:
+    """When the summarizer may be called again after a failure."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.until = 0.0
+        self.timeouts = 0
+        self.auth_error: str | None = None
+
+    def blocked(self) -> str | None:
+        if self.auth_error:
+            return f"summarizer refused credentials or quota ({self.auth_error}); not retried"
+        if self.clock() < self.until:
+            return f"summarizer cooling down for {self.until - self.clock():.0f} s"
+        return None
+
+    def failed(self, exc: Exception) -> None:
+        now = self.clock()
+        if isinstance(exc, SummarizerAuthError):
+            self.auth_error = str(exc)[:200]
+        elif isinstance(exc, SummarizerTimeout):
+            self.timeouts += 1
+            self.until = now + min(30.0 * 2 ** (self.timeouts - 1), 900.0)
+        elif isinstance(exc, SummarizerRateLimited):
+            self.until = now + 60.0
+        elif isinstance(exc, SummarizerBadOutput):
+            self.until = now + 10.0
+        else:
+            self.until = now + 30.0
+
+    def succeeded(self) -> None:
+        self.until, self.timeouts = 0.0, 0
+
+
+# ---------------------------------------------------------------------------------------------- engine
+
+
+@dataclass
+class BatchResult:
+    outcome: str
+    record: dict[str, Any]
+
+    @property
+    def changed(self) -> bool:
+        return self.outcome in ("pruned", "compacted", "user_floor_exceeded", "fallback")
+
+
+CommitHook = Callable[[Any, list[Message]], None]
+
+
+class BatchCompactor:
+    """Threshold-triggered compaction of the whole middle; shares the marker format with micro passes."""
+
+    def __init__(self, config: Config, summarizer: Summarizer, counter: TokenCounter, *, session_id: str = "",
+                 commit: CommitHook | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.config = config
+        self.cfg = config.compression
+        self.summarizer = summarizer
+        self.counter = counter
+        self.session_id = session_id
+        self.commit = commit
+        self.clock = clock
+        self.backoff = Backoff(clock)
+        self.fallback = ExtractiveSummarizer(counter.count_text)
+        self.compactions = 0
+        self.low_yield = 0
+        self.paused_below: int | None = None  # automatic compaction paused until the transcript reaches this
+        self.largest_input_tokens = 0
+        self.summarizer_ms_total = 0.0
+        self._extra: dict[str, Any] = {}
+        self._risk = False
+
+    # ------------------------------------------------------------------ when
+
+    def prompt_tokens(self, ledger: Ledger, reported: int | None = None) -> int:
+        return int(reported) if reported else self.counter.estimate_prompt(ledger.total)
+
+    def should_compress(self, ledger: Ledger, prompt_tokens: int | None = None) -> bool:
+        """True when the prompt (reported, else counted) reaches ``threshold_tokens``."""
+        threshold = self.config.threshold_tokens()
+        if not self.cfg.enabled or not threshold:
+            return False
+        tokens = self.prompt_tokens(ledger, prompt_tokens)
+        if tokens < threshold:
+            return False
+        if self.paused_below is not None and tokens < self.paused_below and not self._at_risk(tokens):
+            return False
+        return True
+
+    def _at_risk(self, tokens: int) -> bool:
+        """Halfway from the threshold to the context limit: too close to wait for a cooling summarizer."""
+        limit, threshold = self.config.model.context_length, self.config.threshold_tokens()
+        if not limit or not threshold:
+            return False
+        return tokens >= (threshold + limit) / 2
+
+    # ------------------------------------------------------------------ how
+
+    def compact(self, ledger: Ledger, *, force: bool = False, focus: str | None = None, reason: str = "threshold",
+                prompt_tokens: int | None = None, **extra: Any) -> BatchResult:
+        """Run one batch compaction (prune first). Never raises; the result says what happened.
+
+        ``extra`` goes into the telemetry line (e.g. how many micro passes ran since the last one).
+        """
+        t0 = self.clock()
+        before_tokens, before_messages = ledger.total, len(ledger.messages)
+        self._extra = extra
+        self._risk = self._at_risk(self.prompt_tokens(ledger, prompt_tokens))
+        try:
+            return self._compact(ledger, force, focus, reason, t0)
+        except Exception as exc:  # never into the caller
+            log.exception("Batch compaction failed unexpectedly; transcript left as it was")
+            return self._finish(ledger, "error", t0, before_tokens, before_messages, reason=reason,
+                                error=type(exc).__name__)
+
+    def _compact(self, ledger: Ledger, force: bool, focus: str | None, reason: str, t0: float) -> BatchResult:
+        msgs, tokens = ledger.messages, ledger.tokens
+        cfg = self.cfg
+        before_tokens, before_messages = ledger.total, len(msgs)
+        threshold = self.config.threshold_tokens() or 0
+        h = head_end(msgs, cfg.protect_first_n)
+        t = tail_start(msgs, tokens, self.config.tail_budget_tokens(), min_messages=cfg.min_tail_messages, floor=h)
+        pruned = plan_prune(msgs, tokens, h, t, min_tool_tokens=cfg.prune_min_tool_tokens,
+                            max_argument_tokens=cfg.prune_max_argument_tokens)
+        if pruned is not None and not force and threshold:
+            saved = sum(tokens[i] - self.counter.count_message(m) for i, m in pruned.replacements)
+            if before_tokens - saved <= threshold - cfg.proactive_prune_min_reclaim_tokens:
+                if not self._commit(pruned, msgs):
+                    return self._finish(ledger, "store_failed", t0, before_tokens, before_messages, reason=reason)
+                apply_batch_event(ledger, pruned)
+                log.info("Batch compaction: pruned %d old tool outputs, %d -> %d tokens", len(pruned.replacements),
+                         before_tokens, ledger.total)
+                return self._done(ledger, "pruned", t0, before_tokens, before_messages, reason=reason,
+                                  pruned=len(pruned.replacements))
+        # Pruning alone is not enough: the summarizer reads the original outputs (bounded), which tell it
+        # more than the stubs would, and the whole middle is replaced in one step (or not at all).
+        return self._summarize(ledger, h, t, focus, reason, t0, before_tokens, before_messages)
+
+    def _summarize(self, ledger: Ledger, h: int, t: int, focus: str | None, reason: str, t0: float,
+                   before_tokens: int, before_messages: int) -> BatchResult:
+        msgs, tokens = ledger.messages, ledger.tokens
+        users = [i for i in range(h, t) if msgs[i].get("role") == "user"]
+        others = [i for i in range(h, t) if msgs[i].get("role") != "user"]
+        if not any(not is_marker(msgs[i]) for i in others):
+            return self._done(ledger, "nothing_to_compact", t0, before_tokens, before_messages, reason=reason)
+        # The user floor: verbatim user messages alone must leave room to continue.
+        folded: list[int] = []
+        threshold = self.config.threshold_tokens()
+        if threshold:
+            floor = self.cfg.batch_user_floor_ratio * threshold
+            user_tokens = sum(tokens[i] for i in users)
+            while users and user_tokens > floor:
+                folded.append(users.pop(0))
+                user_tokens -= tokens[folded[-1]]
+            if folded:
+                log.warning("Batch compaction: verbatim user messages exceed %.0f%% of the threshold; folding the "
+                            "oldest %d into the summary", 100 * self.cfg.batch_user_floor_ratio, len(folded))
+        previous = "\n\n".join(marker_body(msgs[i]) for i in sorted(others, key=lambda i: marker_kind(msgs[i]) != "batch")
+                               if is_marker(msgs[i]))
+        absorbed = sorted([i for i in others] + folded)
+        material = [msgs[i] for i in absorbed if not is_marker(msgs[i])]
+        bounded = self.bound_input(material)
+        input_tokens = self.counter.count_text(render_exchange(bounded)) + self.counter.count_text(previous)
+        self.largest_input_tokens = max(self.largest_input_tokens, input_tokens)
+        summary, outcome, error, used = self._call(previous, bounded, focus, input_tokens)
+        if summary is None:
+            return self._finish(ledger, outcome, t0, before_tokens, before_messages, reason=reason, error=error,
+                                summarizer=used)
+        if folded and outcome == "compacted":
+            outcome = "user_floor_exceeded"
+        new: list[Message] = []
+        if users:
+            joined = join_user_messages([msgs[i] for i in users])
+            if len(users) > 1:
+                joined[META_KEY] = {"joined": len(users)}
+            new.append(joined)
+        new.append(render_marker(summary, "batch"))
+        event = BatchCompact(h, t, tuple(new), tuple(absorbed), tuple(users), summary)
+        if not self._commit(event, msgs):
+            return self._finish(ledger, "store_failed", t0, before_tokens, before_messages, reason=reason)
+        apply_batch_event(ledger, event)
+        self.compactions += 1
+        log.info("Batch compaction: %d -> %d messages, %d -> %d tokens (%s)", before_messages, len(ledger.messages),
+                 before_tokens, ledger.total, reason)
+        return self._done(ledger, outcome, t0, before_tokens, before_messages, reason=reason,
+                          absorbed=len(absorbed), users_folded=len(folded), input_tokens=input_tokens,
+                          summarizer=used, error=error)
+
+    def bound_input(self, material: list[Message]) -> list[Message]:
+        """Redacted copies within the summarizer's input limit; whole messages cut head-and-tail with a note."""
+        budget = self.config.auxiliary.compression.max_input_tokens
+        prepared = prepare_exchange(material, budget, self.counter.count_text)
+        counts = [self.counter.count_text(render_exchange([m])) for m in prepared]
+        if sum(counts) <= budget * 1.05:
+            return prepared
+        head, tail, spent = [], [], 0
+        lo, hi = 0, len(prepared) - 1
+        while lo <= hi:  # alternate oldest and newest so both ends survive
+            side = lo if len(head) <= len(tail) else hi
+            if spent + counts[side] > budget:
+                break
+            spent += counts[side]
+            if side == lo:
+                head.append(prepared[lo])
+                lo += 1
+            else:
+                tail.append(prepared[hi])
+                hi -= 1
+        omitted = prepared[lo:hi + 1]
+        note = {"role": "assistant", "content": OMITTED_MESSAGES.format(count=len(omitted),
+                                                                        tokens=sum(counts[lo:hi + 1]))}
+        return head + ([note] if omitted else []) + list(reversed(tail))
+
+    def _call(self, previous: str, bounded: list[Message], focus: str | None, input_tokens: int
+              ) -> tuple[str | None, str, str | None, str]:
+        """(summary, outcome, error, summarizer name): the configured model, else the fallback when at risk."""
+        name = getattr(self.summarizer, "name", "?")
+        blocked = self.backoff.blocked()
+        error = None
+        if blocked is None:
+            s0 = self.clock()
+            try:
+                text = self._clean(self.summarizer.batch(previous, bounded, focus), input_tokens)
+                self.summarizer_ms_total += (self.clock() - s0) * 1000
+                self.backoff.succeeded()
+                return text, "compacted", None, name
+            except Exception as exc:
+                self.summarizer_ms_total += (self.clock() - s0) * 1000
+                self.backoff.failed(exc)
+                error = type(exc).__name__
+                level = logging.ERROR if isinstance(exc, SummarizerAuthError) else logging.WARNING
+                log.log(level, "Batch compaction: summarizer failed (%s: %s)", error, str(exc)[:200])
+                blocked = self.backoff.blocked()
+        # The model is unavailable. Keep the session alive with the deterministic summary when it matters.
+        if self._risk:
+            text = self._clean(self.fallback.batch(previous, bounded, focus), input_tokens)
+            log.warning("Batch compaction: using the deterministic extractive summary (%s)", blocked or error)
+            return text, "fallback", error, self.fallback.name
+        outcome = "auth_failed" if self.backoff.auth_error else ("cooldown" if error is None else "summarize_failed")
+        return None, outcome, error or blocked, name
+
+    def _clean(self, text: Any, input_tokens: int) -> str:
+        if not isinstance(text, str):
+            raise SummarizerBadOutput(f"summarizer returned {type(text).__name__}, not text")
+        out = redact_text(text).strip()
+        if not out:
+            raise SummarizerBadOutput("summarizer returned an empty summary")
+        if self.counter.count_text(out) > max(input_tokens, 200):
+            raise SummarizerBadOutput("summary is longer than its input")
+        return out
+
+    def _commit(self, event: Any, msgs: list[Message]) -> bool:
+        if self.commit is None:
+            return True
+        try:
+            self.commit(event, msgs)
+            return True
+        except Exception as exc:
+            log.error("Batch compaction: store commit failed, transcript left as it was (%s: %s)",
+                      type(exc).__name__, exc)
+            return False
+
+    # ------------------------------------------------------------------ bookkeeping and telemetry
+
+    def _done(self, ledger: Ledger, outcome: str, t0: float, before_tokens: int, before_messages: int,
+              **extra: Any) -> BatchResult:
+        """Anti-thrash: two compactions in a row that free too little pause automatic compaction."""
+        threshold = self.config.threshold_tokens()
+        freed = before_tokens - ledger.total
+        if threshold and freed < self.cfg.batch_min_free_ratio * threshold:
+            self.low_yield += 1
+        else:
+            self.low_yield = 0
+            self.paused_below = None
+        if threshold and self.low_yield >= 2:
+            self.paused_below = ledger.total + int(self.cfg.batch_min_free_ratio * threshold)
+            log.warning("Batch compaction: freed under %.0f%% of the threshold twice in a row; automatic compaction "
+                        "paused until the transcript reaches %d tokens", 100 * self.cfg.batch_min_free_ratio,
+                        self.paused_below)
+            extra["paused_until_tokens"] = self.paused_below
+        return self._finish(ledger, outcome, t0, before_tokens, before_messages, **extra)
+
+    def _finish(self, ledger: Ledger, outcome: str, t0: float, before_tokens: int, before_messages: int,
+                **extra: Any) -> BatchResult:
+        threshold = self.config.threshold_tokens()
+        record: dict[str, Any] = {
+            "event": "batch_compaction",
+            "session_id": self.session_id,
+            "outcome": outcome,
+            "tokens_before": before_tokens,
+            "tokens_after": ledger.total,
+            "tokens_delta": ledger.total - before_tokens,
+            "messages_before": before_messages,
+            "messages_after": len(ledger.messages),
+            "duration_ms": round((self.clock() - t0) * 1000, 3),
+            "summarizer": getattr(self.summarizer, "name", "?"),
+            "threshold_tokens": threshold,
+            "context_limit": self.config.model.context_length,
+            "occupancy_pct": occupancy_pct(self.counter.estimate_prompt(ledger.total), threshold),
+            "compactions_total": self.compactions,
+        }
+        record.update({k: v for k, v in {**self._extra, **extra}.items() if v is not None})
+        if record["tokens_after"] > (threshold or record["tokens_after"]) and outcome in (
+                "compacted", "user_floor_exceeded", "fallback", "pruned"):
+            record["still_over_threshold"] = True
+        emit("batch", record)
+        return BatchResult(outcome, record)
