@@ -12,8 +12,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+DEMO := src/microcompact/data/demo_transcript.jsonl
+
 demo: $(STAMP)
-	$(BIN)/microcompact replay src/microcompact/data/demo_transcript.jsonl --context-limit 200000
+	$(BIN)/microcompact replay $(DEMO) --context-limit 200000
+	$(BIN)/microcompact replay $(DEMO) --context-limit 200000 --compare
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

@@ -338,7 +338,8 @@ class BatchCompactor:
         summary, outcome, error, used = self._call(previous, bounded, focus, input_tokens)
         if summary is None:
             return self._finish(ledger, outcome, t0, before_tokens, before_messages, reason=reason, error=error,
-                                summarizer=used)
+                                summarizer=used, summarizer_input_tokens=input_tokens if error else 0,
+                                summarizer_output_tokens=0)
         if folded and outcome == "compacted":
             outcome = "user_floor_exceeded"
         new: list[Message] = []
@@ -357,7 +358,8 @@ class BatchCompactor:
                  before_tokens, ledger.total, reason)
         return self._done(ledger, outcome, t0, before_tokens, before_messages, reason=reason,
                           absorbed=len(absorbed), users_folded=len(folded), input_tokens=input_tokens,
-                          summarizer=used, error=error)
+                          summarizer=used, error=error, summarizer_input_tokens=input_tokens,
+                          summarizer_output_tokens=self.counter.count_text(summary))
 
     def bound_input(self, material: list[Message]) -> list[Message]:
         """Redacted copies within the summarizer's input limit; whole messages cut head-and-tail with a note."""

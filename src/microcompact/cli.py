@@ -13,7 +13,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from .compare import compare, plot_compare
 from .config import Config, ConfigError, home_dir, load_config
+from .cost import load_pricing
 from .messages import TranscriptError
 from .replay import load_transcript, replay, summary_json
 from .session import Session
@@ -21,7 +23,8 @@ from .telemetry import setup_file_logging
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Keep long agent transcripts inside the context window without losing what the user said.")
-out = Console()
+# Tables are wide; when stdout is not a terminal (CI logs, files) do not squeeze them into 80 columns.
+out = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True)
 
 
@@ -74,6 +77,12 @@ def replay_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print a machine-readable summary.")] = False,
     no_micro: Annotated[bool, typer.Option("--no-micro", help="Replay without micro-compaction.")] = False,
     session_id: Annotated[Optional[str], typer.Option("--session", help="Session id (default: derived from the file).")] = None,
+    compare_policies: Annotated[bool, typer.Option("--compare", help="Replay under every policy side by side, with costs.")] = False,
+    pricing: Annotated[str, typer.Option("--pricing", help="Cost model: anthropic | openai | FILE.yaml (with --compare).")] = "anthropic",
+    every_n: Annotated[int, typer.Option("--every-n", help="N for the micro-every-N policy (with --compare).")] = 5,
+    reclaim: Annotated[int, typer.Option("--reclaim", help="Reclaim gate tokens for micro-reclaim-gate (with --compare).")] = 4096,
+    assume_gap: Annotated[float, typer.Option("--assume-gap", help="Seconds between model requests when the transcript has no timestamps.")] = 30.0,
+    plot: Annotated[Optional[Path], typer.Option("--plot", help="With --compare: draw occupancy per request (PNG).")] = None,
 ) -> None:
     """Replay a recorded transcript through the engine and report what happened."""
     if summarizer not in (None, "extractive", "openai"):
@@ -81,8 +90,12 @@ def replay_cmd(
     try:
         cfg = _configure(config, context_limit, summarizer, model, base_url, api_key_env, every, not no_micro)
         messages = load_transcript(transcript)
+        prices = load_pricing(pricing) if compare_policies else None
     except (ConfigError, TranscriptError) as exc:
         _fail(str(exc))
+    if compare_policies:
+        _compare(transcript, messages, cfg, prices, every_n, reclaim, assume_gap, as_json, plot, log_file)
+        return
     handler = setup_file_logging(log_file or home_dir() / "logs" / "agent.log")
     try:
         session = Session(cfg, session_id=session_id or transcript.stem)
@@ -104,6 +117,56 @@ def replay_cmd(
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
         return
     _print_replay(transcript, summary, stats, session)
+
+
+def _compare(path: Path, messages: list, cfg: Config, prices, every_n: int, reclaim: int, gap: float,
+             as_json: bool, plot: Optional[Path], log_file: Optional[Path]) -> None:
+    if cfg.model.context_length is None:
+        _fail("--compare needs the model's context window: --context-limit N (or model.context_length)")
+    handler = setup_file_logging(log_file or home_dir() / "logs" / "agent.log")
+    try:
+        with err.status("replaying under 5 policies...", spinner="dots") if err.is_terminal else _nullcontext():
+            result = compare(messages, cfg, prices, every_n=every_n, reclaim_tokens=reclaim, assumed_gap_seconds=gap)
+    finally:
+        logging.getLogger("microcompact").removeHandler(handler)
+        handler.close()
+    if plot:
+        try:
+            plot_compare(result, str(plot))
+        except ImportError:
+            _fail("--plot needs matplotlib: pip install 'microcompact[plot]' (or pip install matplotlib)")
+    public = {**result, "policies": [{k: v for k, v in row.items() if not k.startswith("_")}
+                                     for row in result["policies"]]}
+    if as_json:
+        sys.stdout.write(json.dumps(public, indent=2) + "\n")
+        return
+    p = result["pricing"]
+    table = Table(title=f"{path.name}: policies side by side ({p['name']} pricing, cache TTL {p['ttl_seconds']:g} s)",
+                  title_justify="left")
+    for col in ("policy", "peak occ %", "final occ %", "batch", "largest stall (tok)", "summ calls",
+                "summ tokens", "cached read", "cache write", "uncached", "cost $"):
+        table.add_column(col, justify="left" if col == "policy" else "right")
+    for row in result["policies"]:
+        table.add_row(row["policy"], f"{row['peak_occupancy']}", f"{row['final_occupancy']}",
+                      f"{row['batch_compactions']} (+{row['batch_prunes']} pruned)",
+                      f"{row['largest_summarization_tokens']:,}",
+                      str(row["summarizer_calls"]), f"{row['summarizer_tokens']:,}",
+                      f"{row['cached_read_tokens']:,}", f"{row['cache_write_tokens']:,}",
+                      f"{row['uncached_tokens']:,}", f"{row['cost']['total']:.4f}")
+    out.print(table)
+    out.print(f"timing: {result['timing']}; micro-every-N uses N={result['every_n']}, micro-reclaim-gate "
+              f"{result['reclaim_tokens']:,} tokens; cost includes summarizer calls at the main model's prices "
+              "unless the pricing file sets summarizer_input/summarizer_output.", soft_wrap=True)
+    if plot:
+        out.print(f"plot written to {plot}")
+
+
+class _nullcontext:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
 
 
 def _print_replay(path: Path, s: dict, stats, session: Session) -> None:

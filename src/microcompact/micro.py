@@ -39,6 +39,9 @@ from .window import Span, bounded_exchange, exchange_start, head_end, iteration_
 
 log = logging.getLogger("microcompact")
 
+# Cache-aware catch-up: at most this many passes when a deferred cache break finally happens.
+MAX_CATCH_UP_PASSES = 64
+
 # Defrag output must be at most this fraction of its input to count as "clearly shorter".
 DEFRAG_MAX_RATIO = 0.8
 
@@ -117,7 +120,8 @@ class MicroCompactor:
     """Runs micro-compaction passes over a :class:`Ledger` (the transcript it owns)."""
 
     def __init__(self, config: Config, summarizer: Summarizer, counter: TokenCounter, *, session_id: str = "",
-                 commit: CommitHook | None = None, clock: Callable[[], float] = time.perf_counter) -> None:
+                 commit: CommitHook | None = None, clock: Callable[[], float] = time.perf_counter,
+                 wall_clock: Callable[[], float] = time.time) -> None:
         self.config = config
         self.cfg = config.compression
         self.summarizer = summarizer
@@ -128,10 +132,18 @@ class MicroCompactor:
         self.state = RollingSummary()
         self.summarizer_ms_total = 0.0
         self.largest_pass_tokens = 0
+        # Cache-aware scheduling: wall-clock time of the last model request, and turn passes deferred.
+        self.wall_clock = wall_clock
+        self.last_request_at: float | None = None
+        self.deferred = 0
 
     @property
     def active(self) -> bool:
         return bool(self.cfg.enabled and self.cfg.micro_compact)
+
+    @property
+    def cache_aware(self) -> bool:
+        return self.cfg.micro_compact_cache_ttl_seconds is not None
 
     # ------------------------------------------------------------------ entry points (never raise)
 
@@ -142,13 +154,54 @@ class MicroCompactor:
         self.state.turns += 1
         if not completed or self.state.turns % max(1, self.cfg.micro_compact_every_n_turns):
             return []
+        if self.cache_aware and self._cache_warm() and not self._worth_a_cache_break(ledger):
+            self.deferred += 1  # runs when the cache has gone cold anyway (see before_request)
+            return []
         return self._guarded(ledger, "turn")
 
     def before_request(self, ledger: Ledger) -> list[PassResult]:
-        """Before a model request: absorb a piece of a long turn whose iterations have left the tail."""
+        """Before a model request: absorb a piece of a long turn whose iterations have left the tail.
+
+        With cache-aware scheduling, this is also where deferred turn passes run: when the provider's cache
+        has gone cold since the last request (rewriting history then costs nothing extra), or when occupancy
+        or the reclaim gate says waiting is no longer worth it.
+        """
         if not self.active:
             return []
-        return self._guarded(ledger, "request")
+        results: list[PassResult] = []
+        if self.cache_aware:
+            if self.deferred and (not self._cache_warm() or self._worth_a_cache_break(ledger)):
+                # The prefix breaks now (cold cache, or waiting is no longer worth it): make the break count
+                # by absorbing everything that is due, so breaks stay rare and large.
+                self.deferred = 0
+                for _ in range(MAX_CATCH_UP_PASSES):
+                    done = self._guarded(ledger, "turn")
+                    results += done
+                    if not any(r.outcome == "absorbed" for r in done):
+                        break
+            if not self._cache_warm() or self._worth_a_cache_break(ledger):
+                results += self._guarded(ledger, "request")
+        else:
+            results += self._guarded(ledger, "request")
+        self.last_request_at = self.wall_clock()
+        return results
+
+    def _cache_warm(self) -> bool:
+        ttl = self.cfg.micro_compact_cache_ttl_seconds
+        return (ttl is not None and self.last_request_at is not None
+                and self.wall_clock() - self.last_request_at <= ttl)
+
+    def _worth_a_cache_break(self, ledger: Ledger) -> bool:
+        """Occupancy past ``micro_compact_max_occupancy_pct``, or a pending span that meets the reclaim gate."""
+        occupancy = occupancy_pct(self.counter.estimate_prompt(ledger.total), self.config.threshold_tokens())
+        if occupancy is not None and occupancy >= self.cfg.micro_compact_max_occupancy_pct:
+            return True
+        gate = self.cfg.micro_compact_min_reclaim_tokens
+        if gate:
+            self.sync(ledger)
+            span, _ = self.select_span(ledger, "turn")
+            return span is not None and span.tokens >= gate
+        return False
 
     def _guarded(self, ledger: Ledger, mode: str) -> list[PassResult]:
         try:
@@ -344,21 +397,22 @@ class MicroCompactor:
             summary = self._clean(self.summarizer.merge(st.text, prepared), limit=st.text_tokens + span.tokens + 256)
         except Exception as exc:
             summarizer_ms = (self.clock() - s0) * 1000
-            return self._failed(ledger, key, span, exc, t0, summarizer_ms, mode)
+            return self._failed(ledger, key, span, exc, t0, summarizer_ms, mode, read)
         summarizer_ms = (self.clock() - s0) * 1000
         st.failures.pop(key, None)
         marker = render_micro_marker(summary)
         event = Absorb(span, st.marker_index, marker, summary, absorbed)
+        call = {"summarizer_input_tokens": read, "summarizer_output_tokens": self.counter.count_text(summary)}
         old_marker_tokens = ledger.tokens[st.marker_index] if st.marker_index is not None else 0
         tokens_after = tokens_before - span.tokens - old_marker_tokens + self.counter.count_message(marker)
         gate = self.cfg.micro_compact_min_reclaim_tokens
         if gate and st.marker_index is not None and tokens_before - tokens_after < gate:
             st.gate_floor = (key, span.tokens)
             return self._finish(ledger, "no_reclaim", t0, summarizer_ms, exchange_tokens=span.tokens, mode=mode,
-                                tokens_before=tokens_before, messages_before=messages_before)
+                                tokens_before=tokens_before, messages_before=messages_before, **call)
         if not self._commit(event, msgs):
             return self._finish(ledger, "store_failed", t0, summarizer_ms, exchange_tokens=span.tokens, mode=mode,
-                                tokens_before=tokens_before, messages_before=messages_before)
+                                tokens_before=tokens_before, messages_before=messages_before, **call)
         apply_event(ledger, event)
         st.marker_index = event.marker_index_after
         st.cursor = st.marker_index + 1
@@ -368,10 +422,10 @@ class MicroCompactor:
         st.tokens_saved_total += tokens_before - ledger.total
         log.info("Micro-compaction: %d -> %d messages", messages_before, len(ledger.messages))
         return self._finish(ledger, "absorbed", t0, summarizer_ms, exchange_tokens=span.tokens, mode=mode,
-                            tokens_before=tokens_before, messages_before=messages_before, partial=span.partial)
+                            tokens_before=tokens_before, messages_before=messages_before, partial=span.partial, **call)
 
     def _failed(self, ledger: Ledger, key: str, span: Span, exc: Exception, t0: float, summarizer_ms: float,
-                mode: str) -> PassResult:
+                mode: str, read: int) -> PassResult:
         st = self.state
         st.failures[key] = st.failures.get(key, 0) + 1
         outcome = "summarize_failed"
@@ -386,7 +440,7 @@ class MicroCompactor:
             outcome = "exchange_skipped"
         return self._finish(ledger, outcome, t0, summarizer_ms, exchange_tokens=span.tokens, mode=mode,
                             tokens_before=ledger.total, messages_before=len(ledger.messages),
-                            error=type(exc).__name__)
+                            error=type(exc).__name__, summarizer_input_tokens=read, summarizer_output_tokens=0)
 
     def _commit(self, event: Event, msgs: list[Message]) -> bool:
         if self.commit is None:
@@ -449,7 +503,9 @@ class MicroCompactor:
                  old_tokens, new_tokens, method)
         return self._finish(ledger, outcome, t0, summarizer_ms, exchange_tokens=0, mode="defrag",
                             tokens_before=tokens_before, messages_before=messages_before,
-                            defrag_method=method, summary_tokens_before=old_tokens, error=error)
+                            defrag_method=method, summary_tokens_before=old_tokens, error=error,
+                            summarizer_input_tokens=old_tokens,
+                            summarizer_output_tokens=st.text_tokens if method == "model" else 0)
 
     # ------------------------------------------------------------------ telemetry
 

@@ -77,19 +77,51 @@ class ReplayStats:
                 self.passes.append(r.record)
 
 
-def replay(messages: list[Message], session: Session,
-           on_message: Callable[[int], None] | None = None) -> ReplayStats:
+class SimClock:
+    """Simulated wall clock for replays: the time of the model request being replayed."""
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def request_times(messages: list[Message], assumed_gap_seconds: float) -> tuple[list[float], bool]:
+    """Time of each message: its ``_ts`` where recorded, else ``assumed_gap_seconds`` after the previous
+    model request. Returns (times, whether any recorded timestamp was used)."""
+    times: list[float] = []
+    now, recorded = 0.0, False
+    for m in messages:
+        ts = m.get("_ts")
+        if isinstance(ts, (int, float)):
+            now, recorded = float(ts), True
+        elif m.get("role") == "assistant":
+            now += assumed_gap_seconds
+        times.append(now)
+    return times, recorded
+
+
+def replay(messages: list[Message], session: Session, on_message: Callable[[int], None] | None = None, *,
+           clock: SimClock | None = None, times: list[float] | None = None,
+           on_request: Callable[[int, Session], None] | None = None) -> ReplayStats:
+    """Drive ``session`` over ``messages``. With ``clock`` and ``times``, the simulated wall clock is set to
+    each message's time first; ``on_request(i, session)`` sees the prompt of every model request."""
     stats = ReplayStats(messages_in=len(messages))
     in_turn = False
     raw_total = 0
     for i, m in enumerate(messages):
         role = m.get("role")
+        if clock is not None and times is not None:
+            clock.now = times[i]
         if role == "user" and in_turn:
             stats.turns += 1
             stats.record(session.finalize_turn())
             in_turn = False
         if role == "assistant":
             stats.record(session.before_request())
+            if on_request:
+                on_request(i, session)
             stats.model_requests += 1
             stats.samples.append(session.tokens)
             stats.raw_samples.append(raw_total)

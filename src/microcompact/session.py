@@ -17,8 +17,9 @@ Replay drives this same object, so what replay measures is what an agent gets.
 
 from __future__ import annotations
 
+import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from .batch import BatchCompactor, BatchResult
@@ -49,7 +50,8 @@ class Session:
 
     def __init__(self, config: Config | None = None, summarizer: Summarizer | None = None, *,
                  session_id: str | None = None, counter: TokenCounter | None = None,
-                 messages: Iterable[Message] = (), commit: CommitHook | None = None) -> None:
+                 messages: Iterable[Message] = (), commit: CommitHook | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self.config = config or Config()
         self.session_id = session_id or uuid.uuid4().hex[:12]
         self.counter = counter or TokenCounter(make_text_counter(self.config.compression.tokenizer))
@@ -59,7 +61,7 @@ class Session:
             validate_message(m, f"message {i}")
         self.ledger = Ledger(self.counter, initial)
         self.micro = MicroCompactor(self.config, self.summarizer, self.counter, session_id=self.session_id,
-                                    commit=commit)
+                                    commit=commit, wall_clock=clock)
         self.batch = BatchCompactor(self.config, self.summarizer, self.counter, session_id=self.session_id,
                                     commit=commit)
         self._micro_passes_at_last_batch = 0

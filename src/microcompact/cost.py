@@ -1,0 +1,137 @@
+"""What a session costs with a provider prompt cache, so rewriting history can be priced, not guessed.
+
+The model, request by request:
+
+- The provider caches the prompt of each request. The next request reads from the cache the longest
+  prefix it shares with the cached prompt (message by message: a message rewritten at position k breaks
+  the prefix from k on), unless the cache expired: more than ``ttl_seconds`` passed since the last request.
+- Anthropic-style pricing (explicit cache breakpoints at the end of the prompt): the shared prefix is billed
+  as cached reads, the rest is written to the cache at the write price (1.25x input).
+- OpenAI-style pricing (automatic caching): the shared prefix is billed as cached reads, the rest as plain
+  input; there is no write premium.
+- The reply (the next assistant message) is billed as output; summarizer calls at their own prices.
+
+Request times come from ``_ts`` on messages (seconds; importers keep the source's timestamps there);
+without them every model request is assumed to come ``assumed_gap_seconds`` after the previous one, and
+the report says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .config import ConfigError
+from .messages import Message
+
+
+class Pricing(BaseModel):
+    """Prices in US dollars per million tokens, and the cache's time to live."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = "custom"
+    input: float = Field(ge=0)
+    cached_read: float = Field(ge=0)
+    cache_write: float = Field(ge=0)
+    output: float = Field(ge=0)
+    ttl_seconds: float = Field(300.0, gt=0)
+    write_premium: bool = True  # False: automatic caching, the uncached part is plain input
+    summarizer_input: float | None = Field(None, ge=0)  # defaults to the main model's input price
+    summarizer_output: float | None = Field(None, ge=0)
+
+
+PRESETS: dict[str, Pricing] = {
+    # Anthropic-style (Claude Sonnet list prices): writes 1.25x input, reads 0.1x input, 5-minute TTL.
+    "anthropic": Pricing(name="anthropic", input=3.00, cached_read=0.30, cache_write=3.75, output=15.00,
+                         ttl_seconds=300, write_premium=True),
+    # OpenAI-style (GPT-4o list prices): automatic caching, reads at half price, no write premium; caches
+    # are typically cleared after 5-10 minutes of inactivity (we take 5).
+    "openai": Pricing(name="openai", input=2.50, cached_read=1.25, cache_write=2.50, output=10.00,
+                      ttl_seconds=300, write_premium=False),
+}
+
+
+def load_pricing(spec: str) -> Pricing:
+    """A preset name (``anthropic``, ``openai``) or a YAML file with the fields of :class:`Pricing`."""
+    if spec in PRESETS:
+        return PRESETS[spec]
+    path = Path(spec)
+    if not path.exists():
+        raise ConfigError(f"--pricing: {spec!r} is neither a preset ({', '.join(PRESETS)}) nor a file")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        return Pricing.model_validate({"name": path.stem, **data})
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"invalid YAML in pricing file {path}: {exc}") from None
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"invalid pricing file {path}: {problems}") from None
+    except TypeError:
+        raise ConfigError(f"invalid pricing file {path}: the top level must be a mapping") from None
+
+
+@dataclass
+class CostTally:
+    requests: int = 0
+    cached_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    uncached_tokens: int = 0
+    output_tokens: int = 0
+    cache_expiries: int = 0
+    summarizer_calls: int = 0
+    summarizer_input_tokens: int = 0
+    summarizer_output_tokens: int = 0
+
+    def cost(self, p: Pricing) -> dict[str, float]:
+        m = 1_000_000
+        main = (self.cached_read_tokens * p.cached_read + self.cache_write_tokens * p.cache_write
+                + self.uncached_tokens * p.input + self.output_tokens * p.output) / m
+        summ = (self.summarizer_input_tokens * (p.summarizer_input if p.summarizer_input is not None else p.input)
+                + self.summarizer_output_tokens * (p.summarizer_output if p.summarizer_output is not None
+                                                   else p.output)) / m
+        return {"main": round(main, 6), "summarizer": round(summ, 6), "total": round(main + summ, 6)}
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class CacheModel:
+    """Feeds requests through the cache model and tallies tokens by price class."""
+
+    pricing: Pricing
+    tally: CostTally = field(default_factory=CostTally)
+    _cached: list[Message] = field(default_factory=list)  # the last prompt's message objects
+    _last_time: float | None = None
+
+    def request(self, prompt: list[Message], tokens: list[int], now: float, output_tokens: int) -> None:
+        """One model request with ``prompt`` (the library's own message objects: identity = unchanged)."""
+        t = self.tally
+        t.requests += 1
+        expired = self._last_time is not None and now - self._last_time > self.pricing.ttl_seconds
+        shared = 0
+        if not expired:
+            limit = min(len(prompt), len(self._cached))
+            while shared < limit and prompt[shared] is self._cached[shared]:
+                shared += 1
+        elif self._cached:
+            t.cache_expiries += 1
+        read = sum(tokens[:shared])
+        rest = sum(tokens[shared:])
+        t.cached_read_tokens += read
+        if self.pricing.write_premium:
+            t.cache_write_tokens += rest
+        else:
+            t.uncached_tokens += rest
+        t.output_tokens += output_tokens
+        self._cached = list(prompt)
+        self._last_time = now
+
+    def summarizer_call(self, input_tokens: int, output_tokens: int) -> None:
+        self.tally.summarizer_calls += 1
+        self.tally.summarizer_input_tokens += input_tokens
+        self.tally.summarizer_output_tokens += output_tokens
