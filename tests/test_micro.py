@@ -40,6 +40,9 @@ class Recorder:
         line = "- " + (",".join(ids) or "answer")
         return (summary + "\n" + line).strip()
 
+    def batch(self, summary, messages, focus=None):
+        return (summary + f"\n- batch of {len(messages)} messages").strip()
+
     def condense(self, summary, target_tokens):
         self.condense_calls += 1
         return summary if self.echo_condense else summary[: len(summary) // 4]

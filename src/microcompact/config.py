@@ -49,6 +49,7 @@ class CompressionConfig(_Strict):
     micro_compact_min_reclaim_tokens: int = Field(0, ge=0, le=10_000_000)
     micro_compact_max_exchange_tokens: int = Field(8000, ge=256, le=10_000_000)
     micro_compact_max_failures: int = Field(3, ge=1, le=100)
+    micro_compact_background: bool = False
     micro_compact_cache_ttl_seconds: float | None = Field(None, gt=0, le=86_400)
     micro_compact_max_occupancy_pct: float = Field(60.0, gt=0, le=100)
     proactive_prune_min_reclaim_tokens: int = Field(4096, ge=0, le=10_000_000)

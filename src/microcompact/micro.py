@@ -111,6 +111,37 @@ def span_key(messages: list[Message], start: int) -> str:
 
 
 @dataclass
+class Planned:
+    """A pass whose summarizer call is done (or failed) but that has not touched the transcript yet."""
+
+    mode: str
+    span: Span
+    absorbed: tuple[int, ...]
+    key: str
+    t0: float
+    read: int
+    base_summary: str
+    marker_index: int | None
+    identity: tuple[int, ...]  # id() of the span's messages when planned, to detect a changed transcript
+    summary: str | None = None
+    error: Exception | None = None
+    summarizer_ms: float = 0.0
+
+
+@dataclass
+class Condensed:
+    """A defrag result computed ahead of the rewrite (in background mode, on the worker thread)."""
+
+    text: str
+    old_tokens: int
+    new: str | None = None
+    outcome: str = "defrag"
+    method: str = "model"
+    error: str | None = None
+    summarizer_ms: float = 0.0
+
+
+@dataclass
 class PassResult:
     outcome: str
     record: dict[str, Any]
@@ -151,13 +182,19 @@ class MicroCompactor:
         """After a turn: advance the cadence counter and, when due, run one pass (plus defrag if needed)."""
         if not self.active:
             return []
-        self.state.turns += 1
-        if not completed or self.state.turns % max(1, self.cfg.micro_compact_every_n_turns):
-            return []
-        if self.cache_aware and self._cache_warm() and not self._worth_a_cache_break(ledger):
-            self.deferred += 1  # runs when the cache has gone cold anyway (see before_request)
+        if not self.turn_due(ledger, completed):
             return []
         return self._guarded(ledger, "turn")
+
+    def turn_due(self, ledger: Ledger, completed: bool = True) -> bool:
+        """Advance the cadence counter; True when a turn pass should run now."""
+        self.state.turns += 1
+        if not completed or self.state.turns % max(1, self.cfg.micro_compact_every_n_turns):
+            return False
+        if self.cache_aware and self._cache_warm() and not self._worth_a_cache_break(ledger):
+            self.deferred += 1  # runs when the cache has gone cold anyway (see before_request)
+            return False
+        return True
 
     def before_request(self, ledger: Ledger) -> list[PassResult]:
         """Before a model request: absorb a piece of a long turn whose iterations have left the tail.
@@ -373,8 +410,17 @@ class MicroCompactor:
     # ------------------------------------------------------------------ the pass
 
     def _pass(self, ledger: Ledger, mode: str) -> PassResult | None:
-        t0 = self.clock()
         self.sync(ledger)
+        planned = self.plan(ledger, mode)
+        return planned if not isinstance(planned, Planned) else self.commit_planned(ledger, planned)
+
+    def plan(self, ledger: Ledger, mode: str) -> Planned | PassResult | None:
+        """The slow half of a pass: choose the span and call the summarizer. Changes nothing.
+
+        Safe to run on a snapshot in another thread (background mode); :meth:`commit_planned` then checks
+        that the span is unchanged before anything is written.
+        """
+        t0 = self.clock()
         st = self.state
         msgs = ledger.messages
         span, reason = self.select_span(ledger, mode)
@@ -383,34 +429,55 @@ class MicroCompactor:
                 return self._finish(ledger, "no_reclaim", t0, 0.0, exchange_tokens=0, mode=mode,
                                     tokens_before=ledger.total, messages_before=len(msgs))
             return None
-        key = span_key(msgs, span.start)
-        tokens_before, messages_before = ledger.total, len(msgs)
         kept = set(span.kept)
         absorbed = tuple(i for i in range(span.start, span.end) if i not in kept)
-        exchange = [msgs[i] for i in absorbed]
-        prepared = prepare_exchange(exchange, self.cfg.micro_compact_max_exchange_tokens, self.counter.count_text)
+        prepared = prepare_exchange([msgs[i] for i in absorbed], self.cfg.micro_compact_max_exchange_tokens,
+                                    self.counter.count_text)
         # What the summarizer reads: the exchange as bounded by prepare_exchange, plus the running summary.
         read = min(span.tokens, self.cfg.micro_compact_max_exchange_tokens) + st.text_tokens
-        self.largest_pass_tokens = max(self.largest_pass_tokens, read)
+        planned = Planned(mode=mode, span=span, absorbed=absorbed, key=span_key(msgs, span.start), t0=t0,
+                          read=read, base_summary=st.text, marker_index=st.marker_index,
+                          identity=tuple(id(msgs[i]) for i in range(span.start, span.end)))
         s0 = self.clock()
         try:
-            summary = self._clean(self.summarizer.merge(st.text, prepared), limit=st.text_tokens + span.tokens + 256)
+            planned.summary = self._clean(self.summarizer.merge(st.text, prepared),
+                                          limit=st.text_tokens + span.tokens + 256)
         except Exception as exc:
-            summarizer_ms = (self.clock() - s0) * 1000
-            return self._failed(ledger, key, span, exc, t0, summarizer_ms, mode, read)
-        summarizer_ms = (self.clock() - s0) * 1000
-        st.failures.pop(key, None)
+            planned.error = exc
+        planned.summarizer_ms = (self.clock() - s0) * 1000
+        return planned
+
+    def still_valid(self, ledger: Ledger, planned: Planned) -> bool:
+        """True when the span and the summary the plan was made from are still what the transcript holds."""
+        msgs = ledger.messages
+        span = planned.span
+        if span.end > len(msgs) or planned.base_summary != self.state.text:
+            return False
+        if planned.marker_index != self.state.marker_index:
+            return False
+        return all(id(msgs[i]) == ident for i, ident in zip(range(span.start, span.end), planned.identity))
+
+    def commit_planned(self, ledger: Ledger, planned: Planned) -> PassResult:
+        """The quick half: write the event through the store, then apply it and update the state."""
+        st, span, mode, t0 = self.state, planned.span, planned.mode, planned.t0
+        self.largest_pass_tokens = max(self.largest_pass_tokens, planned.read)
+        if planned.error is not None or planned.summary is None:
+            return self._failed(ledger, planned.key, span, planned.error or SummarizerBadOutput("no summary"), t0,
+                                planned.summarizer_ms, mode, planned.read)
+        summary, summarizer_ms = planned.summary, planned.summarizer_ms
+        tokens_before, messages_before = ledger.total, len(ledger.messages)
+        st.failures.pop(planned.key, None)
         marker = render_micro_marker(summary)
-        event = Absorb(span, st.marker_index, marker, summary, absorbed)
-        call = {"summarizer_input_tokens": read, "summarizer_output_tokens": self.counter.count_text(summary)}
+        event = Absorb(span, st.marker_index, marker, summary, planned.absorbed)
+        call = {"summarizer_input_tokens": planned.read, "summarizer_output_tokens": self.counter.count_text(summary)}
         old_marker_tokens = ledger.tokens[st.marker_index] if st.marker_index is not None else 0
         tokens_after = tokens_before - span.tokens - old_marker_tokens + self.counter.count_message(marker)
         gate = self.cfg.micro_compact_min_reclaim_tokens
         if gate and st.marker_index is not None and tokens_before - tokens_after < gate:
-            st.gate_floor = (key, span.tokens)
+            st.gate_floor = (planned.key, span.tokens)
             return self._finish(ledger, "no_reclaim", t0, summarizer_ms, exchange_tokens=span.tokens, mode=mode,
                                 tokens_before=tokens_before, messages_before=messages_before, **call)
-        if not self._commit(event, msgs):
+        if not self._commit(event, ledger.messages):
             return self._finish(ledger, "store_failed", t0, summarizer_ms, exchange_tokens=span.tokens, mode=mode,
                                 tokens_before=tokens_before, messages_before=messages_before, **call)
         apply_event(ledger, event)
@@ -466,46 +533,51 @@ class MicroCompactor:
 
     # ------------------------------------------------------------------ defrag
 
-    def _maybe_defrag(self, ledger: Ledger) -> PassResult | None:
-        """Re-summarize a rolling summary over the defrag threshold; converge whatever the model does."""
-        st = self.state
-        if st.marker_index is None or not st.text:
-            return None
-        threshold = self.cfg.micro_compact_defrag_threshold_tokens
-        old_tokens = st.text_tokens
-        if old_tokens <= threshold:
-            return None
-        t0 = self.clock()
-        tokens_before, messages_before = ledger.total, len(ledger.messages)
-        target = threshold // 2
-        outcome, method, error = "defrag", "model", None
+    def needs_defrag(self, text_tokens: int) -> bool:
+        return text_tokens > self.cfg.micro_compact_defrag_threshold_tokens
+
+    def condense(self, text: str) -> Condensed:
+        """The slow half of defrag: a clearly shorter summary, from the model or, failing that, deterministic."""
+        old_tokens = self.counter.count_text(text)
+        target = self.cfg.micro_compact_defrag_threshold_tokens // 2
+        result = Condensed(text=text, old_tokens=old_tokens)
         s0 = self.clock()
         try:
-            new = self._clean(self.summarizer.condense(st.text, target), limit=old_tokens)
+            result.new = self._clean(self.summarizer.condense(text, target), limit=old_tokens)
         except Exception as exc:
-            new, outcome, error = None, "defrag_failed", type(exc).__name__
+            result.outcome, result.error = "defrag_failed", type(exc).__name__
             log.warning("Micro-compaction defrag: summarizer failed (%s: %s)", type(exc).__name__, str(exc)[:200])
-        summarizer_ms = (self.clock() - s0) * 1000
-        if new is None or self.counter.count_text(new) > DEFRAG_MAX_RATIO * old_tokens:
+        result.summarizer_ms = (self.clock() - s0) * 1000
+        if result.new is None or self.counter.count_text(result.new) > DEFRAG_MAX_RATIO * old_tokens:
             # Not clearly shorter (an echoing model, say): a deterministic shortening takes over, so defrag
             # cannot run every turn forever.
-            new, method = shorten_summary(st.text, target, self.counter.count_text), "deterministic"
+            result.new, result.method = shorten_summary(text, target, self.counter.count_text), "deterministic"
+        return result
+
+    def _maybe_defrag(self, ledger: Ledger, ready: Condensed | None = None) -> PassResult | None:
+        """Re-summarize a rolling summary over the defrag threshold and rewrite the marker in place."""
+        st = self.state
+        if st.marker_index is None or not st.text or not self.needs_defrag(st.text_tokens):
+            return None
+        t0 = self.clock()
+        done = ready if ready is not None and ready.text == st.text else self.condense(st.text)
+        tokens_before, messages_before = ledger.total, len(ledger.messages)
+        new = done.new or ""
         event = Rewrite(st.marker_index, render_micro_marker(new), new)
         if not self._commit(event, ledger.messages):
-            return self._finish(ledger, "store_failed", t0, summarizer_ms, exchange_tokens=0, mode="defrag",
+            return self._finish(ledger, "store_failed", t0, done.summarizer_ms, exchange_tokens=0, mode="defrag",
                                 tokens_before=tokens_before, messages_before=messages_before)
         apply_event(ledger, event)
         self._set_summary(new)
         st.passes_total += 1
         st.tokens_saved_total += tokens_before - ledger.total
-        new_tokens = st.text_tokens
         log.info("Micro-compaction defrag: rolling summary re-summarized (%d -> %d tokens, %s)",
-                 old_tokens, new_tokens, method)
-        return self._finish(ledger, outcome, t0, summarizer_ms, exchange_tokens=0, mode="defrag",
+                 done.old_tokens, st.text_tokens, done.method)
+        return self._finish(ledger, done.outcome, t0, done.summarizer_ms, exchange_tokens=0, mode="defrag",
                             tokens_before=tokens_before, messages_before=messages_before,
-                            defrag_method=method, summary_tokens_before=old_tokens, error=error,
-                            summarizer_input_tokens=old_tokens,
-                            summarizer_output_tokens=st.text_tokens if method == "model" else 0)
+                            defrag_method=done.method, summary_tokens_before=done.old_tokens, error=done.error,
+                            summarizer_input_tokens=done.old_tokens,
+                            summarizer_output_tokens=st.text_tokens if done.method == "model" else 0)
 
     # ------------------------------------------------------------------ telemetry
 

@@ -136,6 +136,7 @@ def replay(messages: list[Message], session: Session, on_message: Callable[[int]
     if in_turn:
         stats.turns += 1
         stats.record(session.finalize_turn())
+    stats.record(session.drain())
     stats.raw_final = raw_total
     return stats
 

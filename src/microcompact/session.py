@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from .background import BackgroundPasses
 from .batch import BatchCompactor, BatchResult
 from .config import Config
 from .messages import Message, to_api, validate_message
@@ -65,6 +66,7 @@ class Session:
         self.batch = BatchCompactor(self.config, self.summarizer, self.counter, session_id=self.session_id,
                                     commit=commit)
         self._micro_passes_at_last_batch = 0
+        self.background = BackgroundPasses(self.micro) if self.config.compression.micro_compact_background else None
 
     # ------------------------------------------------------------------ the transcript
 
@@ -79,7 +81,9 @@ class Session:
 
     @property
     def messages(self) -> list[Message]:
-        """What to send to the provider: library metadata stripped."""
+        """What to send to the provider: library metadata stripped (a finished background pass applied)."""
+        if self.background is not None:
+            self.background.collect(self.ledger)
         return to_api(self.ledger.messages)
 
     @property
@@ -109,8 +113,14 @@ class Session:
         """Call before every model request: batch compaction when over the threshold, then absorption of
         long-turn iterations that left the tail. Never raises."""
         results: list[PassResult | BatchResult] = []
+        if self.background is not None:
+            results += self.background.collect(self.ledger)
         if self.batch.should_compress(self.ledger, prompt_tokens):
             results.append(self._batch(reason="threshold", prompt_tokens=prompt_tokens))
+        if self.background is not None:
+            if self.micro.active and not self.background.busy:
+                self.background.submit(self.ledger, "request")
+            return results
         results += self.micro.before_request(self.ledger)
         return results
 
@@ -129,11 +139,36 @@ class Session:
         return result
 
     def finalize_turn(self, completed: bool = True) -> list[PassResult]:
-        """Call after each turn; ``completed=False`` for an interrupted or failed turn. Never raises."""
-        return self.micro.finalize_turn(self.ledger, completed)
+        """Call after each turn; ``completed=False`` for an interrupted or failed turn. Never raises.
+
+        In background mode it returns at once: the pass runs on a worker thread and its result is applied
+        at the next call (or ``messages`` read) if the transcript under it did not change.
+        """
+        if self.background is None:
+            return self.micro.finalize_turn(self.ledger, completed)
+        try:
+            results = self.background.collect(self.ledger)
+            if self.micro.active and self.micro.turn_due(self.ledger, completed):
+                self.background.submit(self.ledger)
+            return results
+        except Exception:
+            return []
+
+    def drain(self, timeout: float = 60.0) -> list[PassResult]:
+        """Wait for a background pass to finish and apply it (tests, replays, shutdown)."""
+        if self.background is None:
+            return []
+        results: list[PassResult] = []
+        deadline = time.monotonic() + timeout
+        while self.background.busy and time.monotonic() < deadline:
+            results += self.background.collect(self.ledger, wait=max(0.0, deadline - time.monotonic()))
+        return results
 
     def close(self) -> None:
-        """Nothing to release without a store; kept so loops can always call it."""
+        """Finish background work and release resources."""
+        if self.background is not None:
+            self.drain()
+            self.background.close()
 
     def __enter__(self) -> "Session":
         return self

@@ -224,5 +224,8 @@ class Ledger:
     def span_tokens(self, start: int, end: int) -> int:
         return sum(self.tokens[start:end])
 
-    def reset(self, messages: Sequence[Message]) -> None:
-        self.__init__(self.counter, messages)  # type: ignore[misc]
+    def snapshot(self) -> "Ledger":
+        """A copy sharing the message objects (cheap: two list copies), for work on another thread."""
+        snap = Ledger.__new__(Ledger)
+        snap.counter, snap.messages, snap.tokens, snap.total = self.counter, list(self.messages), list(self.tokens), self.total
+        return snap

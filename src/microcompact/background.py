@@ -1,0 +1,90 @@
+"""Background micro-compaction: the summarizer call runs on a worker thread, off the turn's critical path.
+
+``finalize_turn`` only snapshots the transcript and hands the slow half of the pass (span choice and the
+summarizer call, plus a defrag if the new summary needs one) to one worker thread, then returns. The
+result is applied at the next ``finalize_turn``, ``before_request`` or ``messages`` read, and only if the
+span it summarized is still exactly what the transcript holds (messages appended at the end do not
+conflict); otherwise it is discarded and the pass is tried again on the current transcript. Commit and
+apply happen on the caller's thread, so the store and the transcript are never touched concurrently.
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from .micro import Condensed, MicroCompactor, PassResult, Planned
+from .tokens import Ledger
+
+log = logging.getLogger("microcompact")
+
+Job = tuple[Planned | PassResult | None, Condensed | None]
+
+
+class BackgroundPasses:
+    def __init__(self, micro: MicroCompactor) -> None:
+        self.micro = micro
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="microcompact-pass")
+        self._job: Future[Job] | None = None
+        self._due = 0
+        self.discarded = 0
+
+    @property
+    def busy(self) -> bool:
+        return self._job is not None
+
+    def submit(self, ledger: Ledger, mode: str = "turn") -> None:
+        """Start a pass on a snapshot; if one is running, remember that a turn pass is due."""
+        if self._job is not None:
+            if mode == "turn":
+                self._due += 1
+            return
+        self.micro.sync(ledger)
+        self._job = self._pool.submit(self._work, ledger.snapshot(), mode)
+
+    def _work(self, snapshot: Ledger, mode: str) -> Job:
+        planned = self.micro.plan(snapshot, mode)
+        condensed = None
+        if isinstance(planned, Planned) and planned.summary is not None:
+            if self.micro.needs_defrag(self.micro.counter.count_text(planned.summary)):
+                condensed = self.micro.condense(planned.summary)
+        return planned, condensed
+
+    def collect(self, ledger: Ledger, *, wait: float | None = None) -> list[PassResult]:
+        """Apply a finished pass (waiting up to ``wait`` seconds for it); never raises."""
+        job = self._job
+        if job is None:
+            return []
+        if wait is not None:
+            try:
+                job.result(timeout=wait)
+            except Exception:
+                pass
+        if not job.done():
+            return []
+        self._job = None
+        results: list[PassResult] = []
+        try:
+            planned, condensed = job.result()
+            if isinstance(planned, PassResult):
+                results.append(planned)
+            elif isinstance(planned, Planned):
+                if self.micro.still_valid(ledger, planned):
+                    results.append(self.micro.commit_planned(ledger, planned))
+                    defrag = self.micro._maybe_defrag(ledger, condensed)
+                    if defrag is not None:
+                        results.append(defrag)
+                else:
+                    self.discarded += 1
+                    self._due += 1
+                    log.info("Micro-compaction: background pass discarded, the transcript changed under it; "
+                             "retrying on the current transcript")
+        except Exception:
+            log.exception("Micro-compaction: background pass failed unexpectedly; transcript left as it was")
+        if self._due:
+            self._due -= 1
+            self.submit(ledger)
+        return results
+
+    def close(self, wait: bool = True) -> None:
+        self._pool.shutdown(wait=wait, cancel_futures=not wait)
