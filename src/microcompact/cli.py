@@ -200,6 +200,21 @@ def _print_replay(path: Path, s: dict, stats, session: Session) -> None:
                   f"peak {max(got):.0f}%", soft_wrap=True)
 
 
+@app.command("import")
+def import_cmd(
+    file: Annotated[Path, typer.Argument(help="A recorded session in the format given by --from.")],
+    fmt: Annotated[str, typer.Option("--from", help="claude-code | swe-agent | adp | openai")],
+    out_file: Annotated[Optional[Path], typer.Option("--out", help="Output JSONL (default: stdout).")] = None,
+    record: Annotated[Optional[int], typer.Option("--record", help="adp files: which record (0-based; default the largest).")] = None,
+) -> None:
+    """Convert a recorded agent session into the JSONL that replay reads."""
+    from .importers import run_import
+
+    code = run_import(fmt, file, out_file, err, record=record)
+    if code:
+        raise typer.Exit(code)
+
+
 def main() -> None:
     app()
 
