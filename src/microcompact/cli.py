@@ -200,6 +200,21 @@ def _print_replay(path: Path, s: dict, stats, session: Session) -> None:
                   f"peak {max(got):.0f}%", soft_wrap=True)
 
 
+@app.command("report")
+def report_cmd(
+    logfiles: Annotated[Optional[list[Path]], typer.Argument(help="Log files (default $MICROCOMPACT_HOME/logs/agent.log).")] = None,
+    per_session: Annotated[bool, typer.Option("--per-session", help="Add the per-session table.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    plot: Annotated[Optional[Path], typer.Option("--plot", help="Draw occupancy per pass for each session (PNG).")] = None,
+) -> None:
+    """Turn telemetry logs into answers: headroom, activity, tokens, per session."""
+    from .report import run_report
+
+    code = run_report(logfiles, per_session, as_json, plot, out, err)
+    if code:
+        raise typer.Exit(code)
+
+
 @app.command("import")
 def import_cmd(
     file: Annotated[Path, typer.Argument(help="A recorded session in the format given by --from.")],
