@@ -11,6 +11,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.markup import escape
 from rich.table import Table
 
 from .compare import compare, plot_compare
@@ -47,8 +48,17 @@ def sparkline(values: list[float], width: int = 48, top: float = 100.0) -> str:
 
 
 def _fail(message: str, code: int = 2) -> None:
-    err.print(f"[red]error:[/red] {message}", highlight=False)
+    err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+def _open_log(log_file: Optional[Path]) -> logging.Handler:
+    path = log_file or home_dir() / "logs" / "agent.log"
+    try:
+        return setup_file_logging(path)
+    except OSError as exc:
+        _fail(f"cannot open log file {path}: {exc.strerror or exc}")
+        raise  # unreachable: _fail exits
 
 
 def _configure(config_path: Optional[Path], context_limit: Optional[int], summarizer: Optional[str],
@@ -71,7 +81,7 @@ def replay_cmd(
     model: Annotated[Optional[str], typer.Option("--model", help="Summarizer model name (openai).")] = None,
     base_url: Annotated[Optional[str], typer.Option("--base-url", help="OpenAI-compatible endpoint.")] = None,
     api_key_env: Annotated[Optional[str], typer.Option("--api-key-env", help="Env var holding the API key.")] = None,
-    every: Annotated[Optional[int], typer.Option("--every", help="Run a pass every N turns.")] = None,
+    every: Annotated[Optional[int], typer.Option("--every", help="Turn-end passes every N turns (long-turn pieces before requests are not gated).")] = None,
     out_file: Annotated[Optional[Path], typer.Option("--out", help="Write the final transcript (JSONL).")] = None,
     log_file: Annotated[Optional[Path], typer.Option("--log", help="Log file (default $MICROCOMPACT_HOME/logs/agent.log).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a machine-readable summary.")] = False,
@@ -96,7 +106,7 @@ def replay_cmd(
     if compare_policies:
         _compare(transcript, messages, cfg, prices, every_n, reclaim, assume_gap, as_json, plot, log_file)
         return
-    handler = setup_file_logging(log_file or home_dir() / "logs" / "agent.log")
+    handler = _open_log(log_file)
     try:
         session = Session(cfg, session_id=session_id or transcript.stem)
         with Progress(TextColumn("replaying"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -110,9 +120,12 @@ def replay_cmd(
         handler.close()
     summary = summary_json(stats, session)
     if out_file:
-        with open(out_file, "w", encoding="utf-8") as fh:
-            for m in session.transcript:
-                fh.write(json.dumps({k: v for k, v in m.items() if k != "_tokens"}, ensure_ascii=False) + "\n")
+        try:
+            with open(out_file, "w", encoding="utf-8") as fh:
+                for m in session.transcript:
+                    fh.write(json.dumps({k: v for k, v in m.items() if k != "_tokens"}, ensure_ascii=False) + "\n")
+        except OSError as exc:
+            _fail(f"cannot write {out_file}: {exc.strerror or exc}")
     if as_json:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
         return
@@ -123,7 +136,7 @@ def _compare(path: Path, messages: list, cfg: Config, prices, every_n: int, recl
              as_json: bool, plot: Optional[Path], log_file: Optional[Path]) -> None:
     if cfg.model.context_length is None:
         _fail("--compare needs the model's context window: --context-limit N (or model.context_length)")
-    handler = setup_file_logging(log_file or home_dir() / "logs" / "agent.log")
+    handler = _open_log(log_file)
     try:
         with err.status("replaying under 5 policies...", spinner="dots") if err.is_terminal else _nullcontext():
             result = compare(messages, cfg, prices, every_n=every_n, reclaim_tokens=reclaim, assumed_gap_seconds=gap)
@@ -171,7 +184,7 @@ class _nullcontext:
 
 def _print_replay(path: Path, s: dict, stats, session: Session) -> None:
     occ = s["occupancy"]
-    table = Table(title=f"replay of {path.name}", show_header=False, title_justify="left")
+    table = Table(title=f"replay of {escape(path.name)}", show_header=False, title_justify="left")
     table.add_column("what", style="bold")
     table.add_column("value")
     limit = s["context_limit"]

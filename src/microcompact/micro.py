@@ -32,7 +32,7 @@ from .messages import (
     tool_call_ids,
 )
 from .redact import redact_text
-from .summarizers import Summarizer, SummarizerBadOutput, prepare_exchange, shorten_summary
+from .summarizers import Summarizer, SummarizerAuthError, SummarizerBadOutput, prepare_exchange, shorten_summary
 from .telemetry import emit, occupancy_pct
 from .tokens import Ledger, TokenCounter
 from .window import Span, bounded_exchange, exchange_start, head_end, iteration_end, tail_start
@@ -104,10 +104,11 @@ def apply_event(ledger: Ledger, event: Event) -> None:
 
 
 def span_key(messages: list[Message], start: int) -> str:
-    """A stable name for the exchange starting at ``start`` (position plus a digest of its first message)."""
+    """A stable name for the exchange starting at ``start``: a digest of its first message, which does not
+    change when earlier splices move it (so skip memory survives restarts)."""
     m = messages[start]
     digest = hashlib.sha1((content_text(m) + "|".join(tool_call_ids(m))).encode("utf-8", "replace")).hexdigest()
-    return f"{start}:{digest[:12]}"
+    return digest[:16]
 
 
 @dataclass
@@ -163,6 +164,8 @@ class MicroCompactor:
         self.state = RollingSummary()
         self.summarizer_ms_total = 0.0
         self.largest_pass_tokens = 0
+        # Set by a SummarizerAuthError (rejected key, exhausted quota): retrying cannot help, so no more calls.
+        self.auth_error: str | None = None
         # Cache-aware scheduling: wall-clock time of the last model request, and turn passes deferred.
         self.wall_clock = wall_clock
         self.last_request_at: float | None = None
@@ -312,6 +315,10 @@ class MicroCompactor:
         t = tail_start(msgs, tokens, self.config.tail_budget_tokens(), min_messages=cfg.min_tail_messages, floor=h)
         assert self.state.cursor is not None
         start = exchange_start(msgs, max(self.state.cursor, h), t)
+        while start is not None and self.state.skipped and span_key(msgs, start) in self.state.skipped:
+            # Skipped after repeated failures (remembered across restarts): leave it for batch compaction.
+            end, _ = bounded_exchange(msgs, tokens, start, t, 1 << 62)
+            start = exchange_start(msgs, end, t)
         if start is None:
             return None, "nothing in the middle"
         max_ex = self._piece_budget()
@@ -429,6 +436,8 @@ class MicroCompactor:
                 return self._finish(ledger, "no_reclaim", t0, 0.0, exchange_tokens=0, mode=mode,
                                     tokens_before=ledger.total, messages_before=len(msgs))
             return None
+        if self.auth_error is not None:
+            return None  # credentials or quota were refused earlier in this session: never retried
         kept = set(span.kept)
         absorbed = tuple(i for i in range(span.start, span.end) if i not in kept)
         prepared = prepare_exchange([msgs[i] for i in absorbed], self.cfg.micro_compact_max_exchange_tokens,
@@ -494,6 +503,13 @@ class MicroCompactor:
     def _failed(self, ledger: Ledger, key: str, span: Span, exc: Exception, t0: float, summarizer_ms: float,
                 mode: str, read: int) -> PassResult:
         st = self.state
+        if isinstance(exc, SummarizerAuthError):
+            self.auth_error = str(exc)[:200]
+            log.error("Micro-compaction: summarizer refused credentials or quota (%s); no further summarizer "
+                      "calls in this session", self.auth_error)
+            return self._finish(ledger, "auth_failed", t0, summarizer_ms, exchange_tokens=span.tokens, mode=mode,
+                                tokens_before=ledger.total, messages_before=len(ledger.messages),
+                                error=type(exc).__name__, summarizer_input_tokens=read, summarizer_output_tokens=0)
         st.failures[key] = st.failures.get(key, 0) + 1
         outcome = "summarize_failed"
         log.warning("Micro-compaction: summarizer failed on exchange at cursor %d (%s: %s)", span.start,
@@ -543,8 +559,12 @@ class MicroCompactor:
         result = Condensed(text=text, old_tokens=old_tokens)
         s0 = self.clock()
         try:
+            if self.auth_error is not None:
+                raise SummarizerAuthError(self.auth_error)  # not retried: the deterministic shortening follows
             result.new = self._clean(self.summarizer.condense(text, target), limit=old_tokens)
         except Exception as exc:
+            if isinstance(exc, SummarizerAuthError) and self.auth_error is None:
+                self.auth_error = str(exc)[:200]
             result.outcome, result.error = "defrag_failed", type(exc).__name__
             log.warning("Micro-compaction defrag: summarizer failed (%s: %s)", type(exc).__name__, str(exc)[:200])
         result.summarizer_ms = (self.clock() - s0) * 1000

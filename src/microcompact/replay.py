@@ -36,7 +36,7 @@ def iter_transcript(path: str | Path) -> Iterator[Message]:
             raise TranscriptError(f"{p}:{exc.lineno}: invalid JSON array ({exc.msg})") from None
         for i, m in enumerate(data):
             validate_message(m, f"{p}: element {i}")
-            yield m
+            yield {k: v for k, v in m.items() if v is not None or k == "content"}
         return
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():

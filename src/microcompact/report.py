@@ -58,7 +58,7 @@ Report = dict[str, Any]
 
 REPORT_VERSION = 1
 COMMITTED = ("absorbed", "defrag", "defrag_failed")
-FAILURES = ("summarize_failed", "exchange_skipped", "defrag_failed", "store_failed")
+FAILURES = ("summarize_failed", "exchange_skipped", "defrag_failed", "store_failed", "auth_failed")
 BATCH_COMPACTED = ("compacted", "user_floor_exceeded", "fallback")
 NO_BATCH_LINE = "no batch compaction fired: the long pause never came"
 PLOT_INSTALL_HINT = "--plot needs matplotlib, an optional extra: pip install matplotlib"
