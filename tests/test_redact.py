@@ -218,3 +218,13 @@ def test_real_transcript_tool_output_is_fast_and_untouched() -> None:
         timings.append(time.perf_counter() - start)
     assert out == text, "a real coding transcript holds no secrets: nothing should change"
     assert min(timings) < 0.005
+
+
+def test_key_tail_without_begin_line_is_redacted_and_json_stays_valid():
+    body = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASC\nBKcwggSjAgEAAoIBAQC7VJTUt9Us8cKj\n-----END " + "PRIVATE KEY-----\n"
+    assert redact_text("$ tail key.pem\n" + body) == "$ tail key.pem\n[REDACTED]\n"
+    encoded = json.dumps({"output": "tail\n" + body})
+    redacted = redact_text(encoded)
+    assert "MIIEvQ" not in redacted and json.loads(redacted)["output"] == "tail\n[REDACTED]\n"
+    unterminated = json.dumps({"output": "-----BEGIN " + "PRIVATE KEY-----\n" + body[:40]})
+    assert "MIIEvQ" not in redact_text(unterminated) and json.loads(redact_text(unterminated))

@@ -55,8 +55,10 @@ REDACTED = "[REDACTED]"
 
 _PEM_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----")
 _PEM_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----")
+# The tail of a key without its BEGIN line (``tail key.pem``): base64 lines right before an END line.
+_PEM_TAIL = re.compile(r"(?:^|(?<=\n)|(?<=\\n))(?:[A-Za-z0-9+/=]{16,}(?:\r?\n|\\(?:r\\)?n))+-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----")
 # A block without END line (output cut short): its base64 and header lines, real or \n-escaped.
-_PEM_BODY = re.compile(r"(?:(?:\r?\n|\\r?\\n)(?:[A-Za-z0-9+/=]+|[A-Za-z-]+: [^\n\\]*)(?=\r?\n|\\[rn]|$|\"))*")
+_PEM_BODY = re.compile(r"(?:(?:\r?\n|\\(?:r\\)?n)(?:[A-Za-z0-9+/=]+|[A-Za-z-]+: [^\n\\]*)(?=\r?\n|\\[rn]|$|\"))*")
 
 _TOKENS = (
     re.compile(r"gh[pousr]_[A-Za-z0-9]{30,}"),
@@ -199,7 +201,7 @@ def _redact_pem(text: str) -> str:
         out += [text[pos : begin.start()], REDACTED]
         pos = stop
     out.append(text[pos:])
-    return "".join(out)
+    return _PEM_TAIL.sub(REDACTED, "".join(out))
 
 
 def _looks_random(token: str) -> bool:
