@@ -161,7 +161,7 @@ def plan_prune(msgs: list[Message], tokens: list[int], start: int, end: int, *, 
                     fn["arguments"], changed = short, True
                 new_calls.append({**tc, "function": fn})
             if changed:
-                replacements.append((i, {**{k: v for k, v in m.items() if k != "_tokens"}, "tool_calls": new_calls,
+                replacements.append((i, {**{k: v for k, v in m.items() if not k.startswith("_")}, "tool_calls": new_calls,
                                          META_KEY: {**(m.get(META_KEY) or {}), "shortened": True}}))
     if not replacements:
         return None

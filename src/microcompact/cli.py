@@ -17,8 +17,9 @@ from rich.table import Table
 from .compare import compare, plot_compare
 from .config import Config, ConfigError, home_dir, load_config
 from .cost import load_pricing
-from .messages import TranscriptError
-from .replay import load_transcript, replay, summary_json
+from .messages import TranscriptError, content_text
+from .replay import load_transcript, replay, resume_point, summary_json
+from .store import StoreError, open_store
 from .session import Session
 from .telemetry import setup_file_logging
 
@@ -87,6 +88,8 @@ def replay_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print a machine-readable summary.")] = False,
     no_micro: Annotated[bool, typer.Option("--no-micro", help="Replay without micro-compaction.")] = False,
     session_id: Annotated[Optional[str], typer.Option("--session", help="Session id (default: derived from the file).")] = None,
+    db: Annotated[Optional[str], typer.Option("--db", help="Store the session here (SQLite file or postgresql:// DSN); "
+                                                            "run again to resume after an interruption.")] = None,
     compare_policies: Annotated[bool, typer.Option("--compare", help="Replay under every policy side by side, with costs.")] = False,
     pricing: Annotated[str, typer.Option("--pricing", help="Cost model: anthropic | openai | FILE.yaml (with --compare).")] = "anthropic",
     every_n: Annotated[int, typer.Option("--every-n", help="N for the micro-every-N policy (with --compare).")] = 5,
@@ -108,12 +111,25 @@ def replay_cmd(
         return
     handler = _open_log(log_file)
     try:
-        session = Session(cfg, session_id=session_id or transcript.stem)
+        store, start = None, 0
+        sid = session_id or transcript.stem
+        if db:
+            store = open_store(db)
+            session = Session.open(store, sid, cfg)
+            start = resume_point(session)
+            if start:
+                err.print(f"resuming session {escape(sid)} from message {start} of {len(messages)}", highlight=False)
+        else:
+            session = Session(cfg, session_id=sid)
         with Progress(TextColumn("replaying"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=err, transient=True, disable=len(messages) < 200 or not err.is_terminal) as progress:
-            task = progress.add_task("replay", total=len(messages))
-            stats = replay(messages, session, on_message=lambda i: progress.update(task, completed=i + 1))
-    except ConfigError as exc:
+            task = progress.add_task("replay", total=len(messages), completed=start)
+            stats = replay(messages, session, on_message=lambda i: progress.update(task, completed=i + 1),
+                           start=start)
+        session.close()
+        if store is not None:
+            store.close()
+    except (ConfigError, StoreError) as exc:
         _fail(str(exc))
     finally:
         logging.getLogger("microcompact").removeHandler(handler)
@@ -123,7 +139,7 @@ def replay_cmd(
         try:
             with open(out_file, "w", encoding="utf-8") as fh:
                 for m in session.transcript:
-                    fh.write(json.dumps({k: v for k, v in m.items() if k != "_tokens"}, ensure_ascii=False) + "\n")
+                    fh.write(json.dumps(export_form(m), ensure_ascii=False) + "\n")
         except OSError as exc:
             _fail(f"cannot write {out_file}: {exc.strerror or exc}")
     if as_json:
@@ -211,6 +227,101 @@ def _print_replay(path: Path, s: dict, stats, session: Session) -> None:
         out.print(f"  without compaction  {sparkline(raw, top=top)}  peak {max(raw):.0f}%", soft_wrap=True)
         out.print(f"  {'with micro' if session.micro.active else 'engine off':<18}  {sparkline(got, top=top)}  "
                   f"peak {max(got):.0f}%", soft_wrap=True)
+
+
+# Store bookkeeping, not transcript content: left out of exported transcripts.
+_BOOKKEEPING = ("_tokens", "_pos", "_row", "_src")
+
+
+def export_form(message: dict) -> dict:
+    return {k: v for k, v in message.items() if k not in _BOOKKEEPING}
+
+
+sessions_app = typer.Typer(help="Sessions in the store: list, show, search absorbed originals, export.",
+                           no_args_is_help=True)
+app.add_typer(sessions_app, name="sessions")
+
+DbOption = Annotated[Optional[str], typer.Option("--db", help="SQLite file or postgresql:// DSN "
+                                                              "(default $MICROCOMPACT_HOME/sessions.db).")]
+
+
+def _store(db: Optional[str]):
+    try:
+        return open_store(db)
+    except StoreError as exc:
+        _fail(str(exc))
+
+
+@sessions_app.command("list")
+def sessions_list(db: DbOption = None) -> None:
+    """Every stored session with its message counts."""
+    with _store(db) as store:
+        rows = store.list_sessions()
+    table = Table(title="sessions", title_justify="left")
+    for col in ("session", "created", "updated", "active", "absorbed", "superseded", "markers"):
+        table.add_column(col, justify="left" if col in ("session", "created", "updated") else "right")
+    for r in rows:
+        c = r["counts"]
+        table.add_row(escape(str(r["id"])), str(r["created_at"])[:19], str(r["updated_at"])[:19], str(c["active"]),
+                      str(c["absorbed"]), str(c["superseded"]), str(r["markers"]))
+    out.print(table if rows else "no sessions stored")
+
+
+@sessions_app.command("show")
+def sessions_show(session_id: str, db: DbOption = None,
+                  full: Annotated[bool, typer.Option("--full", help="Print whole messages, not one line each.")] = False
+                  ) -> None:
+    """The active transcript of a session (what the model is sent), one line per message."""
+    with _store(db) as store:
+        if not any(r["id"] == session_id for r in store.list_sessions()):
+            _fail(f"no session {session_id!r} in {store.describe()}")
+        messages = store.load_active(session_id)
+    table = Table(title=f"session {escape(session_id)}: {len(messages)} active messages", title_justify="left")
+    for col in ("pos", "row", "role", "content"):
+        table.add_column(col, overflow="fold")
+    for m in messages:
+        kind = (m.get("_mc") or {}).get("marker")
+        text = content_text(m)
+        calls = ", ".join((tc.get("function") or {}).get("name", "?") for tc in m.get("tool_calls") or [])
+        line = text if full else " ".join(text.split())[:120]
+        if calls:
+            line = f"{line} [calls: {calls}]".strip()
+        table.add_row(str(m.get("_pos")), str(m.get("_row")), f"{m['role']}{' (' + kind + ' marker)' if kind else ''}",
+                      escape(line))
+    out.print(table)
+
+
+@sessions_app.command("search")
+def sessions_search(session_id: str, query: str, db: DbOption = None,
+                    limit: Annotated[int, typer.Option("--limit")] = 20,
+                    active: Annotated[bool, typer.Option("--include-active", help="Search active messages too.")] = False
+                    ) -> None:
+    """Full-text search over what compaction absorbed: nothing summarized is lost for good."""
+    with _store(db) as store:
+        hits = store.search(session_id, query, limit=limit, include_active=active)
+    if not hits:
+        out.print(f"no match for {escape(query)!s} in session {escape(session_id)}")
+        raise typer.Exit(1)
+    table = Table(title=f"{len(hits)} match(es)", title_justify="left")
+    for col in ("row", "pos", "role", "state", "absorbed by", "snippet"):
+        table.add_column(col, overflow="fold")
+    for h in hits:
+        table.add_row(str(h["row"]), str(h["position"]), h["role"], h["state"], str(h.get("absorbed_by") or ""),
+                      escape(h["snippet"]))
+    out.print(table)
+
+
+@sessions_app.command("export")
+def sessions_export(session_id: str, db: DbOption = None,
+                    include_absorbed: Annotated[bool, typer.Option("--include-absorbed", help="Also the originals compaction absorbed, in position order.")] = False,
+                    expand: Annotated[Optional[int], typer.Option("--expand", help="Only the originals the marker with this row id stands for.")] = None
+                    ) -> None:
+    """The session as JSONL on stdout (replayable)."""
+    with _store(db) as store:
+        messages = store.expand(session_id, expand) if expand is not None else \
+            store.export(session_id, include_absorbed=include_absorbed)
+    for m in messages:
+        sys.stdout.write(json.dumps(export_form(m), ensure_ascii=False) + "\n")
 
 
 @app.command("report")

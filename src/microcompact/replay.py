@@ -102,15 +102,24 @@ def request_times(messages: list[Message], assumed_gap_seconds: float) -> tuple[
     return times, recorded
 
 
+def resume_point(session: Session) -> int:
+    """How many messages of the recorded transcript a stored session already holds (replay tags each
+    appended message with its index as ``_src``; the tail, never rewritten, keeps the latest ones)."""
+    return max((m["_src"] for m in session.ledger.messages if isinstance(m.get("_src"), int)), default=-1) + 1
+
+
 def replay(messages: list[Message], session: Session, on_message: Callable[[int], None] | None = None, *,
            clock: SimClock | None = None, times: list[float] | None = None,
-           on_request: Callable[[int, Session], None] | None = None) -> ReplayStats:
-    """Drive ``session`` over ``messages``. With ``clock`` and ``times``, the simulated wall clock is set to
-    each message's time first; ``on_request(i, session)`` sees the prompt of every model request."""
+           on_request: Callable[[int, Session], None] | None = None, start: int = 0) -> ReplayStats:
+    """Drive ``session`` over ``messages[start:]`` (``start`` > 0 resumes a stored session). With ``clock``
+    and ``times``, the simulated wall clock is set to each message's time first; ``on_request(i, session)``
+    sees the prompt of every model request."""
     stats = ReplayStats(messages_in=len(messages))
-    in_turn = False
+    last_user = max((i for i in range(start) if messages[i].get("role") == "user"), default=-1)
+    in_turn = any(messages[i].get("role") == "assistant" for i in range(last_user + 1, start))
     raw_total = 0
-    for i, m in enumerate(messages):
+    for i in range(start, len(messages)):
+        m = messages[i]
         role = m.get("role")
         if clock is not None and times is not None:
             clock.now = times[i]
@@ -129,7 +138,7 @@ def replay(messages: list[Message], session: Session, on_message: Callable[[int]
             if occ is not None:
                 stats.occupancy.append(occ)
             in_turn = True
-        session.append(m)
+        session.append({**m, "_src": i} if session.store is not None else m)
         raw_total += session.ledger.tokens[-1]
         if on_message:
             on_message(i)

@@ -17,10 +17,11 @@ Replay drives this same object, so what replay measures is what an agent gets.
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .background import BackgroundPasses
 from .batch import BatchCompactor, BatchResult
@@ -30,6 +31,11 @@ from .micro import CommitHook, MicroCompactor, PassResult
 from .summarizers import Summarizer, make_summarizer
 from .telemetry import occupancy_pct
 from .tokens import Ledger, TokenCounter, make_text_counter
+
+if TYPE_CHECKING:
+    from .store import SessionStore
+
+log = logging.getLogger("microcompact")
 
 
 def summarizer_for(config: Config, counter: TokenCounter | None = None) -> Summarizer:
@@ -52,9 +58,14 @@ class Session:
     def __init__(self, config: Config | None = None, summarizer: Summarizer | None = None, *,
                  session_id: str | None = None, counter: TokenCounter | None = None,
                  messages: Iterable[Message] = (), commit: CommitHook | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, store: SessionStore | None = None) -> None:
         self.config = config or Config()
         self.session_id = session_id or uuid.uuid4().hex[:12]
+        self.store = store
+        if store is not None:
+            if commit is not None:
+                raise ValueError("give either a store or a commit hook, not both")
+            commit = self._commit_to_store
         self.counter = counter or TokenCounter(make_text_counter(self.config.compression.tokenizer))
         self.summarizer = summarizer or summarizer_for(self.config, self.counter)
         initial = list(messages)
@@ -67,13 +78,63 @@ class Session:
                                     commit=commit)
         self._micro_passes_at_last_batch = 0
         self.background = BackgroundPasses(self.micro) if self.config.compression.micro_compact_background else None
+        # Messages appended but not yet written to the store (each is written once, in order).
+        self._unflushed: list[Message] = [m for m in self.ledger.messages if "_row" not in m] if store else []
+        self._skips_saved: set[str] = set()
 
+    @classmethod
+    def open(cls, store: SessionStore, session_id: str, config: Config | None = None,
+             summarizer: Summarizer | None = None, **kwargs: Any) -> "Session":
+        """Resume ``session_id`` from ``store`` (or start it): active messages are loaded, and the engine
+        recovers its cursor and rolling summary from the last marker, so no work is redone. Exchanges
+        skipped after repeated failures stay skipped."""
+        store.create_session(session_id)
+        session = cls(config, summarizer, session_id=session_id, messages=store.load_active(session_id),
+                      store=store, **kwargs)
+        session.micro.state.skipped |= store.skipped(session_id)
+        session._skips_saved = set(session.micro.state.skipped)
+        return session
     # ------------------------------------------------------------------ the transcript
 
     def append(self, message: Message) -> None:
         """Add a message (a copy is kept; the caller's dict is never changed)."""
         validate_message(message, f"message {len(self.ledger)}")
-        self.ledger.append(message)
+        owned = self.ledger.append(message)
+        if self.store is not None:
+            self._unflushed.append(owned)
+
+    def flush(self) -> bool:
+        """Write appended messages to the store (append-only; each once). False when the store failed:
+        they stay pending and are retried at the next flush, and the session goes on."""
+        if self.store is None or not self._unflushed:
+            return True
+        try:
+            self.store.append(self.session_id, self._unflushed)
+        except Exception as exc:
+            log.error("Session store: could not write %d message(s), will retry (%s: %s)", len(self._unflushed),
+                      type(exc).__name__, exc)
+            return False
+        self._unflushed = []
+        return True
+
+    def _commit_to_store(self, event: Any, messages: list[Message]) -> None:
+        """The engines' commit hook: flush first, then write the event in one transaction (raises on failure,
+        so the engine rolls the pass back in memory and reports ``store_failed``)."""
+        if not self.flush():
+            raise RuntimeError("pending messages could not be written")
+        assert self.store is not None
+        self.store.archive_and_compact(self.session_id, event, messages)
+
+    def _save_skips(self) -> None:
+        new = self.micro.state.skipped - self._skips_saved
+        if self.store is None or not new:
+            return
+        try:
+            for key in sorted(new):
+                self.store.remember_skip(self.session_id, key)
+            self._skips_saved |= new
+        except Exception as exc:
+            log.error("Session store: could not remember skipped exchanges (%s: %s)", type(exc).__name__, exc)
 
     def extend(self, messages: Iterable[Message]) -> None:
         for m in messages:
@@ -113,6 +174,7 @@ class Session:
         """Call before every model request: batch compaction when over the threshold, then absorption of
         long-turn iterations that left the tail. Never raises."""
         results: list[PassResult | BatchResult] = []
+        self.flush()
         if self.background is not None:
             results += self.background.collect(self.ledger)
         if self.batch.should_compress(self.ledger, prompt_tokens):
@@ -144,12 +206,16 @@ class Session:
         In background mode it returns at once: the pass runs on a worker thread and its result is applied
         at the next call (or ``messages`` read) if the transcript under it did not change.
         """
+        self.flush()
         if self.background is None:
-            return self.micro.finalize_turn(self.ledger, completed)
+            results = self.micro.finalize_turn(self.ledger, completed)
+            self._save_skips()
+            return results
         try:
             results = self.background.collect(self.ledger)
             if self.micro.active and self.micro.turn_due(self.ledger, completed):
                 self.background.submit(self.ledger)
+            self._save_skips()
             return results
         except Exception:
             return []
@@ -165,10 +231,12 @@ class Session:
         return results
 
     def close(self) -> None:
-        """Finish background work and release resources."""
+        """Finish background work and write what is pending (the store itself stays open: the caller owns it)."""
         if self.background is not None:
             self.drain()
             self.background.close()
+        self.flush()
+        self._save_skips()
 
     def __enter__(self) -> "Session":
         return self

@@ -51,6 +51,7 @@ from urllib.parse import quote
 
 from .config import home_dir
 from .messages import META_KEY, Message, content_text, marker_kind
+from .batch import BatchCompact, Prune
 from .micro import Absorb, Event, Rewrite
 
 log = logging.getLogger("microcompact.store")
@@ -295,6 +296,11 @@ class _SQLStore:
     def _ids_param(self, ids: Sequence[Any]) -> Any:
         raise NotImplementedError
 
+    def _by_id_only(self, column: str) -> str:
+        """``column`` in a WHERE clause whose rows are found by id: the planner must not pick an index on it
+        (that would scan the whole session and make a pass cost O(transcript))."""
+        return column
+
     def _insert_rows(self, cur: Any, session_id: str, items: Sequence[tuple[int, _Encoded]]) -> list[int]:
         raise NotImplementedError
 
@@ -420,6 +426,8 @@ class _SQLStore:
         (updated or inserted): proportional to the event, never to the transcript.
         """
         self._check_id(session_id)
+        if isinstance(event, (Prune, BatchCompact)):
+            return self._archive_batch(session_id, event, messages)
         if isinstance(event, Absorb):
             if not event.absorbed:
                 raise ValueError("Absorb event absorbs no message")
@@ -457,6 +465,54 @@ class _SQLStore:
         written, position, ids = self._txn(txn, write=True)
         marker[POS_KEY] = position
         marker[ROW_KEY] = ids[0]
+        return written
+
+    def _archive_batch(self, session_id: str, event: Prune | BatchCompact, messages: Sequence[Message]) -> int:
+        """Batch compaction's events, through the same generic write.
+
+        ``Prune``: each replaced message (an old tool output, a call with oversized arguments) is absorbed by
+        its stub, inserted at the same position, so the original stays searchable and expandable.
+        ``BatchCompact``: the middle's non-user rows (old markers included) are absorbed by the new batch
+        marker; its user rows are superseded by the joined user message; the new rows take the lowest
+        positions the middle frees, in order.
+        """
+        if isinstance(event, Prune):
+            pairs = [(_row_of(messages[i], f"message {i}"), new) for i, new in event.replacements]
+            rows = [r for r, _ in pairs]
+            inserted = [new for _, new in pairs]
+        else:
+            absorb_rows = [_row_of(messages[i], f"message {i}") for i in event.absorbed]
+            user_rows = [_row_of(messages[i], f"message {i}") for i in event.superseded]
+            rows = absorb_rows + user_rows
+            inserted = list(event.new)
+        if any(not isinstance(m, dict) or ROW_KEY in m for m in inserted):
+            raise ValueError("the event's new messages are already stored; build new message dicts")
+        if len(set(rows)) != len(rows):
+            raise ValueError("the event references the same stored row twice")
+        indexes = [i for i, _ in event.replacements] if isinstance(event, Prune) else \
+            list(event.absorbed) + list(event.superseded)
+        expected_pos = {_row_of(messages[i], "message"): messages[i].get(POS_KEY) for i in indexes}
+
+        def txn(cur: Any) -> tuple[int, list[int], list[int]]:
+            if not self._touch_session(cur, session_id, create=False):
+                raise StoreConflict(f"{self.describe()}: session {session_id!r} does not exist")
+            found = self._lock_rows(cur, session_id, rows, expected_pos)
+            if isinstance(event, Prune):
+                written, ids, positions = 0, [], []
+                for row, new in pairs:
+                    n, new_ids = self._apply(cur, session_id, absorb=[row], insert=[(found[row], new)])
+                    written, ids, positions = written + n, ids + new_ids, positions + [found[row]]
+                return written, ids, positions
+            positions = sorted(found.values())[:len(inserted)]
+            marker_at = len(inserted) - 1
+            written, ids = self._apply(cur, session_id, absorb=absorb_rows,
+                                       supersede=[(r, 0) for r in user_rows] if user_rows else [],
+                                       insert=list(zip(positions, inserted)), absorbed_by=marker_at)
+            return written, ids, positions
+
+        written, ids, positions = self._txn(txn, write=True)
+        for m, row, pos in zip(inserted, ids, positions):
+            m[POS_KEY], m[ROW_KEY] = pos, row
         return written
 
     def _lock_rows(self, cur: Any, session_id: str, rows: Sequence[int], expected_pos: dict[int, Any],
@@ -500,8 +556,8 @@ class _SQLStore:
         for state, ids in (("absorbed", list(absorb)), ("superseded", [r for r, _ in supersede])):
             if not ids:
                 continue
-            self._exec(cur, f"UPDATE messages SET state = ?, updated_at = {self.NOW} "
-                            f"WHERE {self._ids('id')} AND session_id = ? AND state = 'active'",
+            self._exec(cur, f"UPDATE messages SET state = ?, updated_at = {self.NOW} WHERE {self._ids('id')} "
+                            f"AND {self._by_id_only('session_id')} = ? AND {self._by_id_only('state')} = 'active'",
                        (state, self._ids_param(ids), session_id))
             if cur.rowcount != len(ids):
                 raise StoreConflict(f"{self.describe()}: rows of session {session_id!r} changed during the "
@@ -544,6 +600,7 @@ class _SQLStore:
         ``role``, ``state``, ``snippet`` (matches in [brackets]), ``absorbed_by``, ``is_marker``. Best
         matches first. Superseded markers are never returned.
         """
+        query = _clean_text(query or "")
         terms = _query_terms(query)
         if not terms or limit <= 0:
             return []
@@ -564,9 +621,8 @@ class _SQLStore:
                 SELECT c.id FROM messages c JOIN chain ON c.absorbed_by = chain.id
                 WHERE c.is_marker AND c.session_id = ?
             )
-            SELECT {self.COLS} FROM messages m
-            WHERE m.absorbed_by IN (SELECT id FROM chain) AND m.session_id = ?
-              AND m.state = 'absorbed' AND NOT m.is_marker
+            SELECT {self.COLS} FROM chain JOIN messages m ON m.absorbed_by = chain.id
+            WHERE m.session_id = ? AND m.state = 'absorbed' AND NOT m.is_marker
             ORDER BY m.position, m.id"""
 
         def txn(cur: Any) -> list[tuple[Any, ...]] | None:
@@ -694,6 +750,7 @@ class SQLiteStore(_SQLStore):
         self.busy_timeout = float(busy_timeout)
         self.read_only = read_only
         self._conn: sqlite3.Connection | None = None
+        self._fts = False
         memory = self.path == ":memory:"
         if not memory and not read_only:
             try:
@@ -855,6 +912,9 @@ class SQLiteStore(_SQLStore):
 
     def _ids_param(self, ids: Sequence[Any]) -> Any:
         return json.dumps([int(i) for i in ids])
+
+    def _by_id_only(self, column: str) -> str:
+        return "+" + column  # unary plus: SQLite will not use an index for this term
 
     def _insert_rows(self, cur: Any, session_id: str, items: Sequence[tuple[int, _Encoded]]) -> list[int]:
         sql = ("INSERT INTO messages (session_id, position, role, content, extra, body, is_marker, marker_kind) "
@@ -1133,6 +1193,11 @@ class PostgresStore(_SQLStore):
 
     def _ids_param(self, ids: Sequence[Any]) -> Any:
         return [int(i) for i in ids]
+
+    def _by_id_only(self, column: str) -> str:
+        # An expression no index covers: with fresh rows (statistics not yet analyzed) the planner otherwise
+        # picks the (session_id, position) WHERE state = 'active' index and scans the whole session.
+        return f"({column} || '')"
 
     def _insert_rows(self, cur: Any, session_id: str, items: Sequence[tuple[int, _Encoded]]) -> list[int]:
         if not items:
