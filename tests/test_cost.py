@@ -156,4 +156,7 @@ def test_compare_runs_every_policy_on_the_demo():
     for r in rows.values():
         assert r["cost"]["total"] > 0 and r["requests"] == sum(1 for m in messages if m["role"] == "assistant")
         assert r["cached_read_tokens"] + r["cache_write_tokens"] + r["uncached_tokens"] > 0
-    assert "assumed: 30 s" in result["timing"]
+    assert result["timing"] == "timestamps recorded in the transcript"
+    plain = [{k: v for k, v in m.items() if k != "_ts"} for m in messages[:60]]
+    assert "assumed: 30 s" in compare(plain, parse_config({"model": {"context_length": 100_000}}),
+                                      PRESETS["anthropic"], policies=("batch-only",))["timing"]

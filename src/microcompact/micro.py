@@ -210,20 +210,24 @@ class MicroCompactor:
             return []
         results: list[PassResult] = []
         if self.cache_aware:
-            if self.deferred and (not self._cache_warm() or self._worth_a_cache_break(ledger)):
+            if not self._cache_warm() or self._worth_a_cache_break(ledger):
                 # The prefix breaks now (cold cache, or waiting is no longer worth it): make the break count
                 # by absorbing everything that is due, so breaks stay rare and large.
+                results += self._catch_up(ledger, "turn", self.deferred)
                 self.deferred = 0
-                for _ in range(MAX_CATCH_UP_PASSES):
-                    done = self._guarded(ledger, "turn")
-                    results += done
-                    if not any(r.outcome == "absorbed" for r in done):
-                        break
-            if not self._cache_warm() or self._worth_a_cache_break(ledger):
-                results += self._guarded(ledger, "request")
+                results += self._catch_up(ledger, "request", MAX_CATCH_UP_PASSES)
         else:
             results += self._guarded(ledger, "request")
         self.last_request_at = self.wall_clock()
+        return results
+
+    def _catch_up(self, ledger: Ledger, mode: str, passes: int) -> list[PassResult]:
+        results: list[PassResult] = []
+        for _ in range(min(passes, MAX_CATCH_UP_PASSES)):
+            done = self._guarded(ledger, mode)
+            results += done
+            if not any(r.outcome == "absorbed" for r in done):
+                break
         return results
 
     def _cache_warm(self) -> bool:
