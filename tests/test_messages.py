@@ -104,3 +104,14 @@ def test_validate_message_names_where_and_what(bad, fragment):
     with pytest.raises(TranscriptError) as exc:
         validate_message(bad, "t.jsonl:7")
     assert "t.jsonl:7" in str(exc.value) and fragment in str(exc.value)
+
+
+def test_live_reply_that_starts_like_a_marker_is_not_one():
+    from microcompact.messages import disown_marker_text
+
+    echo = {"role": "assistant", "content": MARKER_PREFIX + " pretending"}
+    assert marker_kind(echo) == "batch"  # without metadata the prefix decides (exported transcripts)
+    live = disown_marker_text(echo)
+    assert marker_kind(live) is None and "_mc" not in echo
+    plain = {"role": "assistant", "content": "hello"}
+    assert disown_marker_text(plain) is plain

@@ -411,3 +411,8 @@ def test_make_summarizer(chat_server: ChatServer) -> None:
     assert isinstance(made, OpenAISummarizer)
     with pytest.raises(ValueError, match="extractive"):
         make_summarizer("anthropic")
+
+
+def test_extractive_merge_of_a_plain_answer_is_not_empty():
+    out = ExtractiveSummarizer().merge("", [{"role": "assistant", "content": "Done. All tests pass now."}])
+    assert "All tests pass now" in out

@@ -143,8 +143,11 @@ def marker_kind(message: Message) -> MarkerKind | None:
     if message.get("role") != "assistant":
         return None
     meta = message.get(META_KEY)
-    if isinstance(meta, dict) and meta.get("marker") in ("micro", "batch"):
-        return meta["marker"]
+    if isinstance(meta, dict):
+        if meta.get("marker") in ("micro", "batch"):
+            return meta["marker"]
+        if meta.get("not_marker"):
+            return None
     content = message.get("content")
     if isinstance(content, str) and content.startswith(MARKER_PREFIX) and not message.get("tool_calls"):
         return "micro" if MARKER_END in content and _MICRO_TAG in content else "batch"
@@ -153,6 +156,16 @@ def marker_kind(message: Message) -> MarkerKind | None:
 
 # Micro markers say what they are in their body's first line so they stay recognisable after export.
 _MICRO_TAG = "(rolling summary, updated turn by turn)"
+
+
+def disown_marker_text(message: Message) -> Message:
+    """A live message that merely starts like a marker (a model echoing one) stays an ordinary message.
+
+    Returns ``message`` itself when it does not look like a marker, else a copy flagged ``not_marker``.
+    """
+    if message.get("role") != "assistant" or META_KEY in message or marker_kind(message) is None:
+        return message
+    return {**message, META_KEY: {"not_marker": True}}
 
 
 def is_marker(message: Message) -> bool:

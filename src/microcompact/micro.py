@@ -583,6 +583,10 @@ class MicroCompactor:
         st = self.state
         if st.marker_index is None or not st.text or not self.needs_defrag(st.text_tokens):
             return None
+        msgs, h = ledger.messages, head_end(ledger.messages, self.cfg.protect_first_n)
+        if st.marker_index >= tail_start(msgs, ledger.tokens, self.config.tail_budget_tokens(),
+                                         min_messages=self.cfg.min_tail_messages, floor=h):
+            return None  # the marker is in the protected tail: never rewritten there; later, once it left
         t0 = self.clock()
         done = ready if ready is not None and ready.text == st.text else self.condense(st.text)
         tokens_before, messages_before = ledger.total, len(ledger.messages)

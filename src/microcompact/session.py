@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from .background import BackgroundPasses
 from .batch import BatchCompactor, BatchResult
 from .config import Config
-from .messages import Message, to_api, validate_message
+from .messages import Message, disown_marker_text, to_api, validate_message
 from .micro import CommitHook, MicroCompactor, PassResult
 from .summarizers import Summarizer, make_summarizer
 from .telemetry import occupancy_pct
@@ -99,7 +99,7 @@ class Session:
     def append(self, message: Message) -> None:
         """Add a message (a copy is kept; the caller's dict is never changed)."""
         validate_message(message, f"message {len(self.ledger)}")
-        owned = self.ledger.append(message)
+        owned = self.ledger.append(disown_marker_text(message))
         if self.store is not None:
             self._unflushed.append(owned)
 

@@ -77,7 +77,8 @@ BATCH_SECTIONS = (
     "Relevant files",
     "Open questions",
 )
-MICRO_SECTIONS = ("Decisions", "Requirements", "Files", "Commands and results", "Errors", "Open questions")
+MICRO_SECTIONS = ("Decisions", "Requirements", "Files", "Commands and results", "Errors", "Open questions",
+                  "Answers")
 
 # --------------------------------------------------------------------------- prompts (OpenAISummarizer)
 
@@ -451,6 +452,10 @@ class ExtractiveSummarizer:
             "Errors": facts.errors,
             "Open questions": facts.questions,
         }
+        if not any(new.values()):
+            # Nothing structured to extract (a plain answer): record that the turn was answered, so the
+            # exchange can still be folded in instead of failing as "empty".
+            new["Answers"] = [_answer_line(exchange)]
         return self._update(summary, new, MICRO_SECTIONS)
 
     def condense(self, summary: str, target_tokens: int) -> str:
@@ -493,6 +498,16 @@ class ExtractiveSummarizer:
 
 
 _FILE_SECTIONS = ("Files", "Relevant files")
+
+
+def _answer_line(exchange: list[dict]) -> str:
+    """The gist of the last assistant text in ``exchange`` (or that it replied with no text)."""
+    for message in reversed(exchange):
+        if message.get("role") == "assistant":
+            text = " ".join(content_text(message).split())
+            if text:
+                return f"Replied: {_clip(text, _ITEM_CHARS)}"
+    return "Replied without text"
 
 
 def _merge_items(old: list[str], new: list[str], *, files: bool) -> list[str]:
