@@ -39,7 +39,7 @@ from .messages import (
     marker_kind,
     render_marker,
 )
-from .redact import redact_text
+from .micro import commit_or_log
 from .summarizers import (
     ExtractiveSummarizer,
     Summarizer,
@@ -47,6 +47,7 @@ from .summarizers import (
     SummarizerBadOutput,
     SummarizerRateLimited,
     SummarizerTimeout,
+    clean_summary,
     describe_tool_result,
     prepare_exchange,
     render_exchange,
@@ -415,25 +416,11 @@ class BatchCompactor:
         return None, outcome, error or blocked, name
 
     def _clean(self, text: Any, input_tokens: int) -> str:
-        if not isinstance(text, str):
-            raise SummarizerBadOutput(f"summarizer returned {type(text).__name__}, not text")
-        out = redact_text(text).strip()
-        if not out:
-            raise SummarizerBadOutput("summarizer returned an empty summary")
-        if self.counter.count_text(out) > max(input_tokens, 200):
-            raise SummarizerBadOutput("summary is longer than its input")
-        return out
+        return clean_summary(text, max(input_tokens, 200), self.counter.count_text)
 
     def _commit(self, event: Any, msgs: list[Message]) -> bool:
-        if self.commit is None:
-            return True
-        try:
-            self.commit(event, msgs)
-            return True
-        except Exception as exc:
-            log.error("Batch compaction: store commit failed, transcript left as it was (%s: %s)",
-                      type(exc).__name__, exc)
-            return False
+        return commit_or_log(self.commit, event, msgs, "Batch compaction: store commit failed, transcript left "
+                                                      "as it was")
 
     # ------------------------------------------------------------------ bookkeeping and telemetry
 

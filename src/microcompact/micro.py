@@ -31,8 +31,14 @@ from .messages import (
     render_micro_marker,
     tool_call_ids,
 )
-from .redact import redact_text
-from .summarizers import Summarizer, SummarizerAuthError, SummarizerBadOutput, prepare_exchange, shorten_summary
+from .summarizers import (
+    Summarizer,
+    SummarizerAuthError,
+    SummarizerBadOutput,
+    clean_summary,
+    prepare_exchange,
+    shorten_summary,
+)
 from .telemetry import emit, occupancy_pct
 from .tokens import Ledger, TokenCounter
 from .window import Span, bounded_exchange, exchange_start, head_end, iteration_end, tail_start
@@ -101,6 +107,19 @@ def apply_event(ledger: Ledger, event: Event) -> None:
     ledger.splice(event.span.start, event.span.end, kept + [event.marker])
     if event.removed_marker is not None:
         ledger.splice(event.removed_marker, event.removed_marker + 1, [])
+
+
+def commit_or_log(commit: Callable[[Any, list[Message]], None] | None, event: Any, msgs: list[Message],
+                  failure: str) -> bool:
+    """Hand ``event`` to the caller's commit hook (the store); a failure is logged and reported, not raised."""
+    if commit is None:
+        return True
+    try:
+        commit(event, msgs)
+        return True
+    except Exception as exc:
+        log.error("%s (%s: %s)", failure, type(exc).__name__, exc)
+        return False
 
 
 def span_key(messages: list[Message], start: int) -> str:
@@ -530,26 +549,11 @@ class MicroCompactor:
                             error=type(exc).__name__, summarizer_input_tokens=read, summarizer_output_tokens=0)
 
     def _commit(self, event: Event, msgs: list[Message]) -> bool:
-        if self.commit is None:
-            return True
-        try:
-            self.commit(event, msgs)
-            return True
-        except Exception as exc:
-            log.error("Micro-compaction: store commit failed, pass rolled back in memory (%s: %s)",
-                      type(exc).__name__, exc)
-            return False
+        return commit_or_log(self.commit, event, msgs, "Micro-compaction: store commit failed, pass rolled back "
+                                                      "in memory")
 
     def _clean(self, text: str, limit: int) -> str:
-        """Redacted, stripped summarizer output; empty or runaway output is unusable."""
-        if not isinstance(text, str):
-            raise SummarizerBadOutput(f"summarizer returned {type(text).__name__}, not text")
-        out = redact_text(text).strip()
-        if not out:
-            raise SummarizerBadOutput("summarizer returned an empty summary")
-        if self.counter.count_text(out) > limit:
-            raise SummarizerBadOutput("summary is longer than everything it summarizes")
-        return out
+        return clean_summary(text, limit, self.counter.count_text)
 
     # ------------------------------------------------------------------ defrag
 

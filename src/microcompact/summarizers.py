@@ -728,6 +728,19 @@ def _error_lines(result: str, exit_code: int | None, failed: bool, limit: int = 
     return lines
 
 
+def clean_summary(text: Any, limit_tokens: int, count_text: CountText) -> str:
+    """Summarizer output as the engines accept it: text, redacted, stripped, non-empty, and no longer than
+    ``limit_tokens`` (a summary longer than what it summarizes is a runaway, not a summary)."""
+    if not isinstance(text, str):
+        raise SummarizerBadOutput(f"summarizer returned {type(text).__name__}, not text")
+    out = redact_text(text).strip()
+    if not out:
+        raise SummarizerBadOutput("summarizer returned an empty summary")
+    if count_text(out) > limit_tokens:
+        raise SummarizerBadOutput("summary is longer than everything it summarizes")
+    return out
+
+
 def describe_tool_result(call: dict[str, Any] | None, result: str) -> str:
     """A one-line stand-in for a tool output: tool, target, size and exit status.
 
