@@ -131,6 +131,10 @@ def replay_cmd(
             store.close()
     except (ConfigError, StoreError) as exc:
         _fail(str(exc))
+    except KeyboardInterrupt:
+        where = "; run the same command again to resume from the store" if db else ""
+        err.print(f"interrupted{where}", highlight=False)
+        raise typer.Exit(130)
     finally:
         logging.getLogger("microcompact").removeHandler(handler)
         handler.close()

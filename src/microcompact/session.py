@@ -174,16 +174,18 @@ class Session:
         """Call before every model request: batch compaction when over the threshold, then absorption of
         long-turn iterations that left the tail. Never raises."""
         results: list[PassResult | BatchResult] = []
-        self.flush()
-        if self.background is not None:
-            results += self.background.collect(self.ledger)
-        if self.batch.should_compress(self.ledger, prompt_tokens):
-            results.append(self._batch(reason="threshold", prompt_tokens=prompt_tokens))
-        if self.background is not None:
-            if self.micro.active and not self.background.busy:
+        try:
+            self.flush()
+            if self.background is not None:
+                results += self.background.collect(self.ledger)
+            if self.batch.should_compress(self.ledger, prompt_tokens):
+                results.append(self._batch(reason="threshold", prompt_tokens=prompt_tokens))
+            if self.background is None:
+                results += self.micro.before_request(self.ledger)
+            elif self.micro.active and not self.background.busy:
                 self.background.submit(self.ledger, "request")
-            return results
-        results += self.micro.before_request(self.ledger)
+        except Exception:
+            log.exception("before_request failed unexpectedly; the session goes on uncompacted")
         return results
 
     def compact(self, focus: str | None = None) -> BatchResult:
@@ -206,19 +208,19 @@ class Session:
         In background mode it returns at once: the pass runs on a worker thread and its result is applied
         at the next call (or ``messages`` read) if the transcript under it did not change.
         """
-        self.flush()
-        if self.background is None:
-            results = self.micro.finalize_turn(self.ledger, completed)
-            self._save_skips()
-            return results
+        results: list[PassResult] = []
         try:
-            results = self.background.collect(self.ledger)
-            if self.micro.active and self.micro.turn_due(self.ledger, completed):
-                self.background.submit(self.ledger)
+            self.flush()
+            if self.background is None:
+                results = self.micro.finalize_turn(self.ledger, completed)
+            else:
+                results = self.background.collect(self.ledger)
+                if self.micro.active and self.micro.turn_due(self.ledger, completed):
+                    self.background.submit(self.ledger)
             self._save_skips()
-            return results
         except Exception:
-            return []
+            log.exception("finalize_turn failed unexpectedly; the session goes on uncompacted")
+        return results
 
     def drain(self, timeout: float = 60.0) -> list[PassResult]:
         """Wait for a background pass to finish and apply it (tests, replays, shutdown)."""
