@@ -135,7 +135,8 @@ def plan_prune(msgs: list[Message], tokens: list[int], start: int, end: int, *, 
         for tc in msgs[i].get("tool_calls") or ():
             calls[str(tc.get("id"))] = tc
     replacements: list[tuple[int, Message]] = []
-    newest: dict[str, int] = {}
+    newest: set[str] = set()  # digests of outputs seen later in the transcript
+    whole: set[str] = set()  # ... whose newest copy stays whole
     for i in range(end - 1, start - 1, -1):
         m = msgs[i]
         if m.get("role") == "tool" and not _is_stub(m):
@@ -143,13 +144,18 @@ def plan_prune(msgs: list[Message], tokens: list[int], start: int, end: int, *, 
             call = calls.get(str(m.get("tool_call_id")))
             key = _digest(text)
             if key in newest and tokens[i] > 20:
-                stub = f"{describe_tool_result(call, text)} [identical to a later output, kept there]"
+                note = "kept there" if key in whole else "also shortened"
+                stub = f"{describe_tool_result(call, text)} [identical to a later output, {note}]"
             elif tokens[i] > min_tool_tokens:
                 stub = describe_tool_result(call, text)
             else:
-                newest.setdefault(key, i)
+                if key not in newest:
+                    whole.add(key)
+                newest.add(key)
                 continue
-            newest.setdefault(key, i)
+            newest.add(key)
+            if len(stub) >= len(text):  # a stub that is not shorter saves nothing and loses the detail
+                continue
             replacements.append((i, {"role": "tool", "tool_call_id": m.get("tool_call_id"), "content": stub,
                                      META_KEY: {"stub": True, "original_tokens": tokens[i]}}))
         elif m.get("role") == "assistant" and m.get("tool_calls") and tokens[i] > max_argument_tokens:
@@ -257,7 +263,8 @@ class BatchCompactor:
         tokens = self.prompt_tokens(ledger, prompt_tokens)
         if tokens < threshold:
             return False
-        if self.paused_below is not None and tokens < self.paused_below and not self._at_risk(tokens):
+        # The pause is in counted tokens (like paused_below), whatever figure triggered the check.
+        if self.paused_below is not None and ledger.total < self.paused_below and not self._at_risk(tokens):
             return False
         return True
 
@@ -323,7 +330,8 @@ class BatchCompactor:
         if threshold:
             floor = self.cfg.batch_user_floor_ratio * threshold
             user_tokens = sum(tokens[i] for i in users)
-            while users and user_tokens > floor:
+            last_user = next((i for i in range(len(msgs) - 1, -1, -1) if msgs[i].get("role") == "user"), None)
+            while users and user_tokens > floor and users[0] != last_user:  # the current request stays verbatim
                 folded.append(users.pop(0))
                 user_tokens -= tokens[folded[-1]]
             if folded:

@@ -117,6 +117,9 @@ def replay(messages: list[Message], session: Session, on_message: Callable[[int]
     stats = ReplayStats(messages_in=len(messages))
     last_user = max((i for i in range(start) if messages[i].get("role") == "user"), default=-1)
     in_turn = any(messages[i].get("role") == "assistant" for i in range(last_user + 1, start))
+    if in_turn and start and session.ledger.messages and \
+            session.ledger.messages[-1].get("_row") == session.finalized_row:
+        in_turn = False  # the interrupted run finalized this turn already: running it again would add a pass
     raw_total = 0
     for i in range(start, len(messages)):
         m = messages[i]

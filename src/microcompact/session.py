@@ -30,6 +30,7 @@ from .messages import Message, disown_marker_text, to_api, validate_message
 from .micro import CommitHook, MicroCompactor, PassResult
 from .summarizers import Summarizer, make_summarizer
 from .telemetry import occupancy_pct
+from .store import StoreConflict
 from .tokens import Ledger, TokenCounter, make_text_counter
 
 if TYPE_CHECKING:
@@ -81,6 +82,10 @@ class Session:
         # Messages appended but not yet written to the store (each is written once, in order).
         self._unflushed: list[Message] = [m for m in self.ledger.messages if "_row" not in m] if store else []
         self._skips_saved: set[str] = set()
+        self._flush_failed = False
+        # Row of the last message when finalize_turn last completed (restored by open): tells a resumed replay
+        # whether the turn that ends the stored transcript was finalized before the interruption.
+        self.finalized_row: int | None = None
 
     @classmethod
     def open(cls, store: SessionStore, session_id: str, config: Config | None = None,
@@ -93,6 +98,9 @@ class Session:
                       store=store, **kwargs)
         session.micro.state.skipped |= store.skipped(session_id)
         session._skips_saved = set(session.micro.state.skipped)
+        meta = store.session_meta(session_id)
+        session.micro.state.turns = int(meta.get("micro_turns", 0))  # the every-N-turns cadence goes on
+        session.finalized_row = meta.get("finalized_row")
         return session
     # ------------------------------------------------------------------ the transcript
 
@@ -109,13 +117,43 @@ class Session:
         if self.store is None or not self._unflushed:
             return True
         try:
-            self.store.append(self.session_id, self._unflushed)
+            if self._flush_failed:
+                self._adopt_committed()  # the failed write may have committed (connection lost during COMMIT)
+            if self._unflushed:
+                self.store.append(self.session_id, self._unflushed)
         except Exception as exc:
+            self._flush_failed = True
             log.error("Session store: could not write %d message(s), will retry (%s: %s)", len(self._unflushed),
                       type(exc).__name__, exc)
             return False
+        self._flush_failed = False
         self._unflushed = []
         return True
+
+    def _adopt_committed(self) -> None:
+        """Before retrying a failed append: pending messages the store already holds (the COMMIT succeeded,
+        its acknowledgement was lost) take their stored rows instead of being written twice.
+        O(transcript), and only after a failed write."""
+        assert self.store is not None
+        known = {m.get("_row") for m in self.ledger.messages}
+        extra = [m for m in self.store.load_active(self.session_id) if m["_row"] not in known]
+        if not extra or len(extra) > len(self._unflushed) or \
+                to_api(extra) != to_api(self._unflushed[:len(extra)]):
+            return
+        for stored, pending in zip(extra, self._unflushed):
+            pending["_pos"], pending["_row"] = stored["_pos"], stored["_row"]
+        self._unflushed = self._unflushed[len(extra):]
+
+    def _resync(self) -> None:
+        """Memory disagrees with the store (a pass committed whose acknowledgement was lost, or another
+        writer): adopt the stored transcript plus what is pending; recover the engine's cursor and summary."""
+        assert self.store is not None
+        stored = self.store.load_active(self.session_id)
+        self.ledger = Ledger(self.counter, stored + self._unflushed)
+        self._unflushed = self.ledger.messages[len(stored):]
+        self.micro.recover(self.ledger.messages)
+        log.warning("Session store: the in-memory transcript was stale; reloaded %d stored message(s)",
+                    len(stored))
 
     def _commit_to_store(self, event: Any, messages: list[Message]) -> None:
         """The engines' commit hook: flush first, then write the event in one transaction (raises on failure,
@@ -123,7 +161,11 @@ class Session:
         if not self.flush():
             raise RuntimeError("pending messages could not be written")
         assert self.store is not None
-        self.store.archive_and_compact(self.session_id, event, messages)
+        try:
+            self.store.archive_and_compact(self.session_id, event, messages)
+        except StoreConflict:
+            self._resync()  # this pass still reports store_failed; the next one starts from the stored state
+            raise
 
     def _save_skips(self) -> None:
         new = self.micro.state.skipped - self._skips_saved
@@ -135,6 +177,17 @@ class Session:
             self._skips_saved |= new
         except Exception as exc:
             log.error("Session store: could not remember skipped exchanges (%s: %s)", type(exc).__name__, exc)
+
+    def _save_progress(self) -> None:
+        """Persist the turn counter and the turn just finalized (one small UPDATE per turn)."""
+        if self.store is None or self._unflushed or not self.ledger.messages:
+            return
+        row = self.ledger.messages[-1].get("_row")
+        try:
+            self.store.update_meta(self.session_id, {"micro_turns": self.micro.state.turns, "finalized_row": row})
+            self.finalized_row = row
+        except Exception as exc:
+            log.error("Session store: could not save the turn counter (%s: %s)", type(exc).__name__, exc)
 
     def extend(self, messages: Iterable[Message]) -> None:
         for m in messages:
@@ -218,6 +271,7 @@ class Session:
                 if self.micro.active and self.micro.turn_due(self.ledger, completed):
                     self.background.submit(self.ledger)
             self._save_skips()
+            self._save_progress()
         except Exception:
             log.exception("finalize_turn failed unexpectedly; the session goes on uncompacted")
         return results

@@ -115,6 +115,8 @@ class SessionStore(Protocol):
     def archive_and_compact(self, session_id: str, event: Event, messages: Sequence[Message]) -> int: ...
     def remember_skip(self, session_id: str, key: str) -> None: ...
     def skipped(self, session_id: str) -> set[str]: ...
+    def update_meta(self, session_id: str, values: dict[str, Any]) -> None: ...
+    def session_meta(self, session_id: str) -> dict[str, Any]: ...
     def search(self, session_id: str, query: str, limit: int = 20, include_active: bool = False
                ) -> list[dict[str, Any]]: ...
     def expand(self, session_id: str, marker_row: int) -> list[Message]: ...
@@ -590,6 +592,27 @@ class _SQLStore:
         sql = "SELECT key FROM skipped_exchanges WHERE session_id = ?"
         return {r[0] for r in self._txn(lambda cur: self._exec(cur, sql, (session_id,)).fetchall(), write=False)}
 
+    # -------------------------------------------------------------- session progress (meta)
+
+    META_MERGE = ""  # SQL merging a JSON object parameter into sessions.meta
+
+    def update_meta(self, session_id: str, values: dict[str, Any]) -> None:
+        """Merge ``values`` into the session's meta (creates the session): one small UPDATE."""
+        self._check_id(session_id)
+        patch = _json(values, "session meta")
+
+        def txn(cur: Any) -> None:
+            self._touch_session(cur, session_id, create=True)
+            self._exec(cur, f"UPDATE sessions SET meta = {self.META_MERGE} WHERE id = ?", (patch, session_id))
+
+        self._txn(txn, write=True)
+
+    def session_meta(self, session_id: str) -> dict[str, Any]:
+        """The session's meta ({} for an unknown session)."""
+        sql = f"SELECT {'meta' if self.backend == 'sqlite' else 'meta::text'} FROM sessions WHERE id = ?"
+        rows = self._txn(lambda cur: self._exec(cur, sql, (session_id,)).fetchall(), write=False)
+        return json.loads(rows[0][0]) if rows and rows[0][0] else {}
+
     # -------------------------------------------------------------- recall
 
     def search(self, session_id: str, query: str, limit: int = 20, include_active: bool = False
@@ -741,6 +764,7 @@ class SQLiteStore(_SQLStore):
 
     backend = "sqlite"
     NOW = _SQLITE_NOW
+    META_MERGE = "json_patch(meta, ?)"
     COLS = "m.id, m.position, m.role, m.content, m.extra, m.is_marker, m.marker_kind"
 
     def __init__(self, path: str | Path | None = None, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
@@ -1024,6 +1048,7 @@ class PostgresStore(_SQLStore):
     backend = "postgres"
     search_backend = "postgres"
     NOW = "now()"
+    META_MERGE = "(meta::jsonb || ?::jsonb)::json"
     COLS = "m.id, m.position, m.role, m.content::text, m.extra::text, m.is_marker, m.marker_kind"
 
     def __init__(self, dsn: str, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT, read_only: bool = False,

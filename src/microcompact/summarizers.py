@@ -473,6 +473,9 @@ class ExtractiveSummarizer:
             "Relevant files": facts.file_items(),
             "Open questions": facts.questions,
         }
+        if not any(new.values()) and not summary.strip():
+            # Nothing extractable (plain prose): still a usable summary, so batch compaction can go on.
+            new["Completed actions"] = [_answer_line(messages)]
         return self._update(summary, new, BATCH_SECTIONS, replace=("Active state",), focus=focus)
 
     def _update(self, summary: str, new: dict[str, list[str]], order: tuple[str, ...], *,
