@@ -23,6 +23,8 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_pass.py
+	$(BIN)/python bench/bench_background.py
+	$(BIN)/python bench/bench_store.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info
