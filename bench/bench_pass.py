@@ -382,7 +382,8 @@ class Scenario:
         summ = sess.summarizer
         before = summ.elapsed
         t = time.perf_counter()
-        res = sess.finalize_turn() if self.mode == "turn" else sess.before_request()
+        # The micro engine alone: at 1M tokens Session.before_request would (rightly) run batch compaction.
+        res = sess.finalize_turn() if self.mode == "turn" else sess.micro.before_request(sess.ledger)
         wall = (time.perf_counter() - t) * 1000
         return res, wall, (summ.elapsed - before) * 1000
 
