@@ -30,7 +30,7 @@ from .messages import Message, disown_marker_text, to_api, validate_message
 from .micro import CommitHook, MicroCompactor, PassResult
 from .summarizers import Summarizer, make_summarizer
 from .telemetry import occupancy_pct
-from .store import StoreConflict
+from .store import StoreConflict, StoreReadOnly
 from .tokens import Ledger, TokenCounter, make_text_counter
 
 if TYPE_CHECKING:
@@ -93,7 +93,10 @@ class Session:
         """Resume ``session_id`` from ``store`` (or start it): active messages are loaded, and the engine
         recovers its cursor and rolling summary from the last marker, so no work is redone. Exchanges
         skipped after repeated failures stay skipped."""
-        store.create_session(session_id)
+        try:
+            store.create_session(session_id)
+        except StoreReadOnly:
+            log.warning("Session store is read-only: session %s is loaded, but nothing will be written", session_id)
         session = cls(config, summarizer, session_id=session_id, messages=store.load_active(session_id),
                       store=store, **kwargs)
         session.micro.state.skipped |= store.skipped(session_id)
@@ -102,6 +105,7 @@ class Session:
         session.micro.state.turns = int(meta.get("micro_turns", 0))  # the every-N-turns cadence goes on
         session.finalized_row = meta.get("finalized_row")
         return session
+
     # ------------------------------------------------------------------ the transcript
 
     def append(self, message: Message) -> None:
