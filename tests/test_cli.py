@@ -482,3 +482,15 @@ def test_unusable_log_path_is_a_clear_error(home: Path, tmp_path: Path) -> None:
     result = run(DEMO, "--context-limit", 200000, "--log", log)
     assert result.exit_code == 2, repr(result.exception)
     assert str(blocker) in flat(result.stderr)
+
+
+def test_sessions_commands_name_an_unknown_session(home: Path, tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    runner = CliRunner()
+    ok = runner.invoke(app, ["replay", str(DEMO), "--context-limit", "200000", "--db", str(db), "--session", "d"])
+    assert ok.exit_code == 0
+    for args in (["export", "nope"], ["search", "nope", "x"], ["show", "nope"]):
+        res = runner.invoke(app, ["sessions", *args, "--db", str(db)])
+        assert res.exit_code == 2 and "no session 'nope'" in res.output
+    res = runner.invoke(app, ["sessions", "export", "d", "--expand", "1", "--db", str(db)])
+    assert res.exit_code == 2 and "Traceback" not in res.output

@@ -349,3 +349,24 @@ def test_none_and_list_content(content):
     s = Session(config(), Recorder(), counter=counter())
     run_turns(s, turns)
     check(s, flat)
+
+
+def test_long_turn_with_a_missing_tool_result_is_still_absorbed():
+    msgs = turn(0, iterations=1) + turn(1, iterations=40, size=450)
+    broken = next(i for i, m in enumerate(msgs) if m["role"] == "tool" and m["tool_call_id"] == "c1_3")
+    del msgs[broken]  # an interrupted tool in a recording: its call never got a result
+    s = Session(config(micro_compact_max_exchange_tokens=2000), Recorder(), counter=counter())
+    results = []
+    for m in msgs:
+        if m["role"] == "assistant":
+            results += s.before_request()
+        s.append(m)
+    assert sum(r.outcome == "absorbed" for r in results) >= 4
+    assert role_sequence_errors(s.transcript) == []  # absorbing the unpaired call repaired the pairing
+
+
+def test_history_processor_returns_no_token_cache_and_uses_the_configured_tokenizer():
+    flat = [m for t in [turn(i) for i in range(6)] for m in t]
+    out = micro_compact(flat, Recorder(), config=config(tokenizer="estimate"))
+    assert not any("_tokens" in m for m in out)
+    assert marker_count(out, "micro") == 1

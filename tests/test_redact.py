@@ -228,3 +228,12 @@ def test_key_tail_without_begin_line_is_redacted_and_json_stays_valid():
     assert "MIIEvQ" not in redacted and json.loads(redacted)["output"] == "tail\n[REDACTED]\n"
     unterminated = json.dumps({"output": "-----BEGIN " + "PRIVATE KEY-----\n" + body[:40]})
     assert "MIIEvQ" not in redact_text(unterminated) and json.loads(redact_text(unterminated))
+
+
+def test_tool_call_arguments_given_as_objects_are_redacted_too():
+    key = "sk-proj-" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z"
+    msg = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "http", "arguments": {"api_key": key, "url": "x"}}}]}
+    out = redact_message(msg)
+    args = out["tool_calls"][0]["function"]["arguments"]
+    assert isinstance(args, str) and key not in args and json.loads(args)["url"] == "x"

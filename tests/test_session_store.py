@@ -890,3 +890,25 @@ def test_lost_commit_ack_on_a_pass_does_not_stop_compaction(pg_dsn):
             check_store_matches(session, st)
     finally:
         db.drop()
+
+
+def test_messages_copied_from_another_session_are_written_as_new(store):
+    """Store bookkeeping (_row/_pos) on a caller's message never passes for 'already stored'."""
+    old = new_session(store, Recorder(), sid="old")
+    replay(flat_transcript(6), old)
+    old.close()
+    fork = Session(micro_config(), Recorder(), session_id="fork", store=store, counter=counter(),
+                   messages=old.transcript)
+    fork.append(dict(old.transcript[-1]))
+    assert fork.flush()
+    stored = store.load_active("fork")
+    assert len(stored) == len(fork.ledger.messages)
+    assert {m["_row"] for m in stored}.isdisjoint({m["_row"] for m in store.load_active("old")})
+
+
+def test_constructing_over_an_existing_session_points_to_open(store):
+    s = new_session(store, Recorder(), sid="dup")
+    s.extend(flat_transcript(2))
+    s.close()
+    with pytest.raises(ValueError, match="Session.open"):
+        Session(micro_config(), Recorder(), session_id="dup", store=store, counter=counter())

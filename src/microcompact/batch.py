@@ -264,7 +264,10 @@ class BatchCompactor:
         if tokens < threshold:
             return False
         # The pause is in counted tokens (like paused_below), whatever figure triggered the check.
-        if self.paused_below is not None and ledger.total < self.paused_below and not self._at_risk(tokens):
+        # Near the limit the pause yields, unless compactions there keep freeing too little as well (a head or
+        # tail that cannot shrink): then a summarizer call on every request would help nobody.
+        if self.paused_below is not None and ledger.total < self.paused_below and \
+                not (self._at_risk(tokens) and self.low_yield < 3):
             return False
         return True
 

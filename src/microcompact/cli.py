@@ -69,7 +69,9 @@ def _configure(config_path: Optional[Path], context_limit: Optional[int], summar
     compression = {"micro_compact": micro, "micro_compact_every_n_turns": every}
     aux = {"model": model, "base_url": base_url, "api_key_env": api_key_env,
            "provider": summarizer if summarizer else None}
-    return config.with_overrides(compression=compression, **{"auxiliary.compression": aux},
+    return config.with_overrides(source="command-line options (--context-limit, --every, --summarizer, --model, "
+                                        "--base-url, --api-key-env)",
+                                 compression=compression, **{"auxiliary.compression": aux},
                                  model={"context_length": context_limit})
 
 
@@ -256,6 +258,11 @@ def _store(db: Optional[str]):
         _fail(str(exc))
 
 
+def _require_session(store, session_id: str) -> None:
+    if not any(r["id"] == session_id for r in store.list_sessions()):
+        _fail(f"no session {session_id!r} in {store.describe()}")
+
+
 @sessions_app.command("list")
 def sessions_list(db: DbOption = None) -> None:
     """Every stored session with its message counts."""
@@ -277,8 +284,7 @@ def sessions_show(session_id: str, db: DbOption = None,
                   ) -> None:
     """The active transcript of a session (what the model is sent), one line per message."""
     with _store(db) as store:
-        if not any(r["id"] == session_id for r in store.list_sessions()):
-            _fail(f"no session {session_id!r} in {store.describe()}")
+        _require_session(store, session_id)
         messages = store.load_active(session_id)
     table = Table(title=f"session {escape(session_id)}: {len(messages)} active messages", title_justify="left")
     for col in ("pos", "row", "role", "content"):
@@ -302,6 +308,7 @@ def sessions_search(session_id: str, query: str, db: DbOption = None,
                     ) -> None:
     """Full-text search over what compaction absorbed: nothing summarized is lost for good."""
     with _store(db) as store:
+        _require_session(store, session_id)
         hits = store.search(session_id, query, limit=limit, include_active=active)
     if not hits:
         out.print(f"no match for {escape(query)!s} in session {escape(session_id)}")
@@ -322,8 +329,12 @@ def sessions_export(session_id: str, db: DbOption = None,
                     ) -> None:
     """The session as JSONL on stdout (replayable)."""
     with _store(db) as store:
-        messages = store.expand(session_id, expand) if expand is not None else \
-            store.export(session_id, include_absorbed=include_absorbed)
+        _require_session(store, session_id)
+        try:
+            messages = store.expand(session_id, expand) if expand is not None else \
+                store.export(session_id, include_absorbed=include_absorbed)
+        except (ValueError, StoreError) as exc:
+            _fail(str(exc))
     for m in messages:
         sys.stdout.write(json.dumps(export_form(m), ensure_ascii=False) + "\n")
 

@@ -105,14 +105,14 @@ class Config(_Strict):
         limit = self.model.context_length or FALLBACK_CONTEXT_LIMIT
         return int(self.compression.target_ratio * self.compression.threshold * limit)
 
-    def with_overrides(self, **sections: dict[str, Any]) -> "Config":
+    def with_overrides(self, source: str = "overrides", **sections: dict[str, Any]) -> "Config":
         data = self.model_dump()
         for section, values in sections.items():
             target = data
             for part in section.split("."):
                 target = target.setdefault(part, {})
             target.update({k: v for k, v in values.items() if v is not None})
-        return parse_config(data, source="overrides")
+        return parse_config(data, source=source)
 
 
 # Used only to size the protected tail when the model's window is unknown; never looked up remotely.

@@ -11,7 +11,6 @@ engine can assert them separately.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
@@ -117,11 +116,6 @@ def _join_contents(first: Message, second: Message) -> Message:
         texts = [t for t in (a, b) if t]
         joined["content"] = "\n\n".join(texts)
     return joined
-
-
-def strip_cache(message: Message) -> Message:
-    """A shallow copy without the cached token count (for export)."""
-    return {k: v for k, v in message.items() if k != "_tokens"}
 
 
 # --------------------------------------------------------------------------- markers
@@ -311,8 +305,3 @@ def user_message_errors(before: Sequence[Message], after: Sequence[Message]) -> 
 
 def marker_count(messages: Iterable[Message], kind: MarkerKind) -> int:
     return sum(1 for m in messages if marker_kind(m) == kind)
-
-
-def clone(messages: Iterable[Message]) -> list[Message]:
-    """Deep copies, for callers that want to keep their own dicts untouched."""
-    return [copy.deepcopy(m) for m in messages]

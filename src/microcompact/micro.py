@@ -40,7 +40,7 @@ from .summarizers import (
     shorten_summary,
 )
 from .telemetry import emit, occupancy_pct
-from .tokens import Ledger, TokenCounter
+from .tokens import TOKENS_KEY, Ledger, TokenCounter, make_text_counter
 from .window import Span, bounded_exchange, exchange_start, head_end, iteration_end, tail_start
 
 log = logging.getLogger("microcompact")
@@ -142,7 +142,7 @@ class Planned:
     read: int
     base_summary: str
     marker_index: int | None
-    identity: tuple[int, ...]  # id() of the span's messages when planned, to detect a changed transcript
+    identity: tuple[Message, ...]  # the span's message objects when planned, to detect a changed transcript
     summary: str | None = None
     error: Exception | None = None
     summarizer_ms: float = 0.0
@@ -385,7 +385,15 @@ class MicroCompactor:
             if m.get("role") != "assistant" or is_marker(m):
                 break
             end = iteration_end(msgs, i)
-            if end is None or end > limit:
+            if end is None:
+                # Results missing: if the turn went on after it (an interrupted tool in a recording), the
+                # iteration is finished and absorbing it repairs the pairing; at the end it is in progress.
+                end = i + 1
+                while end < limit and msgs[end].get("role") == "tool":
+                    end += 1
+                if end >= limit:
+                    break
+            if end > limit:
                 break
             units.append((i, end, False))
             available += sum(tokens[i:end])
@@ -469,7 +477,7 @@ class MicroCompactor:
         read = min(span.tokens, self.cfg.micro_compact_max_exchange_tokens) + st.text_tokens
         planned = Planned(mode=mode, span=span, absorbed=absorbed, key=span_key(msgs, span.start), t0=t0,
                           read=read, base_summary=st.text, marker_index=st.marker_index,
-                          identity=tuple(id(msgs[i]) for i in range(span.start, span.end)))
+                          identity=tuple(msgs[i] for i in range(span.start, span.end)))
         s0 = self.clock()
         try:
             planned.summary = self._clean(self.summarizer.merge(st.text, prepared),
@@ -487,7 +495,7 @@ class MicroCompactor:
             return False
         if planned.marker_index != self.state.marker_index:
             return False
-        return all(id(msgs[i]) == ident for i, ident in zip(range(span.start, span.end), planned.identity))
+        return all(msgs[i] is original for i, original in zip(range(span.start, span.end), planned.identity))
 
     def commit_planned(self, ledger: Ledger, planned: Planned) -> PassResult:
         """The quick half: write the event through the store, then apply it and update the state."""
@@ -660,10 +668,11 @@ def micro_compact(messages: list[Message], summarizer: Summarizer, *, config: Co
     config = config or Config()
     if not config.compression.micro_compact:
         config = config.with_overrides(compression={"micro_compact": True})
-    counter = counter or TokenCounter()
-    ledger = Ledger(counter, messages)
+    counter = counter or TokenCounter(make_text_counter(config.compression.tokenizer))
+    ledger = Ledger(counter, [{k: v for k, v in m.items() if k != TOKENS_KEY} for m in messages])
     engine = MicroCompactor(config, summarizer, counter)
     if state is not None:
         engine.state = state
     engine._guarded(ledger, "turn")
-    return ledger.messages
+    # Markers keep their ``_mc`` metadata (so the next call recognises them); send ``to_api(result)``.
+    return [{k: v for k, v in m.items() if k != TOKENS_KEY} for m in ledger.messages]

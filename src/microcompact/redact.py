@@ -43,6 +43,7 @@ replaces bare text. A 40,000-character tool output takes about a millisecond.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -177,8 +178,12 @@ def _redact_tool_call(call: Any) -> Any:
     if not isinstance(call, dict) or not isinstance(call.get("function"), dict):
         return call
     function = dict(call["function"])
-    if isinstance(function.get("arguments"), str):
-        function["arguments"] = redact_text(function["arguments"])
+    args = function.get("arguments")
+    if args is not None and not isinstance(args, str):
+        # Some frameworks hand arguments over as objects; summarizers read them as JSON text.
+        args = json.dumps(args, ensure_ascii=False, default=str)
+    if isinstance(args, str):
+        function["arguments"] = redact_text(args)
     return {**call, "function": function}
 
 

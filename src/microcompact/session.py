@@ -53,13 +53,26 @@ def summarizer_for(config: Config, counter: TokenCounter | None = None) -> Summa
                            temperature=aux.temperature)
 
 
+# The store's bookkeeping on a message: meaningful only on rows it handed out itself (Session.open).
+_STORE_KEYS = ("_row", "_pos", "_tokens")
+
+
+def _own(message: Message) -> Message:
+    """The caller's message without store bookkeeping (a message copied from another session's transcript
+    would otherwise pass for one already stored)."""
+    if not any(k in message for k in _STORE_KEYS):
+        return message
+    return {k: v for k, v in message.items() if k not in _STORE_KEYS}
+
+
 class Session:
     """One conversation: append messages, send ``messages``, call the hooks; compaction happens inside."""
 
     def __init__(self, config: Config | None = None, summarizer: Summarizer | None = None, *,
                  session_id: str | None = None, counter: TokenCounter | None = None,
                  messages: Iterable[Message] = (), commit: CommitHook | None = None,
-                 clock: Callable[[], float] = time.time, store: SessionStore | None = None) -> None:
+                 clock: Callable[[], float] = time.time, store: SessionStore | None = None,
+                 _stored: bool = False) -> None:
         self.config = config or Config()
         self.session_id = session_id or uuid.uuid4().hex[:12]
         self.store = store
@@ -69,9 +82,13 @@ class Session:
             commit = self._commit_to_store
         self.counter = counter or TokenCounter(make_text_counter(self.config.compression.tokenizer))
         self.summarizer = summarizer or summarizer_for(self.config, self.counter)
-        initial = list(messages)
+        # Only Session.open hands in stored rows; anything else is the caller's and gets written as new.
+        initial = list(messages) if _stored else [_own(m) for m in messages]
         for i, m in enumerate(initial):
             validate_message(m, f"message {i}")
+        if store is not None and not _stored and store.load_active(self.session_id):
+            raise ValueError(f"session {self.session_id!r} already exists in the store: resume it with "
+                             "Session.open(store, session_id)")
         self.ledger = Ledger(self.counter, initial)
         self.micro = MicroCompactor(self.config, self.summarizer, self.counter, session_id=self.session_id,
                                     commit=commit, wall_clock=clock)
@@ -86,6 +103,9 @@ class Session:
         # Row of the last message when finalize_turn last completed (restored by open): tells a resumed replay
         # whether the turn that ends the stored transcript was finalized before the interruption.
         self.finalized_row: int | None = None
+        if not self.micro.active and not self.config.threshold_tokens():
+            log.warning("Session %s: compaction is inactive (compression.micro_compact is off and "
+                        "model.context_length is unknown, so batch compaction never triggers)", self.session_id)
 
     @classmethod
     def open(cls, store: SessionStore, session_id: str, config: Config | None = None,
@@ -98,7 +118,7 @@ class Session:
         except StoreReadOnly:
             log.warning("Session store is read-only: session %s is loaded, but nothing will be written", session_id)
         session = cls(config, summarizer, session_id=session_id, messages=store.load_active(session_id),
-                      store=store, **kwargs)
+                      store=store, _stored=True, **kwargs)
         session.micro.state.skipped |= store.skipped(session_id)
         session._skips_saved = set(session.micro.state.skipped)
         meta = store.session_meta(session_id)
@@ -111,7 +131,7 @@ class Session:
     def append(self, message: Message) -> None:
         """Add a message (a copy is kept; the caller's dict is never changed)."""
         validate_message(message, f"message {len(self.ledger)}")
-        owned = self.ledger.append(disown_marker_text(message))
+        owned = self.ledger.append(disown_marker_text(_own(message)))
         if self.store is not None:
             self._unflushed.append(owned)
 

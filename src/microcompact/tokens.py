@@ -175,9 +175,6 @@ class TokenCounter:
         out[TOKENS_KEY] = self.count_message(message) if TOKENS_KEY not in message else message[TOKENS_KEY]
         return out
 
-    def count_messages(self, messages: Iterable[Message]) -> int:
-        return sum(self.count_message(m) for m in messages)
-
     def calibrate(self, counted_tokens: int, reported_prompt_tokens: int) -> float:
         """Blend in the provider's figure; returns the new scale (reported / counted, smoothed)."""
         if counted_tokens > 0 and reported_prompt_tokens > 0:
@@ -220,9 +217,6 @@ class Ledger:
         self.total += sum(counts) - sum(self.tokens[start:end])
         self.messages[start:end] = owned
         self.tokens[start:end] = counts
-
-    def span_tokens(self, start: int, end: int) -> int:
-        return sum(self.tokens[start:end])
 
     def snapshot(self) -> "Ledger":
         """A copy sharing the message objects (cheap: two list copies), for work on another thread."""
