@@ -27,7 +27,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from microcompact.messages import MARKER_END, MARKER_HEADING, MARKER_PREFIX
+from microcompact.messages import MARKER_END, MARKER_HEADING, MARKER_PREFIX, content_text, is_marker
 
 Message = dict[str, Any]
 
@@ -278,3 +278,18 @@ def micro_configs(draw: st.DrawFn, **fixed: Any) -> dict[str, Any]:
     }
     compression.update(fixed)
     return isolated_config_data(draw(st.sampled_from(TAIL_TOKENS)), **compression)
+
+
+def units(messages: list[dict[str, Any]]) -> list[str]:
+    """What identifies messages: tool call ids, tool result ids, assistant step tags (``s<n>:``)."""
+    out: list[str] = []
+    for m in messages:
+        role = m.get("role")
+        if role == "tool":
+            out.append(f"T:{m.get('tool_call_id')}")
+        elif role == "assistant" and not is_marker(m):
+            out += [f"S:{n}" for n in STEP_TAG.findall(content_text(m))[:1]]
+            out += [f"C:{tc.get('id')}" for tc in m.get("tool_calls") or ()]
+        elif role == "user":
+            out.append("USER")
+    return out

@@ -50,7 +50,7 @@ from microcompact.telemetry import parse_line
 from microcompact.tokens import EstimateCounter, Ledger, TokenCounter
 from microcompact.window import head_end, tail_start
 
-from strategies import STEP_TAG, transcripts
+from strategies import transcripts, units
 
 TRANSCRIPTS = Path("/work/shared/transcripts/normalized")
 LONGEST = TRANSCRIPTS / "cc_4d5611e5.jsonl"
@@ -94,21 +94,6 @@ class FakeClock:
 
 
 # --------------------------------------------------------------------------- summarizers for tests
-
-
-def units(messages: list[dict[str, Any]]) -> list[str]:
-    """What identifies messages: tool call ids, tool result ids, assistant step tags (``s<n>:``)."""
-    out: list[str] = []
-    for m in messages:
-        role = m.get("role")
-        if role == "tool":
-            out.append(f"T:{m.get('tool_call_id')}")
-        elif role == "assistant" and not is_marker(m):
-            out += [f"S:{n}" for n in STEP_TAG.findall(content_text(m))[:1]]
-            out += [f"C:{tc.get('id')}" for tc in m.get("tool_calls") or ()]
-        elif role == "user":
-            out.append("USER")
-    return out
 
 
 class Scribe:

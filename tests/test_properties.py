@@ -55,13 +55,13 @@ from microcompact.tokens import EstimateCounter, TokenCounter, make_text_counter
 from microcompact.window import head_end, tail_start
 
 from strategies import (
-    STEP_TAG,
     Scenario,
     isolated_config_data,
     long_turn_transcripts,
     micro_configs,
     scenarios,
     transcripts,
+    units,
 )
 
 FAILED = {"summarize_failed", "exchange_skipped", "no_reclaim", "store_failed"}
@@ -85,21 +85,6 @@ def estimate_counter() -> TokenCounter:
 
 
 # --------------------------------------------------------------------------- summarizers for tests
-
-
-def units(messages: list[dict[str, Any]]) -> list[str]:
-    """What identifies the messages of an exchange: tool call ids, tool result ids, assistant step tags."""
-    out: list[str] = []
-    for m in messages:
-        role = m.get("role")
-        if role == "tool":
-            out.append(f"T:{m.get('tool_call_id')}")
-        elif role == "assistant" and not is_marker(m):
-            out += [f"S:{n}" for n in STEP_TAG.findall(content_text(m))[:1]]
-            out += [f"C:{tc.get('id')}" for tc in m.get("tool_calls") or ()]
-        elif role == "user":
-            out.append("USER")
-    return out
 
 
 class DigestSummarizer:

@@ -154,23 +154,23 @@ def _json(value: Any, what: str) -> str:
         out = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{what} is not JSON-serializable: {exc}") from None
-    if not out.isascii():
-        try:
-            out.encode("utf-8")
-        except UnicodeEncodeError:
-            out = out.encode("utf-8", "replace").decode("utf-8")
-    return out
+    return _valid_utf8(out)
 
 
-def _clean_text(text: str) -> str:
-    if "\x00" in text:
-        text = text.replace("\x00", " ")  # PostgreSQL text cannot hold NUL
+def _valid_utf8(text: str) -> str:
+    """``text`` with lone surrogates (not encodable, so not storable) replaced by ``?``."""
     if not text.isascii():
         try:
             text.encode("utf-8")
         except UnicodeEncodeError:
             text = text.encode("utf-8", "replace").decode("utf-8")
     return text
+
+
+def _clean_text(text: str) -> str:
+    if "\x00" in text:
+        text = text.replace("\x00", " ")  # PostgreSQL text cannot hold NUL
+    return _valid_utf8(text)
 
 
 def search_text(message: Message) -> str:
