@@ -5,7 +5,7 @@ Three kinds of tests:
 - hand-built transcripts, one behaviour per test (prune stubs, joined users, previous summary, user floor,
   bounded input, anti-thrash, telemetry);
 - invariants checked around *every* batch compaction, on hypothesis-generated transcripts (``strategies.py``)
-  and on the real transcripts in ``/work/shared/transcripts/normalized`` (with micro-compaction off, and
+  and on the real transcripts in ``shared/transcripts/normalized`` (with micro-compaction off, and
   with micro -> batch -> micro interleaved);
 - faults against the local chat-completions server (``chat_server`` fixture) through the real
   ``OpenAISummarizer``, with an injected clock so cooldowns cost no time.
@@ -51,8 +51,9 @@ from microcompact.tokens import EstimateCounter, Ledger, TokenCounter
 from microcompact.window import head_end, tail_start
 
 from strategies import transcripts, units
+from paths import NORMALIZED
 
-TRANSCRIPTS = Path("/work/shared/transcripts/normalized")
+TRANSCRIPTS = NORMALIZED
 LONGEST = TRANSCRIPTS / "cc_4d5611e5.jsonl"
 KEY_ENV = "MICROCOMPACT_TEST_BATCH_KEY"
 OPENAI_KEY = "sk-proj-" + "Qw8Er4Ty6Ui2Op0As5Df7Gh3Jk9Lz1Xc"  # fake; concatenated to keep scanners quiet

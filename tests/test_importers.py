@@ -22,8 +22,9 @@ from microcompact.importers import (
 )
 from microcompact.messages import TranscriptError, role_sequence_errors, tool_pairing_errors, user_texts
 from microcompact.replay import load_transcript
+from paths import TRANSCRIPTS
 
-SHARED = Path("/work/shared/transcripts")
+SHARED = TRANSCRIPTS
 RAW = SHARED / "raw"
 NORMALIZED = SHARED / "normalized"
 

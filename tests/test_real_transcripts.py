@@ -5,13 +5,12 @@ The driver mirrors :func:`microcompact.replay.replay` (``before_request`` before
 call, not only on the final transcript; the final transcript is then compared with what ``replay`` itself
 produces, so the mirror cannot drift from the real thing.
 
-Sessions: /work/shared/transcripts/normalized (see its MANIFEST.md). The module skips when it is missing.
+Sessions: shared/transcripts/normalized beside the repository (see its MANIFEST.md). The module skips when it is missing.
 """
 
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,8 +26,9 @@ from microcompact.messages import (
 from microcompact.replay import load_transcript, replay
 from microcompact.session import Session
 from microcompact.window import head_end
+from paths import NORMALIZED
 
-CORPUS = Path("/work/shared/transcripts/normalized")
+CORPUS = NORMALIZED
 FILES = sorted(CORPUS.glob("*.jsonl")) if CORPUS.is_dir() else []
 LIMITS = (200_000, 64_000)
 

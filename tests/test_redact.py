@@ -5,15 +5,15 @@ from __future__ import annotations
 import copy
 import json
 import time
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from microcompact.redact import REDACTED, redact_message, redact_text
+from paths import NORMALIZED
 
-TRANSCRIPT = Path("/work/shared/transcripts/normalized/cc_fa812bfe.jsonl")
+TRANSCRIPT = NORMALIZED / "cc_fa812bfe.jsonl"
 
 
 def fake(prefix: str, body: str) -> str:

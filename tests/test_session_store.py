@@ -36,6 +36,7 @@ from microcompact.store import (
     open_store,
 )
 from microcompact.tokens import EstimateCounter, TokenCounter
+from paths import NORMALIZED
 
 SID = "sess-1"
 
@@ -474,7 +475,7 @@ def test_skipped_exchange_is_not_retried_after_open(store):
 
 # --------------------------------------------------------------------------- SIGKILL during replay --db
 
-TRANSCRIPTS = Path("/work/shared/transcripts/normalized")
+TRANSCRIPTS = NORMALIZED
 CRASH_FILE = TRANSCRIPTS / "cc_fa812bfe.jsonl"
 CRASH_SEED = 20240611
 

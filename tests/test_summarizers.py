@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,8 +32,9 @@ from microcompact.summarizers import (
     shorten_summary,
 )
 from microcompact.tokens import EstimateCounter, make_text_counter
+from paths import NORMALIZED
 
-TRANSCRIPT = Path("/work/shared/transcripts/normalized/cc_fa812bfe.jsonl")
+TRANSCRIPT = NORMALIZED / "cc_fa812bfe.jsonl"
 ROOT = "/home/USER/projects/spotter-worktrees/spotter-a0y"
 KEY_ENV = "MICROCOMPACT_TEST_SUMMARIZER_KEY"
 OPENAI_KEY = "sk-proj-" + "Xq7Lm2Vb9Tn4Rk8Wp3Zs6Hd1Jf5Gc0Ya"  # fake; concatenated to keep scanners quiet
