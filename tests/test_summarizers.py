@@ -43,6 +43,8 @@ estimate = EstimateCounter().count
 
 @pytest.fixture(scope="module")
 def transcript() -> list[dict[str, Any]]:
+    if not TRANSCRIPT.exists():
+        pytest.skip(f"shared transcripts not found at {TRANSCRIPT}")
     return [json.loads(line) for line in TRANSCRIPT.read_text().splitlines()]
 
 
