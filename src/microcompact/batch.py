@@ -476,5 +476,13 @@ class BatchCompactor:
         if record["tokens_after"] > (threshold or record["tokens_after"]) and outcome in (
                 "compacted", "user_floor_exceeded", "fallback", "pruned"):
             record["still_over_threshold"] = True
+            # Why: what compaction may not touch (head and tail) and what it keeps verbatim (user messages).
+            msgs, tokens = ledger.messages, ledger.tokens
+            h = head_end(msgs, self.cfg.protect_first_n)
+            t = tail_start(msgs, tokens, self.config.tail_budget_tokens(), min_messages=self.cfg.min_tail_messages,
+                           floor=h)
+            record["head_tokens"] = sum(tokens[:h])
+            record["tail_tokens"] = sum(tokens[t:])
+            record["middle_user_tokens"] = sum(tokens[i] for i in range(h, t) if msgs[i].get("role") == "user")
         emit("batch", record)
         return BatchResult(outcome, record)
