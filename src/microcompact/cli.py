@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import json
 import logging
+import math
+import os
 import sys
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -14,11 +21,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.markup import escape
 from rich.table import Table
 
-from .compare import compare, plot_compare
+from .compare import POLICIES, compare, plot_compare
 from .config import Config, ConfigError, home_dir, load_config
 from .cost import load_pricing
 from .messages import TranscriptError, content_text
-from .replay import load_transcript, replay, resume_point, summary_json
+from .replay import read_transcript, replay, resume_point, summary_json
 from .store import StoreError, open_store
 from .session import Session
 from .telemetry import setup_file_logging
@@ -64,8 +71,12 @@ def _open_log(log_file: Optional[Path]) -> logging.Handler:
 
 def _configure(config_path: Optional[Path], context_limit: Optional[int], summarizer: Optional[str],
                model: Optional[str], base_url: Optional[str], api_key_env: Optional[str], every: Optional[int],
-               micro: bool) -> Config:
+               micro: Optional[bool]) -> Config:
+    """The config for a replay: explicit flags > the config file > defaults (replay's default is micro on)."""
     config = load_config(config_path)
+    if micro is None:
+        # The library's default is off; replay's is on, unless the config file says micro_compact itself.
+        micro = config.compression.micro_compact if "micro_compact" in config.compression.model_fields_set else True
     compression = {"micro_compact": micro, "micro_compact_every_n_turns": every}
     aux = {"model": model, "base_url": base_url, "api_key_env": api_key_env,
            "provider": summarizer if summarizer else None}
@@ -88,28 +99,43 @@ def replay_cmd(
     out_file: Annotated[Optional[Path], typer.Option("--out", help="Write the final transcript (JSONL).")] = None,
     log_file: Annotated[Optional[Path], typer.Option("--log", help="Log file (default $MICROCOMPACT_HOME/logs/agent.log).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a machine-readable summary.")] = False,
-    no_micro: Annotated[bool, typer.Option("--no-micro", help="Replay without micro-compaction.")] = False,
+    micro_flag: Annotated[Optional[bool], typer.Option("--micro/--no-micro", help="Replay with / without micro-compaction "
+                                                       "(default: compression.micro_compact of --config when the file "
+                                                       "sets it, else on). Everywhere an explicit flag beats the "
+                                                       "config file, which beats the default.", show_default=False)] = None,
+    repair: Annotated[bool, typer.Option("--repair", help="Repair known recording defects (orphan tool results, calls "
+                                                           "with no result, duplicate call ids), reporting each on "
+                                                           "stderr with its line.")] = False,
     session_id: Annotated[Optional[str], typer.Option("--session", help="Session id (default: derived from the file).")] = None,
     db: Annotated[Optional[str], typer.Option("--db", help="Store the session here (SQLite file or postgresql:// DSN); "
                                                             "run again to resume after an interruption.")] = None,
     compare_policies: Annotated[bool, typer.Option("--compare", help="Replay under every policy side by side, with costs.")] = False,
-    pricing: Annotated[str, typer.Option("--pricing", help="Cost model: anthropic | openai | FILE.yaml (with --compare).")] = "anthropic",
-    every_n: Annotated[int, typer.Option("--every-n", help="N for the micro-every-N policy (with --compare).")] = 5,
-    reclaim: Annotated[int, typer.Option("--reclaim", help="Reclaim gate tokens for micro-reclaim-gate (with --compare).")] = 4096,
-    assume_gap: Annotated[float, typer.Option("--assume-gap", help="Seconds between model requests when the transcript has no timestamps.")] = 30.0,
+    pricing: Annotated[Optional[str], typer.Option("--pricing", help="With --compare: cost model, anthropic | openai | FILE.yaml.  [default: anthropic]")] = None,
+    every_n: Annotated[Optional[int], typer.Option("--every-n", help="With --compare: N for the micro-every-N policy.  [default: 5]")] = None,
+    reclaim: Annotated[Optional[int], typer.Option("--reclaim", help="With --compare: reclaim gate tokens for micro-reclaim-gate.  [default: 4096]")] = None,
+    assume_gap: Annotated[Optional[float], typer.Option("--assume-gap", help="With --compare: seconds between model requests when the transcript has no timestamps.  [default: 30]")] = None,
     plot: Annotated[Optional[Path], typer.Option("--plot", help="With --compare: draw occupancy per request (PNG).")] = None,
 ) -> None:
-    """Replay a recorded transcript through the engine and report what happened."""
+    """Replay a recorded transcript through the engine and report what happened.
+
+    Precedence: an explicit flag beats the --config file, which beats the defaults.
+    """
     if summarizer not in (None, "extractive", "openai"):
         _fail(f"--summarizer must be extractive or openai, got {summarizer!r}")
+    compare_opts = _compare_options(compare_policies, pricing, every_n, reclaim, assume_gap, plot)
     try:
-        cfg = _configure(config, context_limit, summarizer, model, base_url, api_key_env, every, not no_micro)
-        messages = load_transcript(transcript)
-        prices = load_pricing(pricing) if compare_policies else None
+        cfg = _configure(config, context_limit, summarizer, model, base_url, api_key_env, every, micro_flag)
+        messages, repairs = read_transcript(transcript, repair=repair)
+        prices = load_pricing(compare_opts.pricing) if compare_policies else None
     except (ConfigError, TranscriptError) as exc:
         _fail(str(exc))
+    for line in repairs:
+        err.print(escape(line), highlight=False, soft_wrap=True)
     if compare_policies:
-        _compare(transcript, messages, cfg, prices, every_n, reclaim, assume_gap, as_json, plot, log_file)
+        if cfg.auxiliary.compression.kind == "openai":
+            err.print(f"note: --compare replays under {len(POLICIES)} policies, each with its own summarizer calls: "
+                      f"about {len(POLICIES)} times the model calls of one replay", highlight=False, soft_wrap=True)
+        _compare(transcript, messages, cfg, prices, compare_opts, as_json, log_file)
         return
     handler = _open_log(log_file)
     try:
@@ -143,33 +169,99 @@ def replay_cmd(
     summary = summary_json(stats, session)
     if out_file:
         try:
-            with open(out_file, "w", encoding="utf-8") as fh:
-                for m in session.transcript:
-                    fh.write(json.dumps(export_form(m), ensure_ascii=False) + "\n")
-        except OSError as exc:
-            _fail(f"cannot write {out_file}: {exc.strerror or exc}")
+            write_atomically(out_file, (json.dumps(export_form(m), ensure_ascii=False) + "\n"
+                                        for m in session.transcript))
+        except (OSError, ValueError) as exc:
+            _fail(f"cannot write {out_file}: {getattr(exc, 'strerror', None) or exc}; nothing was written")
     if as_json:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
         return
     _print_replay(transcript, summary, stats, session)
 
 
-def _compare(path: Path, messages: list, cfg: Config, prices, every_n: int, reclaim: int, gap: float,
-             as_json: bool, plot: Optional[Path], log_file: Optional[Path]) -> None:
+def write_atomically(path: Path, lines: Iterable[str]) -> None:
+    """Write ``lines`` to ``path`` through a temporary file in the same folder, renamed into place only
+    once fully written and synced: a full disk or a crash leaves no partial output (and an older file whole)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent if str(path.parent) else ".")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            for line in lines:
+                fh.write(line)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+@dataclass
+class CompareOptions:
+    pricing: str = "anthropic"
+    every_n: int = 5
+    reclaim: int = 4096
+    assume_gap: float = 30.0
+    plot: Optional[Path] = None
+
+
+def _compare_options(on: bool, pricing: Optional[str], every_n: Optional[int], reclaim: Optional[int],
+                     assume_gap: Optional[float], plot: Optional[Path]) -> CompareOptions:
+    """The --compare options, range-checked before anything long runs; given without --compare, an error
+    (a flag that silently does nothing misleads)."""
+    given = {"--pricing": pricing, "--every-n": every_n, "--reclaim": reclaim, "--assume-gap": assume_gap,
+             "--plot": plot}
+    if not on:
+        for flag, value in given.items():
+            if value is not None:
+                _fail(f"{flag} only applies with --compare")
+    opts = CompareOptions()
+    if pricing is not None:
+        opts.pricing = pricing
+    if every_n is not None:
+        if not 1 <= every_n <= 1000:
+            _fail(f"--every-n must be between 1 and 1000, got {every_n}")
+        opts.every_n = every_n
+    if reclaim is not None:
+        if not 0 <= reclaim <= 10_000_000:
+            _fail(f"--reclaim must be between 0 and 10000000 tokens, got {reclaim}")
+        opts.reclaim = reclaim
+    if assume_gap is not None:
+        if not math.isfinite(assume_gap) or not 0 <= assume_gap <= 86_400:
+            _fail(f"--assume-gap must be a number of seconds between 0 and 86400, got {assume_gap}")
+        opts.assume_gap = assume_gap
+    if plot is not None:
+        folder = plot.parent if str(plot.parent) else Path(".")
+        if not folder.is_dir():
+            _fail(f"--plot {plot}: folder {folder} does not exist")
+        if plot.is_dir():
+            _fail(f"--plot {plot}: is a folder, give a file name (PNG)")
+        if importlib.util.find_spec("matplotlib") is None:
+            _fail("--plot needs matplotlib: pip install 'microcompact[plot]' (or pip install matplotlib)")
+        opts.plot = plot
+    return opts
+
+
+def _compare(path: Path, messages: list, cfg: Config, prices, opts: CompareOptions, as_json: bool,
+             log_file: Optional[Path]) -> None:
     if cfg.model.context_length is None:
         _fail("--compare needs the model's context window: --context-limit N (or model.context_length)")
     handler = _open_log(log_file)
     try:
         with err.status("replaying under 5 policies...", spinner="dots") if err.is_terminal else _nullcontext():
-            result = compare(messages, cfg, prices, every_n=every_n, reclaim_tokens=reclaim, assumed_gap_seconds=gap)
+            result = compare(messages, cfg, prices, every_n=opts.every_n, reclaim_tokens=opts.reclaim,
+                             assumed_gap_seconds=opts.assume_gap)
     finally:
         logging.getLogger("microcompact").removeHandler(handler)
         handler.close()
+    plot = opts.plot
     if plot:
         try:
             plot_compare(result, str(plot))
         except ImportError:
             _fail("--plot needs matplotlib: pip install 'microcompact[plot]' (or pip install matplotlib)")
+        except (OSError, ValueError) as exc:
+            _fail(f"cannot write the plot {plot}: {getattr(exc, 'strerror', None) or exc}")
     public = {**result, "policies": [{k: v for k, v in row.items() if not k.startswith("_")}
                                      for row in result["policies"]]}
     if as_json:

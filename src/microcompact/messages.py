@@ -305,3 +305,106 @@ def user_message_errors(before: Sequence[Message], after: Sequence[Message]) -> 
 
 def marker_count(messages: Iterable[Message], kind: MarkerKind) -> int:
     return sum(1 for m in messages if marker_kind(m) == kind)
+
+
+# --------------------------------------------------------------------------- whole-transcript validation
+
+INTERRUPTED_RESULT = "[no result recorded: the call was interrupted]"
+
+
+def message_shape_errors(message: Message) -> list[str]:
+    """Problems in the inner structure of one (role-valid) message: content parts and tool-call functions.
+
+    A content part must be an object with a string ``type`` (a ``text`` part with a string ``text``); a
+    tool call's ``function`` must be an object with a non-empty string ``name`` and string ``arguments``.
+    """
+    errors: list[str] = []
+    content = message.get("content")
+    if isinstance(content, list):
+        for j, part in enumerate(content):
+            if not isinstance(part, dict):
+                errors.append(f"content[{j}] must be an object, got {type(part).__name__}")
+            elif not isinstance(part.get("type"), str):
+                errors.append(f"content[{j}] needs a string 'type'")
+            elif part["type"] == "text" and not isinstance(part.get("text"), str):
+                errors.append(f"content[{j}] is a text part without a string 'text'")
+    for j, tc in enumerate(message.get("tool_calls") or ()):
+        fn = tc.get("function") if isinstance(tc, dict) else None
+        if not isinstance(fn, dict):
+            errors.append(f"tool_calls[{j}].function must be an object, got {type(fn).__name__}")
+        elif not isinstance(fn.get("name"), str) or not fn["name"]:
+            errors.append(f"tool_calls[{j}].function needs a non-empty string 'name'")
+        elif fn.get("arguments") is not None and not isinstance(fn["arguments"], str):
+            errors.append(f"tool_calls[{j}].function.arguments must be a string (JSON text)")
+        if isinstance(tc, dict) and not isinstance(tc.get("id"), str):
+            errors.append(f"tool_calls[{j}].id must be a string")
+    return errors
+
+
+def check_tool_pairing(messages: Sequence[Message]) -> tuple[list[Message], list[tuple[int, str, str]]]:
+    """The transcript with its tool-call defects repaired, and each defect as (message index, the problem,
+    what the repair did).
+
+    Defects, and what the repaired copy does about them:
+
+    * a tool result with no open call in the assistant message before it (an orphan, or a second result
+      for one call): dropped;
+    * a call with no result before the next non-tool message (an interrupted call): a synthetic tool
+      result ``INTERRUPTED_RESULT`` is added after the call's other results;
+    * a tool-call id used twice in one assistant message (its results cannot be told apart): the later
+      call, and the result that answers it, get a fresh id ``<id>~<n>``.
+
+    An id reused by a later assistant message is not a defect: results pair with the calls of the
+    assistant message right before them (as the chat-completions API does), and real recordings (SWE-agent
+    demonstrations) reuse ids that way.
+
+    An empty defect list means the transcript is valid and the copy equals the input.
+    """
+    out: list[Message] = []
+    defects: list[tuple[int, str, str]] = []
+    seen: set[str] = set()  # ids of the current assistant message's calls
+    pending: list[tuple[str, str]] = []  # (id in the file, id in the output) of the open calls
+    answered: set[str] = set()
+    caller = -1
+
+    def close() -> None:
+        for original, _new in pending:
+            defects.append((caller, f"tool call {original!r} has no result (an interrupted call?)",
+                            f"added the tool result {INTERRUPTED_RESULT!r}"))
+        for _original, new in pending:
+            out.append({"role": "tool", "tool_call_id": new, "content": INTERRUPTED_RESULT})
+        pending.clear()
+
+    for i, m in enumerate(messages):
+        if m.get("role") == "tool":
+            tcid = str(m.get("tool_call_id"))
+            match = next((p for p in pending if p[0] == tcid), None)
+            if match is None:
+                what = "a second result for" if tcid in answered else "a result with no open call for"
+                defects.append((i, f"orphan tool result: {what} tool call {tcid!r}", "dropped it"))
+                continue
+            pending.remove(match)
+            answered.add(tcid)
+            out.append(m if match[1] == tcid else {**m, "tool_call_id": match[1]})
+            continue
+        close()
+        answered = set()
+        calls = m.get("tool_calls") if m.get("role") == "assistant" else None
+        if calls:
+            caller, renamed, seen = i, [], set()
+            for tc in calls:
+                tcid = str(tc.get("id"))
+                new = tcid
+                if tcid in seen:
+                    n = 2
+                    while f"{tcid}~{n}" in seen:
+                        n += 1
+                    new = f"{tcid}~{n}"
+                    defects.append((i, f"duplicate tool-call id {tcid!r}", f"renamed this call and its result {new!r}"))
+                seen.add(new)
+                pending.append((tcid, new))
+                renamed.append(tc if new == tcid else {**tc, "id": new})
+            m = m if renamed == calls else {**m, "tool_calls": renamed}
+        out.append(m)
+    close()
+    return out, defects

@@ -7,7 +7,6 @@ and the prompt size is sampled; a turn ends before each user message and at the 
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -15,12 +14,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .messages import Message, TranscriptError, validate_message
+from . import jsoninput
+from .messages import Message, TranscriptError, check_tool_pairing, message_shape_errors, validate_message
 from .session import Session
+
+
+REPAIR_HINT = ("replay --repair drops orphan tool results, adds a result for interrupted calls and renames "
+               "duplicate tool-call ids, reporting each")
 
 
 def iter_transcript(path: str | Path) -> Iterator[Message]:
     """Messages of a JSONL file (one per line) or a JSON array file, with errors naming file and line."""
+    for _where, m in iter_located(path):
+        yield m
+
+
+def iter_located(path: str | Path) -> Iterator[tuple[str, Message]]:
+    """(where, message) for each message: ``FILE:LINE`` (1-based) for JSONL, ``FILE: element I`` for an
+    array. Each message is strict JSON (no NaN/Infinity, no lone surrogates, bounded nesting) and
+    well-formed (role, content parts, tool calls); a problem raises TranscriptError naming the place."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -28,29 +40,46 @@ def iter_transcript(path: str | Path) -> Iterator[Message]:
         raise TranscriptError(f"cannot read transcript {p}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         raise TranscriptError(f"{p}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    stripped = text.lstrip()
-    if stripped.startswith("["):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise TranscriptError(f"{p}:{exc.lineno}: invalid JSON array ({exc.msg})") from None
+    if text.lstrip().startswith("["):
+        data = jsoninput.loads(text, str(p))
         for i, m in enumerate(data):
-            validate_message(m, f"{p}: element {i}")
-            yield {k: v for k, v in m.items() if v is not None or k == "content"}
+            yield _checked(m, f"{p}: element {i}")
         return
     for lineno, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            m = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise TranscriptError(f"{p}:{lineno}: invalid JSON ({exc.msg} at column {exc.colno})") from None
-        validate_message(m, f"{p}:{lineno}")
-        yield {k: v for k, v in m.items() if v is not None or k == "content"}
+        if line.strip():
+            yield _checked(jsoninput.loads(line, f"{p}:{lineno}"), f"{p}:{lineno}")
 
 
-def load_transcript(path: str | Path) -> list[Message]:
-    return list(iter_transcript(path))
+def _checked(m: Any, where: str) -> tuple[str, Message]:
+    validate_message(m, where)
+    problems = message_shape_errors(m)
+    if problems:
+        raise TranscriptError(f"{where}: {problems[0]}")
+    return where, {k: v for k, v in m.items() if v is not None or k == "content"}
+
+
+def read_transcript(path: str | Path, *, repair: bool = False) -> tuple[list[Message], list[str]]:
+    """The messages of ``path`` and, with ``repair``, one line per repair made (naming its line).
+
+    Without ``repair`` a defect (orphan tool result, call with no result, duplicate tool-call id) raises
+    TranscriptError naming the first one's line and saying that ``--repair`` exists. An empty file is an
+    error either way.
+    """
+    located = list(iter_located(path))
+    if not located:
+        raise TranscriptError(f"{path}: no messages (the file is empty)")
+    wheres = [w for w, _ in located]
+    messages, defects = check_tool_pairing([m for _, m in located])
+    if defects and not repair:
+        i, problem, _action = defects[0]
+        more = f" (and {len(defects) - 1} more defect(s))" if len(defects) > 1 else ""
+        raise TranscriptError(f"{wheres[i]}: {problem}{more}; {REPAIR_HINT}")
+    return messages, [f"repaired {wheres[i]}: {problem}: {action}" for i, problem, action in defects]
+
+
+def load_transcript(path: str | Path, *, repair: bool = False) -> list[Message]:
+    """The messages of ``path`` (see :func:`read_transcript`)."""
+    return read_transcript(path, repair=repair)[0]
 
 
 @dataclass
