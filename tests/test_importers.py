@@ -275,7 +275,7 @@ def test_truncated_line_in_the_middle_names_the_line(tmp_path: Path, fmt: str) -
     good = (_cc_line("user", "hi", ts="2026-01-01T00:00:00Z") if fmt == "claude-code"
             else json.dumps({"role": "user", "content": "hi"}))
     p = _write(tmp_path, "t.jsonl", [good, good, good[: len(good) // 2], good])
-    with pytest.raises(TranscriptError, match=rf"t\.jsonl:3: invalid JSON"):
+    with pytest.raises(TranscriptError, match=r"t\.jsonl:3: invalid JSON"):
         import_transcript(p, fmt)
 
 

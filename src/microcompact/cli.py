@@ -26,7 +26,7 @@ from .config import Config, ConfigError, home_dir, load_config
 from .cost import load_pricing
 from .messages import TranscriptError, content_text
 from .replay import read_transcript, replay, resume_point, summary_json
-from .store import StoreError, open_store
+from .store import StoreError, default_store_path, open_store
 from .session import Session
 from .telemetry import setup_file_logging
 
@@ -267,25 +267,57 @@ def _compare(path: Path, messages: list, cfg: Config, prices, opts: CompareOptio
     if as_json:
         sys.stdout.write(json.dumps(public, indent=2) + "\n")
         return
-    p = result["pricing"]
-    table = Table(title=f"{path.name}: policies side by side ({p['name']} pricing, cache TTL {p['ttl_seconds']:g} s)",
-                  title_justify="left")
-    for col in ("policy", "peak occ %", "final occ %", "batch", "largest stall (tok)", "summ calls",
-                "summ tokens", "cached read", "cache write", "uncached", "cost $"):
-        table.add_column(col, justify="left" if col == "policy" else "right")
-    for row in result["policies"]:
-        table.add_row(row["policy"], f"{row['peak_occupancy']}", f"{row['final_occupancy']}",
-                      f"{row['batch_compactions']} (+{row['batch_prunes']} pruned)",
-                      f"{row['largest_summarization_tokens']:,}",
-                      str(row["summarizer_calls"]), f"{row['summarizer_tokens']:,}",
-                      f"{row['cached_read_tokens']:,}", f"{row['cache_write_tokens']:,}",
-                      f"{row['uncached_tokens']:,}", f"{row['cost']['total']:.4f}")
-    out.print(table)
+    out.print(compare_table(path, result))
+    out.print("columns: peak/final % = occupancy, % of the batch threshold; batch = compactions + prunes (p); "
+              "stall = the largest single summarization (tokens read); calls = summarizer calls; cache read/write, "
+              "uncached = prompt tokens; policies: every-turn, every-N, reclaim, cache-aware are micro-every-turn, "
+              "micro-every-N, micro-reclaim-gate, micro-cache-aware. --json has every figure under its full name.")
     out.print(f"timing: {result['timing']}; micro-every-N uses N={result['every_n']}, micro-reclaim-gate "
               f"{result['reclaim_tokens']:,} tokens; cost includes summarizer calls at the main model's prices "
               "unless the pricing file sets summarizer_input/summarizer_output.", soft_wrap=True)
     if plot:
         out.print(f"plot written to {plot}")
+
+
+# Short policy names for the table (the full names are in --json and in the column legend's order).
+SHORT_POLICY = {"batch-only": "batch-only", "micro-every-turn": "every-turn", "micro-every-N": "every-N",
+                "micro-reclaim-gate": "reclaim", "micro-cache-aware": "cache-aware"}
+
+
+def tokens_short(n: int) -> str:
+    """A token count in at most 6 characters: 9,999 / 123K / 1.23M."""
+    if n < 10_000:
+        return f"{n:,}"
+    if n < 1_000_000:
+        return f"{n / 1000:.0f}K"
+    return f"{n / 1_000_000:.2f}M"
+
+
+def money_short(amount: float) -> str:
+    """Dollars in about 7 characters, with 4 decimals below $10."""
+    for limit, digits in ((10, 4), (100, 3), (1000, 2)):
+        if amount < limit:
+            return f"{amount:.{digits}f}"
+    return f"{amount:,.0f}"
+
+
+def compare_table(path: Path, result: dict) -> Table:
+    """The --compare table, narrow enough for 100 columns (short names; --json has the full ones)."""
+    p = result["pricing"]
+    table = Table(title=f"{escape(path.name)}: policies ({p['name']} pricing, cache TTL {p['ttl_seconds']:g} s)",
+                  title_justify="left")
+    for col in ("policy", "peak\n%", "final\n%", "batch", "stall", "calls", "cache\nread", "cache\nwrite", "un-\ncached",
+                "cost $"):
+        table.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
+    for row in result["policies"]:
+        final = row["final_occupancy"]
+        table.add_row(SHORT_POLICY.get(row["policy"], row["policy"]), f"{row['peak_occupancy']}",
+                      "-" if final is None else f"{final}",
+                      f"{row['batch_compactions']}+{row['batch_prunes']}p",
+                      tokens_short(row["largest_summarization_tokens"]), str(row["summarizer_calls"]),
+                      tokens_short(row["cached_read_tokens"]), tokens_short(row["cache_write_tokens"]),
+                      tokens_short(row["uncached_tokens"]), money_short(row["cost"]["total"]))
+    return table
 
 
 class _nullcontext:
@@ -306,14 +338,18 @@ def _print_replay(path: Path, s: dict, stats, session: Session) -> None:
     table.add_row("summarizer / tokenizer", f"{s['summarizer']} / {s['tokenizer']}")
     table.add_row("messages in -> out", f"{s['messages_in']} -> {s['messages_out']}")
     table.add_row("turns / model requests", f"{s['turns']} / {s['model_requests']}")
-    table.add_row("passes", f"{s['passes']}  " + ", ".join(f"{k}={v}" for k, v in s["outcomes"].items()))
+    table.add_row("micro passes", f"{s['passes']}  " + ", ".join(f"{k}={v}" for k, v in s["outcomes"].items())
+                  + (f"  (saved {s['tokens_saved_total']:,} tokens)" if s["passes"] else ""))
+    table.add_row("batch", f"{s['batch_compactions']} compactions (freed {s['tokens_freed_by_batch']:,} tokens), "
+                  f"{s['batch_prunes']} prunes (freed {s['tokens_freed_by_prunes']:,} tokens)")
     table.add_row("tokens: uncompacted -> final", f"{s['uncompacted_tokens']:,} -> {s['final_tokens']:,} "
-                  f"(saved {s['tokens_saved_total']:,})")
+                  f"(saved {s['tokens_saved']:,} in all)")
     table.add_row("peak prompt tokens", f"{s['peak_tokens']:,}")
     if occ["max"] is not None:
         table.add_row("occupancy % of threshold", f"min {occ['min']}  median {occ['median']}  max {occ['max']}  "
                       f"final {occ['final']}")
-    table.add_row("largest single summarization", f"{s['largest_pass_tokens']:,} tokens read")
+    table.add_row("largest single summarization",
+                  f"{max(s['largest_pass_tokens'], s['largest_batch_input_tokens'] or 0):,} tokens read")
     table.add_row("summarizer time", f"{s['summarizer_ms_total'] / 1000:.2f} s")
     out.print(table)
     threshold = s["threshold_tokens"]
@@ -323,7 +359,9 @@ def _print_replay(path: Path, s: dict, stats, session: Session) -> None:
         top = max(100.0, max(raw))
         out.print(f"occupancy per model request (full height = {top:.0f}% of the threshold):")
         out.print(f"  without compaction  {sparkline(raw, top=top)}  peak {max(raw):.0f}%", soft_wrap=True)
-        out.print(f"  {'with micro' if session.micro.active else 'engine off':<18}  {sparkline(got, top=top)}  "
+        label = "with micro" if session.micro.active else \
+            "batch only" if session.config.compression.enabled else "engine off"
+        out.print(f"  {label:<18}  {sparkline(got, top=top)}  "
                   f"peak {max(got):.0f}%", soft_wrap=True)
 
 
@@ -344,10 +382,24 @@ DbOption = Annotated[Optional[str], typer.Option("--db", help="SQLite file or po
 
 
 def _store(db: Optional[str]):
+    """The store for a read-only command: it must exist already (a mistyped --db must not create one)."""
+    if not str(db or "").startswith(("postgresql://", "postgres://")):
+        path = _sqlite_path(db)
+        if path != ":memory:" and not Path(path).is_file():
+            _fail(f"no session store at {path}")
     try:
         return open_store(db)
     except StoreError as exc:
         _fail(str(exc))
+
+
+def _sqlite_path(db: Optional[str]) -> str:
+    """The file a SQLite --db names (as open_store reads it), the default store when None."""
+    if db is None:
+        return str(default_store_path())
+    if db.startswith("sqlite:///"):
+        return db[len("sqlite:///"):] if db.startswith("sqlite:////") else db[len("sqlite://"):]
+    return db
 
 
 def _require_session(store, session_id: str) -> None:
@@ -420,6 +472,8 @@ def sessions_export(session_id: str, db: DbOption = None,
                     expand: Annotated[Optional[int], typer.Option("--expand", help="Only the originals the marker with this row id stands for.")] = None
                     ) -> None:
     """The session as JSONL on stdout (replayable)."""
+    if expand is not None and not 0 <= expand < 2**63:
+        _fail(f"--expand must be a marker's row id (0 to {2**63 - 1}), got {expand}")
     with _store(db) as store:
         _require_session(store, session_id)
         try:

@@ -30,6 +30,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
+from . import jsoninput
 from .messages import META_KEY, Message, TranscriptError, content_text, role_sequence_errors, validate_message
 
 NO_RESULT = "[no result recorded]"
@@ -124,23 +125,16 @@ def _read_text(path: Path) -> str:
 
 
 def _load_json(path: Path) -> Any:
-    text = _read_text(path)
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise TranscriptError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg} at column {exc.colno})") from None
+    """The whole file as strict JSON (no NaN/Infinity, lone surrogates or deep nesting)."""
+    return jsoninput.loads(_read_text(path), str(path))
 
 
 def _iter_jsonl(path: Path, text: str | None = None) -> Iterator[tuple[int, Any]]:
     """(line number, parsed value) for every non-blank line; a bad line raises naming file and line."""
     text = _read_text(path) if text is None else text
     for lineno, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            yield lineno, json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise TranscriptError(f"{path}:{lineno}: invalid JSON ({exc.msg} at column {exc.colno})") from None
+        if line.strip():
+            yield lineno, jsoninput.loads(line, f"{path}:{lineno}")
 
 
 def _args_string(arguments: Any) -> str:
@@ -678,10 +672,7 @@ def import_openai(path: Path, **_: Any) -> ImportReport:
     stripped = text.lstrip()
     items: list[tuple[str, Any]]
     if stripped.startswith(("[", "{")) and not _looks_like_jsonl(stripped):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise TranscriptError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg} at column {exc.colno})") from None
+        data = jsoninput.loads(text, str(path))
         if isinstance(data, dict):
             if not isinstance(data.get("messages"), list):
                 raise TranscriptError(f"{path}: a JSON object needs a 'messages' list")
@@ -725,7 +716,7 @@ def _looks_like_jsonl(text: str) -> bool:
         return False
     try:
         value = json.loads(first)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):
         return False
     return isinstance(value, dict) and "role" in value
 
@@ -824,4 +815,4 @@ def _say(console: Any, text: str, prefix: str | None = None) -> None:
     from rich.markup import escape
 
     head = f"[red]{prefix}:[/red] " if prefix else ""
-    console.print(head + escape(text), highlight=False)
+    console.print(head + escape(text), highlight=False, soft_wrap=True)

@@ -32,7 +32,9 @@ def loads(text: str, where: str) -> Any:
     except json.JSONDecodeError as exc:
         raise TranscriptError(f"{where}: invalid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
     except ValueError as exc:  # from _refuse_constant
-        raise TranscriptError(f"{where}: {exc} (NaN and Infinity are not allowed)") from None
+        line = _constant_line(text)
+        at = f" (line {line})" if line and "\n" in text.strip() else ""
+        raise TranscriptError(f"{where}: {exc}{at}; NaN and Infinity are not allowed") from None
     except RecursionError:
         raise TranscriptError(f"{where}: JSON nested too deeply (more than {MAX_DEPTH} levels)") from None
     check_value(value, where, surrogates=bool(_SURROGATE_ESCAPE.search(text)))
@@ -66,3 +68,14 @@ def _check_text(text: str, where: str) -> None:
         bad = ord(text[exc.start])
         raise TranscriptError(f"{where}: a string holds a lone UTF-16 surrogate (\\u{bad:04x}), "
                               "which is not text") from None
+
+
+_CONSTANT = re.compile(r'"(?:[^"\\]|\\.)*"|(NaN|-?Infinity)')
+
+
+def _constant_line(text: str) -> int | None:
+    """1-based line of the first NaN/Infinity literal outside strings in ``text`` (None if none)."""
+    for match in _CONSTANT.finditer(text):
+        if match.group(1):
+            return text.count("\n", 0, match.start()) + 1
+    return None

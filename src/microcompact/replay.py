@@ -182,8 +182,23 @@ def replay(messages: list[Message], session: Session, on_message: Callable[[int]
     return stats
 
 
+# Batch outcomes that rewrote the transcript by summarizing (a prune only stubs old tool outputs).
+COMPACTED = ("compacted", "user_floor_exceeded", "fallback")
+
+
+def batch_freed(batches: list[dict[str, Any]], outcomes: tuple[str, ...]) -> int:
+    """Tokens the batch events with these outcomes removed (before minus after, summed)."""
+    return sum(max(0, int(b.get("tokens_before", 0)) - int(b.get("tokens_after", 0)))
+               for b in batches if b.get("outcome") in outcomes)
+
+
 def summary_json(stats: ReplayStats, session: Session) -> dict[str, Any]:
-    """The machine-readable summary ``replay --json`` prints."""
+    """The machine-readable summary ``replay --json`` prints.
+
+    ``tokens_saved_total`` is what micro passes saved (their own counter); ``tokens_freed_by_batch`` and
+    ``tokens_freed_by_prunes`` what batch compactions and prunes removed; ``tokens_saved`` is the whole
+    difference between the uncompacted and the final transcript, whatever did it.
+    """
     st = session.micro.state
     occ = stats.occupancy
     final_occ = session.occupancy_pct()
@@ -205,10 +220,14 @@ def summary_json(stats: ReplayStats, session: Session) -> dict[str, Any]:
         "uncompacted_tokens": stats.raw_final,
         "final_tokens": session.tokens,
         "tokens_saved_total": st.tokens_saved_total,
+        "tokens_saved": stats.raw_final - session.tokens,
         "batch_compactions": session.batch.compactions,
+        "batch_prunes": stats.batch_outcomes.get("pruned", 0),
+        "tokens_freed_by_batch": batch_freed(stats.batches, COMPACTED),
+        "tokens_freed_by_prunes": batch_freed(stats.batches, ("pruned",)),
         "batch_outcomes": dict(sorted(stats.batch_outcomes.items())),
         "micro_passes_per_batch": [b.get("micro_passes_since_last") for b in stats.batches
-                                   if b["outcome"] in ("compacted", "user_floor_exceeded", "fallback")]
+                                   if b["outcome"] in COMPACTED]
                                   if session.micro.active else None,
         "largest_batch_input_tokens": session.batch.largest_input_tokens,
         "largest_pass_tokens": session.micro.largest_pass_tokens,

@@ -276,7 +276,8 @@ class Session:
         if result.changed:
             # Micro state continues from the new marker; the old rolling summary went into the batch one.
             self.micro.recover(self.ledger.messages)
-            self._micro_passes_at_last_batch = self.micro.state.passes_total
+            if result.outcome != "pruned":  # a prune is not a batch compaction: keep counting micro passes
+                self._micro_passes_at_last_batch = self.micro.state.passes_total
         return result
 
     def finalize_turn(self, completed: bool = True) -> list[PassResult]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,46 @@ def setup_file_logging(path: str | Path, level: int = logging.INFO) -> logging.H
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     handler.setLevel(level)
     root = logging.getLogger("microcompact")
-    root.addHandler(handler)
+    root.addHandler(degrade_quietly(handler))
     root.setLevel(min(level, root.level or level) if root.level else level)
+    return handler
+
+
+def degrade_quietly(handler: logging.StreamHandler) -> logging.StreamHandler:  # type: ignore[type-arg]
+    """A log file that stops taking writes (disk full, I/O error) costs one warning on stderr, never the
+    session: the first failure is reported, later records are dropped, and flush/close never raise.
+    (``logging`` would otherwise print a "Logging error" dump per record and ``close`` would raise.)"""
+    failed: list[BaseException] = []
+    name = getattr(handler, "baseFilename", "the log")
+
+    def handle_error(record: logging.LogRecord) -> None:
+        if failed:
+            return
+        exc = sys.exc_info()[1]
+        failed.append(exc or OSError("write failed"))
+        reason = getattr(exc, "strerror", None) or exc
+        try:
+            sys.stderr.write(f"warning: cannot write the log file {name} ({reason}); "
+                             "logging to it stops, the session goes on\n")
+        except (OSError, ValueError):
+            pass
+
+    plain_flush, plain_close = handler.flush, handler.close
+
+    def flush() -> None:
+        try:
+            plain_flush()
+        except (OSError, ValueError):
+            handle_error(None)  # type: ignore[arg-type]
+
+    def close() -> None:
+        try:
+            plain_close()
+        except (OSError, ValueError):
+            handle_error(None)  # type: ignore[arg-type]
+
+    handler.handleError = handle_error  # type: ignore[method-assign]
+    handler.flush = flush  # type: ignore[method-assign]
+    handler.close = close  # type: ignore[method-assign]
+    handler.addFilter(lambda record: not failed)
     return handler
