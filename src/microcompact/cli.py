@@ -169,7 +169,7 @@ def replay_cmd(
     summary = summary_json(stats, session)
     if out_file:
         try:
-            write_atomically(out_file, (json.dumps(export_form(m), ensure_ascii=False) + "\n"
+            write_atomically(out_file, (json.dumps(as_read(m, messages), ensure_ascii=False) + "\n"
                                         for m in session.transcript))
         except (OSError, ValueError) as exc:
             _fail(f"cannot write {out_file}: {getattr(exc, 'strerror', None) or exc}; nothing was written")
@@ -371,6 +371,17 @@ _BOOKKEEPING = ("_tokens", "_pos", "_row", "_src")
 
 def export_form(message: dict) -> dict:
     return {k: v for k, v in message.items() if k not in _BOOKKEEPING}
+
+
+def as_read(message: dict, originals: list[dict]) -> dict:
+    """``message`` for --out: the input message itself (its keys in the input's order, nested too) when it
+    is input message ``_src`` unchanged; the store may hand it back with its keys in another order, and a
+    resumed run must write what an uninterrupted one writes."""
+    clean = export_form(message)
+    src = message.get("_src")
+    if isinstance(src, int) and 0 <= src < len(originals) and clean == originals[src]:
+        return originals[src]
+    return clean
 
 
 sessions_app = typer.Typer(help="Sessions in the store: list, show, search absorbed originals, export.",

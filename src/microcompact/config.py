@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 
 class ConfigError(ValueError):
@@ -35,6 +35,15 @@ class ConfigError(ValueError):
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_numbers(cls, v: Any, info: ValidationInfo) -> Any:
+        # pydantic reads true/false as 1/0 for numbers; `protect_first_n: true` is a mistake, not 1.
+        if isinstance(v, bool) and info.field_name and \
+                cls.model_fields[info.field_name].annotation in (int, float, int | None, float | None):
+            raise ValueError("expected a number, not true/false")
+        return v
 
 
 class CompressionConfig(_Strict):
