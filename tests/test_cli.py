@@ -494,3 +494,102 @@ def test_sessions_commands_name_an_unknown_session(home: Path, tmp_path: Path) -
         assert res.exit_code == 2 and "no session 'nope'" in res.output
     res = runner.invoke(app, ["sessions", "export", "d", "--expand", "1", "--db", str(db)])
     assert res.exit_code == 2 and "Traceback" not in res.output
+
+
+# --------------------------------------------------------------------------- honest reports (issue 8, item 15)
+
+
+def prune_heavy(tmp_path: Path) -> Path:
+    """Turns with large tool outputs: at a 24K window batch prunes and compacts, micro passes in between."""
+    return write_jsonl(tmp_path / "heavy.jsonl", short_turns(20, size=1200))
+
+
+def estimate_config(tmp_path: Path) -> Path:
+    cfg = tmp_path / "estimate.yaml"
+    cfg.write_text("compression:\n  tokenizer: estimate\n", encoding="utf-8")
+    return cfg
+
+
+def test_no_micro_table_counts_what_prunes_and_batches_freed(home: Path, tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "prunes.jsonl", short_turns(20, size=300))  # batch prunes, never compacts
+    s = run_json(path, "--context-limit", 20000, "--no-micro")
+    assert s["batch_prunes"] >= 5 and s["tokens_freed_by_prunes"] > 0 and s["passes"] == 0
+    assert s["tokens_saved"] == s["uncompacted_tokens"] - s["final_tokens"] > 0
+    # Without micro, batch events are all that rewrote the transcript: their tallies add up.
+    assert s["tokens_freed_by_prunes"] + s["tokens_freed_by_batch"] == s["tokens_saved"]
+    result = run(path, "--context-limit", 20000, "--no-micro")
+    assert result.exit_code == 0, result.output
+    text = flat(result.stdout)
+    assert f"batch│{s['batch_compactions']}compactions(freed{s['tokens_freed_by_batch']:,}tokens)," \
+           f"{s['batch_prunes']}prunes(freed{s['tokens_freed_by_prunes']:,}tokens)" in text
+    assert f"(saved{s['tokens_saved']:,}inall)" in text and "(saved0" not in text
+    assert "batchonly" in text and "engineoff" not in text
+
+
+def test_micro_passes_per_batch_are_counted_across_prunes(home: Path, tmp_path: Path) -> None:
+    log = tmp_path / "heavy.log"
+    s = run_json(prune_heavy(tmp_path), "--context-limit", 24000, "--config", estimate_config(tmp_path),
+                 "--log", log)
+    # What each batch compaction should say, from the log in order: micro passes since the previous
+    # compaction; a prune in between is not a compaction.
+    expected, passes, at_last, prune_between = [], 0, 0, False
+    for line in telemetry_lines(log):
+        kind, record = parse_line(line)
+        if kind == "micro":
+            passes = record["passes_total"]
+        elif record["outcome"] == "pruned":
+            prune_between = prune_between or passes > at_last
+        elif record["outcome"] in ("compacted", "user_floor_exceeded", "fallback"):
+            expected.append(passes - at_last)
+            at_last = passes
+    assert prune_between, "the scenario must have micro passes, then a prune, before a compaction"
+    assert s["micro_passes_per_batch"] == expected
+    assert max(expected) > 1
+
+
+def test_compare_table_fits_100_columns_with_full_names_in_json(home: Path) -> None:
+    import io
+
+    from rich.console import Console
+
+    from microcompact.cli import compare_table
+    from microcompact.compare import POLICIES, compare
+    from microcompact.config import parse_config
+    from microcompact.cost import PRESETS
+
+    result = compare(load_transcript(DEMO), parse_config({"model": {"context_length": 32000}}), PRESETS["anthropic"])
+    console = Console(width=100, file=io.StringIO(), color_system=None)
+    console.print(compare_table(DEMO, result))
+    text = console.file.getvalue()
+    assert max(len(line) for line in text.splitlines()) <= 100 and "…" not in text
+    assert all(row["policy"] in POLICIES for row in result["policies"])
+    for short in ("batch-only", "every-turn", "every-N", "reclaim", "cache-aware"):
+        assert short in text
+    s = json.loads(run(DEMO, "--compare", "--context-limit", 32000, "--json").stdout)
+    assert [row["policy"] for row in s["policies"]] == list(POLICIES)
+    assert {"largest_summarization_tokens", "cached_read_tokens", "cache_write_tokens"} <= set(s["policies"][0])
+
+
+def reversed_keys(value: Any) -> Any:
+    """``value`` with every object's keys in reverse order (nested too)."""
+    if isinstance(value, dict):
+        return {k: reversed_keys(value[k]) for k in reversed(list(value))}
+    if isinstance(value, list):
+        return [reversed_keys(v) for v in value]
+    return value
+
+
+def test_resumed_out_is_byte_identical_when_input_keys_are_in_another_order(home: Path, tmp_path: Path) -> None:
+    msgs = [reversed_keys(m) for m in short_turns(16)]
+    cut = 8 * 6  # after 8 whole turns
+    full, half = write_jsonl(tmp_path / "t.jsonl", msgs), write_jsonl(tmp_path / "t-half.jsonl", msgs[:cut])
+    straight, resumed, db = tmp_path / "straight.jsonl", tmp_path / "resumed.jsonl", tmp_path / "s.db"
+    run_json(full, "--context-limit", 20000, "--session", "k", "--out", straight)
+    first = run_json(half, "--context-limit", 20000, "--session", "k", "--db", db)
+    assert first["passes"] > 0  # the stored prefix holds rewritten messages as well as untouched ones
+    result = run(full, "--context-limit", 20000, "--session", "k", "--db", db, "--out", resumed, "--json")
+    assert result.exit_code == 0, result.output
+    assert "resuming" in result.stderr
+    assert resumed.read_bytes() == straight.read_bytes()
+    first_line = straight.read_text(encoding="utf-8").splitlines()[0]
+    assert first_line.startswith('{"content": ')  # written as read: the input's key order
