@@ -8,6 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from paths import TRANSCRIPTS
 from rich.console import Console
 
 from microcompact.importers import (
@@ -20,9 +21,14 @@ from microcompact.importers import (
     to_epoch,
     write_jsonl,
 )
-from microcompact.messages import TranscriptError, role_sequence_errors, tool_pairing_errors, user_texts
+from microcompact.messages import (
+    INTERRUPTED_RESULT,
+    TranscriptError,
+    role_sequence_errors,
+    tool_pairing_errors,
+    user_texts,
+)
 from microcompact.replay import load_transcript
-from paths import TRANSCRIPTS
 
 SHARED = TRANSCRIPTS
 RAW = SHARED / "raw"
@@ -252,9 +258,13 @@ def test_openai_json_object_with_messages(tmp_path: Path) -> None:
         {"role": "assistant", "content": None,
          "tool_calls": [{"id": "t", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
     ]}, indent=2), encoding="utf-8")
-    msgs = import_transcript(p, "openai")
+    report = import_report(p, "openai")
+    msgs = report.messages
     assert msgs[0] == {"role": "user", "content": "hi", "_ts": 1735689600.0}
-    assert msgs[2] == {"role": "tool", "tool_call_id": "t", "content": NO_RESULT, "_mc": {"placeholder": True}}
+    # The API repairs (run_import refuses unless asked): like replay --repair, reported with the place.
+    assert msgs[2] == {"role": "tool", "tool_call_id": "t", "content": INTERRUPTED_RESULT}
+    assert report.defects == [(f"{p}: element 1", "tool call 't' has no result (an interrupted call?)",
+                               f"added the tool result {INTERRUPTED_RESULT!r}")]
 
 
 # ------------------------------------------------------------------------------------------ errors
@@ -327,10 +337,15 @@ def test_run_import_writes_and_reports(tmp_path: Path) -> None:
     buf = io.StringIO()
     console = Console(file=buf, width=200, color_system=None)
     out = tmp_path / "out.jsonl"
-    assert run_import("openai", src, out, console) == 0
+    assert run_import("openai", src, out, console) == 2  # a recording defect: refused, naming the line
+    text = buf.getvalue()
+    assert f"{src}:2: tool call 't' has no result" in text and "import --repair" in text and not out.exists()
+    buf.truncate(0)
+    assert run_import("openai", src, out, console, repair=True) == 0
     assert len(load_transcript(out)) == 3
     text = buf.getvalue()
-    assert "missing_tool_result_added 1" in text and "wrote 3 messages" in text
+    assert f"repaired {src}:2: tool call 't' has no result" in text
+    assert "recording_defect_repaired 1" in text and "wrote 3 messages" in text
 
     buf.truncate(0)
     assert run_import("nope", src, out, console) == 2
@@ -366,3 +381,42 @@ def test_claude_code_user_text_moved_after_late_block_results(tmp_path: Path) ->
     assert report.repairs == Counter({"assistant_block_after_tool_result_merged": 1,
                                       "user_msg_moved_after_tool_results": 1})
     assert role_sequence_errors(report.messages) == []
+
+
+# ------------------------------------------------------------------------------------------ strict JSON at input
+
+
+@pytest.mark.parametrize("fmt", ["claude-code", "openai"])
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
+def test_jsonl_formats_refuse_non_finite_numbers_with_the_line(tmp_path: Path, fmt: str, literal: str) -> None:
+    p = _write(tmp_path, "n.jsonl", ['{"role": "user", "content": "hi"}',
+                                     f'{{"role": "assistant", "content": "x", "n": {literal}}}'])
+    with pytest.raises(TranscriptError, match=rf"n\.jsonl:2: {literal} is not a JSON number"):
+        import_transcript(p, fmt)
+
+
+@pytest.mark.parametrize("fmt", ["swe-agent", "adp", "openai"])
+def test_document_formats_refuse_non_finite_numbers_with_the_line(tmp_path: Path, fmt: str) -> None:
+    p = tmp_path / "d.json"
+    p.write_text('{"history": [\n  {"role": "user", "content": "hi"},\n  {"role": "assistant", "x": NaN}\n]}',
+                 encoding="utf-8")
+    with pytest.raises(TranscriptError, match=r"NaN is not a JSON number \(line 3\)"):
+        import_transcript(p, fmt)
+
+
+@pytest.mark.parametrize("fmt", ["claude-code", "swe-agent", "adp", "openai"])
+def test_every_format_refuses_deep_nesting_and_lone_surrogates(tmp_path: Path, fmt: str) -> None:
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000, encoding="utf-8")
+    with pytest.raises(TranscriptError, match="nested too deeply"):
+        import_transcript(deep, fmt)
+    sur = _write(tmp_path, "s.jsonl", ['{"role": "user", "content": "a \\udfff b"}'])
+    with pytest.raises(TranscriptError, match="lone UTF-16 surrogate"):
+        import_transcript(sur, fmt)
+
+
+def test_openai_function_as_a_string_is_named(tmp_path: Path) -> None:
+    p = _write(tmp_path, "f.jsonl", ['{"role": "user", "content": "hi"}',
+                                     '{"role": "assistant", "tool_calls": [{"id": "a", "function": "ls"}]}'])
+    with pytest.raises(TranscriptError, match=r"f\.jsonl:2: tool_calls\[0\] needs function\.name"):
+        import_transcript(p, "openai")

@@ -517,11 +517,14 @@ def import_cmd(
     fmt: Annotated[str, typer.Option("--from", help="claude-code | swe-agent | adp | openai")],
     out_file: Annotated[Optional[Path], typer.Option("--out", help="Output JSONL (default: stdout).")] = None,
     record: Annotated[Optional[int], typer.Option("--record", help="adp files: which record (0-based; default the largest).")] = None,
+    repair: Annotated[bool, typer.Option("--repair", help="openai files: repair recording defects (orphan tool results, "
+                                                           "calls with no result, duplicate call ids), each reported "
+                                                           "with its line, instead of refusing the file.")] = False,
 ) -> None:
     """Convert a recorded agent session into the JSONL that replay reads."""
     from .importers import run_import
 
-    code = run_import(fmt, file, out_file, err, record=record)
+    code = run_import(fmt, file, out_file, err, record=record, repair=repair)
     if code:
         raise typer.Exit(code)
 

@@ -31,7 +31,16 @@ from pathlib import Path
 from typing import IO, Any
 
 from . import jsoninput
-from .messages import META_KEY, Message, TranscriptError, content_text, role_sequence_errors, validate_message
+from .messages import (
+    META_KEY,
+    Message,
+    TranscriptError,
+    check_tool_pairing,
+    content_text,
+    message_shape_errors,
+    role_sequence_errors,
+    validate_message,
+)
 
 NO_RESULT = "[no result recorded]"
 TS_KEY = "_ts"
@@ -54,6 +63,8 @@ class ImportReport:
     record: int | None = None  # adp: which record of the file was imported
     records: int | None = None  # adp: how many records the file holds
     compact_summary_indices: list[int] = field(default_factory=list)  # claude-code: the agent's own summaries
+    # openai: recording defects found (where, problem, what the repair did); repaired in ``messages``.
+    defects: list[tuple[str, str, str]] = field(default_factory=list)
 
     @property
     def repair_total(self) -> int:
@@ -705,7 +716,16 @@ def import_openai(path: Path, **_: Any) -> ImportReport:
             msg["content"] = None if msg.get("tool_calls") else ""
         if msg.get("tool_calls"):
             msg["tool_calls"] = [{**tc, **_normalize_tool_calls([tc], where, report)[0]} for tc in msg["tool_calls"]]
+        problems = message_shape_errors(msg)
+        if problems:
+            raise TranscriptError(f"{where}: {problems[0]}")
         out.append(msg)
+    # Chat-completions input is checked like replay input: defects are named by line (run_import refuses
+    # them unless asked to repair) and repaired the way ``replay --repair`` does.
+    out, defects = check_tool_pairing(out)
+    report.defects = [(items[i][0], problem, action) for i, problem, action in defects]
+    if defects:
+        report.repairs["recording_defect_repaired"] += len(defects)
     return _finish(report, out)
 
 
@@ -772,12 +792,16 @@ def write_jsonl(messages: Iterable[Message], out: str | Path | IO[str]) -> int:
     return n
 
 
-def run_import(fmt: str, path: str | Path, out: str | Path | None, console: Any, record: int | None = None) -> int:
+def run_import(fmt: str, path: str | Path, out: str | Path | None, console: Any, record: int | None = None,
+               repair: bool = False) -> int:
     """The ``microcompact import`` command: convert, write, report; returns the exit code.
 
     Messages go to ``out``, or to stdout when ``out`` is None or ``-`` (then the report goes to stderr
     even if ``console`` prints to stdout). The report (counts, repairs, skipped material) goes to
     ``console`` (a rich Console, or None for plain stderr). 0 on success, 2 on bad input or options.
+    A chat-completions (``openai``) file with recording defects (orphan tool results, calls with no result,
+    duplicate call ids) is refused naming the first one's line, unless ``repair``: then each repair is
+    reported with its line. (The other formats are conversions: their repairs are counted in the report.)
     """
     import sys
 
@@ -789,6 +813,14 @@ def run_import(fmt: str, path: str | Path, out: str | Path | None, console: Any,
     except TranscriptError as exc:
         _say(console, str(exc), prefix="error")
         return 2
+    if report.defects and not repair:
+        where, problem, _ = report.defects[0]
+        more = f" (and {len(report.defects) - 1} more defect(s))" if len(report.defects) > 1 else ""
+        _say(console, f"{where}: {problem}{more}; import --repair drops orphan tool results, adds a result for "
+                      "interrupted calls and renames duplicate tool-call ids, reporting each", prefix="error")
+        return 2
+    for where, problem, action in report.defects:
+        _say(console, f"repaired {where}: {problem}: {action}")
     if to_stdout:
         write_jsonl(report.messages, sys.stdout)
         sys.stdout.flush()

@@ -15,9 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from . import jsoninput
-from .messages import Message, TranscriptError, check_tool_pairing, message_shape_errors, validate_message
+from .messages import (
+    Message,
+    TranscriptError,
+    check_tool_pairing,
+    message_shape_errors,
+    validate_message,
+)
 from .session import Session
-
 
 REPAIR_HINT = ("replay --repair drops orphan tool results, adds a result for interrupted calls and renames "
                "duplicate tool-call ids, reporting each")
