@@ -322,3 +322,13 @@ def test_real_process_exits_2_without_traceback(home: Path, tmp_path: Path, make
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
     assert time.monotonic() - start < 30
+
+
+@pytest.mark.parametrize("text", ["", "[]"])
+def test_empty_session_is_not_imported(home: Path, tmp_path: Path, text: str) -> None:
+    p = tmp_path / "e.json"
+    p.write_text(text, encoding="utf-8")
+    out = tmp_path / "o.jsonl"
+    assert_one_line_error(invoke("import", p, "--from", "openai", "--out", out), "no messages")
+    assert not out.exists()
+    assert_one_line_error(invoke("replay", p), "no messages")

@@ -140,7 +140,7 @@ def test_repair_reports_each_change_with_its_line(tmp_path: Path) -> None:
 def test_empty_file_is_an_error(tmp_path: Path, text: str) -> None:
     p = tmp_path / "empty.jsonl"
     p.write_text(text, encoding="utf-8")
-    with pytest.raises(TranscriptError, match="no messages"):
+    with pytest.raises(TranscriptError, match="no messages in the file"):
         read_transcript(p, repair=True)
 
 

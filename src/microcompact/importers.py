@@ -813,6 +813,9 @@ def run_import(fmt: str, path: str | Path, out: str | Path | None, console: Any,
     except TranscriptError as exc:
         _say(console, str(exc), prefix="error")
         return 2
+    if not report.messages:
+        _say(console, f"{path}: no messages to import (an empty session)", prefix="error")
+        return 2
     if report.defects and not repair:
         where, problem, _ = report.defects[0]
         more = f" (and {len(report.defects) - 1} more defect(s))" if len(report.defects) > 1 else ""

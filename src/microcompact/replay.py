@@ -72,7 +72,7 @@ def read_transcript(path: str | Path, *, repair: bool = False) -> tuple[list[Mes
     """
     located = list(iter_located(path))
     if not located:
-        raise TranscriptError(f"{path}: no messages (the file is empty)")
+        raise TranscriptError(f"{path}: no messages in the file")
     wheres = [w for w, _ in located]
     messages, defects = check_tool_pairing([m for _, m in located])
     if defects and not repair:
