@@ -228,13 +228,19 @@ def test_read_only_sessions_commands_do_not_create_a_store(home: Path, tmp_path:
     assert not (home / "sessions.db").exists()
 
 
-def test_compare_with_openai_says_it_calls_the_model_per_policy(home: Path, chat_server: ChatServer) -> None:
-    result = invoke("replay", DEMO, "--compare", "--context-limit", 200000, "--summarizer", "openai",
+def test_compare_with_openai_says_it_calls_the_model_per_policy(home: Path, tmp_path: Path,
+                                                                chat_server: ChatServer) -> None:
+    turns = []
+    for t in range(4):
+        turns += [{"role": "user", "content": f"request {t}"}, {"role": "assistant", "content": "word " * 400}]
+    small = write(tmp_path / "small.jsonl", *map(json.dumps, turns))
+    result = invoke("replay", small, "--compare", "--context-limit", 2048, "--summarizer", "openai",
                     "--model", "m", "--base-url", chat_server.base_url, "--api-key-env", "MC_BAD_INPUT_KEY",
                     "--json")
     assert result.exit_code == 0, result.output
     assert "5 times the model calls" in result.stderr
-    quiet = invoke("replay", DEMO, "--compare", "--context-limit", 200000, "--json")
+    assert json.loads(result.stdout)["policies"][1]["summarizer_calls"] > 0 and chat_server.requests
+    quiet = invoke("replay", small, "--compare", "--context-limit", 2048, "--json")
     assert "times the model calls" not in quiet.stderr
 
 

@@ -547,7 +547,7 @@ def test_micro_passes_per_batch_are_counted_across_prunes(home: Path, tmp_path: 
     assert max(expected) > 1
 
 
-def test_compare_table_fits_100_columns_with_full_names_in_json(home: Path) -> None:
+def test_compare_table_fits_100_columns_with_full_names_in_json(home: Path, tmp_path: Path) -> None:
     import io
 
     from rich.console import Console
@@ -557,15 +557,17 @@ def test_compare_table_fits_100_columns_with_full_names_in_json(home: Path) -> N
     from microcompact.config import parse_config
     from microcompact.cost import PRESETS
 
-    result = compare(load_transcript(DEMO), parse_config({"model": {"context_length": 32000}}), PRESETS["anthropic"])
+    path = write_jsonl(tmp_path / "a-transcript-with-a-long-file-name-2026-11-30.jsonl", short_turns(12, size=400))
+    result = compare(load_transcript(path), parse_config({"model": {"context_length": 16000}}), PRESETS["anthropic"])
+    assert max(row["cached_read_tokens"] for row in result["policies"]) > 100_000  # wide numbers
     console = Console(width=100, file=io.StringIO(), color_system=None)
-    console.print(compare_table(DEMO, result))
+    console.print(compare_table(path, result))
     text = console.file.getvalue()
     assert max(len(line) for line in text.splitlines()) <= 100 and "…" not in text
     assert all(row["policy"] in POLICIES for row in result["policies"])
     for short in ("batch-only", "every-turn", "every-N", "reclaim", "cache-aware"):
         assert short in text
-    s = json.loads(run(DEMO, "--compare", "--context-limit", 32000, "--json").stdout)
+    s = json.loads(run(path, "--compare", "--context-limit", 16000, "--json").stdout)
     assert [row["policy"] for row in s["policies"]] == list(POLICIES)
     assert {"largest_summarization_tokens", "cached_read_tokens", "cache_write_tokens"} <= set(s["policies"][0])
 
