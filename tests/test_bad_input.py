@@ -338,3 +338,19 @@ def test_empty_session_is_not_imported(home: Path, tmp_path: Path, text: str) ->
     assert_one_line_error(invoke("import", p, "--from", "openai", "--out", out), "no messages")
     assert not out.exists()
     assert_one_line_error(invoke("replay", p), "no messages")
+
+
+@pytest.mark.parametrize("flag", ["--out", "--plot"])
+def test_output_into_a_missing_folder_fails_before_the_replay(home: Path, tmp_path: Path, flag: str,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_replay(*_: Any, **__: Any) -> None:
+        raise AssertionError("the replay ran before the output path was checked")
+
+    monkeypatch.setattr(cli, "replay", no_replay)
+    monkeypatch.setattr(cli, "compare", no_replay)
+    compare = ["--compare"] if flag == "--plot" else []
+    target = tmp_path / "missing" / "f.out"
+    assert_one_line_error(invoke("replay", DEMO, "--context-limit", 50000, *compare, flag, target),
+                          f"{flag} {target}: folder", "does not exist")
+    assert_one_line_error(invoke("replay", DEMO, "--context-limit", 50000, *compare, flag, tmp_path),
+                          "is a folder")

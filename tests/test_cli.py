@@ -581,11 +581,32 @@ def reversed_keys(value: Any) -> Any:
     return value
 
 
-def test_resumed_out_is_byte_identical_when_input_keys_are_in_another_order(home: Path, tmp_path: Path) -> None:
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_target(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    """A fresh store for --db: a SQLite file, or a new PostgreSQL database (jsonb reorders keys)."""
+    if request.param == "sqlite":
+        yield tmp_path / "s.db"
+        return
+    from urllib.parse import urlsplit, urlunsplit
+
+    from conftest import FreshPgDatabase
+
+    admin = request.getfixturevalue("pg_dsn")
+    if not admin.startswith(("postgresql://", "postgres://")):
+        pytest.skip("needs a URL-style PostgreSQL DSN")
+    fresh = FreshPgDatabase(admin)
+    try:
+        yield urlunsplit(urlsplit(admin)._replace(path="/" + fresh.name))
+    finally:
+        fresh.drop()
+
+
+def test_resumed_out_is_byte_identical_when_input_keys_are_in_another_order(home: Path, tmp_path: Path,
+                                                                           db_target: Any) -> None:
     msgs = [reversed_keys(m) for m in short_turns(16)]
     cut = 8 * 6  # after 8 whole turns
     full, half = write_jsonl(tmp_path / "t.jsonl", msgs), write_jsonl(tmp_path / "t-half.jsonl", msgs[:cut])
-    straight, resumed, db = tmp_path / "straight.jsonl", tmp_path / "resumed.jsonl", tmp_path / "s.db"
+    straight, resumed, db = tmp_path / "straight.jsonl", tmp_path / "resumed.jsonl", db_target
     run_json(full, "--context-limit", 20000, "--session", "k", "--out", straight)
     first = run_json(half, "--context-limit", 20000, "--session", "k", "--db", db)
     assert first["passes"] > 0  # the stored prefix holds rewritten messages as well as untouched ones

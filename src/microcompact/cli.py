@@ -123,6 +123,8 @@ def replay_cmd(
     if summarizer not in (None, "extractive", "openai"):
         _fail(f"--summarizer must be extractive or openai, got {summarizer!r}")
     compare_opts = _compare_options(compare_policies, pricing, every_n, reclaim, assume_gap, plot)
+    if out_file is not None:
+        _check_writable_target("--out", out_file)
     try:
         cfg = _configure(config, context_limit, summarizer, model, base_url, api_key_env, every, micro_flag)
         messages, repairs = read_transcript(transcript, repair=repair)
@@ -231,15 +233,20 @@ def _compare_options(on: bool, pricing: Optional[str], every_n: Optional[int], r
             _fail(f"--assume-gap must be a number of seconds between 0 and 86400, got {assume_gap}")
         opts.assume_gap = assume_gap
     if plot is not None:
-        folder = plot.parent if str(plot.parent) else Path(".")
-        if not folder.is_dir():
-            _fail(f"--plot {plot}: folder {folder} does not exist")
-        if plot.is_dir():
-            _fail(f"--plot {plot}: is a folder, give a file name (PNG)")
+        _check_writable_target("--plot", plot)
         if importlib.util.find_spec("matplotlib") is None:
             _fail("--plot needs matplotlib: pip install 'microcompact[plot]' (or pip install matplotlib)")
         opts.plot = plot
     return opts
+
+
+def _check_writable_target(flag: str, path: Path) -> None:
+    """Fail before a long replay when ``path`` cannot be an output file (missing folder, a folder itself)."""
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        _fail(f"{flag} {path}: folder {folder} does not exist")
+    if path.is_dir():
+        _fail(f"{flag} {path}: is a folder, give a file name")
 
 
 def _compare(path: Path, messages: list, cfg: Config, prices, opts: CompareOptions, as_json: bool,
