@@ -335,7 +335,8 @@ def message_shape_errors(message: Message) -> list[str]:
         elif not isinstance(fn.get("name"), str) or not fn["name"]:
             errors.append(f"tool_calls[{j}].function needs a non-empty string 'name'")
         elif fn.get("arguments") is not None and not isinstance(fn["arguments"], str):
-            errors.append(f"tool_calls[{j}].function.arguments must be a string (JSON text)")
+            errors.append(f"tool_calls[{j}].function.arguments must be a string of JSON text "
+                          "(microcompact import --from openai converts it)")
         if isinstance(tc, dict) and not isinstance(tc.get("id"), str):
             errors.append(f"tool_calls[{j}].id must be a string")
     return errors
