@@ -358,6 +358,12 @@ def crash_at(index):
     return on_message
 
 
+def abandon(session):
+    """What a crash leaves behind: pending messages never written, and the writer lease gone with the dead
+    process (here the session object lives on, so its lease is released by hand)."""
+    session.store.release_lease(session.session_id)
+
+
 def test_resume_gives_the_same_transcript_as_an_uninterrupted_session(store):
     msgs = flat_transcript(45, seed=11)
     # Crash points: just after a user message, mid-turn after a tool call and after a tool result, and near
@@ -381,6 +387,7 @@ def test_resume_gives_the_same_transcript_as_an_uninterrupted_session(store):
         assert start <= cut
         with pytest.raises(Crash):
             replay(msgs, s, on_message=crash_at(cut), start=start)
+        abandon(s)
         check_consistent(store, "crashy")  # the abandoned session left a consistent store
     s = open_session(store, crash_summ, sid="crashy")
     starts.append(resume_point(s))
@@ -463,6 +470,7 @@ def test_skipped_exchange_is_not_retried_after_open(store):
     assert control_summ.mentions("c1_0") >= 1
 
     # A resumed session remembers the skip: never retried, and the other exchanges still get absorbed.
+    s1.close()
     summ2 = Recorder(fail_on={"c1_0"})
     s2 = open_session(store, summ2, micro_config())
     assert s2.micro.state.skipped == store.skipped(SID)
@@ -786,6 +794,7 @@ def _replay_with_crash(store, sid, msgs, cfg, summarizer, cut):
     s = Session.open(store, sid, cfg, summarizer, counter=counter())
     with pytest.raises(Crash):
         replay(msgs, s, on_message=crash_at(cut), start=resume_point(s))
+    abandon(s)
     s = Session.open(store, sid, cfg, summarizer, counter=counter())
     replay(msgs, s, start=resume_point(s))
     s.close()
