@@ -85,7 +85,8 @@ class Session:
     so appends from several threads are each kept exactly once (in the order they took the lock),
     ``flush`` writes each message to the store once however many threads call it, and ``messages``,
     ``transcript`` and ``tokens`` return a consistent snapshot (a list of copies that later calls never
-    change). A background pass runs its summarizer call outside the lock. The order of messages appended
+    change). An inline pass holds the lock while its summarizer runs (other threads' appends wait); a
+    background pass (``micro_compact_background``) runs it outside the lock. The order of messages appended
     concurrently by different threads is the order they got the lock: an agent that needs a particular
     order must append from one thread.
 

@@ -29,11 +29,22 @@ Schema (version :data:`SCHEMA_VERSION`)::
              created_at, updated_at)
     UNIQUE (session_id, position) WHERE state = 'active'
     skipped_exchanges(session_id FK, key, created_at, PK (session_id, key))
+    session_leases(session_id PK, token, host, pid, pid_start, acquired_at, expires_at)  -- SQLite only;
+               created on a writable open when missing (readers never need it, older versions ignore it)
     full text: SQLite FTS5 external-content table messages_fts(body) (LIKE when FTS5 is missing),
                PostgreSQL GIN index on to_tsvector('simple', body)
 
 ``absorbed_by`` is the row that replaced a row: the marker that summarized an absorbed message, or the
 marker that superseded an older marker, so the rolling summary's history is a chain that ``expand`` walks.
+
+One writer per session: :meth:`~_SQLStore.acquire_lease` (taken by ``Session.open``) makes a store the
+session's only writer until it releases the lease or closes; every write transaction of a session checks
+the lease first (a write by another writer, or by one that lost its lease, raises :class:`SessionBusy`).
+SQLite keeps leases in ``session_leases`` (dead holders on this host are detected by pid and process start,
+others by a heartbeat expiry); PostgreSQL uses a session-level advisory lock on the writer's connection.
+
+Errors never carry the database's own text (it can quote parameters: message content, secrets): a
+:class:`StoreError` names the database, the operation that failed and the driver's error class and code.
 """
 
 from __future__ import annotations
