@@ -299,7 +299,7 @@ def test_default_log_has_sorted_content_free_telemetry(home: Path) -> None:
         assert kind == "micro"
         assert list(record) == sorted(record), "keys must be sorted"
         assert set(MICRO_FIELDS) <= set(record)
-        assert record["session_id"] == "demo_transcript"
+        assert re.fullmatch(r"demo_transcript-[0-9a-f]{12}", record["session_id"])  # stem + content digest
         for value in record.values():
             assert value is None or isinstance(value, (int, float, bool)) or len(str(value)) <= 40, value
     text = log.read_text(encoding="utf-8")

@@ -358,6 +358,12 @@ def crash_at(index):
     return on_message
 
 
+def abandon(session):
+    """What a crash leaves behind: pending messages never written, and the writer lease gone with the dead
+    process (here the session object lives on, so its lease is released by hand)."""
+    session.store.release_lease(session.session_id)
+
+
 def test_resume_gives_the_same_transcript_as_an_uninterrupted_session(store):
     msgs = flat_transcript(45, seed=11)
     # Crash points: just after a user message, mid-turn after a tool call and after a tool result, and near
@@ -381,6 +387,7 @@ def test_resume_gives_the_same_transcript_as_an_uninterrupted_session(store):
         assert start <= cut
         with pytest.raises(Crash):
             replay(msgs, s, on_message=crash_at(cut), start=start)
+        abandon(s)
         check_consistent(store, "crashy")  # the abandoned session left a consistent store
     s = open_session(store, crash_summ, sid="crashy")
     starts.append(resume_point(s))
@@ -463,6 +470,7 @@ def test_skipped_exchange_is_not_retried_after_open(store):
     assert control_summ.mentions("c1_0") >= 1
 
     # A resumed session remembers the skip: never retried, and the other exchanges still get absorbed.
+    s1.close()
     summ2 = Recorder(fail_on={"c1_0"})
     s2 = open_session(store, summ2, micro_config())
     assert s2.micro.state.skipped == store.skipped(SID)
@@ -786,6 +794,7 @@ def _replay_with_crash(store, sid, msgs, cfg, summarizer, cut):
     s = Session.open(store, sid, cfg, summarizer, counter=counter())
     with pytest.raises(Crash):
         replay(msgs, s, on_message=crash_at(cut), start=resume_point(s))
+    abandon(s)
     s = Session.open(store, sid, cfg, summarizer, counter=counter())
     replay(msgs, s, start=resume_point(s))
     s.close()
@@ -913,3 +922,76 @@ def test_constructing_over_an_existing_session_points_to_open(store):
     s.close()
     with pytest.raises(ValueError, match="Session.open"):
         Session(micro_config(), Recorder(), session_id="dup", store=store, counter=counter())
+
+
+# --------------------------------------------------------------------------- issue 8, item 4: NaN and logged content
+
+
+def test_nan_never_reaches_the_store_and_the_session_goes_on(store):
+    """PostgreSQL's json type refuses NaN/Infinity (SQLite took them): one such message used to make every
+    later write fail. Now it is refused at the door, naming the message and the value's place in it."""
+    from microcompact.messages import TranscriptError
+
+    session = new_session(store, Recorder(), micro_config())
+    session.extend(flat_transcript(1))
+    bad = {"role": "tool", "tool_call_id": "c9", "content": [{"type": "text", "text": "x", "score": float("nan")}]}
+    with pytest.raises(TranscriptError, match=r"message 7: content\[0\]\.score is nan"):
+        session.append(bad)
+    with pytest.raises(TranscriptError, match=r"message 1: tool_calls\[0\]\.function\.arguments\.n is inf"):
+        Session(micro_config(), Recorder(), counter=counter(), messages=[
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "c", "type": "function", "function": {"name": "f", "arguments": {"n": float("inf")}}}]}])
+    with pytest.raises(ValueError, match="JSON"):  # the store itself never writes what JSON cannot hold
+        store.append(SID, [{"role": "user", "content": "x", "weight": float("-inf")}])
+    outcomes = drive(session, make_turns(12, seed=4))
+    assert outcomes["absorbed"] >= 3 and not outcomes["store_failed"], outcomes
+    session.close()
+    check_store_matches(session, store)
+
+
+def _plant_rejecting_trigger(store, marker, secret):
+    """Make the database refuse rows holding ``marker`` with an error text quoting the row (PostgreSQL) or
+    the secret (SQLite triggers take a literal): what a driver error that echoes parameters looks like."""
+    if isinstance(store, PostgresStore):
+        conn = store._conn
+        conn.execute(f"""CREATE FUNCTION mc_reject() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF NEW.body LIKE '%{marker}%' THEN
+                    RAISE EXCEPTION 'rejected row: %', NEW.content USING DETAIL = NEW.body;
+                END IF;
+                RETURN NEW;
+            END $$""")
+        conn.execute("CREATE TRIGGER mc_reject BEFORE INSERT ON messages FOR EACH ROW EXECUTE FUNCTION mc_reject()")
+        conn.commit()
+    else:
+        raw = sqlite3.connect(store.path)
+        raw.execute(f"CREATE TRIGGER mc_reject BEFORE INSERT ON messages WHEN NEW.body LIKE '%{marker}%' "
+                    f"BEGIN SELECT RAISE(ABORT, 'rejected row: deploy with {secret}'); END")
+        raw.commit()
+        raw.close()
+
+
+def test_store_failures_never_log_message_content(store, caplog):
+    caplog.set_level("DEBUG", logger="microcompact")
+    marker = "PLANTEDCONTENT"
+    secret = "sk-live-" + "9f3KqZ2xWmB7tLpR4vYc8NhD"
+    _plant_rejecting_trigger(store, marker, secret)
+    session = new_session(store, Recorder(), micro_config())
+    turns = make_turns(10, seed=2)
+    turns[1][0] = {"role": "user", "content": f"{marker}: deploy with {secret} and tell nobody"}
+    outcomes = drive(session, turns)
+    session.close()
+    assert outcomes["store_failed"] >= 1, outcomes  # the failure did happen, and was logged...
+    assert "could not write" in caplog.text
+    for record in caplog.records:  # ...without the message or the secret, in any form
+        text = record.getMessage() + (record.exc_text or "")
+        assert secret not in text and marker not in text and "tell nobody" not in text, text
+    # What the log says instead: the operation, and the driver's error class (and SQLSTATE).
+    assert "append messages failed" in caplog.text
+    assert ("RaiseException P0001" in caplog.text) if isinstance(store, PostgresStore) else \
+        ("IntegrityError" in caplog.text)
+    with pytest.raises(StoreError) as info:
+        store.append(SID, [{"role": "user", "content": f"{marker} {secret}"}])
+    assert secret not in str(info.value) and marker not in str(info.value)
+    assert "append messages failed" in str(info.value)

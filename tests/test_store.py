@@ -12,6 +12,7 @@ import os
 import sqlite3
 import threading
 import time
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
@@ -677,3 +678,28 @@ def test_session_commit_hook_keeps_store_and_memory_identical(store_factory):
     resumed.micro.sync(resumed.ledger)
     assert resumed.micro.state.marker_index == next(
         i for i, m in enumerate(resumed.transcript) if marker_kind(m) == "micro")
+
+
+# --------------------------------------------------------------------------- issue 8, item 10 (store part): file modes
+
+
+def test_sqlite_database_and_its_wal_files_are_private(tmp_path):
+    """Sessions hold whatever the agent saw: the database, its WAL and shared-memory files, and a directory
+    the store creates are readable by the owner only, whatever the umask."""
+    old = os.umask(0)
+    try:
+        path = tmp_path / "home" / "sessions.db"
+        with SQLiteStore(path) as st:
+            st.append(SID, transcript(2))
+            files = [path, Path(str(path) + "-wal"), Path(str(path) + "-shm")]
+            assert all(f.exists() for f in files)
+            modes = {f.name: oct(os.stat(f).st_mode & 0o777) for f in files}
+            assert modes == {f.name: "0o600" for f in files}
+        assert oct(os.stat(path.parent).st_mode & 0o777) == "0o700"
+        # An existing database keeps the mode its owner gave it.
+        os.chmod(path, 0o640)
+        with SQLiteStore(path) as st:
+            assert st.load_active(SID)
+        assert oct(os.stat(path).st_mode & 0o777) == "0o640"
+    finally:
+        os.umask(old)

@@ -6,6 +6,10 @@ result is applied at the next ``finalize_turn``, ``before_request`` or ``message
 span it summarized is still exactly what the transcript holds (messages appended at the end do not
 conflict); otherwise it is discarded and the pass is tried again on the current transcript. Commit and
 apply happen on the caller's thread, so the store and the transcript are never touched concurrently.
+
+Not thread-safe by itself: :class:`~microcompact.session.Session` calls ``submit`` and ``collect`` under its
+lock. ``wait`` needs no lock (it only waits for the running job), so a thread can wait without holding
+the session up; the worker never takes the session's lock, so waiting under it cannot deadlock either.
 """
 
 from __future__ import annotations
@@ -49,6 +53,15 @@ class BackgroundPasses:
             if self.micro.needs_defrag(self.micro.counter.count_text(planned.summary)):
                 condensed = self.micro.condense(planned.summary)
         return planned, condensed
+
+    def wait(self, timeout: float) -> None:
+        """Block until the running job (if any) finishes or ``timeout`` passes; applies nothing."""
+        job = self._job
+        if job is not None:
+            try:
+                job.result(timeout=timeout)
+            except Exception:
+                pass  # a timeout, or the job's own failure (collect reports it)
 
     def collect(self, ledger: Ledger, *, wait: float | None = None) -> list[PassResult]:
         """Apply a finished pass (waiting up to ``wait`` seconds for it); never raises."""

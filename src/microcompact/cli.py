@@ -25,7 +25,7 @@ from .compare import POLICIES, compare, plot_compare
 from .config import Config, ConfigError, home_dir, load_config
 from .cost import load_pricing
 from .messages import TranscriptError, content_text
-from .replay import read_transcript, replay, resume_point, summary_json
+from .replay import default_session_id, read_transcript, replay, resume_start, summary_json
 from .store import StoreError, default_store_path, open_store
 from .session import Session
 from .telemetry import setup_file_logging
@@ -142,11 +142,11 @@ def replay_cmd(
     handler = _open_log(log_file)
     try:
         store, start = None, 0
-        sid = session_id or transcript.stem
+        sid = session_id or default_session_id(transcript, messages)
         if db:
             store = open_store(db)
             session = Session.open(store, sid, cfg)
-            start = resume_point(session)
+            start = resume_start(session, messages, transcript.name)
             if start:
                 err.print(f"resuming session {escape(sid)} from message {start} of {len(messages)}", highlight=False)
         else:
@@ -159,7 +159,9 @@ def replay_cmd(
         session.close()
         if store is not None:
             store.close()
-    except (ConfigError, StoreError) as exc:
+    except (ConfigError, StoreError, TranscriptError) as exc:
+        if store is not None:
+            store.close()  # gives the session's writer lease back at once
         _fail(str(exc))
     except KeyboardInterrupt:
         where = "; run the same command again to resume from the store" if db else ""

@@ -189,6 +189,22 @@ def render_micro_marker(body: str, **meta: Any) -> Message:
 # --------------------------------------------------------------------------- validation of input
 
 
+def _non_finite_number(value: Any) -> tuple[str, float] | None:
+    """(path, value) of the first NaN or Infinity in ``value`` (JSON cannot hold them), else None. Iterative,
+    so deeply nested input cannot exhaust the stack."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, float):
+            if item != item or item in (float("inf"), float("-inf")):
+                return path, item
+        elif isinstance(item, dict):
+            stack.extend((v, f"{path}.{k}" if path else str(k)) for k, v in reversed(list(item.items())))
+        elif isinstance(item, (list, tuple)):
+            stack.extend((v, f"{path}[{i}]") for i, v in reversed(list(enumerate(item))))
+    return None
+
+
 def validate_message(message: Any, where: str) -> None:
     """Raise TranscriptError naming ``where`` when ``message`` is not a usable chat message."""
     if not isinstance(message, dict):
@@ -210,6 +226,10 @@ def validate_message(message: Any, where: str) -> None:
         for j, tc in enumerate(calls):
             if not isinstance(tc, dict) or not tc.get("id"):
                 raise TranscriptError(f"{where}: tool_calls[{j}] needs an id")
+    bad = _non_finite_number(message)
+    if bad is not None:
+        raise TranscriptError(f"{where}: {bad[0]} is {bad[1]!r}, which JSON cannot hold (no store or provider "
+                              "accepts it); use null or a string")
 
 
 # --------------------------------------------------------------------------- invariants

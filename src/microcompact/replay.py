@@ -7,6 +7,8 @@ and the prompt size is sampled; a turn ends before each user message and at the 
 
 from __future__ import annotations
 
+import hashlib
+import json
 import statistics
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -140,6 +142,74 @@ def resume_point(session: Session) -> int:
     """How many messages of the recorded transcript a stored session already holds (replay tags each
     appended message with its index as ``_src``; the tail, never rewritten, keeps the latest ones)."""
     return max((m["_src"] for m in session.ledger.messages if isinstance(m.get("_src"), int)), default=-1) + 1
+
+
+class ResumeMismatch(TranscriptError):
+    """The stored session was not made from this transcript: resuming would mix two conversations."""
+
+
+def message_digest(message: Message) -> str:
+    """A digest of what a message says (its API form: keys starting with ``_`` left out), whatever its key
+    order; text the store cannot hold (lone surrogates) counts as the ``?`` the store keeps instead."""
+    api = {k: v for k, v in message.items() if not k.startswith("_")}
+    text = json.dumps(api, ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()
+
+
+def transcript_digest(messages: list[Message]) -> str:
+    """A digest of a whole transcript: its messages' digests, in order."""
+    h = hashlib.sha256()
+    for m in messages:
+        h.update(message_digest(m).encode("ascii"))
+    return h.hexdigest()
+
+
+def default_session_id(path: str | Path, messages: list[Message]) -> str:
+    """The file's stem plus a short digest of its content: two different transcripts never share a stored
+    session, even with the same file name; the same transcript finds its session again."""
+    return f"{Path(path).stem}-{transcript_digest(messages)[:12]}"
+
+
+def resume_start(session: Session, messages: list[Message], source: str = "this transcript") -> int:
+    """Where a replay of ``messages`` into a stored session resumes: the number of recorded messages the
+    store holds, once they are checked to be exactly ``messages``' first ones, in order (a digest per
+    message). Raises :class:`ResumeMismatch` naming the first message that differs. O(stored rows), once."""
+    store = session.store
+    if store is None:
+        return 0
+    where = f"session {session.session_id!r} in {store.describe() if hasattr(store, 'describe') else 'the store'}"
+    originals: dict[int, Message] = {}
+    other = 0
+    for m in store.export(session.session_id, include_absorbed=True):
+        src = m.get("_src")
+        if not isinstance(src, int) or isinstance(src, bool):
+            other += 1
+        elif src in originals:
+            raise ResumeMismatch(f"{where} holds recorded message {src} twice (two replays wrote it at once, "
+                                 "or it is damaged); replay into a new session (--session NAME)")
+        else:
+            originals[src] = m
+    if not originals:
+        if other:
+            raise ResumeMismatch(f"{where} holds {other} message(s) that no replay wrote; replay into another "
+                                 "session (--session NAME) instead of mixing the two")
+        return 0
+    count = len(originals)
+    if sorted(originals) != list(range(count)):
+        missing = next(i for i in range(count) if i not in originals)
+        raise ResumeMismatch(f"{where} is missing recorded message {missing}; replay into a new session "
+                             "(--session NAME)")
+    if count > len(messages):
+        raise ResumeMismatch(f"{where} holds {count} recorded messages but {source} has only {len(messages)}: "
+                             "the session was made from another transcript; replay into another session "
+                             "(--session NAME)")
+    for i in range(count):
+        if message_digest(originals[i]) != message_digest(messages[i]):
+            raise ResumeMismatch(f"{where} was made from another transcript: its message {i} (counting from 0, "
+                                 f"role {originals[i].get('role')}) differs from message {i} of {source} "
+                                 f"(role {messages[i].get('role')}); replay into another session (--session "
+                                 "NAME) instead of mixing the two")
+    return count
 
 
 def replay(messages: list[Message], session: Session, on_message: Callable[[int], None] | None = None, *,

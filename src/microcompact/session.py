@@ -18,6 +18,7 @@ Replay drives this same object, so what replay measures is what an agent gets.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -30,7 +31,7 @@ from .messages import Message, disown_marker_text, to_api, validate_message
 from .micro import CommitHook, MicroCompactor, PassResult
 from .summarizers import Summarizer, make_summarizer
 from .telemetry import occupancy_pct
-from .store import StoreConflict, StoreReadOnly
+from .store import StoreConflict, StoreError, StoreReadOnly
 from .tokens import Ledger, TokenCounter, make_text_counter
 
 if TYPE_CHECKING:
@@ -65,17 +66,45 @@ def _own(message: Message) -> Message:
     return {k: v for k, v in message.items() if k not in _STORE_KEYS}
 
 
+def _take_lease(store: SessionStore, session_id: str) -> str | None:
+    """Become the session's only writer (None: a read-only store, or a store without leases)."""
+    acquire = getattr(store, "acquire_lease", None)
+    return acquire(session_id) if acquire is not None else None
+
+
+def _give_back_lease(store: SessionStore, session_id: str, lease: str | None) -> None:
+    release = getattr(store, "release_lease", None)
+    if lease is not None and release is not None:
+        release(session_id, lease)
+
+
 class Session:
-    """One conversation: append messages, send ``messages``, call the hooks; compaction happens inside."""
+    """One conversation: append messages, send ``messages``, call the hooks; compaction happens inside.
+
+    Sharing a session between threads is safe: every method and property runs under one re-entrant lock,
+    so appends from several threads are each kept exactly once (in the order they took the lock),
+    ``flush`` writes each message to the store once however many threads call it, and ``messages``,
+    ``transcript`` and ``tokens`` return a consistent snapshot (a list of copies that later calls never
+    change). An inline pass holds the lock while its summarizer runs (other threads' appends wait); a
+    background pass (``micro_compact_background``) runs it outside the lock. The order of messages appended
+    concurrently by different threads is the order they got the lock: an agent that needs a particular
+    order must append from one thread.
+
+    With a store, the session holds the store's writer lease on its id from construction (or ``open``)
+    until ``close``: a second writer on the same session, in this or another process, is refused with
+    :class:`~microcompact.store.SessionBusy`. Reading the store (list, search, export) needs no lease.
+    """
 
     def __init__(self, config: Config | None = None, summarizer: Summarizer | None = None, *,
                  session_id: str | None = None, counter: TokenCounter | None = None,
                  messages: Iterable[Message] = (), commit: CommitHook | None = None,
                  clock: Callable[[], float] = time.time, store: SessionStore | None = None,
-                 _stored: bool = False) -> None:
+                 _stored: bool = False, _lease: str | None = None) -> None:
+        self._lock = threading.RLock()
         self.config = config or Config()
         self.session_id = session_id or uuid.uuid4().hex[:12]
         self.store = store
+        self._lease = _lease
         if store is not None:
             if commit is not None:
                 raise ValueError("give either a store or a commit hook, not both")
@@ -86,9 +115,8 @@ class Session:
         initial = list(messages) if _stored else [_own(m) for m in messages]
         for i, m in enumerate(initial):
             validate_message(m, f"message {i}")
-        if store is not None and not _stored and store.load_active(self.session_id):
-            raise ValueError(f"session {self.session_id!r} already exists in the store: resume it with "
-                             "Session.open(store, session_id)")
+        if store is not None and not _stored:
+            self._start_new(store)
         self.ledger = Ledger(self.counter, initial)
         self.micro = MicroCompactor(self.config, self.summarizer, self.counter, session_id=self.session_id,
                                     commit=commit, wall_clock=clock)
@@ -107,21 +135,43 @@ class Session:
             log.warning("Session %s: compaction is inactive (compression.micro_compact is off and "
                         "model.context_length is unknown, so batch compaction never triggers)", self.session_id)
 
+    def _start_new(self, store: SessionStore) -> None:
+        """A new session in ``store``: refuse an existing one (resume it with ``open``), take the lease."""
+        exists = ValueError(f"session {self.session_id!r} already exists in the store: resume it with "
+                            "Session.open(store, session_id)")
+        if store.load_active(self.session_id):
+            raise exists
+        self._lease = _take_lease(store, self.session_id)
+        try:
+            if store.load_active(self.session_id):  # written between the check and the lease
+                raise exists
+        except BaseException:
+            _give_back_lease(store, self.session_id, self._lease)
+            raise
+
     @classmethod
     def open(cls, store: SessionStore, session_id: str, config: Config | None = None,
              summarizer: Summarizer | None = None, **kwargs: Any) -> "Session":
         """Resume ``session_id`` from ``store`` (or start it): active messages are loaded, and the engine
         recovers its cursor and rolling summary from the last marker, so no work is redone. Exchanges
-        skipped after repeated failures stay skipped."""
+        skipped after repeated failures stay skipped.
+
+        Takes the session's writer lease first (released by ``close``): raises
+        :class:`~microcompact.store.SessionBusy` when another writer has the session open."""
         try:
             store.create_session(session_id)
         except StoreReadOnly:
             log.warning("Session store is read-only: session %s is loaded, but nothing will be written", session_id)
-        session = cls(config, summarizer, session_id=session_id, messages=store.load_active(session_id),
-                      store=store, _stored=True, **kwargs)
-        session.micro.state.skipped |= store.skipped(session_id)
-        session._skips_saved = set(session.micro.state.skipped)
-        meta = store.session_meta(session_id)
+        lease = _take_lease(store, session_id)
+        try:
+            session = cls(config, summarizer, session_id=session_id, messages=store.load_active(session_id),
+                          store=store, _stored=True, _lease=lease, **kwargs)
+            session.micro.state.skipped |= store.skipped(session_id)
+            session._skips_saved = set(session.micro.state.skipped)
+            meta = store.session_meta(session_id)
+        except BaseException:
+            _give_back_lease(store, session_id, lease)
+            raise
         session.micro.state.turns = int(meta.get("micro_turns", 0))  # the every-N-turns cadence goes on
         session.finalized_row = meta.get("finalized_row")
         return session
@@ -129,15 +179,21 @@ class Session:
     # ------------------------------------------------------------------ the transcript
 
     def append(self, message: Message) -> None:
-        """Add a message (a copy is kept; the caller's dict is never changed)."""
-        validate_message(message, f"message {len(self.ledger)}")
-        owned = self.ledger.append(disown_marker_text(_own(message)))
-        if self.store is not None:
-            self._unflushed.append(owned)
+        """Add a message (a copy is kept; the caller's dict is never changed). Raises TranscriptError for a
+        message that is not a chat message or holds a value JSON cannot (NaN, Infinity)."""
+        with self._lock:
+            validate_message(message, f"message {len(self.ledger)}")
+            owned = self.ledger.append(disown_marker_text(_own(message)))
+            if self.store is not None:
+                self._unflushed.append(owned)
 
     def flush(self) -> bool:
         """Write appended messages to the store (append-only; each once). False when the store failed:
         they stay pending and are retried at the next flush, and the session goes on."""
+        with self._lock:
+            return self._flush()
+
+    def _flush(self) -> bool:
         if self.store is None or not self._unflushed:
             return True
         try:
@@ -214,60 +270,71 @@ class Session:
             log.error("Session store: could not save the turn counter (%s: %s)", type(exc).__name__, exc)
 
     def extend(self, messages: Iterable[Message]) -> None:
-        for m in messages:
-            self.append(m)
+        """Append several messages, kept together (no other thread's message lands between them)."""
+        with self._lock:
+            for m in messages:
+                self.append(m)
 
     @property
     def messages(self) -> list[Message]:
         """What to send to the provider: library metadata stripped (a finished background pass applied)."""
-        if self.background is not None:
-            self.background.collect(self.ledger)
-        return to_api(self.ledger.messages)
+        with self._lock:
+            if self.background is not None:
+                self.background.collect(self.ledger)
+            return to_api(self.ledger.messages)
 
     @property
     def transcript(self) -> list[Message]:
-        """The transcript with library metadata (markers are recognisable), e.g. for export."""
-        return list(self.ledger.messages)
+        """The transcript with library metadata (markers are recognisable), e.g. for export: copies of the
+        messages, so a later flush or pass never changes what the caller holds."""
+        with self._lock:
+            return [dict(m) for m in self.ledger.messages]
 
     @property
     def tokens(self) -> int:
-        return self.ledger.total
+        with self._lock:
+            return self.ledger.total
 
     def occupancy_pct(self) -> float | None:
-        return occupancy_pct(self.counter.estimate_prompt(self.ledger.total), self.config.threshold_tokens())
+        with self._lock:
+            return occupancy_pct(self.counter.estimate_prompt(self.ledger.total), self.config.threshold_tokens())
 
     def record_usage(self, prompt_tokens: int | None) -> None:
         """Calibrate token estimates with the provider's ``usage.prompt_tokens`` for the last request."""
         if prompt_tokens:
-            self.counter.calibrate(self.ledger.total, int(prompt_tokens))
+            with self._lock:
+                self.counter.calibrate(self.ledger.total, int(prompt_tokens))
 
     # ------------------------------------------------------------------ hooks
 
     def should_compress(self, prompt_tokens: int | None = None) -> bool:
         """True when the prompt (the provider's figure when given, else counted) reaches the threshold."""
-        return self.batch.should_compress(self.ledger, prompt_tokens)
+        with self._lock:
+            return self.batch.should_compress(self.ledger, prompt_tokens)
 
     def before_request(self, prompt_tokens: int | None = None) -> list[PassResult | BatchResult]:
         """Call before every model request: batch compaction when over the threshold, then absorption of
         long-turn iterations that left the tail. Never raises."""
         results: list[PassResult | BatchResult] = []
-        try:
-            self.flush()
-            if self.background is not None:
-                results += self.background.collect(self.ledger)
-            if self.batch.should_compress(self.ledger, prompt_tokens):
-                results.append(self._batch(reason="threshold", prompt_tokens=prompt_tokens))
-            if self.background is None:
-                results += self.micro.before_request(self.ledger)
-            elif self.micro.active and not self.background.busy:
-                self.background.submit(self.ledger, "request")
-        except Exception:
-            log.exception("before_request failed unexpectedly; the session goes on uncompacted")
+        with self._lock:
+            try:
+                self._flush()
+                if self.background is not None:
+                    results += self.background.collect(self.ledger)
+                if self.batch.should_compress(self.ledger, prompt_tokens):
+                    results.append(self._batch(reason="threshold", prompt_tokens=prompt_tokens))
+                if self.background is None:
+                    results += self.micro.before_request(self.ledger)
+                elif self.micro.active and not self.background.busy:
+                    self.background.submit(self.ledger, "request")
+            except Exception:
+                log.exception("before_request failed unexpectedly; the session goes on uncompacted")
         return results
 
     def compact(self, focus: str | None = None) -> BatchResult:
         """Batch compaction on demand (``force``), optionally favouring ``focus`` in the summary."""
-        return self._batch(reason="on_demand", force=True, focus=focus)
+        with self._lock:
+            return self._batch(reason="on_demand", force=True, focus=focus)
 
     def _batch(self, **kwargs: Any) -> BatchResult:
         since = self.micro.state.passes_total - self._micro_passes_at_last_batch
@@ -287,37 +354,54 @@ class Session:
         at the next call (or ``messages`` read) if the transcript under it did not change.
         """
         results: list[PassResult] = []
-        try:
-            self.flush()
-            if self.background is None:
-                results = self.micro.finalize_turn(self.ledger, completed)
-            else:
-                results = self.background.collect(self.ledger)
-                if self.micro.active and self.micro.turn_due(self.ledger, completed):
-                    self.background.submit(self.ledger)
-            self._save_skips()
-            self._save_progress()
-        except Exception:
-            log.exception("finalize_turn failed unexpectedly; the session goes on uncompacted")
+        with self._lock:
+            try:
+                self._flush()
+                if self.background is None:
+                    results = self.micro.finalize_turn(self.ledger, completed)
+                else:
+                    results = self.background.collect(self.ledger)
+                    if self.micro.active and self.micro.turn_due(self.ledger, completed):
+                        self.background.submit(self.ledger)
+                self._save_skips()
+                self._save_progress()
+            except Exception:
+                log.exception("finalize_turn failed unexpectedly; the session goes on uncompacted")
         return results
 
     def drain(self, timeout: float = 60.0) -> list[PassResult]:
-        """Wait for a background pass to finish and apply it (tests, replays, shutdown)."""
-        if self.background is None:
+        """Wait for a background pass to finish and apply it (tests, replays, shutdown). The wait itself
+        holds no lock: other threads go on appending meanwhile."""
+        background = self.background
+        if background is None:
             return []
         results: list[PassResult] = []
         deadline = time.monotonic() + timeout
-        while self.background.busy and time.monotonic() < deadline:
-            results += self.background.collect(self.ledger, wait=max(0.0, deadline - time.monotonic()))
-        return results
+        while True:
+            with self._lock:
+                results += background.collect(self.ledger)
+                if not background.busy:
+                    return results
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return results
+            background.wait(left)
 
     def close(self) -> None:
-        """Finish background work and write what is pending (the store itself stays open: the caller owns it)."""
+        """Finish background work, write what is pending and give up the store's writer lease (the store
+        itself stays open: the caller owns it)."""
         if self.background is not None:
             self.drain()
             self.background.close()
-        self.flush()
-        self._save_skips()
+        with self._lock:
+            self._flush()
+            self._save_skips()
+            if self.store is not None and self._lease is not None:
+                lease, self._lease = self._lease, None
+                try:
+                    _give_back_lease(self.store, self.session_id, lease)
+                except StoreError as exc:
+                    log.warning("Session store: could not release the writer lease (%s)", exc)
 
     def __enter__(self) -> "Session":
         return self

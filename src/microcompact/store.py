@@ -29,20 +29,37 @@ Schema (version :data:`SCHEMA_VERSION`)::
              created_at, updated_at)
     UNIQUE (session_id, position) WHERE state = 'active'
     skipped_exchanges(session_id FK, key, created_at, PK (session_id, key))
+    session_leases(session_id PK, token, host, pid, pid_start, acquired_at, expires_at)  -- SQLite only;
+               created on a writable open when missing (readers never need it, older versions ignore it)
     full text: SQLite FTS5 external-content table messages_fts(body) (LIKE when FTS5 is missing),
                PostgreSQL GIN index on to_tsvector('simple', body)
 
 ``absorbed_by`` is the row that replaced a row: the marker that summarized an absorbed message, or the
 marker that superseded an older marker, so the rolling summary's history is a chain that ``expand`` walks.
+
+One writer per session: :meth:`~_SQLStore.acquire_lease` (taken by ``Session.open``) makes a store the
+session's only writer until it releases the lease or closes; every write transaction of a session checks
+the lease first (a write by another writer, or by one that lost its lease, raises :class:`SessionBusy`).
+SQLite keeps leases in ``session_leases`` (dead holders on this host are detected by pid and process start,
+others by a heartbeat expiry); PostgreSQL uses a session-level advisory lock on the writer's connection.
+
+Errors never carry the database's own text (it can quote parameters: message content, secrets): a
+:class:`StoreError` names the database, the operation that failed and the driver's error class and code.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import os
 import re
+import socket
 import sqlite3
 import threading
+import time
+import uuid
+import weakref
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -68,6 +85,9 @@ _NOT_EXTRA = frozenset({"role", "content", "_tokens", POS_KEY, ROW_KEY, STATE_KE
 BODY_HEAD_CHARS = 60_000
 BODY_TAIL_CHARS = 40_000
 DEFAULT_BUSY_TIMEOUT = 5.0
+# A writer's lease on a session lapses this many seconds after its last heartbeat (sent every third of it)
+# when its process cannot be checked (another host); a writer on this host that died loses it at once.
+DEFAULT_LEASE_TTL = 30.0
 
 T = TypeVar("T")
 
@@ -85,6 +105,10 @@ class StoreConflict(StoreError):
 
 class StoreLocked(StoreError):
     """Another connection held the database (or the session) for longer than the busy timeout."""
+
+
+class SessionBusy(StoreError):
+    """Another writer holds the session's lease (or this writer lost it): two writers would mix the session."""
 
 
 class StoreReadOnly(StoreError):
@@ -115,6 +139,8 @@ class SessionStore(Protocol):
     def archive_and_compact(self, session_id: str, event: Event, messages: Sequence[Message]) -> int: ...
     def remember_skip(self, session_id: str, key: str) -> None: ...
     def skipped(self, session_id: str) -> set[str]: ...
+    def acquire_lease(self, session_id: str) -> str | None: ...
+    def release_lease(self, session_id: str, token: str | None = None) -> None: ...
     def update_meta(self, session_id: str, values: dict[str, Any]) -> None: ...
     def session_meta(self, session_id: str) -> dict[str, Any]: ...
     def search(self, session_id: str, query: str, limit: int = 20, include_active: bool = False
@@ -145,13 +171,73 @@ def open_store(url_or_path: str | Path | None = None, **options: Any) -> "SQLite
     return SQLiteStore(text, **options)
 
 
+# --------------------------------------------------------------------------- writer identity (leases)
+
+
+def _process_start(pid: int) -> str:
+    """When process ``pid`` started (Linux: clock ticks since boot), '' when unknown: tells a reused pid apart."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return ""
+    fields = data[data.rfind(b")") + 2:].split()
+    return fields[19].decode("ascii", "replace") if len(fields) > 19 else ""
+
+
+def _process_alive(pid: int, start: str) -> bool:
+    """Whether process ``pid`` of this host still runs and is the one that started at ``start`` (when known).
+
+    A zombie (killed, not yet reaped) counts as dead: it can no longer write.
+    """
+    if pid <= 0:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+    except FileNotFoundError:
+        if os.path.isdir("/proc/self"):
+            return False  # Linux: no such process
+        return _signal_zero(pid)
+    except OSError:
+        return _signal_zero(pid)
+    fields = data[data.rfind(b")") + 2:].split()
+    if not fields or fields[0] in (b"Z", b"X"):
+        return False
+    return not start or len(fields) <= 19 or fields[19].decode("ascii", "replace") == start
+
+
+def _signal_zero(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # exists, owned by another user
+    return True
+
+
+def _this_writer() -> tuple[str, int, str]:
+    """(host, pid, process start) of this process, as recorded with a lease."""
+    pid = os.getpid()
+    return socket.gethostname(), pid, _process_start(pid)
+
+
+def _driver_error(exc: BaseException) -> str:
+    """What a driver error may say in our messages and logs: its class and code, never its text (a database's
+    error text can quote the statement's parameters: message content, secrets)."""
+    code = getattr(exc, "sqlstate", None) or getattr(exc, "sqlite_errorname", None) or \
+        getattr(exc, "sqlite_errorcode", None)
+    return f"{type(exc).__module__.split('.')[0]}.{type(exc).__name__}" + (f" {code}" if code else "")
+
+
 # --------------------------------------------------------------------------- encoding
 
 
 def _json(value: Any, what: str) -> str:
     """Compact JSON; text that is not valid Unicode (lone surrogates) is stored with '?' in their place."""
     try:
-        out = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        out = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{what} is not JSON-serializable: {exc}") from None
     return _valid_utf8(out)
@@ -276,16 +362,32 @@ class _SQLStore:
 
     backend = ""
     search_backend = ""
+    read_only = False
     NOW = ""
     COLS = ""  # id, position, role, content, extra, is_marker, marker_kind (of alias m)
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._closed = False
+        self._leases: dict[str, str] = {}  # session id -> token of the lease this store holds
+        self._lost: set[str] = set()  # leased sessions another writer took over (writes refused)
 
     # -------------------------------------------------------------- dialect hooks
 
-    def _txn(self, fn: Callable[[Any], T], write: bool) -> T:
+    def _txn(self, fn: Callable[[Any], T], write: bool, op: str = "access the store") -> T:
+        """Run ``fn(cursor)`` in one transaction; driver errors become StoreErrors naming ``op``."""
+        raise NotImplementedError
+
+    def _take_lease(self, session_id: str, token: str) -> None:
+        """Make ``token`` the session's lease, or raise SessionBusy naming the live holder."""
+        raise NotImplementedError
+
+    def _drop_lease(self, session_id: str, token: str) -> None:
+        raise NotImplementedError
+
+    def _fence(self, cur: Any, session_id: str) -> None:
+        """Inside a write transaction: refuse it when another writer holds the session's lease, or when this
+        store held the lease and lost it."""
         raise NotImplementedError
 
     def _q(self, sql: str) -> str:
@@ -320,13 +422,66 @@ class _SQLStore:
         return cur
 
     def _touch_session(self, cur: Any, session_id: str, create: bool) -> bool:
-        """Lock the session row for this transaction (creating it if asked); False when it does not exist."""
+        """Check the session's lease, then lock its row for this transaction (creating it if asked); False
+        when it does not exist. Every write of a session's messages, passes and progress starts here."""
+        self._fence(cur, session_id)
         if create:
             self._exec(cur, f"INSERT INTO sessions (id) VALUES (?) ON CONFLICT (id) DO UPDATE "
                             f"SET updated_at = {self.NOW}", (session_id,))
             return True
         self._exec(cur, f"UPDATE sessions SET updated_at = {self.NOW} WHERE id = ?", (session_id,))
         return cur.rowcount == 1
+
+    def _busy(self, session_id: str, holder: str) -> SessionBusy:
+        return SessionBusy(f"{self.describe()}: session {session_id!r} is being written by another writer "
+                           f"({holder}); a second writer is refused so the two cannot mix. Wait for it to "
+                           "finish, or use another session id (a crashed writer's lease is taken over "
+                           "automatically)")
+
+    def _lost_lease(self, session_id: str) -> SessionBusy:
+        return SessionBusy(f"{self.describe()}: this writer lost its lease on session {session_id!r} (it was "
+                           "taken over after missed heartbeats or a lost connection); its writes are refused "
+                           "so the two writers cannot mix. Reopen the session to continue from the store")
+
+    # -------------------------------------------------------------- leases (one writer per session)
+
+    def acquire_lease(self, session_id: str) -> str | None:
+        """Make this store the only writer of ``session_id`` until :meth:`release_lease` or :meth:`close`.
+
+        Returns the lease's token (None on a read-only store: it writes nothing). Raises
+        :class:`SessionBusy` when a live writer holds the session, including another Session on this same
+        store. A lease dies with its holder: a writer process that exits or is killed loses it at once (on
+        this host; PostgreSQL: with its connection); a writer on another host after ``lease_ttl`` seconds
+        without a heartbeat. Readers (load, search, export) never need it.
+        """
+        self._check_id(session_id)
+        with self._lock:
+            self._require_open()
+            if self.read_only:
+                return None
+            if session_id in self._leases:
+                raise self._busy(session_id, "another Session on this same store object; close it first")
+            token = uuid.uuid4().hex
+            self._take_lease(session_id, token)
+            self._leases[session_id] = token
+            self._lost.discard(session_id)
+            return token
+
+    def release_lease(self, session_id: str, token: str | None = None) -> None:
+        """Give up the lease (``token``: only that one); never raises: an unreleased lease lapses anyway."""
+        with self._lock:
+            held = self._leases.get(session_id)
+            if held is None or (token is not None and token != held):
+                return
+            del self._leases[session_id]
+            self._lost.discard(session_id)
+            if self._closed:
+                return
+            try:
+                self._drop_lease(session_id, held)
+            except StoreError as exc:
+                log.warning("%s: could not release the lease on session %r (%s); it lapses when this process "
+                            "exits", self.describe(), session_id, exc)
 
     @staticmethod
     def _check_id(session_id: str) -> None:
@@ -348,7 +503,7 @@ class _SQLStore:
                        (session_id, meta_json))
             return cur.rowcount == 1
 
-        return self._txn(txn, write=True)
+        return self._txn(txn, write=True, op="create the session")
 
     def list_sessions(self) -> list[dict[str, Any]]:
         """Every session, oldest first: id, created_at, updated_at, meta, counts by state, active markers."""
@@ -362,7 +517,7 @@ class _SQLStore:
             FROM sessions s LEFT JOIN messages m ON m.session_id = s.id
             GROUP BY s.id
             ORDER BY s.created_at, s.id"""
-        rows = self._txn(lambda cur: self._exec(cur, sql).fetchall(), write=False)
+        rows = self._txn(lambda cur: self._exec(cur, sql).fetchall(), write=False, op="list the sessions")
         return [{"id": r[0], "created_at": _timestamp(r[1]), "updated_at": _timestamp(r[2]),
                  "meta": json.loads(r[3]) if r[3] else {},
                  "counts": {"active": int(r[4]), "absorbed": int(r[5]), "superseded": int(r[6])},
@@ -373,7 +528,7 @@ class _SQLStore:
     def load_active(self, session_id: str) -> list[Message]:
         """The session's transcript: its active rows in position order (empty for an unknown session)."""
         sql = f"SELECT {self.COLS} FROM messages m WHERE m.session_id = ? AND m.state = 'active' ORDER BY m.position"
-        rows = self._txn(lambda cur: self._exec(cur, sql, (session_id,)).fetchall(), write=False)
+        rows = self._txn(lambda cur: self._exec(cur, sql, (session_id,)).fetchall(), write=False, op="load the session")
         return [_decode(*r) for r in rows]
 
     def append(self, session_id: str, messages: Sequence[Message]) -> None:
@@ -405,7 +560,7 @@ class _SQLStore:
             ids = self._insert_rows(cur, session_id, [(start + i, e) for i, e in enumerate(encoded)])
             return start, ids
 
-        start, ids = self._txn(txn, write=True)
+        start, ids = self._txn(txn, write=True, op="append messages")
         for i, (m, row) in enumerate(zip(msgs, ids)):
             m[POS_KEY] = start + i
             m[ROW_KEY] = row
@@ -464,7 +619,7 @@ class _SQLStore:
                                        supersede=[(r, 0) for r in supersede_rows], insert=[(position, marker)])
             return written, position, ids
 
-        written, position, ids = self._txn(txn, write=True)
+        written, position, ids = self._txn(txn, write=True, op="store a micro-compaction pass")
         marker[POS_KEY] = position
         marker[ROW_KEY] = ids[0]
         return written
@@ -512,7 +667,7 @@ class _SQLStore:
                                        insert=list(zip(positions, inserted)), absorbed_by=marker_at)
             return written, ids, positions
 
-        written, ids, positions = self._txn(txn, write=True)
+        written, ids, positions = self._txn(txn, write=True, op="store a batch compaction")
         for m, row, pos in zip(inserted, ids, positions):
             m[POS_KEY], m[ROW_KEY] = pos, row
         return written
@@ -586,11 +741,13 @@ class _SQLStore:
             self._exec(cur, "INSERT INTO skipped_exchanges (session_id, key) VALUES (?, ?) "
                             "ON CONFLICT (session_id, key) DO NOTHING", (session_id, _clean_text(str(key))))
 
-        self._txn(txn, write=True)
+        self._txn(txn, write=True, op="remember a skipped exchange")
 
     def skipped(self, session_id: str) -> set[str]:
         sql = "SELECT key FROM skipped_exchanges WHERE session_id = ?"
-        return {r[0] for r in self._txn(lambda cur: self._exec(cur, sql, (session_id,)).fetchall(), write=False)}
+        rows = self._txn(lambda cur: self._exec(cur, sql, (session_id,)).fetchall(), write=False,
+                         op="read the skipped exchanges")
+        return {r[0] for r in rows}
 
     # -------------------------------------------------------------- session progress (meta)
 
@@ -605,12 +762,13 @@ class _SQLStore:
             self._touch_session(cur, session_id, create=True)
             self._exec(cur, f"UPDATE sessions SET meta = {self.META_MERGE} WHERE id = ?", (patch, session_id))
 
-        self._txn(txn, write=True)
+        self._txn(txn, write=True, op="update the session's progress")
 
     def session_meta(self, session_id: str) -> dict[str, Any]:
         """The session's meta ({} for an unknown session)."""
         sql = f"SELECT {'meta' if self.backend == 'sqlite' else 'meta::text'} FROM sessions WHERE id = ?"
-        rows = self._txn(lambda cur: self._exec(cur, sql, (session_id,)).fetchall(), write=False)
+        rows = self._txn(lambda cur: self._exec(cur, sql, (session_id,)).fetchall(), write=False,
+                         op="read the session's progress")
         return json.loads(rows[0][0]) if rows and rows[0][0] else {}
 
     # -------------------------------------------------------------- recall
@@ -628,7 +786,8 @@ class _SQLStore:
         if not terms or limit <= 0:
             return []
         states = ("absorbed", "active") if include_active else ("absorbed",)
-        rows = self._txn(lambda cur: self._search(cur, session_id, terms, query, states, int(limit)), write=False)
+        rows = self._txn(lambda cur: self._search(cur, session_id, terms, query, states, int(limit)), write=False,
+                         op="search the session")
         return [{"row": int(r[0]), "position": int(r[1]), "role": r[2], "state": r[3], "snippet": r[4],
                  "absorbed_by": None if r[5] is None else int(r[5]), "is_marker": bool(r[6])} for r in rows]
 
@@ -654,7 +813,7 @@ class _SQLStore:
                 return None
             return self._exec(cur, sql, (int(marker_row), session_id, session_id)).fetchall()
 
-        rows = self._txn(txn, write=False)
+        rows = self._txn(txn, write=False, op="expand a marker")
         if rows is None:
             raise ValueError(f"row {marker_row} is not a marker of session {session_id!r}")
         return [_decode(*r) for r in rows]
@@ -668,7 +827,9 @@ class _SQLStore:
         sql = (f"SELECT {self.COLS}, m.state, m.absorbed_by FROM messages m WHERE m.session_id = ? "
                "ORDER BY m.position, m.id")
         out = []
-        for r in self._txn(lambda cur: self._exec(cur, sql, (session_id,)).fetchall(), write=False):
+        rows = self._txn(lambda cur: self._exec(cur, sql, (session_id,)).fetchall(), write=False,
+                         op="export the session")
+        for r in rows:
             msg = _decode(*r[:7])
             msg[STATE_KEY] = r[7]
             if r[8] is not None:
@@ -734,6 +895,17 @@ _SQLITE_MIGRATIONS: list[list[str]] = [
 ]
 _FTS_DDL = "CREATE VIRTUAL TABLE messages_fts USING fts5(body, content='messages', content_rowid='id')"
 _OUR_TABLES = {"schema_version", "sessions", "messages", "skipped_exchanges"}
+# Writer leases (added to existing stores on their first writable open; no schema version change: older
+# versions ignore the table, readers never need it).
+_LEASES_DDL = """CREATE TABLE IF NOT EXISTS session_leases (
+    session_id TEXT PRIMARY KEY,
+    token TEXT NOT NULL,
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    pid_start TEXT NOT NULL DEFAULT '',
+    acquired_at REAL NOT NULL,
+    expires_at REAL NOT NULL
+)"""
 
 _fts5_checked: bool | None = None
 
@@ -760,6 +932,10 @@ class SQLiteStore(_SQLStore):
     :class:`StoreLocked`. ``read_only`` opens the file read-only (``mode=ro``): every write raises
     :class:`StoreReadOnly`. ``fts=False`` does not create the FTS5 index on a new database (search then
     uses LIKE, as it does when SQLite lacks FTS5). One connection, shared by threads under a lock.
+
+    A new database file is created readable by its owner only (0600; SQLite gives its WAL and shared-memory
+    files the same mode). A session's writer lease is a row of ``session_leases`` (token, host, pid,
+    process start, expiry), renewed by a heartbeat thread every ``lease_ttl / 3`` seconds while held.
     """
 
     backend = "sqlite"
@@ -768,19 +944,20 @@ class SQLiteStore(_SQLStore):
     COLS = "m.id, m.position, m.role, m.content, m.extra, m.is_marker, m.marker_kind"
 
     def __init__(self, path: str | Path | None = None, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
-                 read_only: bool = False, fts: bool = True) -> None:
+                 read_only: bool = False, fts: bool = True, lease_ttl: float = DEFAULT_LEASE_TTL) -> None:
         super().__init__()
         self.path = str(path) if path is not None else str(default_store_path())
         self.busy_timeout = float(busy_timeout)
         self.read_only = read_only
+        self.lease_ttl = float(lease_ttl)
         self._conn: sqlite3.Connection | None = None
         self._fts = False
+        self._has_leases = False
+        self._heartbeat: threading.Thread | None = None
+        self._stop_heartbeat = threading.Event()
         memory = self.path == ":memory:"
         if not memory and not read_only:
-            try:
-                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise StoreError(f"{self.path}: cannot create its directory: {exc.strerror or exc}") from None
+            self._create_private(Path(self.path))
         try:
             if read_only:
                 target = "file:" + quote(str(Path(self.path).resolve())) + "?mode=ro"
@@ -790,7 +967,7 @@ class SQLiteStore(_SQLStore):
                 conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None,
                                        check_same_thread=False)
         except sqlite3.Error as exc:
-            raise self._translate(exc) from None
+            raise self._translate(exc, "open the database") from None
         self._conn = conn
         try:
             self._setup(fts)
@@ -804,6 +981,20 @@ class SQLiteStore(_SQLStore):
         return self.path
 
     # -------------------------------------------------------------- setup
+
+    def _create_private(self, path: Path) -> None:
+        """Create the directory (0700) and an empty database file (0600) when missing: sessions hold
+        whatever the agent saw, so other users of the machine must not read them."""
+        try:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"{self.path}: cannot create its directory: {exc.strerror or exc}") from None
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        except FileExistsError:
+            pass  # an existing database keeps its mode
+        except OSError as exc:
+            raise StoreError(f"{self.path}: cannot create the database file: {exc.strerror or exc}") from None
 
     def _setup(self, want_fts: bool) -> None:
         conn = self._conn
@@ -819,23 +1010,27 @@ class SQLiteStore(_SQLStore):
                                 self.path, mode)
                 conn.execute("PRAGMA synchronous = NORMAL")
         except sqlite3.Error as exc:
-            raise self._translate(exc) from None
+            raise self._translate(exc, "set up the connection") from None
         version = self._version(conn, names)
         if version < SCHEMA_VERSION:
             if self.read_only:
                 raise StoreReadOnly(f"{self.path}: the store is opened read-only but its schema needs "
                                     f"{'creating' if version == 0 else 'migrating'} (version {version} -> "
                                     f"{SCHEMA_VERSION})")
-            self._txn(self._migrate, write=True)
+            self._txn(self._migrate, write=True, op="create or migrate the schema")
             names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
         self._setup_fts(want_fts, "messages_fts" in names)
+        self._has_leases = "session_leases" in names
+        if not self._has_leases and not self.read_only:
+            self._txn(lambda cur: cur.execute(_LEASES_DDL), write=True, op="create the lease table")
+            self._has_leases = True
 
     def _version(self, cur: Any, names: set[str]) -> int:
         if "schema_version" in names:
             try:
                 row = cur.execute("SELECT MAX(version) FROM schema_version").fetchone()
             except sqlite3.Error as exc:
-                raise self._translate(exc) from None
+                raise self._translate(exc, "read the schema version") from None
             version = int(row[0] or 0)
         elif names & _OUR_TABLES:
             raise StoreError(f"{self.path}: a SQLite database but not a microcompact store (it has tables "
@@ -867,7 +1062,7 @@ class SQLiteStore(_SQLStore):
                 if not cur.execute("SELECT 1 FROM sqlite_master WHERE name = 'messages_fts'").fetchone():
                     cur.execute(_FTS_DDL)
                     cur.execute("INSERT INTO messages_fts (messages_fts) VALUES ('rebuild')")
-            self._txn(build, write=True)
+            self._txn(build, write=True, op="build the search index")
             exists = True
         self._fts = exists
         self.search_backend = "fts5" if exists else "like"
@@ -879,7 +1074,7 @@ class SQLiteStore(_SQLStore):
 
     # -------------------------------------------------------------- transactions and errors
 
-    def _txn(self, fn: Callable[[Any], T], write: bool) -> T:
+    def _txn(self, fn: Callable[[Any], T], write: bool, op: str = "access the store") -> T:
         with self._lock:
             self._require_open()
             if write and self.read_only:
@@ -899,15 +1094,16 @@ class SQLiteStore(_SQLStore):
                             pass
                     raise
             except sqlite3.Error as exc:
-                raise self._translate(exc) from None
+                raise self._translate(exc, op) from None
             return result
 
-    def _translate(self, exc: sqlite3.Error) -> StoreError:
+    def _translate(self, exc: sqlite3.Error, op: str) -> StoreError:
+        """A user-facing error naming the database, the operation and the error class (never its text)."""
         code = getattr(exc, "sqlite_errorcode", None)
         primary = code & 0xFF if isinstance(code, int) else None
-        text = str(exc)
-        low = text.lower()
-        p = self.path
+        low = str(exc).lower()
+        text = _driver_error(exc)
+        p = f"{self.path}: {op} failed"
         if primary in (5, 6) or "database is locked" in low:
             return StoreLocked(f"{p}: the database is locked by another connection (waited "
                                f"{self.busy_timeout:g} s, the busy timeout): {text}")
@@ -974,8 +1170,110 @@ class SQLiteStore(_SQLStore):
         rows = cur.execute(sql, (session_id, json.dumps(states), *patterns, limit)).fetchall()
         return [(r[0], r[1], r[2], r[3], _snippet(r[4], terms), r[5], r[6]) for r in rows]
 
-    def close(self) -> None:
+    # -------------------------------------------------------------- leases
+
+    def _lease_row(self, cur: Any, session_id: str) -> tuple[Any, ...] | None:
+        if not self._has_leases:
+            return None
+        return cur.execute("SELECT token, host, pid, pid_start, expires_at FROM session_leases WHERE session_id = ?",
+                           (session_id,)).fetchone()
+
+    @staticmethod
+    def _holder(row: tuple[Any, ...]) -> str:
+        return f"pid {row[2]} on host {row[1]}"
+
+    @staticmethod
+    def _lapsed(row: tuple[Any, ...]) -> str:
+        """Why a lease row no longer protects anyone ('' while its holder may still write)."""
+        host, pid, start, expires = row[1], int(row[2]), str(row[3] or ""), float(row[4])
+        if host == socket.gethostname() and not _process_alive(pid, start):
+            return "its process is gone"
+        if time.time() > expires:
+            return "no heartbeat within the lease time"
+        return ""
+
+    def _take_lease(self, session_id: str, token: str) -> None:
+        host, pid, start = _this_writer()
+
+        def txn(cur: Any) -> str:
+            row = self._lease_row(cur, session_id)
+            why = self._lapsed(row) if row is not None else ""
+            if row is not None and not why:
+                raise self._busy(session_id, self._holder(row))
+            now = time.time()
+            cur.execute("INSERT INTO session_leases (session_id, token, host, pid, pid_start, acquired_at, expires_at) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (session_id) DO UPDATE SET token = excluded.token, "
+                        "host = excluded.host, pid = excluded.pid, pid_start = excluded.pid_start, "
+                        "acquired_at = excluded.acquired_at, expires_at = excluded.expires_at",
+                        (session_id, token, host, pid, start, now, now + self.lease_ttl))
+            return f"{self._holder(row)}: {why}" if row is not None else ""
+
+        taken_over = self._txn(txn, write=True, op="take the session's writer lease")
+        if taken_over:
+            log.warning("%s: took over the writer lease of session %r from %s", self.path, session_id, taken_over)
+        self._start_heartbeat()
+
+    def _drop_lease(self, session_id: str, token: str) -> None:
+        self._txn(lambda cur: cur.execute("DELETE FROM session_leases WHERE session_id = ? AND token = ?",
+                                          (session_id, token)), write=True, op="release the session's writer lease")
+
+    def _fence(self, cur: Any, session_id: str) -> None:
+        row = self._lease_row(cur, session_id)
+        mine = self._leases.get(session_id)
+        if mine is not None:
+            if row is None or row[0] != mine:
+                self._lost.add(session_id)
+                raise self._lost_lease(session_id)
+        elif row is not None and not self._lapsed(row):
+            raise self._busy(session_id, self._holder(row))
+
+    def _start_heartbeat(self) -> None:
+        if self._heartbeat is not None and self._heartbeat.is_alive():
+            return
+        self._stop_heartbeat.clear()
+        self._heartbeat = threading.Thread(target=_heartbeat_loop, args=(weakref.ref(self), self._stop_heartbeat,
+                                                                          self.lease_ttl / 3),
+                                           name="microcompact-lease", daemon=True)
+        self._heartbeat.start()
+
+    def renew_leases(self) -> None:
+        """Push back the expiry of every lease this store holds (the heartbeat thread calls it); a lease
+        found taken over is marked lost, so this store's writes to that session are refused."""
         with self._lock:
+            if self._closed or not self._leases:
+                return
+            held = dict(self._leases)
+
+            def txn(cur: Any) -> list[str]:
+                lost = []
+                for session_id, token in held.items():
+                    cur.execute("UPDATE session_leases SET expires_at = ? WHERE session_id = ? AND token = ?",
+                                (time.time() + self.lease_ttl, session_id, token))
+                    if cur.rowcount != 1:
+                        lost.append(session_id)
+                return lost
+
+            try:
+                lost = self._txn(txn, write=True, op="renew the session leases")
+            except StoreError as exc:
+                log.warning("%s: lease heartbeat failed (%s); retrying", self.path, exc)
+                return
+            for session_id in lost:
+                if session_id not in self._lost:
+                    self._lost.add(session_id)
+                    log.error("%s: the writer lease of session %r was taken over by another writer; this "
+                              "store's writes to it are refused from now on", self.path, session_id)
+
+    def close(self) -> None:
+        self._stop_heartbeat.set()
+        beat = self._heartbeat
+        if beat is not None and beat is not threading.current_thread():
+            beat.join(timeout=self.busy_timeout + 1)
+        with self._lock:
+            if self._conn is not None and self._leases and not self._closed:
+                for session_id in list(self._leases):
+                    self.release_lease(session_id)
+            self._leases.clear()
             if self._conn is not None:
                 try:
                     self._conn.close()
@@ -983,6 +1281,17 @@ class SQLiteStore(_SQLStore):
                     pass
                 self._conn = None
             self._closed = True
+
+
+def _heartbeat_loop(store_ref: "weakref.ref[SQLiteStore]", stop: threading.Event, every: float) -> None:
+    """Renew the store's leases until it is closed or garbage-collected (a weak reference: the thread
+    never keeps a forgotten store alive)."""
+    while not stop.wait(every):
+        store = store_ref()
+        if store is None:
+            return
+        store.renew_leases()
+        del store
 
 
 # --------------------------------------------------------------------------- PostgreSQL
@@ -1043,6 +1352,11 @@ class PostgresStore(_SQLStore):
     connection's ``lock_timeout`` (:class:`StoreLocked` after it). A dropped connection (server restart) is
     reconnected once and the transaction retried, unless it dropped during COMMIT (outcome unknown: a
     :class:`StoreError` says so). ``read_only`` sets ``default_transaction_read_only``.
+
+    A session's writer lease is a session-level advisory lock held on this store's connection: the server
+    drops it when the connection ends (process exit, SIGKILL; a vanished host after the TCP keepalives set
+    on the connection give up). After a reconnect the lease is taken again, or, if another writer took it
+    meanwhile, marked lost (writes to that session refused).
     """
 
     backend = "postgres"
@@ -1062,9 +1376,10 @@ class PostgresStore(_SQLStore):
         self._conn: Any = None
         self._qcache: dict[str, str] = {}
         self._where = self._safe_dsn(dsn)
+        self._schema = ""
         try:
             self._conn = self._connect()
-            self._txn(self._migrate, write=True, check_read_only=False)
+            self._txn(self._migrate, write=True, check_read_only=False, op="create or migrate the schema")
         except BaseException:
             self.close()
             raise
@@ -1090,15 +1405,27 @@ class PostgresStore(_SQLStore):
             conn = pg.connect(self.dsn, autocommit=False, connect_timeout=self.connect_timeout)
         except pg.Error as exc:
             raise StoreError(f"{self._where}: cannot connect to PostgreSQL: {str(exc).strip()}") from None
+        host, pid, _ = _this_writer()
         try:
-            conn.execute("SELECT set_config('lock_timeout', %s, false), set_config('application_name', "
-                         "'microcompact', false)", (f"{int(self.busy_timeout * 1000)}ms",))
+            conn.execute("SELECT set_config('lock_timeout', %s, false), set_config('application_name', %s, false)",
+                         (f"{int(self.busy_timeout * 1000)}ms", f"microcompact pid {pid}@{host}"[:63]))
+            # A writer's host that vanishes without closing its connection releases its leases within ~1 min.
+            conn.execute("SELECT set_config('tcp_keepalives_idle', '30', false), "
+                         "set_config('tcp_keepalives_interval', '10', false), "
+                         "set_config('tcp_keepalives_count', '3', false)")
             if self.read_only:
                 conn.execute("SELECT set_config('default_transaction_read_only', 'on', false)")
+            row = conn.execute("SELECT current_schema()").fetchone()
+            self._schema = str(row[0] or "") if row else ""
+            for session_id in [s for s in self._leases if s not in self._lost]:
+                if not conn.execute("SELECT pg_try_advisory_lock(%s)", (self._lease_key(session_id),)).fetchone()[0]:
+                    self._lost.add(session_id)
+                    log.error("%s: reconnected, but another writer took session %r meanwhile; this store's writes "
+                              "to it are refused from now on", self._where, session_id)
             conn.commit()
         except pg.Error as exc:
             conn.close()
-            raise self._translate(exc) from None
+            raise self._translate(exc, "set up the connection") from None
         return conn
 
     def _drop_connection(self) -> None:
@@ -1109,7 +1436,8 @@ class PostgresStore(_SQLStore):
                 pass
         self._conn = None
 
-    def _txn(self, fn: Callable[[Any], T], write: bool, check_read_only: bool = True) -> T:  # type: ignore[override]
+    def _txn(self, fn: Callable[[Any], T], write: bool, op: str = "access the store",  # type: ignore[override]
+             check_read_only: bool = True) -> T:
         pg = self._pg
         with self._lock:
             self._require_open()
@@ -1134,13 +1462,13 @@ class PostgresStore(_SQLStore):
                     else:
                         self._rollback(conn)
                     if broken and committing:
-                        raise StoreError(f"{self._where}: the connection was lost while committing; the "
-                                         f"outcome of this write is unknown ({str(exc).strip()})") from None
+                        raise StoreError(f"{self._where}: {op}: the connection was lost while committing; the "
+                                         f"outcome of this write is unknown ({_driver_error(exc)})") from None
                     if broken and attempt == 1 and isinstance(exc, pg.OperationalError):
-                        log.warning("%s: connection lost (%s); reconnecting once", self._where,
-                                    str(exc).strip())
+                        log.warning("%s: %s: connection lost (%s); reconnecting once", self._where, op,
+                                    _driver_error(exc))
                         continue
-                    raise self._translate(exc) from None
+                    raise self._translate(exc, op) from None
                 except BaseException:
                     self._rollback(conn)
                     raise
@@ -1152,10 +1480,12 @@ class PostgresStore(_SQLStore):
         except Exception:
             self._drop_connection()
 
-    def _translate(self, exc: Exception) -> StoreError:
+    def _translate(self, exc: Exception, op: str) -> StoreError:
+        """A user-facing error naming the server, the operation, the error class and SQLSTATE; never the
+        server's text, which can quote the statement's parameters (message content, secrets)."""
         state = getattr(exc, "sqlstate", None) or ""
-        text = str(exc).strip()
-        w = self._where
+        text = _driver_error(exc)
+        w = f"{self._where}: {op} failed"
         if state in ("55P03", "57014"):
             return StoreLocked(f"{w}: the session or table is locked by another connection (waited "
                                f"{self.busy_timeout:g} s, the lock timeout): {text}")
@@ -1174,6 +1504,10 @@ class PostgresStore(_SQLStore):
     # -------------------------------------------------------------- schema
 
     def _migrate(self, cur: Any) -> None:
+        if not self.read_only:
+            # One migrator at a time, and the lock comes before any catalog lookup: a lookup made before
+            # waiting would leave this connection a cached "no such table" after the other one created it.
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", (_PG_MIGRATION_LOCK,))
         cur.execute("SELECT to_regclass('schema_version') IS NOT NULL, to_regclass('sessions') IS NOT NULL, "
                     "to_regclass('messages') IS NOT NULL")
         has_version, has_sessions, has_messages = cur.fetchone()
@@ -1193,11 +1527,6 @@ class PostgresStore(_SQLStore):
             raise StoreReadOnly(f"{self._where}: the store is opened read-only but its schema needs "
                                 f"{'creating' if version == 0 else 'migrating'} (version {version} -> "
                                 f"{SCHEMA_VERSION})")
-        cur.execute("SELECT pg_advisory_xact_lock(%s)", (_PG_MIGRATION_LOCK,))
-        cur.execute("SELECT to_regclass('schema_version') IS NOT NULL")
-        if cur.fetchone()[0]:
-            cur.execute("SELECT MAX(version) FROM schema_version")
-            version = int(cur.fetchone()[0] or 0)  # another process may have migrated meanwhile
         for target in range(version + 1, SCHEMA_VERSION + 1):
             for stmt in _PG_MIGRATIONS[target - 1]:
                 cur.execute(stmt)
@@ -1254,7 +1583,51 @@ class PostgresStore(_SQLStore):
         cur.execute(sql, (_clean_text(query), session_id, list(states), limit))
         return cur.fetchall()
 
+    # -------------------------------------------------------------- leases
+
+    def _lease_key(self, session_id: str) -> int:
+        """The session's advisory lock key: 64 bits of a hash of the schema and the session id."""
+        digest = hashlib.sha256(f"microcompact-lease\0{self._schema}\0{session_id}".encode("utf-8", "replace"))
+        return int.from_bytes(digest.digest()[:8], "big", signed=True)
+
+    def _take_lease(self, session_id: str, token: str) -> None:
+        key = self._lease_key(session_id)
+
+        def txn(cur: Any) -> tuple[Any, ...] | None:
+            cur.execute("SELECT pg_try_advisory_lock(%s)", (key,))
+            if cur.fetchone()[0]:
+                return None
+            cur.execute("SELECT a.application_name, a.client_addr::text, a.backend_start FROM pg_locks l "
+                        "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted "
+                        "AND l.classid::bigint = %s AND l.objid::bigint = %s AND l.objsubid = 1 "
+                        "AND l.pid <> pg_backend_pid() LIMIT 1", ((key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF))
+            return cur.fetchone() or ()
+
+        holder = self._txn(txn, write=False, op="take the session's writer lease")
+        if holder is not None:
+            name, addr, since = (tuple(holder) + (None, None, None))[:3]
+            where = f" from {addr}" if addr else ""
+            when = f" since {_timestamp(since):%Y-%m-%d %H:%M:%S} UTC" if since else ""
+            raise self._busy(session_id, f"{name or 'a connection'}{where}{when}")
+
+    def _drop_lease(self, session_id: str, token: str) -> None:
+        key = self._lease_key(session_id)
+        if self._conn is None or self._conn.closed:
+            return  # the server released it with the connection
+        self._txn(lambda cur: cur.execute("SELECT pg_advisory_unlock(%s)", (key,)), write=False,
+                  op="release the session's writer lease")
+
+    def _fence(self, cur: Any, session_id: str) -> None:
+        if session_id in self._leases:
+            if session_id in self._lost:
+                raise self._lost_lease(session_id)
+            return  # held on this very connection (taken again after any reconnect)
+        cur.execute("SELECT pg_try_advisory_xact_lock_shared(%s)", (self._lease_key(session_id),))
+        if not cur.fetchone()[0]:
+            raise self._busy(session_id, "a writer holding its lease")
+
     def close(self) -> None:
         with self._lock:
+            self._leases.clear()  # the server releases them with the connection
             self._drop_connection()
             self._closed = True
