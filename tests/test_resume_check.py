@@ -77,7 +77,8 @@ def test_resuming_with_another_transcript_is_refused_naming_the_first_difference
     assert "resuming session" not in res.output
     assert stored_rows(db) == before  # nothing written
     # A shorter or a completely different transcript: refused too.
-    for other in (a[:5], agent_transcript(2)):
+    shorter = a[:next(i for i in range(5, len(a)) if a[i]["role"] == "user")]  # a valid prefix: whole turns
+    for other in (shorter, agent_transcript(2)):
         res = run(write_jsonl(tmp_path / "c.jsonl", other), "--context-limit", 20000, "--db", db, "--session", "S")
         assert res.exit_code == 2 and "another transcript" in res.output, res.output
     # The same transcript resumes as before (here: nothing left to do), whatever its key order.
