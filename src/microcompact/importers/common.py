@@ -30,8 +30,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
-from . import jsoninput
-from .messages import (
+from .. import jsoninput
+from ..messages import (
     META_KEY,
     Message,
     TranscriptError,
