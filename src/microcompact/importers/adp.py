@@ -60,6 +60,16 @@ def import_adp(path: Path, record: int | None = None, **_: Any) -> ImportReport:
     map ``ai`` to assistant. Dataset keys (``mask``, ``cutoff_date``...) are dropped.
     """
     report = ImportReport("adp", str(path))
+    data = _load_records(path)
+    record = _pick_record(path, data, record)
+    report.record, report.records = record, len(data)
+    out = [_adp_message(item, f"{path}: record {record}: message {i}", report)
+           for i, item in enumerate(_adp_items(data[record]) or ())]
+    return finish(report, out)
+
+
+def _load_records(path: Path) -> list[Any]:
+    """The file's records (one object counts as one record), each checked to hold a message list."""
     data = load_json(path)
     if isinstance(data, dict):
         data = [data]
@@ -69,50 +79,66 @@ def import_adp(path: Path, record: int | None = None, **_: Any) -> ImportReport:
         if _adp_items(rec) is None:
             keys = ", ".join(sorted(rec)) if isinstance(rec, dict) else type(rec).__name__
             raise TranscriptError(f"{path}: record {r}: no 'messages' or 'trajectory' list (has: {keys})")
+    return data
+
+
+def _pick_record(path: Path, data: list[Any], record: int | None) -> int:
+    """The record asked for, checked; by default the largest (the sample files hold five small-to-big)."""
     if record is None:
-        record = max(range(len(data)), key=lambda r: _record_chars(data[r]))
-    elif not 0 <= record < len(data):
+        return max(range(len(data)), key=lambda r: _record_chars(data[r]))
+    if not 0 <= record < len(data):
         raise TranscriptError(f"{path}: record {record} out of range (the file holds {len(data)} records, "
                               f"0 to {len(data) - 1})")
-    report.record, report.records = record, len(data)
-    out: list[Message] = []
-    for i, item in enumerate(_adp_items(data[record]) or ()):
-        where = f"{path}: record {record}: message {i}"
-        if not isinstance(item, dict):
-            raise TranscriptError(f"{where}: expected a JSON object, got {type(item).__name__}")
-        raw_role = item.get("role", item.get("from"))
-        if raw_role is None:
-            raise TranscriptError(f"{where}: message has no 'role' (keys: {', '.join(sorted(item)) or 'none'})")
-        role = _ADP_ROLES.get(str(raw_role))
-        if role is None:
-            raise TranscriptError(f"{where}: unknown role {raw_role!r} (expected one of "
-                                  f"{', '.join(sorted(_ADP_ROLES))})")
-        if raw_role != role:
-            report.notes[f"role_{raw_role}_as_{role}"] += 1
-        if "content" in item:
-            content = item["content"]
-        elif item.get("text") is not None:
-            content = item["text"]
-        elif item.get("value") is not None:
-            content = item["value"]
-        else:
-            content = item.get("system_prompt") if role == "system" else None
-        if isinstance(content, list):
-            content = clean_parts(content, where)
-        elif content is None:
-            content = ""
-        elif not isinstance(content, str):
-            raise TranscriptError(f"{where}: content must be a string, null or a list of parts")
-        m: Message = {"role": role, "content": content}
-        if role == "assistant" and item.get("tool_calls"):
-            m["tool_calls"] = normalize_tool_calls(item["tool_calls"], where, report)
-        if role == "tool":
-            if not item.get("tool_call_id"):
-                raise TranscriptError(f"{where}: tool message without tool_call_id")
-            m["tool_call_id"] = str(item["tool_call_id"])
-        take_ts(item, m)
-        out.append(m)
-    return finish(report, out)
+    return record
+
+
+def _adp_role(item: dict[str, Any], where: str, report: ImportReport) -> str:
+    """The chat role of a dataset message (``ai``, ``gpt``, ``human``... mapped, and counted when renamed)."""
+    raw_role = item.get("role", item.get("from"))
+    if raw_role is None:
+        raise TranscriptError(f"{where}: message has no 'role' (keys: {', '.join(sorted(item)) or 'none'})")
+    role = _ADP_ROLES.get(str(raw_role))
+    if role is None:
+        raise TranscriptError(f"{where}: unknown role {raw_role!r} (expected one of "
+                              f"{', '.join(sorted(_ADP_ROLES))})")
+    if raw_role != role:
+        report.notes[f"role_{raw_role}_as_{role}"] += 1
+    return role
+
+
+def _adp_content(item: dict[str, Any], role: str, where: str) -> str | list[Any]:
+    """The message text, from whichever key this dataset uses (``content``, ``text``, ``value``...)."""
+    if "content" in item:
+        content = item["content"]
+    elif item.get("text") is not None:
+        content = item["text"]
+    elif item.get("value") is not None:
+        content = item["value"]
+    else:
+        content = item.get("system_prompt") if role == "system" else None
+    if isinstance(content, list):
+        return clean_parts(content, where)
+    if content is None:
+        return ""
+    if not isinstance(content, str):
+        raise TranscriptError(f"{where}: content must be a string, null or a list of parts")
+    return content
+
+
+def _adp_message(item: Any, where: str, report: ImportReport) -> Message:
+    """One dataset message as a chat-completions message (dataset keys such as ``mask`` dropped)."""
+    if not isinstance(item, dict):
+        raise TranscriptError(f"{where}: expected a JSON object, got {type(item).__name__}")
+    role = _adp_role(item, where, report)
+    m: Message = {"role": role, "content": _adp_content(item, role, where)}
+    if role == "assistant" and item.get("tool_calls"):
+        m["tool_calls"] = normalize_tool_calls(item["tool_calls"], where, report)
+    if role == "tool":
+        if not item.get("tool_call_id"):
+            raise TranscriptError(f"{where}: tool message without tool_call_id")
+        m["tool_call_id"] = str(item["tool_call_id"])
+    take_ts(item, m)
+    return m
 
 
 def looks_like_adp(head: str) -> bool:

@@ -247,22 +247,26 @@ def repair(messages: list[Message], report: ImportReport) -> list[Message]:
             if not ids and not content_text(m).strip() and not isinstance(m.get("content"), list):
                 report.repairs["empty_assistant_dropped"] += 1
                 continue
-            seen: set[str] = set()
             if len(set(ids)) != len(ids):  # the same id twice in one message: keep the first
-                calls = []
-                for tc in m["tool_calls"]:
-                    if tc["id"] in seen:
-                        report.repairs["duplicate_tool_call_dropped"] += 1
-                        continue
-                    seen.add(tc["id"])
-                    calls.append(tc)
-                m = {**m, "tool_calls": calls}
-                ids = [tc["id"] for tc in calls]
+                m, ids = _without_duplicate_calls(m, report)
             open_calls.extend(ids)
             answered = set()
         out.append(m)
     close()
     return out
+
+
+def _without_duplicate_calls(m: Message, report: ImportReport) -> tuple[Message, list[str]]:
+    """``m`` keeping the first call of each id (a second would answer ambiguously), and the ids kept."""
+    seen: set[str] = set()
+    calls = []
+    for tc in m["tool_calls"]:
+        if tc["id"] in seen:
+            report.repairs["duplicate_tool_call_dropped"] += 1
+            continue
+        seen.add(tc["id"])
+        calls.append(tc)
+    return {**m, "tool_calls": calls}, [tc["id"] for tc in calls]
 
 
 def finish(report: ImportReport, messages: list[Message]) -> ImportReport:
