@@ -481,7 +481,7 @@ def test_from_auto_writes_what_the_explicit_format_writes(path: Path, fmt: str, 
     code, _, err_auto = _cli_import(path, "--out", auto)  # --from defaults to auto
     assert code == 0, err_auto
     assert auto.read_bytes() == explicit.read_bytes()
-    assert f"detected format {fmt} for {path}" in err_auto.splitlines()[0]
+    assert err_auto.splitlines()[0] == f"{path}: detected format {fmt} (--from NAME overrides)"
     assert err_auto.splitlines()[1:] == [line.replace(str(explicit), str(auto)) for line in err_explicit.splitlines()]
 
 
@@ -530,3 +530,20 @@ def test_from_auto_with_record_applies_to_adp_only(tmp_path: Path) -> None:
     openai_file = _write(tmp_path, "m.jsonl", ['{"role": "user", "content": "x"}'])
     code, _, stderr = _cli_import(openai_file, "--record", "0")
     assert code == 2 and "--record applies to the adp format only, not openai" in stderr
+
+
+def test_from_auto_to_stdout_keeps_stdout_jsonl_only(tmp_path: Path) -> None:
+    src = _write(tmp_path, "in.jsonl", ['{"role": "user", "content": "hello"}'])
+    code, stdout, stderr = _cli_import(src)
+    assert code == 0
+    assert [json.loads(line) for line in stdout.splitlines()] == [{"role": "user", "content": "hello"}]
+    assert f"{src}: detected format openai" in stderr and "wrote 1 messages to stdout" in stderr
+
+
+def test_from_auto_names_the_detected_format_in_the_one_error_line(tmp_path: Path) -> None:
+    # Detected as claude-code from its first line, but a later line is broken: one line says both.
+    good = {"type": "user", "sessionId": "s", "uuid": "u1", "message": {"role": "user", "content": "hi"}}
+    src = _write(tmp_path, "cc.jsonl", [json.dumps(good), "{broken"])
+    code, stdout, stderr = _cli_import(src, "--out", tmp_path / "out.jsonl")
+    assert code == 2 and stdout == "" and len(stderr.splitlines()) == 1
+    assert stderr.startswith(f"error: {src}:2: invalid JSON") and "detected format claude-code" in stderr

@@ -21,20 +21,24 @@ def run_import(fmt: str, path: str | Path, out: str | Path | None, console: Any,
     A chat-completions (``openai``) file with recording defects (orphan tool results, calls with no result,
     duplicate call ids) is refused naming the first one's line, unless ``repair``: then each repair is
     reported with its line. (The other formats are conversions: their repairs are counted in the report.)
-    ``fmt`` ``auto`` detects the format from the file's start and says which it picked; a file no format
-    recognizes is refused (exit 2) with the list of formats.
+    ``fmt`` ``auto`` detects the format from the file's start and says which it picked (in the error line
+    too, when the file then fails to import); a file no format recognizes is refused (exit 2) with the list
+    of formats.
     """
     to_stdout = out is None or str(out) == "-"
     if to_stdout and console is not None and getattr(console, "file", None) is sys.stdout:
         console = None  # keep stdout clean for the JSONL
+    detected = ""
     try:
         if is_auto(fmt):
             fmt = detect_format(path)
-            _say(console, f"detected format {fmt} for {path} (--from NAME overrides)")
+            detected = f"detected format {fmt} (--from NAME overrides)"
         report = import_report(path, fmt, record)
-    except TranscriptError as exc:
-        _say(console, str(exc), prefix="error")
+    except TranscriptError as exc:  # a misdetection is a likely cause, so the error says what was detected
+        _say(console, f"{exc}; {detected}" if detected else str(exc), prefix="error")
         return 2
+    if detected:
+        _say(console, f"{path}: {detected}")
     if not report.messages:
         _say(console, f"{path}: no messages to import (an empty session)", prefix="error")
         return 2
