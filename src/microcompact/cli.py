@@ -520,7 +520,7 @@ def report_cmd(
 
 @app.command("import")
 def import_cmd(
-    file: Annotated[Path, typer.Argument(help="A recorded session in the format given by --from.")],
+    file: Annotated[Path, typer.Argument(help="A recorded session (its format detected, or named by --from).")],
     fmt: Annotated[str, typer.Option("--from", help="auto (detect from the file's start, the default) | "
                                                     "claude-code | swe-agent | adp | openai")] = "auto",
     out_file: Annotated[Optional[Path], typer.Option("--out", help="Output JSONL (default: stdout).")] = None,
