@@ -10,17 +10,22 @@ from pathlib import Path
 import pytest
 from paths import TRANSCRIPTS
 from rich.console import Console
+from typer.testing import CliRunner
 
+from microcompact.cli import app
 from microcompact.importers import (
     FORMATS,
     NO_RESULT,
+    REGISTRY,
     ImportReport,
+    detect_format,
     import_report,
     import_transcript,
     run_import,
     to_epoch,
     write_jsonl,
 )
+from microcompact.importers.sniffing import HEAD_BYTES
 from microcompact.messages import (
     INTERRUPTED_RESULT,
     TranscriptError,
@@ -420,3 +425,125 @@ def test_openai_function_as_a_string_is_named(tmp_path: Path) -> None:
                                      '{"role": "assistant", "tool_calls": [{"id": "a", "function": "ls"}]}'])
     with pytest.raises(TranscriptError, match=r"f\.jsonl:2: tool_calls\[0\] needs function\.name"):
         import_transcript(p, "openai")
+
+
+# ------------------------------------------------------------------------------------------ registry, --from auto
+
+# The shared raw samples by folder: each folder holds one format (see the shared MANIFEST.md).
+RAW_FOLDER_FORMAT = {"claude_code": "claude-code", "swe_agent": "swe-agent", "adp": "adp"}
+
+
+def _raw_samples() -> list[tuple[Path, str]]:
+    """Every recorded session under raw/ (licences and READMEs aside), with the format of its folder."""
+    if not RAW.is_dir():
+        return []
+    return [(p, RAW_FOLDER_FORMAT[p.relative_to(RAW).parts[0]]) for p in sorted(RAW.rglob("*"))
+            if p.is_file() and p.suffix in (".jsonl", ".traj", ".json")]
+
+
+def _cli_import(*args: object) -> tuple[int, str, str]:
+    """``microcompact import ARGS`` in-process: exit code, stdout, stderr."""
+    result = CliRunner().invoke(app, ["import", *map(str, args)])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_registry_names_describes_and_sniffs_every_format() -> None:
+    assert list(REGISTRY) == list(FORMATS)
+    for name, fmt in REGISTRY.items():
+        assert fmt.name == name and FORMATS[name] is fmt.importer
+        assert fmt.description.strip() and "\n" not in fmt.description
+        assert fmt.sniff("") is False  # an empty file is nobody's
+
+
+@needs_shared
+def test_every_raw_sample_is_detected_as_its_format_by_one_sniffer_only() -> None:
+    samples = _raw_samples()
+    assert {fmt for _, fmt in samples} == set(RAW_FOLDER_FORMAT.values())
+    for path, fmt in samples:
+        head = path.read_bytes()[:HEAD_BYTES].decode("utf-8", errors="replace")
+        assert [f.name for f in REGISTRY.values() if f.sniff(head)] == [fmt], path
+        assert detect_format(path) == fmt
+
+
+@needs_shared
+def test_normalized_files_are_detected_as_openai() -> None:
+    files = sorted(NORMALIZED.glob("*.jsonl"))
+    assert files
+    assert {detect_format(p) for p in files} == {"openai"}
+
+
+@needs_shared
+@pytest.mark.parametrize("path,fmt", _raw_samples(), ids=lambda v: v.name if isinstance(v, Path) else v)
+def test_from_auto_writes_what_the_explicit_format_writes(path: Path, fmt: str, tmp_path: Path) -> None:
+    explicit, auto = tmp_path / "explicit.jsonl", tmp_path / "auto.jsonl"
+    code, _, err_explicit = _cli_import("--from", fmt, path, "--out", explicit)
+    assert code == 0, err_explicit
+    code, _, err_auto = _cli_import(path, "--out", auto)  # --from defaults to auto
+    assert code == 0, err_auto
+    assert auto.read_bytes() == explicit.read_bytes()
+    assert err_auto.splitlines()[0] == f"{path}: detected format {fmt} (--from NAME overrides)"
+    assert err_auto.splitlines()[1:] == [line.replace(str(explicit), str(auto)) for line in err_explicit.splitlines()]
+
+
+@pytest.mark.parametrize("text", ["hello, this is not a transcript\n", "", '{"foo": 1, "bar": [1, 2]}\n',
+                                  "[1, 2, 3]\n"])
+def test_from_auto_on_an_unknown_file_is_one_line_and_exit_2(tmp_path: Path, text: str) -> None:
+    src = tmp_path / "mystery.txt"
+    src.write_text(text, encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    code, stdout, stderr = _cli_import("--from", "auto", src, "--out", out)
+    assert code == 2 and stdout == "" and not out.exists()
+    assert len(stderr.splitlines()) == 1 and "Traceback" not in stderr
+    assert str(src) in stderr and all(name in stderr for name in FORMATS)
+
+
+def test_from_auto_on_a_missing_file_names_it(tmp_path: Path) -> None:
+    code, _, stderr = _cli_import(tmp_path / "nope.jsonl")
+    assert code == 2 and stderr.strip() == f"error: cannot read {tmp_path / 'nope.jsonl'}: no such file"
+
+
+def test_detection_reads_past_a_first_line_longer_than_the_head(tmp_path: Path) -> None:
+    # A Claude Code log whose first line (a pasted file) is longer than what detection reads.
+    first = {"parentUuid": None, "isSidechain": False, "sessionId": "s", "type": "user",
+             "message": {"role": "user", "content": "x" * (2 * HEAD_BYTES)}, "uuid": "u1", "timestamp": 1.7e9}
+    reply = {"parentUuid": "u1", "sessionId": "s", "type": "assistant", "uuid": "u2", "timestamp": 1.7e9 + 1,
+             "message": {"role": "assistant", "id": "m1", "content": [{"type": "text", "text": "ok"}]}}
+    src = _write(tmp_path, "long.jsonl", [json.dumps(first), json.dumps(reply)])
+    assert detect_format(src) == "claude-code"
+    assert [m["role"] for m in import_transcript(src, "auto")] == ["user", "assistant"]
+
+
+def test_openai_shapes_are_detected(tmp_path: Path) -> None:
+    msgs = [{"content": "hi", "role": "user"}, {"role": "assistant", "content": "hello"}]
+    jsonl = _write(tmp_path, "m.jsonl", [json.dumps(m) for m in msgs])
+    array = _write(tmp_path, "m.json", [json.dumps(msgs, indent=2)])
+    body = _write(tmp_path, "body.json", [json.dumps({"model": "x", "messages": msgs}, indent=2)])
+    for src in (jsonl, array, body):
+        assert detect_format(src) == "openai", src
+        assert import_transcript(src, "auto") == msgs
+
+
+def test_from_auto_with_record_applies_to_adp_only(tmp_path: Path) -> None:
+    records = [{"messages": [{"role": "user", "content": f"record {i}"}]} for i in range(2)]
+    adp_file = _write(tmp_path, "adp.json", [json.dumps(records)])
+    assert import_transcript(adp_file, "auto", record=1) == [{"role": "user", "content": "record 1"}]
+    openai_file = _write(tmp_path, "m.jsonl", ['{"role": "user", "content": "x"}'])
+    code, _, stderr = _cli_import(openai_file, "--record", "0")
+    assert code == 2 and "--record applies to the adp format only, not openai" in stderr
+
+
+def test_from_auto_to_stdout_keeps_stdout_jsonl_only(tmp_path: Path) -> None:
+    src = _write(tmp_path, "in.jsonl", ['{"role": "user", "content": "hello"}'])
+    code, stdout, stderr = _cli_import(src)
+    assert code == 0
+    assert [json.loads(line) for line in stdout.splitlines()] == [{"role": "user", "content": "hello"}]
+    assert f"{src}: detected format openai" in stderr and "wrote 1 messages to stdout" in stderr
+
+
+def test_from_auto_names_the_detected_format_in_the_one_error_line(tmp_path: Path) -> None:
+    # Detected as claude-code from its first line, but a later line is broken: one line says both.
+    good = {"type": "user", "sessionId": "s", "uuid": "u1", "message": {"role": "user", "content": "hi"}}
+    src = _write(tmp_path, "cc.jsonl", [json.dumps(good), "{broken"])
+    code, stdout, stderr = _cli_import(src, "--out", tmp_path / "out.jsonl")
+    assert code == 2 and stdout == "" and len(stderr.splitlines()) == 1
+    assert stderr.startswith(f"error: {src}:2: invalid JSON") and "detected format claude-code" in stderr

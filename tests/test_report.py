@@ -173,6 +173,23 @@ def test_tokens(logs):
                             "start_missing": 0, "no_absorb": 0}
 
 
+def test_totals_agree_with_the_per_session_rows(logs):
+    # Each section is computed on its own; a reader adds the per-session rows up and expects the totals.
+    r = build_report(logs)
+    rows = r["per_session"]
+    assert r["activity"]["passes"] == sum(s["passes"] for s in rows)
+    assert r["activity"]["committed_passes"] == sum(s["committed_passes"] for s in rows)
+    assert r["activity"]["sessions"] == len(rows)
+    assert r["tokens"]["net_saved"] == sum(s["tokens_saved"] for s in rows)
+    assert r["tokens"]["exchanges_absorbed"] == sum(s["absorbed"] for s in rows)
+    batch = r["headroom"]["batch"]
+    assert batch["attempts"] == sum(s["batch_attempts"] for s in rows)
+    assert batch["compactions"] == sum(s["batch_compactions"] for s in rows)
+    assert batch["pruned"] == sum(s["batch_pruned"] for s in rows)
+    occ = [v for s in rows for v in s["occupancy_series"] if v is not None]
+    assert r["headroom"]["occupancy_pct"]["max"] == max(occ) and r["headroom"]["occupancy_pct"]["samples"] == len(occ)
+
+
 def test_per_session_sorted_by_passes(logs):
     rows = build_report(logs)["per_session"]
     assert [s["session_id"] for s in rows] == ["alpha", "beta", "gamma"]

@@ -522,8 +522,9 @@ def report_cmd(
 
 @app.command("import")
 def import_cmd(
-    file: Annotated[Path, typer.Argument(help="A recorded session in the format given by --from.")],
-    fmt: Annotated[str, typer.Option("--from", help="claude-code | swe-agent | adp | openai")],
+    file: Annotated[Path, typer.Argument(help="A recorded session (its format detected, or named by --from).")],
+    fmt: Annotated[str, typer.Option("--from", help="auto (detect from the file's start, the default) | "
+                                                    "claude-code | swe-agent | adp | openai")] = "auto",
     out_file: Annotated[Optional[Path], typer.Option("--out", help="Output JSONL (default: stdout).")] = None,
     record: Annotated[Optional[int], typer.Option("--record", help="adp files: which record (0-based; default the largest).")] = None,
     repair: Annotated[bool, typer.Option("--repair", help="openai files: repair recording defects (orphan tool results, "

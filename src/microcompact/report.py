@@ -286,6 +286,24 @@ def build_report(paths: list[Path]) -> Report:
     ``files.skipped``, never raised.
     """
     telemetry, meta = read_telemetry(paths)
+    sessions, micro, batch = _group_by_session(telemetry)
+    per_session = _per_session(sessions)
+    outcomes = Counter(str(r.get("outcome")) for r in micro)
+    committed = sum(outcomes[o] for o in COMMITTED)
+    return {
+        "version": REPORT_VERSION,
+        **meta,
+        "headroom": _headroom(micro, batch, committed),
+        "activity": _activity(len(sessions), per_session, micro, outcomes, committed),
+        "tokens": _tokens(per_session, micro),
+        "per_session": per_session,
+        "definitions": DEFINITIONS,
+    }
+
+
+def _group_by_session(telemetry: list[tuple[str, dict[str, Any]]],
+                      ) -> tuple[dict[str, _Session], list[dict[str, Any]], list[dict[str, Any]]]:
+    """Records per session (for per-session figures) and all micro/batch records (for the totals)."""
     sessions: dict[str, _Session] = {}
     micro: list[dict[str, Any]] = []
     batch: list[dict[str, Any]] = []
@@ -294,101 +312,141 @@ def build_report(paths: list[Path]) -> Report:
         s = sessions.setdefault(sid, _Session(sid))
         (s.micro if kind == "micro" else s.batch).append(record)
         (micro if kind == "micro" else batch).append(record)
+    return sessions, micro, batch
 
+
+def _per_session(sessions: dict[str, _Session]) -> list[dict[str, Any]]:
+    """One summary per session, busiest first (then by id) so the table and JSON read the same way."""
     per_session = [s.summary() for s in sessions.values()]
     per_session.sort(key=lambda s: (-s["passes"], s["session_id"]))
-    outcomes = Counter(str(r.get("outcome")) for r in micro)
-    committed = sum(outcomes[o] for o in COMMITTED)
+    return per_session
 
+
+# --------------------------------------------------------------------------- headroom
+
+
+def _headroom(micro: list[dict[str, Any]], batch: list[dict[str, Any]], committed: int) -> dict[str, Any]:
+    """How close sessions ran to the batch threshold, and what batch compaction did when they hit it."""
+    return {
+        "occupancy_pct": _occupancy(micro),
+        "threshold_tokens": _distinct(micro + batch, "threshold_tokens"),
+        "context_limit": _distinct(micro + batch, "context_limit"),
+        "batch": _batch_summary(batch, committed),
+    }
+
+
+def _occupancy(micro: list[dict[str, Any]]) -> dict[str, Any]:
+    """Occupancy after each micro pass (% of the threshold); lines without it are counted as unknown."""
     occ_all = [_num(r.get("occupancy_pct")) for r in micro]
     occ = [v for v in occ_all if v is not None]
+    return {
+        "min": min(occ) if occ else None,
+        "median": _round(median(occ), 1) if occ else None,
+        "max": max(occ) if occ else None,
+        "samples": len(occ),
+        "unknown": len(occ_all) - len(occ),
+    }
 
+
+def _distinct(records: list[dict[str, Any]], key: str) -> list[float | int]:
+    """The distinct numeric values of ``key`` seen, sorted (several sessions may use different limits)."""
+    return sorted({v for v in (_num(r.get(key)) for r in records) if v is not None})
+
+
+def _batch_summary(batch: list[dict[str, Any]], committed: int) -> dict[str, Any]:
+    """Batch attempts, what they did and freed, and how many micro passes ran between compactions."""
     batch_outcomes = Counter(str(r.get("outcome")) for r in batch)
     compactions = [r for r in batch if r.get("outcome") in BATCH_COMPACTED]
+    return {
+        "attempts": len(batch),
+        "compactions": len(compactions),
+        "pruned": batch_outcomes["pruned"],
+        "outcomes": _sorted_counts(batch_outcomes),
+        "still_over_threshold": sum(1 for r in batch if r.get("still_over_threshold")),
+        "tokens_freed": sum(-(_num(r.get("tokens_delta")) or 0) for r in batch
+                            if r.get("outcome") in BATCH_COMPACTED + ("pruned",)),
+        "micro_passes_per_compaction": _passes_per_compaction(compactions, committed),
+    }
+
+
+def _passes_per_compaction(compactions: list[dict[str, Any]], committed: int) -> dict[str, Any]:
+    """Micro passes per batch compaction: from the lines' own counter when logged, else an average."""
     since = [v for v in (_num(r.get("micro_passes_since_last")) for r in compactions) if v is not None]
     if since:
-        per_batch = {"mean": _round(sum(since) / len(since), 1), "median": median(since), "values": since,
-                     "source": "micro_passes_since_last"}
-    elif compactions:
-        per_batch = {"mean": _round(committed / len(compactions), 1), "median": None, "values": [],
-                     "source": "committed_passes/batch_compactions"}
-    else:
-        per_batch = {"mean": None, "median": None, "values": [], "source": None}
+        return {"mean": _round(sum(since) / len(since), 1), "median": median(since), "values": since,
+                "source": "micro_passes_since_last"}
+    if compactions:
+        return {"mean": _round(committed / len(compactions), 1), "median": None, "values": [],
+                "source": "committed_passes/batch_compactions"}
+    return {"mean": None, "median": None, "values": [], "source": None}
 
+
+# --------------------------------------------------------------------------- activity
+
+
+def _activity(session_count: int, per_session: list[dict[str, Any]], micro: list[dict[str, Any]],
+              outcomes: Counter[str], committed: int) -> dict[str, Any]:
+    """How much micro-compaction ran, how it ended, and what a pass costs in time."""
     durations = [v for v in (_num(r.get("duration_ms")) for r in micro) if v is not None]
     both = [(d, s) for d, s in ((_num(r.get("duration_ms")), _num(r.get("summarizer_ms"))) for r in micro)
             if d is not None and s is not None]
+    return {
+        "sessions": session_count,
+        "sessions_with_micro": sum(1 for s in per_session if s["passes"]),
+        "passes": len(micro),
+        "committed_passes": committed,
+        "outcomes": {k: {"count": v, "pct": _pct(v, len(micro))} for k, v in _sorted_counts(outcomes).items()},
+        "modes": _sorted_counts(Counter(str(r.get("mode")) for r in micro if r.get("mode") is not None)),
+        "duration_ms": {
+            "median": median(durations),
+            "p95": percentile_nearest_rank(durations, 95),
+            "max": max(durations) if durations else None,
+        },
+        "summarizer_share_pct": _pct(sum(s for _, s in both), sum(d for d, _ in both)) if both else None,
+    }
 
+
+# --------------------------------------------------------------------------- tokens
+
+
+def _tokens(per_session: list[dict[str, Any]], micro: list[dict[str, Any]]) -> dict[str, Any]:
+    """Tokens saved (by the lines and by the engine's counters), what was absorbed, and the marker's cost."""
     absorbed = [r for r in micro if r.get("outcome") == "absorbed"]
     exchange = [v for v in (_num(r.get("exchange_tokens")) for r in absorbed) if v is not None]
+    counters = [s["counter_saved"] for s in per_session if s["counter_saved"] is not None]
+    return {
+        "net_saved": sum(s["tokens_saved"] for s in per_session),
+        "counter_saved": sum(counters) if counters else None,
+        "exchanges_absorbed": len(absorbed),
+        "partial_absorbs": sum(1 for r in absorbed if r.get("partial")),
+        "mean_exchange_tokens": _round(sum(exchange) / len(exchange), 1) if exchange else None,
+        "marker_overhead": _marker_overhead(per_session),
+        "payback": _payback(per_session),
+    }
+
+
+def _marker_overhead(per_session: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the first rolling-summary marker cost, over the sessions where it grew the transcript."""
     overheads = [s["marker_overhead"] for s in per_session if s["marker_overhead"]]
+    return {
+        "sessions": len(overheads),
+        "median": median(overheads),
+        "max": max(overheads) if overheads else None,
+        "total": sum(overheads),
+    }
+
+
+def _payback(per_session: list[dict[str, Any]]) -> dict[str, Any]:
+    """When sessions earned the marker's cost back, and how many are in each payback state."""
     paybacks = [s["payback_pass"] for s in per_session if s["payback_status"] == "paid_back"]
     status = Counter(s["payback_status"] for s in per_session if s["passes"])
-    counters = [s["counter_saved"] for s in per_session if s["counter_saved"] is not None]
-
     return {
-        "version": REPORT_VERSION,
-        **meta,
-        "headroom": {
-            "occupancy_pct": {
-                "min": min(occ) if occ else None,
-                "median": _round(median(occ), 1) if occ else None,
-                "max": max(occ) if occ else None,
-                "samples": len(occ),
-                "unknown": len(occ_all) - len(occ),
-            },
-            "threshold_tokens": sorted({v for v in (_num(r.get("threshold_tokens")) for r in micro + batch)
-                                        if v is not None}),
-            "context_limit": sorted({v for v in (_num(r.get("context_limit")) for r in micro + batch)
-                                     if v is not None}),
-            "batch": {
-                "attempts": len(batch),
-                "compactions": len(compactions),
-                "pruned": batch_outcomes["pruned"],
-                "outcomes": _sorted_counts(batch_outcomes),
-                "still_over_threshold": sum(1 for r in batch if r.get("still_over_threshold")),
-                "tokens_freed": sum(-(_num(r.get("tokens_delta")) or 0) for r in batch
-                                    if r.get("outcome") in BATCH_COMPACTED + ("pruned",)),
-                "micro_passes_per_compaction": per_batch,
-            },
-        },
-        "activity": {
-            "sessions": len(sessions),
-            "sessions_with_micro": sum(1 for s in per_session if s["passes"]),
-            "passes": len(micro),
-            "committed_passes": committed,
-            "outcomes": {k: {"count": v, "pct": _pct(v, len(micro))} for k, v in _sorted_counts(outcomes).items()},
-            "modes": _sorted_counts(Counter(str(r.get("mode")) for r in micro if r.get("mode") is not None)),
-            "duration_ms": {
-                "median": median(durations),
-                "p95": percentile_nearest_rank(durations, 95),
-                "max": max(durations) if durations else None,
-            },
-            "summarizer_share_pct": _pct(sum(s for _, s in both), sum(d for d, _ in both)) if both else None,
-        },
-        "tokens": {
-            "net_saved": sum(s["tokens_saved"] for s in per_session),
-            "counter_saved": sum(counters) if counters else None,
-            "exchanges_absorbed": len(absorbed),
-            "partial_absorbs": sum(1 for r in absorbed if r.get("partial")),
-            "mean_exchange_tokens": _round(sum(exchange) / len(exchange), 1) if exchange else None,
-            "marker_overhead": {
-                "sessions": len(overheads),
-                "median": median(overheads),
-                "max": max(overheads) if overheads else None,
-                "total": sum(overheads),
-            },
-            "payback": {
-                "median_pass": median(paybacks),
-                "paid_back": status["paid_back"],
-                "not_paid_back": status["not_paid_back"],
-                "no_overhead": status["no_overhead"],
-                "start_missing": status["start_missing"],
-                "no_absorb": status["no_absorb"],
-            },
-        },
-        "per_session": per_session,
-        "definitions": DEFINITIONS,
+        "median_pass": median(paybacks),
+        "paid_back": status["paid_back"],
+        "not_paid_back": status["not_paid_back"],
+        "no_overhead": status["no_overhead"],
+        "start_missing": status["start_missing"],
+        "no_absorb": status["no_absorb"],
     }
 
 
@@ -419,13 +477,20 @@ def _row(table: Table, *cells: str) -> None:
 
 def render_report(report: Report, per_session: bool, console: Console) -> None:
     """The human report: a header, Headroom, Activity and Tokens tables, and the per-session table."""
-    files, lines, act = report["files"], report["lines"], report["activity"]
-    head, tok = report["headroom"], report["tokens"]
+    files, lines = report["files"], report["lines"]
     console.print(f"microcompact report: {len(files['read'])} file(s) read "
                   f"({', '.join(files['read']) or 'none'}); {lines['micro']} micro and {lines['batch']} batch "
                   f"telemetry lines, {lines['ignored']} ignored lines",
                   markup=False, highlight=False, soft_wrap=True)
+    console.print(_headroom_table(report["headroom"]))
+    console.print(_activity_table(report["activity"]))
+    console.print(_tokens_table(report["tokens"]))
+    if per_session:
+        console.print(_per_session_table(report["per_session"]))
 
+
+def _headroom_table(head: dict[str, Any]) -> Table:
+    """Occupancy against the threshold and what batch compaction did."""
     t = _section("Headroom")
     occ = head["occupancy_pct"]
     if occ["samples"]:
@@ -450,8 +515,11 @@ def render_report(report: Report, per_session: bool, console: Console) -> None:
         _row(t, "batch compactions", NO_BATCH_LINE + pruned)
     if b["attempts"]:
         _row(t, "batch outcomes", ", ".join(f"{k} {v}" for k, v in b["outcomes"].items()))
-    console.print(t)
+    return t
 
+
+def _activity_table(act: dict[str, Any]) -> Table:
+    """Sessions, passes, outcomes and pass durations."""
     t = _section("Activity")
     _row(t, "sessions", f"{act['sessions']} ({act['sessions_with_micro']} with micro passes)")
     _row(t, "passes", f"{act['passes']:,} ({act['committed_passes']:,} committed)")
@@ -460,8 +528,11 @@ def render_report(report: Report, per_session: bool, console: Console) -> None:
     _row(t, "pass duration ms", f"median {_fmt(d['median'])}  p95 {_fmt(d['p95'])}  max {_fmt(d['max'])}")
     share = act["summarizer_share_pct"]
     _row(t, "summarizer share", f"{share}% of pass time" if share is not None else "unknown")
-    console.print(t)
+    return t
 
+
+def _tokens_table(tok: dict[str, Any]) -> Table:
+    """Tokens saved, exchanges absorbed, and the marker's overhead and payback."""
     t = _section("Tokens")
     counter = tok["counter_saved"]
     agree = "the engine's counters agree" if counter == tok["net_saved"] else (
@@ -478,20 +549,22 @@ def render_report(report: Report, per_session: bool, console: Console) -> None:
              f"{mo['sessions']} paid back, {pay['not_paid_back']} not yet)")
     else:
         _row(t, "first-pass marker overhead", "none (no first absorbed pass grew the transcript)")
-    console.print(t)
+    return t
 
-    if per_session:
-        t = Table(title="Per session (by passes)", title_justify="left", title_style="bold")
-        for col in ("session", "passes", "absorbed", "failures", "tokens saved", "occupancy max",
-                    "batch compactions", "payback pass"):
-            t.add_column(col, justify="left" if col == "session" else "right")
-        for s in report["per_session"]:
-            payback = _fmt(s["payback_pass"]) if s["payback_status"] == "paid_back" else {
-                "not_paid_back": "not yet", "no_overhead": "no overhead", "start_missing": "start not logged",
-                "no_absorb": "—"}.get(s["payback_status"], "—")
-            _row(t, s["session_id"], f"{s['passes']:,}", f"{s['absorbed']:,}", f"{s['failures']:,}",
-                 f"{s['tokens_saved']:,}", _fmt(s["occupancy_max"], "%"), f"{s['batch_compactions']:,}", payback)
-        console.print(t)
+
+def _per_session_table(sessions: list[dict[str, Any]]) -> Table:
+    """One row per session, in the report's order (most passes first)."""
+    t = Table(title="Per session (by passes)", title_justify="left", title_style="bold")
+    for col in ("session", "passes", "absorbed", "failures", "tokens saved", "occupancy max",
+                "batch compactions", "payback pass"):
+        t.add_column(col, justify="left" if col == "session" else "right")
+    for s in sessions:
+        payback = _fmt(s["payback_pass"]) if s["payback_status"] == "paid_back" else {
+            "not_paid_back": "not yet", "no_overhead": "no overhead", "start_missing": "start not logged",
+            "no_absorb": "—"}.get(s["payback_status"], "—")
+        _row(t, s["session_id"], f"{s['passes']:,}", f"{s['absorbed']:,}", f"{s['failures']:,}",
+             f"{s['tokens_saved']:,}", _fmt(s["occupancy_max"], "%"), f"{s['batch_compactions']:,}", payback)
+    return t
 
 
 def report_json(report: Report) -> str:

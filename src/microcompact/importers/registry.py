@@ -1,0 +1,77 @@
+"""The format registry and the import entry points that use it (by name, or detected for ``--from auto``).
+
+Format modules do not import this; the package ``__init__`` registers them, so a format is one module plus
+one line there.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..messages import Message, TranscriptError
+from .common import Importer, ImportFormat, ImportReport
+from .sniffing import read_head
+
+# The ``--from`` value that asks for detection instead of naming a format.
+AUTO = "auto"
+
+# Every importable format by name, in detection order (the first whose sniff says yes is picked).
+REGISTRY: dict[str, ImportFormat] = {}
+
+# Format name -> importer, the mapping callers have always used; kept in step with REGISTRY by register().
+FORMATS: dict[str, Importer] = {}
+
+
+def register(fmt: ImportFormat) -> ImportFormat:
+    """Add a format to the registry (``--from NAME`` and detection); a name can be registered once."""
+    if fmt.name in REGISTRY:
+        raise ValueError(f"import format {fmt.name!r} is already registered")
+    REGISTRY[fmt.name] = fmt
+    FORMATS[fmt.name] = fmt.importer
+    return fmt
+
+
+def resolve_format(fmt: str) -> str:
+    """The canonical format name (``claude_code`` and ``Claude-Code`` name ``claude-code``)."""
+    name = str(fmt).strip().lower().replace("_", "-")
+    if name not in FORMATS:
+        raise TranscriptError(f"unknown format {fmt!r}; known formats: {', '.join(FORMATS)}")
+    return name
+
+
+def _check_file(p: Path) -> None:
+    """Refuse a missing path or a directory before any format looks at it."""
+    if not p.is_file():
+        raise TranscriptError(f"cannot read {p}: no such file" if not p.exists() else f"{p}: not a file")
+
+
+def detect_format(path: str | Path) -> str:
+    """The name of the first registered format whose ``sniff`` recognizes the start of ``path``."""
+    p = Path(path)
+    _check_file(p)
+    head = read_head(p)
+    for fmt in REGISTRY.values():
+        if fmt.sniff(head):
+            return fmt.name
+    raise TranscriptError(f"{p}: cannot tell its format from its start; give --from with one of: "
+                          f"{', '.join(REGISTRY)}")
+
+
+def import_report(path: str | Path, fmt: str, record: int | None = None) -> ImportReport:
+    """Convert ``path`` from ``fmt`` (or ``auto``: detected); the messages plus what was skipped and repaired."""
+    name = detect_format(path) if is_auto(fmt) else resolve_format(fmt)
+    p = Path(path)
+    if record is not None and name != "adp":
+        raise TranscriptError(f"--record applies to the adp format only, not {name}")
+    _check_file(p)
+    return FORMATS[name](p, record=record)
+
+
+def import_transcript(path: str | Path, fmt: str, record: int | None = None) -> list[Message]:
+    """The chat-completions messages of the session in ``path`` (format ``fmt``, see ``FORMATS``)."""
+    return import_report(path, fmt, record).messages
+
+
+def is_auto(fmt: str) -> bool:
+    """True when ``fmt`` asks for detection rather than naming a format."""
+    return str(fmt).strip().lower() == AUTO
