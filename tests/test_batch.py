@@ -717,6 +717,38 @@ def test_anti_thrash_pause_holds_when_the_provider_reports_prompt_tokens(how: st
     assert len(summ.batches) == 2, f"compaction kept running while paused: {outcomes}"
 
 
+@pytest.mark.parametrize("scale,overhead", [(1.0, 3_000), (1.1, 2_000), (1.0, 0)])
+def test_calibration_learns_the_providers_extra_tokens_so_batch_fires_at_the_threshold(scale: float,
+                                                                                        overhead: int) -> None:
+    """The provider counts tool schemas and a system prompt we never see: a constant, not a ratio (issue 8.6).
+
+    Learned as a ratio, a 3,000-token overhead measured on a small prompt made batch fire at 60% of the
+    real threshold. The provider here reports ``scale * counted + overhead`` for every request.
+    """
+    cfg = config(context_length=32_000)  # threshold 16,000
+    s = Session(cfg, Scribe(), counter=counter(), messages=[system(), {"role": "user", "content": "go"}])
+    threshold = cfg.threshold_tokens()
+    assert threshold == 16_000
+    fired_at = None
+    for k in range(1_000):
+        fired = [r for r in s.before_request() if r.record["event"] == "batch_compaction"]
+        if fired:
+            fired_at = round(scale * fired[0].record["tokens_before"]) + overhead  # what the provider saw
+            break
+        s.record_usage(round(scale * s.tokens) + overhead)  # usage.prompt_tokens of the request just sent
+        s.extend(iteration(f"k{k}", "out " * 40, command=f"step {k}"))
+    assert fired_at is not None, "batch compaction never fired"
+    assert threshold <= fired_at <= 1.02 * threshold, f"fired at {100 * fired_at / threshold:.1f}% of the threshold"
+
+
+def test_calibration_keeps_the_constant_when_prompt_sizes_barely_vary() -> None:
+    c = counter()
+    for counted in (10_000, 10_050, 10_100, 10_120):
+        c.calibrate(counted, counted + 3_000)
+    assert c.scale == 1.0 and c.overhead == 3_000
+    assert c.estimate_prompt(2_000) == 5_000
+
+
 # --------------------------------------------------------------------------- Session: micro and batch together
 
 
