@@ -942,3 +942,36 @@ def test_defrag_never_rewrites_a_marker_inside_the_protected_tail() -> None:
     tail = copy.deepcopy(msgs[t:])
     session.before_request()
     assert session.ledger.messages[-len(tail):] == tail, "defrag rewrote the marker inside the protected tail"
+
+
+# --------------------------------------------------------------------------- the user-message checker itself
+
+
+def _users(texts: list[str]) -> list[dict[str, Any]]:
+    return [{"role": "user", "content": t} for t in texts]
+
+
+def test_user_message_checker_accepts_empty_and_repeated_messages() -> None:
+    """Issue 8.8: 48/800 fuzzed sessions raised false alarms on empty or repeated user messages."""
+    for texts in (["", ""], ["a", "", "b"], ["x", "x", "x"], ["", "a", "a", ""], ["ab", "b", "b"]):
+        assert user_message_errors(_users(texts), _users(texts)) == [], texts
+
+
+def test_user_message_checker_still_catches_loss_reordering_and_substrings() -> None:
+    assert user_message_errors(_users(["a", "b"]), _users(["b", "a"]))
+    assert user_message_errors(_users(["a", "b"]), _users(["a"]))
+    assert user_message_errors(_users(["", "a"]), _users(["a", ""]))  # an empty message moved
+    assert user_message_errors(_users(["hello"]), _users(["hello world"]))  # changed, not verbatim
+    assert user_message_errors(_users(["x", "x"]), _users(["x"]))  # a repeat lost
+
+
+@settings(max_examples=examples(300), **COMMON)
+@given(texts=st.lists(st.sampled_from(["", "a", "b", "a\n\nb", "x y", "\n"]), max_size=8), data=st.data())
+def test_user_message_checker_accepts_every_joining_of_consecutive_messages(texts: list[str],
+                                                                           data: st.DataObject) -> None:
+    from microcompact.messages import join_user_messages
+    originals = _users(texts)
+    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(texts) - 1)), max_size=len(texts))))
+    groups = [originals[a:b] for a, b in zip([0] + cuts, cuts + [len(originals)]) if originals[a:b]]
+    joined = [join_user_messages(g) for g in groups]
+    assert user_message_errors(originals, joined) == []

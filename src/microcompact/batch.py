@@ -51,13 +51,16 @@ from .summarizers import (
     describe_tool_result,
     prepare_exchange,
     render_exchange,
+    shorten_summary,
 )
+from .redact import redact_text
 from .telemetry import emit, occupancy_pct
 from .tokens import Ledger, TokenCounter
 from .window import head_end, tail_start
 
 log = logging.getLogger("microcompact")
 
+FALLBACK_NOTE = "- {count} earlier messages ({tokens:,} tokens) compacted; no facts could be extracted from them."
 OMITTED_MESSAGES = "[... {count} messages ({tokens:,} tokens) omitted by microcompact: the summarizer's input limit ...]"
 
 
@@ -352,7 +355,8 @@ class BatchCompactor:
             return self._finish(ledger, outcome, t0, before_tokens, before_messages, reason=reason, error=error,
                                 summarizer=used, summarizer_input_tokens=input_tokens if error else 0,
                                 summarizer_output_tokens=0)
-        if folded and outcome == "compacted":
+        fallback = outcome == "fallback"
+        if folded:  # every fold of user messages is reported as such, whichever summarizer wrote the summary
             outcome = "user_floor_exceeded"
         new: list[Message] = []
         if users:
@@ -371,6 +375,7 @@ class BatchCompactor:
         return self._done(ledger, outcome, t0, before_tokens, before_messages, reason=reason,
                           absorbed=len(absorbed), users_folded=len(folded), input_tokens=input_tokens,
                           summarizer=used, error=error, summarizer_input_tokens=input_tokens,
+                          fallback=True if fallback else None,
                           summarizer_output_tokens=self.counter.count_text(summary))
 
     def bound_input(self, material: list[Message]) -> list[Message]:
@@ -420,11 +425,30 @@ class BatchCompactor:
                 blocked = self.backoff.blocked()
         # The model is unavailable. Keep the session alive with the deterministic summary when it matters.
         if self._risk:
-            text = self._clean(self.fallback.batch(previous, bounded, focus), input_tokens)
+            text = self._fallback_text(previous, bounded, focus, input_tokens)
             log.warning("Batch compaction: using the deterministic extractive summary (%s)", blocked or error)
             return text, "fallback", error, self.fallback.name
         outcome = "auth_failed" if self.backoff.auth_error else ("cooldown" if error is None else "summarize_failed")
         return None, outcome, error or blocked, name
+
+    def _fallback_text(self, previous: str, bounded: list[Message], focus: str | None, input_tokens: int) -> str:
+        """The deterministic summary, always valid: never empty and never longer than what it summarizes.
+
+        The extractive summary can come out empty (nothing extractable) or, on a small middle, longer than
+        its input (section headings, a quoted previous summary); the session is near the context limit, so
+        the fallback shortens it deterministically instead of failing.
+        """
+        limit = max(input_tokens, 200)
+        try:
+            text = redact_text(str(self.fallback.batch(previous, bounded, focus) or "")).strip()
+        except Exception:
+            log.exception("Batch compaction: the extractive summary failed; using a bare note")
+            text = ""
+        if not text:
+            text = FALLBACK_NOTE.format(count=len(bounded), tokens=input_tokens)
+        if self.counter.count_text(text) > limit:
+            text = shorten_summary(text, limit, self.counter.count_text)
+        return self._clean(text, input_tokens)
 
     def _clean(self, text: Any, input_tokens: int) -> str:
         return clean_summary(text, max(input_tokens, 200), self.counter.count_text)
