@@ -9,7 +9,7 @@ every model request the prompt the agent would send is counted (``session.tokens
 ``before_request``). Columns:
 
 * ``over`` - model requests whose prompt exceeds the window;
-* ``user_only`` - of those, requests where the user messages alone exceed it (nothing may cut them);
+* ``user_only`` - of those, requests where the user and system messages alone exceed it (never cut);
 * ``batch/100`` - batch compactions that changed the transcript (prunes included) per 100 model requests;
 * ``peak`` - the largest prompt, in % of the batch threshold (``threshold * window``) and of the window;
 * ``cuts`` - last-resort head-and-tail cuts of oversized messages.
@@ -40,10 +40,11 @@ def run_one(path: Path, window: int) -> dict[str, Any]:
     messages = load_transcript(path)
     config = Config().with_overrides(compression={"micro_compact": True}, model={"context_length": window})
     session = Session(config)
-    prompts: list[tuple[int, int]] = []  # (prompt tokens, user tokens)
+    prompts: list[tuple[int, int]] = []  # (prompt tokens, user and system tokens)
 
     def on_request(_i: int, s: Session) -> None:
-        users = sum(t for m, t in zip(s.ledger.messages, s.ledger.tokens) if m.get("role") == "user")
+        users = sum(t for m, t in zip(s.ledger.messages, s.ledger.tokens)
+                    if m.get("role") in ("user", "system", "developer"))
         prompts.append((s.tokens, users))
 
     stats = replay(messages, session, on_request=on_request)
@@ -62,7 +63,7 @@ def run_one(path: Path, window: int) -> dict[str, Any]:
         "batch_per_100": round(100 * changed / requests, 1),
         "peak_pct_threshold": round(100 * peak / threshold, 1),
         "peak_pct_window": round(100 * peak / window, 1),
-        "cuts": sum(1 for p in stats.passes if p.get("outcome") == "truncated"),
+        "cuts": sum(b.get("cut", 0) for b in stats.batches if b.get("outcome") == "truncated"),
     }
 
 
@@ -78,8 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
-    print(f"| transcript | window | requests | over window | over by users alone | batch / 100 req "
-          f"| peak % threshold | peak % window | cuts |")
+    print("| transcript | window | requests | over window | over by user+system alone | batch / 100 req "
+          "| peak % threshold | peak % window | cuts |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['transcript']} | {r['window'] // 1000}K | {r['requests']} | {r['over']} | {r['user_only']} "

@@ -52,10 +52,12 @@ from microcompact.micro import micro_compact
 from microcompact.replay import replay
 from microcompact.session import Session
 from microcompact.tokens import EstimateCounter, TokenCounter, make_text_counter
-from microcompact.window import head_end, tail_start
+from microcompact.window import protected_head, tail_start
 
 from strategies import (
     Scenario,
+    head_of,
+    same_head,
     isolated_config_data,
     long_turn_transcripts,
     micro_configs,
@@ -283,7 +285,7 @@ class Driver:
         ledger = self.s.ledger
         msgs = ledger.messages
         before = copy.deepcopy(msgs) if self.check else None
-        h = head_end(msgs, self.cfg.protect_first_n)
+        h = protected_head(msgs, ledger.tokens, self.s.config)
         t = tail_start(msgs, ledger.tokens, self.s.config.tail_budget_tokens(), min_messages=self.cfg.min_tail_messages,
                        floor=h)
         tail = copy.deepcopy(msgs[t:]) if self.check else None
@@ -353,8 +355,8 @@ class Driver:
             assert role_sequence_errors(strict, strict_alternation=True) == [], where
 
         # Property 4: head and tail untouched.
-        h = head_end(src, self.cfg.protect_first_n)
-        assert [strip(m) for m in after[:h]] == src[:h], f"{where}: head changed"
+        h = head_of(src, self.s.config, self.s.counter)
+        assert same_head(after, src, h), f"{where}: head changed"
         if tail:
             assert after[len(after) - len(tail):] == tail, f"{where}: protected tail changed"
 
@@ -613,7 +615,7 @@ def test_resume_never_redoes_work(data: st.DataObject, cfg: dict[str, Any], via_
     st2 = second_session.micro.state
     assert st2.text == st1.text
     if st1.cursor is not None:  # a cursor inside the (since grown) head means the head's end
-        h = head_end(second_session.ledger.messages, config.compression.protect_first_n)
+        h = protected_head(second_session.ledger.messages, second_session.ledger.tokens, config)
         assert (max(st2.cursor, h), st2.marker_index) == (max(st1.cursor, h), st1.marker_index)
 
     second = Driver(second_session, messages, base=split, in_turn=first.in_turn).run()

@@ -25,8 +25,8 @@ from microcompact.messages import (
 )
 from microcompact.replay import load_transcript, replay
 from microcompact.session import Session
-from microcompact.window import head_end
 from paths import NORMALIZED
+from strategies import head_of, same_head
 
 CORPUS = NORMALIZED
 FILES = sorted(CORPUS.glob("*.jsonl")) if CORPUS.is_dir() else []
@@ -108,8 +108,8 @@ class Checked:
         api = to_api(out, strict_alternation=True)
         assert role_sequence_errors(api, strict_alternation=True) == [], where
         assert marker_count(out, "micro") <= 1, where
-        h = head_end(before, self.protect)
-        assert [strip(m) for m in out[:h]] == before[:h], f"head changed {where}"
+        h = head_of(before, self.s.config, self.s.counter)
+        assert same_head(out, before, h), f"head changed {where}"
         assert self.s.ledger.total == sum(self.s.ledger.tokens), where
 
     def outcomes(self, kind: str) -> list[str]:
