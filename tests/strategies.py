@@ -293,3 +293,31 @@ def units(messages: list[dict[str, Any]]) -> list[str]:
         elif role == "user":
             out.append("USER")
     return out
+
+
+def head_of(messages: list[dict[str, Any]], config: Any, counter: Any) -> int:
+    """The protected head's end as the engines compute it (``protect_first_n`` within the head budget),
+    for a message list without cached counts (the input as appended)."""
+    from microcompact.window import head_end
+    n = config.compression.protect_first_n
+    plain = head_end(messages, n)
+    return head_end(messages, n, [counter.count_message(m) for m in messages[:plain]], config.head_budget_tokens())
+
+
+def is_cut(message: dict[str, Any]) -> bool:
+    """A message the last resort cut head-and-tail (its original is in the store)."""
+    meta = message.get("_mc")
+    return isinstance(meta, dict) and bool(meta.get("cut"))
+
+
+def same_head(out: list[dict[str, Any]], src: list[dict[str, Any]], h: int) -> bool:
+    """``out[:h]`` is ``src[:h]``, metadata aside; a message cut by the last resort only keeps its place."""
+    if len(out) < h:
+        return False
+    for o, m in zip(out[:h], src[:h]):
+        if is_cut(o):
+            if (o.get("role"), o.get("tool_call_id")) != (m.get("role"), m.get("tool_call_id")):
+                return False
+        elif {k: v for k, v in o.items() if not k.startswith("_")} != m:
+            return False
+    return True

@@ -337,9 +337,13 @@ def test_no_micro_runs_no_micro_pass(home: Path, tmp_path: Path) -> None:
 def test_every_3_runs_fewer_passes_than_every_1(home: Path, tmp_path: Path) -> None:
     # Short turns, so passes run at turn ends, which is what the cadence governs. (On the demo every pass
     # is a before-request piece of a long turn, which the cadence deliberately does not slow down.)
+    # The 8,000-token piece budget explicitly: at a 20K window the default now scales down to 1,250 (issue 8.7),
+    # and before-request pieces that small would absorb these short turns whatever the cadence.
     path = write_jsonl(tmp_path / "turns.jsonl", short_turns(30))
-    every1 = run_json(path, "--context-limit", 20000, "--every", 1)
-    every3 = run_json(path, "--context-limit", 20000, "--every", 3)
+    cfg = tmp_path / "pieces.yaml"
+    cfg.write_text("compression:\n  micro_compact_max_exchange_tokens: 8000\n")
+    every1 = run_json(path, "--context-limit", 20000, "--every", 1, "--config", cfg)
+    every3 = run_json(path, "--context-limit", 20000, "--every", 3, "--config", cfg)
     assert every1["passes"] > 0 and every3["passes"] > 0
     assert every3["passes"] < every1["passes"]
     assert every3["turns"] == every1["turns"] == 30

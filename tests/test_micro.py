@@ -370,3 +370,18 @@ def test_history_processor_returns_no_token_cache_and_uses_the_configured_tokeni
     out = micro_compact(flat, Recorder(), config=config(tokenizer="estimate"))
     assert not any("_tokens" in m for m in out)
     assert marker_count(out, "micro") == 1
+
+
+def test_a_huge_early_tool_output_is_not_pinned_by_the_head():
+    """Issue 8.7: ``protect_first_n: 3`` kept a large early tool output in the head forever. The head now
+    protects its non-user messages only up to a budget (10% of the threshold: 1,000 tokens here)."""
+    opening = [{"role": "system", "content": "You are a coding agent."}, {"role": "user", "content": "read it"},
+               {"role": "assistant", "content": "reading", "tool_calls": [call("big")]},
+               {"role": "tool", "tool_call_id": "big", "content": "line of the huge file\n" * 1500}]
+    s = Session(config(), Recorder(), counter=counter())
+    run_turns(s, [opening] + [turn(n) for n in range(6)])
+    s.finalize_turn()
+    original = opening + [m for n in range(6) for m in turn(n)]
+    assert not any(m.get("tool_call_id") == "big" for m in s.transcript), "the huge early output is still there"
+    assert [m["content"] for m in s.transcript[:2]] == ["You are a coding agent.", "read it"]
+    check(s, original)

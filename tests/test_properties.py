@@ -52,10 +52,12 @@ from microcompact.micro import micro_compact
 from microcompact.replay import replay
 from microcompact.session import Session
 from microcompact.tokens import EstimateCounter, TokenCounter, make_text_counter
-from microcompact.window import head_end, tail_start
+from microcompact.window import protected_head, tail_start
 
 from strategies import (
     Scenario,
+    head_of,
+    same_head,
     isolated_config_data,
     long_turn_transcripts,
     micro_configs,
@@ -283,7 +285,7 @@ class Driver:
         ledger = self.s.ledger
         msgs = ledger.messages
         before = copy.deepcopy(msgs) if self.check else None
-        h = head_end(msgs, self.cfg.protect_first_n)
+        h = protected_head(msgs, ledger.tokens, self.s.config)
         t = tail_start(msgs, ledger.tokens, self.s.config.tail_budget_tokens(), min_messages=self.cfg.min_tail_messages,
                        floor=h)
         tail = copy.deepcopy(msgs[t:]) if self.check else None
@@ -353,8 +355,8 @@ class Driver:
             assert role_sequence_errors(strict, strict_alternation=True) == [], where
 
         # Property 4: head and tail untouched.
-        h = head_end(src, self.cfg.protect_first_n)
-        assert [strip(m) for m in after[:h]] == src[:h], f"{where}: head changed"
+        h = head_of(src, self.s.config, self.s.counter)
+        assert same_head(after, src, h), f"{where}: head changed"
         if tail:
             assert after[len(after) - len(tail):] == tail, f"{where}: protected tail changed"
 
@@ -613,7 +615,7 @@ def test_resume_never_redoes_work(data: st.DataObject, cfg: dict[str, Any], via_
     st2 = second_session.micro.state
     assert st2.text == st1.text
     if st1.cursor is not None:  # a cursor inside the (since grown) head means the head's end
-        h = head_end(second_session.ledger.messages, config.compression.protect_first_n)
+        h = protected_head(second_session.ledger.messages, second_session.ledger.tokens, config)
         assert (max(st2.cursor, h), st2.marker_index) == (max(st1.cursor, h), st1.marker_index)
 
     second = Driver(second_session, messages, base=split, in_turn=first.in_turn).run()
@@ -942,3 +944,36 @@ def test_defrag_never_rewrites_a_marker_inside_the_protected_tail() -> None:
     tail = copy.deepcopy(msgs[t:])
     session.before_request()
     assert session.ledger.messages[-len(tail):] == tail, "defrag rewrote the marker inside the protected tail"
+
+
+# --------------------------------------------------------------------------- the user-message checker itself
+
+
+def _users(texts: list[str]) -> list[dict[str, Any]]:
+    return [{"role": "user", "content": t} for t in texts]
+
+
+def test_user_message_checker_accepts_empty_and_repeated_messages() -> None:
+    """Issue 8.8: 48/800 fuzzed sessions raised false alarms on empty or repeated user messages."""
+    for texts in (["", ""], ["a", "", "b"], ["x", "x", "x"], ["", "a", "a", ""], ["ab", "b", "b"]):
+        assert user_message_errors(_users(texts), _users(texts)) == [], texts
+
+
+def test_user_message_checker_still_catches_loss_reordering_and_substrings() -> None:
+    assert user_message_errors(_users(["a", "b"]), _users(["b", "a"]))
+    assert user_message_errors(_users(["a", "b"]), _users(["a"]))
+    assert user_message_errors(_users(["", "a"]), _users(["a", ""]))  # an empty message moved
+    assert user_message_errors(_users(["hello"]), _users(["hello world"]))  # changed, not verbatim
+    assert user_message_errors(_users(["x", "x"]), _users(["x"]))  # a repeat lost
+
+
+@settings(max_examples=examples(300), **COMMON)
+@given(texts=st.lists(st.sampled_from(["", "a", "b", "a\n\nb", "x y", "\n"]), max_size=8), data=st.data())
+def test_user_message_checker_accepts_every_joining_of_consecutive_messages(texts: list[str],
+                                                                           data: st.DataObject) -> None:
+    from microcompact.messages import join_user_messages
+    originals = _users(texts)
+    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(texts) - 1)), max_size=len(texts))))
+    groups = [originals[a:b] for a, b in zip([0] + cuts, cuts + [len(originals)]) if originals[a:b]]
+    joined = [join_user_messages(g) for g in groups]
+    assert user_message_errors(originals, joined) == []

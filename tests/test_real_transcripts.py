@@ -25,12 +25,12 @@ from microcompact.messages import (
 )
 from microcompact.replay import load_transcript, replay
 from microcompact.session import Session
-from microcompact.window import head_end
 from paths import NORMALIZED
+from strategies import head_of, same_head
 
 CORPUS = NORMALIZED
 FILES = sorted(CORPUS.glob("*.jsonl")) if CORPUS.is_dir() else []
-LIMITS = (200_000, 64_000)
+LIMITS = (200_000, 64_000, 32_000)
 
 if not FILES:
     pytest.skip(f"real transcripts not found in {CORPUS}", allow_module_level=True)
@@ -67,6 +67,7 @@ class Checked:
         self.occupancy: list[float] = []
         self.user_floor_exceeded = False
         self.protect = session.config.compression.protect_first_n
+        self.over_window = 0
 
     def run(self) -> "Checked":
         in_turn = False
@@ -89,6 +90,13 @@ class Checked:
 
     def hook(self, results: list[Any], name: str) -> None:
         self.hooks += 1
+        if name == "before_request":  # the prompt about to be sent fits the window, unless what is never cut
+            limit = self.s.config.model.context_length or 0  # (user and system messages) alone does not
+            fixed = sum(t for m, t in zip(self.s.ledger.messages, self.s.ledger.tokens)
+                        if m.get("role") in ("user", "system", "developer"))
+            if self.s.tokens > limit:
+                self.over_window += 1
+                assert fixed > limit, f"request {self.hooks}: {self.s.tokens} tokens in a {limit}-token window"
         self.results += results
         if any(r.outcome == "user_floor_exceeded" for r in results):
             self.user_floor_exceeded = True
@@ -108,8 +116,8 @@ class Checked:
         api = to_api(out, strict_alternation=True)
         assert role_sequence_errors(api, strict_alternation=True) == [], where
         assert marker_count(out, "micro") <= 1, where
-        h = head_end(before, self.protect)
-        assert [strip(m) for m in out[:h]] == before[:h], f"head changed {where}"
+        h = head_of(before, self.s.config, self.s.counter)
+        assert same_head(out, before, h), f"head changed {where}"
         assert self.s.ledger.total == sum(self.s.ledger.tokens), where
 
     def outcomes(self, kind: str) -> list[str]:
@@ -155,8 +163,9 @@ def test_invariants_hold_after_every_hook(name: str, limit: int, transcripts: di
     replay(source, reference)
     assert [strip(m) for m in reference.transcript] == [strip(m) for m in final]
 
-    # Whatever the session, every prompt fits the context window (threshold = half of it).
-    assert max(run.occupancy) < 200, f"a prompt reached {max(run.occupancy)}% of the threshold"
+    # Whatever the session, every prompt fits the context window (threshold = half of it), unless its user
+    # and system messages alone do not (swesmith_largest at 32K: a 26K-token user message); checked per request.
+    assert max(run.occupancy) < 200 or run.over_window, f"a prompt reached {max(run.occupancy)}% of the threshold"
 
     if name.startswith("cc_") and limit == 200_000:
         # The point of the product: Claude Code sessions run 120-170K tokens, yet occupancy stays flat and
@@ -164,3 +173,16 @@ def test_invariants_hold_after_every_hook(name: str, limit: int, transcripts: di
         assert run.outcomes("batch") == [] and run.s.batch.compactions == 0
         assert max(run.occupancy) < 60, f"max occupancy {max(run.occupancy)}% of the threshold"
         assert run.s.occupancy_pct() < 60
+
+
+@pytest.mark.parametrize("name,most", [("cc_fa812bfe", 3), ("cc_subagent_a2898e3", 2), ("sweplay_openhands_largest", 3)])
+def test_batch_converges_at_a_32k_window(name: str, most: int, transcripts: dict[str, list[dict[str, Any]]]) -> None:
+    """Issue 8.7: at 32K, cc_fa812bfe did 6 full batch compactions (10 with prunes); a session with large user
+    messages (cc_subagent_a2898e3: 12 requests) batched again and again and never settled."""
+    session = Session(config(32_000), session_id=name)
+    prompts: list[int] = []
+    stats = replay(transcripts[name], session, on_request=lambda _i, s: prompts.append(s.tokens))
+    summarized = sum(n for outcome, n in stats.batch_outcomes.items()
+                     if outcome in ("compacted", "user_floor_exceeded", "fallback"))
+    assert summarized <= most, dict(stats.batch_outcomes)
+    assert max(prompts) <= 32_000

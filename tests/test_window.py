@@ -58,3 +58,32 @@ def test_exchange_skips_markers_and_stops_before_one():
     msgs = [U, marker, A(), marker, U]
     assert exchange_start(msgs, 0, 5) == 2
     assert bounded_exchange(msgs, [1] * 5, 2, 5, 100) == (3, 1)
+
+
+def test_head_budget_releases_a_huge_early_tool_output():
+    """Issue 8.7: ``protect_first_n: 3`` pinned a large early tool output forever."""
+    msgs = [S, U, A("x"), T("x"), A(), U]
+    tokens = [10, 10, 20, 9_000, 20, 10]
+    assert head_end(msgs, 3) == 4  # by count alone the 9,000-token output is protected
+    assert head_end(msgs, 3, tokens, 1_600) == 2  # over the budget: it leaves the head (the user stays)
+    assert head_end(msgs, 3, tokens, 10_000) == 4  # within a larger budget it stays
+    assert head_end(msgs, 3, [10, 50_000, 20, 30, 20, 10], 100) == 4  # user messages cost the head nothing
+
+
+def test_head_never_holds_a_marker():
+    marker = render_micro_marker("- did things")
+    msgs = [S, U, marker, A(), U]
+    assert head_end(msgs, 3, [1] * 5, 1_000) == 2
+
+
+def test_config_scales_piece_and_head_budgets_with_the_window():
+    from microcompact.config import parse_config
+    small = parse_config({"model": {"context_length": 32_000}})
+    assert small.piece_budget_tokens() == 2_000 and small.head_budget_tokens() == 1_600
+    large = parse_config({"model": {"context_length": 200_000}})
+    assert large.piece_budget_tokens() == 8_000  # the default, unchanged for large windows
+    explicit = parse_config({"compression": {"micro_compact_max_exchange_tokens": 8_000, "protect_first_max_tokens": 50},
+                             "model": {"context_length": 32_000}})
+    assert explicit.piece_budget_tokens() == 8_000 and explicit.head_budget_tokens() == 50  # explicit wins
+    # overrides (the CLI's --context-limit) keep the budget derived
+    assert parse_config({}).with_overrides(model={"context_length": 32_000}).piece_budget_tokens() == 2_000

@@ -51,13 +51,18 @@ from .summarizers import (
     describe_tool_result,
     prepare_exchange,
     render_exchange,
+    shorten_summary,
 )
+from .redact import redact_text
 from .telemetry import emit, occupancy_pct
 from .tokens import Ledger, TokenCounter
-from .window import head_end, tail_start
+from .window import protected_head, protected_tail
 
 log = logging.getLogger("microcompact")
 
+# Room assumed for a batch summary's growth when predicting what a compaction would free.
+SUMMARY_ALLOWANCE_TOKENS = 200
+FALLBACK_NOTE = "- {count} earlier messages ({tokens:,} tokens) compacted; no facts could be extracted from them."
 OMITTED_MESSAGES = "[... {count} messages ({tokens:,} tokens) omitted by microcompact: the summarizer's input limit ...]"
 
 
@@ -175,6 +180,39 @@ def plan_prune(msgs: list[Message], tokens: list[int], start: int, end: int, *, 
     return Prune(tuple(sorted(replacements, key=lambda r: r[0])))
 
 
+# ---------------------------------------------------------------------------------------------- last resort
+
+CUT_NOTE = ("\n[... {chars:,} characters (about {tokens:,} tokens) omitted by microcompact: the request was over the "
+            "context window; the original is kept in the session store ...]\n")
+CUT_MIN_TOKENS = 1024  # smaller messages are never cut
+CUT_KEEP_TOKENS = 512  # a cut message keeps at least this much of its start and end together
+CUT_NOTE_TOKENS = 40
+CUT_MARGIN_SHARE = 0.02  # cuts aim this far under the window (token estimates are estimates)
+CUT_MARGIN_MIN_TOKENS = 256
+_STORE_ONLY_KEYS = ("_tokens", "_row", "_pos")
+
+
+def _cuttable(message: Message) -> bool:
+    """Tool outputs and assistant texts; never user or system messages, markers, or earlier cuts."""
+    meta = message.get(META_KEY)
+    if isinstance(meta, dict) and meta.get("cut"):
+        return False
+    return message.get("role") in ("tool", "assistant") and not is_marker(message) and bool(content_text(message))
+
+
+def cut_message(message: Message, tokens: int, keep_tokens: int) -> Message:
+    """``message`` with its text cut to about ``keep_tokens``: its start and its end, and a note between."""
+    text = content_text(message)
+    keep_chars = max(2, int(len(text) * keep_tokens / max(tokens, 1)))
+    head, tail = text[:keep_chars // 2], text[len(text) - keep_chars // 2:]
+    omitted = len(text) - len(head) - len(tail)
+    note = CUT_NOTE.format(chars=omitted, tokens=max(0, tokens - keep_tokens))
+    out = {k: v for k, v in message.items() if k not in _STORE_ONLY_KEYS}
+    out["content"] = head + note + tail
+    out[META_KEY] = {**(message.get(META_KEY) or {}), "cut": True, "original_tokens": tokens}
+    return out
+
+
 # ---------------------------------------------------------------------------------------------- backoff
 
 
@@ -222,7 +260,7 @@ class BatchResult:
 
     @property
     def changed(self) -> bool:
-        return self.outcome in ("pruned", "compacted", "user_floor_exceeded", "fallback")
+        return self.outcome in ("pruned", "compacted", "user_floor_exceeded", "fallback", "truncated")
 
 
 CommitHook = Callable[[Any, list[Message]], None]
@@ -302,8 +340,8 @@ class BatchCompactor:
         cfg = self.cfg
         before_tokens, before_messages = ledger.total, len(msgs)
         threshold = self.config.threshold_tokens() or 0
-        h = head_end(msgs, cfg.protect_first_n)
-        t = tail_start(msgs, tokens, self.config.tail_budget_tokens(), min_messages=cfg.min_tail_messages, floor=h)
+        h = protected_head(msgs, tokens, self.config)
+        t = protected_tail(msgs, tokens, self.config, h)
         pruned = plan_prune(msgs, tokens, h, t, min_tool_tokens=cfg.prune_min_tool_tokens,
                             max_argument_tokens=cfg.prune_max_argument_tokens)
         if pruned is not None and not force and threshold:
@@ -344,6 +382,12 @@ class BatchCompactor:
                                if is_marker(msgs[i]))
         absorbed = sorted([i for i in others] + folded)
         material = [msgs[i] for i in absorbed if not is_marker(msgs[i])]
+        shortfall = self._shortfall(tokens, absorbed, previous)
+        if shortfall and reason != "on_demand":
+            # Too little to summarize for the call to matter (the middle is mostly verbatim user messages, or
+            # micro passes already did the work): wait until enough has piled up instead of re-batching.
+            return self._done(ledger, "low_yield", t0, before_tokens, before_messages, reason=reason,
+                              pause_tokens=shortfall)
         bounded = self.bound_input(material)
         input_tokens = self.counter.count_text(render_exchange(bounded)) + self.counter.count_text(previous)
         self.largest_input_tokens = max(self.largest_input_tokens, input_tokens)
@@ -352,7 +396,8 @@ class BatchCompactor:
             return self._finish(ledger, outcome, t0, before_tokens, before_messages, reason=reason, error=error,
                                 summarizer=used, summarizer_input_tokens=input_tokens if error else 0,
                                 summarizer_output_tokens=0)
-        if folded and outcome == "compacted":
+        fallback = outcome == "fallback"
+        if folded:  # every fold of user messages is reported as such, whichever summarizer wrote the summary
             outcome = "user_floor_exceeded"
         new: list[Message] = []
         if users:
@@ -371,7 +416,19 @@ class BatchCompactor:
         return self._done(ledger, outcome, t0, before_tokens, before_messages, reason=reason,
                           absorbed=len(absorbed), users_folded=len(folded), input_tokens=input_tokens,
                           summarizer=used, error=error, summarizer_input_tokens=input_tokens,
+                          fallback=True if fallback else None,
                           summarizer_output_tokens=self.counter.count_text(summary))
+
+    def _shortfall(self, tokens: list[int], absorbed: list[int], previous: str) -> int:
+        """How many tokens short of ``batch_min_free_ratio`` of the threshold a compaction of ``absorbed``
+        would free (0 when it frees enough). The new summary is assumed to be as long as the previous one
+        plus a little, so markers free nothing."""
+        threshold = self.config.threshold_tokens()
+        if not threshold:
+            return 0
+        need = int(self.cfg.batch_min_free_ratio * threshold)
+        expected = sum(tokens[i] for i in absorbed) - self.counter.count_text(previous) - SUMMARY_ALLOWANCE_TOKENS
+        return max(0, need - expected)
 
     def bound_input(self, material: list[Message]) -> list[Message]:
         """Redacted copies within the summarizer's input limit; whole messages cut head-and-tail with a note."""
@@ -420,11 +477,30 @@ class BatchCompactor:
                 blocked = self.backoff.blocked()
         # The model is unavailable. Keep the session alive with the deterministic summary when it matters.
         if self._risk:
-            text = self._clean(self.fallback.batch(previous, bounded, focus), input_tokens)
+            text = self._fallback_text(previous, bounded, focus, input_tokens)
             log.warning("Batch compaction: using the deterministic extractive summary (%s)", blocked or error)
             return text, "fallback", error, self.fallback.name
         outcome = "auth_failed" if self.backoff.auth_error else ("cooldown" if error is None else "summarize_failed")
         return None, outcome, error or blocked, name
+
+    def _fallback_text(self, previous: str, bounded: list[Message], focus: str | None, input_tokens: int) -> str:
+        """The deterministic summary, always valid: never empty and never longer than what it summarizes.
+
+        The extractive summary can come out empty (nothing extractable) or, on a small middle, longer than
+        its input (section headings, a quoted previous summary); the session is near the context limit, so
+        the fallback shortens it deterministically instead of failing.
+        """
+        limit = max(input_tokens, 200)
+        try:
+            text = redact_text(str(self.fallback.batch(previous, bounded, focus) or "")).strip()
+        except Exception:
+            log.exception("Batch compaction: the extractive summary failed; using a bare note")
+            text = ""
+        if not text:
+            text = FALLBACK_NOTE.format(count=len(bounded), tokens=input_tokens)
+        if self.counter.count_text(text) > limit:
+            text = shorten_summary(text, limit, self.counter.count_text)
+        return self._clean(text, input_tokens)
 
     def _clean(self, text: Any, input_tokens: int) -> str:
         return clean_summary(text, max(input_tokens, 200), self.counter.count_text)
@@ -433,6 +509,63 @@ class BatchCompactor:
         return commit_or_log(self.commit, event, msgs, "Batch compaction: store commit failed, transcript left "
                                                       "as it was")
 
+    # ------------------------------------------------------------------ last resort
+
+    def last_resort(self, ledger: Ledger) -> BatchResult | None:
+        """Cut the largest tool outputs and assistant texts head-and-tail until the prompt fits the window.
+
+        Runs before a request, after batch and micro compaction did what they could: one iteration of large
+        parallel reads, or a huge message in the head or the protected tail, can still take a small window
+        over its limit. Each cut keeps the start and the end of the text with an explicit omission note; the
+        original stays in the store (absorbed by its cut copy). User and system messages and markers are
+        never cut, so only they alone can still exceed the window. Never raises.
+        """
+        limit = self.config.model.context_length
+        if not limit or not self.cfg.enabled or self.counter.estimate_prompt(ledger.total) <= limit:
+            return None
+        t0 = self.clock()
+        before_tokens, before_messages = ledger.total, len(ledger.messages)
+        self._extra = {}
+        try:
+            event = self._plan_cuts(ledger, limit)
+            if event is None:  # only user and system messages, markers and small messages are left
+                log.warning("Request over the context window (%d tokens, limit %d) and nothing left to cut",
+                            self.counter.estimate_prompt(ledger.total), limit)
+                return None
+            if not self._commit(event, ledger.messages):
+                return self._finish(ledger, "store_failed", t0, before_tokens, before_messages, reason="window")
+            apply_batch_event(ledger, event)
+        except Exception as exc:
+            log.exception("Last-resort cut failed unexpectedly; transcript left as it was")
+            return self._finish(ledger, "error", t0, before_tokens, before_messages, reason="window",
+                                error=type(exc).__name__)
+        log.warning("Request over the context window: cut %d message(s) head-and-tail, %d -> %d tokens (the "
+                    "originals are kept in the store)", len(event.replacements), before_tokens, ledger.total)
+        return self._finish(ledger, "truncated", t0, before_tokens, before_messages, reason="window",
+                            cut=len(event.replacements))
+
+    def _plan_cuts(self, ledger: Ledger, limit: int) -> Prune | None:
+        """Cuts, largest message first, that bring the prompt under ``limit`` minus a small margin."""
+        msgs, tokens = ledger.messages, ledger.tokens
+        target = limit - max(CUT_MARGIN_MIN_TOKENS, int(CUT_MARGIN_SHARE * limit))
+        excess = self.counter.estimate_prompt(ledger.total) - target
+        candidates = sorted((i for i, m in enumerate(msgs) if _cuttable(m) and tokens[i] > CUT_MIN_TOKENS),
+                            key=lambda i: (-tokens[i], -i))
+        replacements: list[tuple[int, Message]] = []
+        for i in candidates:
+            if excess <= 0:
+                break
+            keep = max(CUT_KEEP_TOKENS, tokens[i] - excess - CUT_NOTE_TOKENS)
+            if keep >= tokens[i] - CUT_NOTE_TOKENS:
+                continue
+            cut = cut_message(msgs[i], tokens[i], keep)
+            saved = tokens[i] - self.counter.count_message(cut)
+            if saved <= 0:
+                continue
+            replacements.append((i, cut))
+            excess -= saved
+        return Prune(tuple(sorted(replacements, key=lambda r: r[0]))) if replacements else None
+
     # ------------------------------------------------------------------ bookkeeping and telemetry
 
     def _done(self, ledger: Ledger, outcome: str, t0: float, before_tokens: int, before_messages: int,
@@ -440,16 +573,25 @@ class BatchCompactor:
         """Anti-thrash: two compactions in a row that free too little pause automatic compaction."""
         threshold = self.config.threshold_tokens()
         freed = before_tokens - ledger.total
-        if threshold and freed < self.cfg.batch_min_free_ratio * threshold:
+        min_free = int(self.cfg.batch_min_free_ratio * threshold) if threshold else 0
+        pause = extra.pop("pause_tokens", 0)
+        if threshold and freed < min_free:
             self.low_yield += 1
         else:
             self.low_yield = 0
             self.paused_below = None
         if threshold and self.low_yield >= 2:
-            self.paused_below = ledger.total + int(self.cfg.batch_min_free_ratio * threshold)
+            self.paused_below = ledger.total + min_free
             log.warning("Batch compaction: freed under %.0f%% of the threshold twice in a row; automatic compaction "
                         "paused until the transcript reaches %d tokens", 100 * self.cfg.batch_min_free_ratio,
                         self.paused_below)
+        elif threshold and freed >= min_free and ledger.total > threshold:
+            # Converge: what stayed (head, tail, verbatim users) keeps it over the threshold, so compacting again
+            # at the next request would free little; wait until the transcript has grown meaningfully.
+            pause = max(pause, min_free)
+        if pause:
+            self.paused_below = max(self.paused_below or 0, ledger.total + pause)
+        if self.paused_below is not None and (pause or self.low_yield >= 2):
             extra["paused_until_tokens"] = self.paused_below
         return self._finish(ledger, outcome, t0, before_tokens, before_messages, **extra)
 
@@ -478,9 +620,8 @@ class BatchCompactor:
             record["still_over_threshold"] = True
             # Why: what compaction may not touch (head and tail) and what it keeps verbatim (user messages).
             msgs, tokens = ledger.messages, ledger.tokens
-            h = head_end(msgs, self.cfg.protect_first_n)
-            t = tail_start(msgs, tokens, self.config.tail_budget_tokens(), min_messages=self.cfg.min_tail_messages,
-                           floor=h)
+            h = protected_head(msgs, tokens, self.config)
+            t = protected_tail(msgs, tokens, self.config, h)
             record["head_tokens"] = sum(tokens[:h])
             record["tail_tokens"] = sum(tokens[t:])
             record["middle_user_tokens"] = sum(tokens[i] for i in range(h, t) if msgs[i].get("role") == "user")

@@ -51,6 +51,8 @@ class CompressionConfig(_Strict):
     threshold: float = Field(0.50, gt=0.0, le=1.0, description="batch threshold as a fraction of the context limit")
     target_ratio: float = Field(0.20, gt=0.0, lt=1.0, description="tail budget as a fraction of the threshold")
     protect_first_n: int = Field(3, ge=0, le=1000)
+    protect_first_max_tokens: int | None = Field(None, ge=0, le=100_000_000,
+                                                 description="head budget; unset = head_share of the threshold")
     tokenizer: Literal["o200k_base", "cl100k_base", "estimate"] = "o200k_base"
     micro_compact: bool = False
     micro_compact_every_n_turns: int = 1
@@ -114,8 +116,33 @@ class Config(_Strict):
         limit = self.model.context_length or FALLBACK_CONTEXT_LIMIT
         return int(self.compression.target_ratio * self.compression.threshold * limit)
 
+    def piece_budget_tokens(self) -> int:
+        """Tokens one micro pass may absorb: ``micro_compact_max_exchange_tokens`` when set explicitly, else
+        scaled with the threshold (an eighth of it, at most the 8,000 default): 2,000 in a 32K window.
+
+        A fixed 8,000 is half a 32K window's threshold: request-mode passes would wait for that much to
+        pile up outside the tail, and a small window overflowed before they ran.
+        """
+        c = self.compression
+        if "micro_compact_max_exchange_tokens" in c.model_fields_set:
+            return c.micro_compact_max_exchange_tokens
+        threshold = self.threshold_tokens()
+        if not threshold:
+            return c.micro_compact_max_exchange_tokens
+        return max(PIECE_BUDGET_MIN, min(c.micro_compact_max_exchange_tokens, threshold // PIECE_BUDGET_DIVISOR))
+
+    def head_budget_tokens(self) -> int:
+        """Tokens of non-user messages the protected head may hold: ``protect_first_max_tokens`` when set,
+        else ``HEAD_SHARE`` of the threshold (of the fallback limit when the window is unknown). A large early
+        tool output beyond it leaves the head and can be compacted like any other."""
+        c = self.compression
+        if c.protect_first_max_tokens is not None:
+            return c.protect_first_max_tokens
+        limit = self.model.context_length or FALLBACK_CONTEXT_LIMIT
+        return int(HEAD_SHARE * c.threshold * limit)
+
     def with_overrides(self, source: str = "overrides", **sections: dict[str, Any]) -> "Config":
-        data = self.model_dump()
+        data = self.model_dump(exclude_unset=True)  # what was never set stays derivable (piece budget)
         for section, values in sections.items():
             target = data
             for part in section.split("."):
@@ -126,6 +153,11 @@ class Config(_Strict):
 
 # Used only to size the protected tail when the model's window is unknown; never looked up remotely.
 FALLBACK_CONTEXT_LIMIT = 128_000
+# Derived piece budget: threshold / this, never below the smallest configurable budget.
+PIECE_BUDGET_DIVISOR = 8
+PIECE_BUDGET_MIN = 256
+# Derived head budget: this share of the threshold.
+HEAD_SHARE = 0.10
 
 
 def home_dir() -> Path:

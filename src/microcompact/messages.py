@@ -299,28 +299,60 @@ def user_texts(messages: Iterable[Message]) -> list[str]:
 def user_message_errors(before: Sequence[Message], after: Sequence[Message]) -> list[str]:
     """Every user message of ``before`` appears in ``after``, in order, verbatim.
 
-    A user message of ``after`` may hold several consecutive originals joined by blank lines.
+    A user message of ``after`` is one original or several consecutive originals joined the way
+    ``join_user_messages`` joins them (blank line between strings, one line break between content parts;
+    empty ones contribute nothing). Empty and repeated messages are matched exactly, not as substrings of a
+    neighbour, so they raise no false alarm.
     """
     originals = user_texts(before)
     kept = user_texts(after)
     errors: list[str] = []
-    i = 0
+    reach = {0}  # how many originals the output so far can stand for (more than one with empty messages)
     for j, text in enumerate(kept):
-        pos = 0
-        matched = False
-        while i < len(originals):
-            found = text.find(originals[i], pos) if originals[i] else pos
-            if found < 0:
-                break
-            pos = found + len(originals[i])
-            i += 1
-            matched = True
-        if not matched:
+        nxt: set[int] = set()
+        for i in reach:
+            nxt.update(_join_ends(text, originals, i))
+        if not nxt:
             errors.append(f"user message {j} of the output matches no original user message in order")
-    if i < len(originals):
+            continue
+        reach = nxt
+    if len(originals) not in reach:
+        i = max(reach)
         errors.append(f"user message {i} of the input (of {len(originals)}) is missing or out of order: "
                       f"{originals[i][:80]!r}")
     return errors
+
+
+# How join_user_messages separates two originals in content_text: strings, or content parts.
+_USER_JOINERS = ("\n\n", "\n")
+
+
+def _join_ends(text: str, originals: Sequence[str], start: int) -> set[int]:
+    """Every ``end`` such that ``text`` is ``originals[start:end]`` joined (empty ones contribute nothing)."""
+    ends: set[int] = set()
+    stack = [(start, 0, False)]  # (next original, position in text, whether a non-empty one matched yet)
+    seen: set[tuple[int, int, bool]] = set()
+    while stack:
+        state = stack.pop()
+        if state in seen:
+            continue
+        seen.add(state)
+        k, pos, started = state
+        if pos == len(text) and k > start:
+            ends.add(k)
+        if k >= len(originals):
+            continue
+        piece = originals[k]
+        if not piece:
+            stack.append((k + 1, pos, started))
+        elif not started:
+            if text.startswith(piece, pos):
+                stack.append((k + 1, pos + len(piece), True))
+        else:
+            for sep in _USER_JOINERS:
+                if text.startswith(sep + piece, pos):
+                    stack.append((k + 1, pos + len(sep) + len(piece), True))
+    return ends
 
 
 def marker_count(messages: Iterable[Message], kind: MarkerKind) -> int:

@@ -41,7 +41,7 @@ from .summarizers import (
 )
 from .telemetry import emit, occupancy_pct
 from .tokens import TOKENS_KEY, Ledger, TokenCounter, make_text_counter
-from .window import Span, bounded_exchange, exchange_start, head_end, iteration_end, tail_start
+from .window import Span, bounded_exchange, exchange_start, head_end, iteration_end, protected_head, protected_tail
 
 log = logging.getLogger("microcompact")
 
@@ -289,7 +289,7 @@ class MicroCompactor:
         """
         msgs = ledger.messages
         st = self.state
-        h = head_end(msgs, self.cfg.protect_first_n)
+        h = self._head(msgs)
         ok = st.cursor is not None and h <= st.cursor <= len(msgs)
         if ok and st.marker_index is not None:
             mi = st.marker_index
@@ -300,7 +300,7 @@ class MicroCompactor:
     def recover(self, msgs: list[Message]) -> None:
         """Cursor just after the last marker; rolling summary from the last micro marker's body."""
         st = self.state
-        h = head_end(msgs, self.cfg.protect_first_n)
+        h = self._head(msgs)
         last_any = last_micro = None
         for i in range(len(msgs) - 1, h - 1, -1):
             kind = marker_kind(msgs[i])
@@ -316,6 +316,12 @@ class MicroCompactor:
         self._set_summary(marker_body(msgs[last_micro]) if last_micro is not None else "")
         st.failures.clear()
         st.gate_floor = None
+
+    def _head(self, msgs: list[Message]) -> int:
+        """The protected head's end; counts come from the messages' cached counts (a few head messages)."""
+        plain = head_end(msgs, self.cfg.protect_first_n)
+        return head_end(msgs, self.cfg.protect_first_n, [self.counter.count_message(m) for m in msgs[:plain]],
+                        self.config.head_budget_tokens())
 
     def _set_summary(self, text: str) -> None:
         self.state.text = text
@@ -334,8 +340,8 @@ class MicroCompactor:
         """
         msgs, tokens = ledger.messages, ledger.tokens
         cfg = self.cfg
-        h = head_end(msgs, cfg.protect_first_n)
-        t = tail_start(msgs, tokens, self.config.tail_budget_tokens(), min_messages=cfg.min_tail_messages, floor=h)
+        h = protected_head(msgs, tokens, self.config)
+        t = protected_tail(msgs, tokens, self.config, h)
         assert self.state.cursor is not None
         start = exchange_start(msgs, max(self.state.cursor, h), t)
         while start is not None and self.state.skipped and span_key(msgs, start) in self.state.skipped:
@@ -363,7 +369,7 @@ class MicroCompactor:
 
     def _piece_budget(self) -> int:
         """Tokens one pass may absorb; with a reclaim gate, enough to meet it with room for the summary."""
-        return max(self.cfg.micro_compact_max_exchange_tokens, 2 * self.cfg.micro_compact_min_reclaim_tokens)
+        return max(self.config.piece_budget_tokens(), 2 * self.cfg.micro_compact_min_reclaim_tokens)
 
     def _piece(self, msgs: list[Message], tokens: list[int], start: int, limit: int, *, across_turns: bool,
                minimum: int) -> tuple[Span | None, str]:
@@ -471,10 +477,10 @@ class MicroCompactor:
             return None  # credentials or quota were refused earlier in this session: never retried
         kept = set(span.kept)
         absorbed = tuple(i for i in range(span.start, span.end) if i not in kept)
-        prepared = prepare_exchange([msgs[i] for i in absorbed], self.cfg.micro_compact_max_exchange_tokens,
+        prepared = prepare_exchange([msgs[i] for i in absorbed], self.config.piece_budget_tokens(),
                                     self.counter.count_text)
         # What the summarizer reads: the exchange as bounded by prepare_exchange, plus the running summary.
-        read = min(span.tokens, self.cfg.micro_compact_max_exchange_tokens) + st.text_tokens
+        read = min(span.tokens, self.config.piece_budget_tokens()) + st.text_tokens
         planned = Planned(mode=mode, span=span, absorbed=absorbed, key=span_key(msgs, span.start), t0=t0,
                           read=read, base_summary=st.text, marker_index=st.marker_index,
                           identity=tuple(msgs[i] for i in range(span.start, span.end)))
@@ -595,9 +601,8 @@ class MicroCompactor:
         st = self.state
         if st.marker_index is None or not st.text or not self.needs_defrag(st.text_tokens):
             return None
-        msgs, h = ledger.messages, head_end(ledger.messages, self.cfg.protect_first_n)
-        if st.marker_index >= tail_start(msgs, ledger.tokens, self.config.tail_budget_tokens(),
-                                         min_messages=self.cfg.min_tail_messages, floor=h):
+        msgs, h = ledger.messages, protected_head(ledger.messages, ledger.tokens, self.config)
+        if st.marker_index >= protected_tail(msgs, ledger.tokens, self.config, h):
             return None  # the marker is in the protected tail: never rewritten there; later, once it left
         t0 = self.clock()
         done = ready if ready is not None and ready.text == st.text else self.condense(st.text)

@@ -327,6 +327,9 @@ class Session:
                     results += self.micro.before_request(self.ledger)
                 elif self.micro.active and not self.background.busy:
                     self.background.submit(self.ledger, "request")
+                cut = self.batch.last_resort(self.ledger)  # still over the window: cut what is oversized
+                if cut is not None:
+                    results.append(cut)
             except Exception:
                 log.exception("before_request failed unexpectedly; the session goes on uncompacted")
         return results

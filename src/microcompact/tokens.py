@@ -19,6 +19,7 @@ import json
 import logging
 import re
 import threading
+from collections import deque
 from collections.abc import Iterable, Sequence
 from importlib import resources
 from typing import Any, Protocol
@@ -148,13 +149,16 @@ class TokenCounter:
 
     The cache lives on messages the library owns (the engine copies what callers append), so a pass
     costs time proportional to the messages it touches. ``calibrate`` takes the provider's reported
-    ``usage.prompt_tokens`` for a request whose messages we counted and keeps a correction factor for
-    prompt-size estimates (system prompt templates and tool schemas we never see).
+    ``usage.prompt_tokens`` for a request whose messages we counted and learns what the provider adds
+    (a constant for system prompt templates and tool schemas we never see, plus a scale for a
+    different tokenizer once enough observations tell the two apart).
     """
 
     def __init__(self, text_counter: TextCounter | None = None) -> None:
         self.text = text_counter or make_text_counter()
-        self.scale = 1.0
+        self.scale = 1.0  # tokenizer mismatch: provider tokens per counted token
+        self.overhead = 0  # tokens the provider adds to every request (tool schemas, a hidden system prompt)
+        self._observed: deque[tuple[int, int]] = deque(maxlen=CALIBRATION_WINDOW)
 
     @property
     def name(self) -> str:
@@ -175,16 +179,52 @@ class TokenCounter:
         out[TOKENS_KEY] = self.count_message(message) if TOKENS_KEY not in message else message[TOKENS_KEY]
         return out
 
-    def calibrate(self, counted_tokens: int, reported_prompt_tokens: int) -> float:
-        """Blend in the provider's figure; returns the new scale (reported / counted, smoothed)."""
-        if counted_tokens > 0 and reported_prompt_tokens > 0:
-            ratio = reported_prompt_tokens / counted_tokens
-            ratio = min(max(ratio, 0.5), 3.0)  # a wildly off report is more likely a bug than truth
-            self.scale = ratio if self.scale == 1.0 else 0.7 * self.scale + 0.3 * ratio
-        return self.scale
+    def calibrate(self, counted_tokens: int, reported_prompt_tokens: int) -> tuple[float, int]:
+        """Learn ``reported = scale * counted + overhead`` from the provider's figures; returns both.
+
+        The provider adds a fixed amount to every request (tool schemas, a system prompt we never see):
+        that is a constant, not a ratio, and treating it as a ratio overestimates small prompts and makes
+        compaction fire early. The constant is always learned (median of the recent differences). A scale
+        is fitted as well only once the observations span a wide enough range of sizes to tell a slope
+        from a constant; otherwise it stays where it was.
+        """
+        if counted_tokens <= 0 or reported_prompt_tokens <= 0:
+            return self.scale, self.overhead
+        self._observed.append((counted_tokens, reported_prompt_tokens))
+        fitted = _fit_line(list(self._observed))
+        if fitted is not None:
+            self.scale = fitted
+        diffs = sorted(r - self.scale * c for c, r in self._observed)
+        self.overhead = int(round(diffs[len(diffs) // 2]))
+        return self.scale, self.overhead
 
     def estimate_prompt(self, counted_tokens: int) -> int:
-        return int(round(counted_tokens * self.scale))
+        """What the provider will count for a prompt we count as ``counted_tokens``."""
+        return max(0, int(round(counted_tokens * self.scale)) + self.overhead)
+
+
+# How many recent (counted, reported) pairs calibration keeps.
+CALIBRATION_WINDOW = 16
+# A slope is fitted only when the observed prompt sizes span at least this share of the largest one.
+SLOPE_MIN_SPREAD = 0.25
+# A fitted slope outside this range is more likely noise (or a bug) than a tokenizer mismatch.
+SLOPE_RANGE = (0.5, 2.0)
+
+
+def _fit_line(points: list[tuple[int, int]]) -> float | None:
+    """Least-squares slope of reported over counted, or None when the sizes do not spread enough."""
+    if len(points) < 3:
+        return None
+    xs = [float(c) for c, _ in points]
+    if max(xs) - min(xs) < SLOPE_MIN_SPREAD * max(xs):
+        return None
+    mx = sum(xs) / len(xs)
+    my = sum(float(r) for _, r in points) / len(points)
+    var = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (r - my) for x, (_, r) in zip(xs, points)) / var
+    if not SLOPE_RANGE[0] <= slope <= SLOPE_RANGE[1]:
+        return None
+    return slope
 
 
 class Ledger:

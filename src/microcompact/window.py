@@ -14,15 +14,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .messages import Message, is_marker, tool_call_ids
 
+if TYPE_CHECKING:
+    from .config import Config
 
-def head_end(messages: Sequence[Message], protect_first_n: int) -> int:
+
+def head_end(messages: Sequence[Message], protect_first_n: int, tokens: Sequence[int] | None = None,
+             budget: int | None = None) -> int:
     """Index of the first message after the protected head.
 
     The head is the leading system/developer message(s) plus ``protect_first_n`` messages, extended so it
-    never ends between a tool call and its results.
+    never ends between a tool call and its results. With ``tokens`` and ``budget``, it also ends before the
+    first assistant message (with its results) that would take the head's non-user messages over
+    ``budget``: a huge early tool output is not pinned forever. It never holds a marker, so once a
+    pass absorbed what left it, it stays where it is.
     """
     n = len(messages)
     i = 0
@@ -31,7 +39,33 @@ def head_end(messages: Sequence[Message], protect_first_n: int) -> int:
     end = min(n, i + protect_first_n)
     while end < n and messages[end].get("role") == "tool":
         end += 1
+    if tokens is None or budget is None:
+        return end
+    spent, k = 0, i
+    while k < end:
+        m = messages[k]
+        if is_marker(m):
+            return k
+        unit = k + 1
+        while unit < end and messages[unit].get("role") == "tool":
+            unit += 1
+        if m.get("role") != "user":  # user messages are never absorbed: they cost the head nothing
+            spent += sum(tokens[k:unit])
+            if spent > budget:
+                return k
+        k = unit
     return end
+
+
+def protected_head(messages: Sequence[Message], tokens: Sequence[int], config: "Config") -> int:
+    """:func:`head_end` as the engines use it: ``protect_first_n`` within the configured head budget."""
+    return head_end(messages, config.compression.protect_first_n, tokens, config.head_budget_tokens())
+
+
+def protected_tail(messages: Sequence[Message], tokens: Sequence[int], config: "Config", head: int) -> int:
+    """:func:`tail_start` as the engines use it."""
+    return tail_start(messages, tokens, config.tail_budget_tokens(),
+                      min_messages=config.compression.min_tail_messages, floor=head)
 
 
 def tail_start(messages: Sequence[Message], tokens: Sequence[int], budget: int, *, min_messages: int = 3,
