@@ -438,14 +438,14 @@ def _credential_file_edits(text: str, lowered: str) -> Iterator[Edit]:
 
 
 def _pgpass_host(text: str, end: int) -> bool:
-    """The text from the line start (real or JSON-escaped line break, a quote, or the text start) to ``end``
-    is a host name."""
+    """The word before ``end`` (from whitespace, a JSON-escaped line break, a quote, or the text start) is a
+    host name: a pgpass line, or one quoted inline."""
     floor = max(0, end - _MAX_HOST - 2)
-    starts = [i + len(b) for b in ("\n", "\\n", '"') if (i := text.rfind(b, floor, end)) >= 0]
+    starts = [i + len(b) for b in (" ", "\t", "\n", "\\n", '"', "'", "`") if (i := text.rfind(b, floor, end)) >= 0]
     if not starts and floor > 0:
-        return False  # no line start within a host name's length
+        return False  # no word start within a host name's length
     host = text[max(starts, default=0):end]
-    return bool(host) and not any(c in host for c in " \t:\\")
+    return bool(host) and ":" not in host and "\\" not in host
 
 
 def _url_signature_edits(lowered: str) -> Iterator[Edit]:
@@ -466,7 +466,7 @@ def _aws_secret_edits(text: str, lowered: str) -> Iterator[Edit]:
     first = _AWS_SECRET_LINE.match("\n" + text.split("\n", 1)[0])  # the first line has no newline before it
     if first is not None and _looks_like_aws_secret(first["key"]):
         yield first.start("key") - 1, first.end("key") - 1, REDACTED
-    patterns = (_AWS_SECRET_LINE, _AWS_SECRET_ESCAPED_LINE)
+    patterns: tuple[re.Pattern[str], ...] = (_AWS_SECRET_LINE, _AWS_SECRET_ESCAPED_LINE)
     if "secret access key" in lowered:
         patterns += (_AWS_SECRET_FIELD,)
     for pattern in patterns:
