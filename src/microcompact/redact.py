@@ -5,23 +5,33 @@ changes nothing. The rules, applied in this order:
 
 1. PEM private key blocks, BEGIN line to END line, become one ``[REDACTED]`` (a block cut off before its
    END line is redacted through its last base64 line).
-2. Tokens recognisable by their prefix, wherever they appear: OpenAI ``sk-``/``sk-proj-``, Anthropic
-   ``sk-ant-``, GitHub ``ghp_``/``gho_``/``ghu_``/``ghs_``/``ghr_``/``github_pat_``, GitLab ``glpat-``,
-   Hugging Face ``hf_``, npm ``npm_``, AWS access key IDs (``AKIA``/``ASIA``...), Slack ``xox?-``/
-   ``xapp-``, Google ``AIza``, Stripe ``sk_live_``/``rk_live_``/``sk_test_``..., JWTs
-   (``eyJ...eyJ...sig``). Prefixes that also start ordinary words (``sk-``, ``hf_``) additionally need
-   the body to look random (letters and digits mixed).
+2. Tokens recognisable by their prefix, wherever they appear: OpenAI ``sk-``/``sk-proj-``/``sk-svcacct-``,
+   Anthropic ``sk-ant-``, GitHub ``ghp_``/``gho_``/``ghu_``/``ghs_``/``ghr_``/``github_pat_``, GitLab
+   ``glpat-``, Hugging Face ``hf_``, npm ``npm_``, AWS access key IDs (``AKIA``/``ASIA``...), Slack ``xox?-``/
+   ``xapp-``, Google ``AIza``, Stripe ``sk_live_``/``rk_live_``/``sk_test_``..., SendGrid ``SG.x.y``,
+   DigitalOcean ``dop_v1_``, Shopify ``shpat_``, Twilio ``SK`` + 32 hex, JWTs (``eyJ...eyJ...sig``).
+   Prefixes that also start ordinary words (``sk-``, ``hf_``) additionally need the body to look random
+   (letters and digits mixed). Webhook URLs (Slack ``hooks.slack.com/services/...``, Discord
+   ``discord(app).com/api/webhooks/ID/...``) keep their host and route and lose the rest; signed-URL
+   parameters (``sig=``, ``X-Amz-Signature=``...) lose their value.
 3. Passwords in URLs: ``scheme://user:PASSWORD@host`` keeps scheme, user and host.
 4. ``Authorization:`` / ``Proxy-Authorization:`` headers keep the scheme word (``Bearer``, ``Basic``...)
    and lose the credential; a lone ``Bearer <token>`` loses the token when it looks random.
 5. Assignments whose key name ends in a secret word (``password``, ``passwd``, ``pwd``, ``passphrase``,
    ``secret``, ``token``, ``credential(s)``, ``api_key``/``apikey``/``api-key``, ``access_key``,
-   ``secret_key``, ``private_key``, ``signing_key``, ``encryption_key``, ``master_key``) followed by
-   ``=``, ``:``, ``:=`` or ``=>`` — env files, shell, JSON, YAML, HTTP headers, code — and command-line
-   flags such as ``--password VALUE``. The key name and quotes are kept, the value is redacted. Names
-   merely containing such a word (``password_field``, ``token_count``, ``max_tokens``) do not count.
-   Rules 4 and 5 ignore case. An unquoted value ends at whitespace, a quote, ``,;&|()[]{}<>`` or a
-   backslash (so ``?token=abc&page=2`` and JSON-escaped text keep their structure).
+   ``secret_key``, ``private_key``, ``signing_key``, ``encryption_key``, ``master_key``, ``AccountKey``,
+   npm's ``_auth``), and any upper-case environment-style name ending in ``_KEY`` (``STRIPE_WEBHOOK_KEY``)
+   followed by ``=``, ``:``, ``:=`` or ``=>`` — env files, shell, JSON, YAML, HTTP headers, code — and
+   command-line flags such as ``--password VALUE``. The key name and quotes are kept, the value is
+   redacted, however long. Names merely containing such a word (``password_field``, ``token_count``,
+   ``max_tokens``) do not count. Rules 4 and 5 ignore case. An unquoted value ends at whitespace, a quote,
+   ``,()[]{}<>|`` or a backslash; at ``&`` or ``;`` it ends only when the next ``name=`` parameter
+   follows (``password=abc&def`` is one password, ``?token=abc&page=2`` keeps ``page=2``).
+6. Credentials in commands and credential files: ``curl -u user:PASS``, ``mysql -pPASS``, ``sshpass -p``,
+   ``docker login -p`` (the command must be on the same line, so ``docker run -u 1000:1000`` stays),
+   ``.pgpass`` lines (``host:port:db:user:PASS``), ``.netrc`` entries (``machine h login u password P``).
+7. A bare AWS secret access key: 40 base64 characters alone on a line (or in the credentials CSV AWS hands
+   out), mixing upper and lower case with digits or ``+``/``/``; hex-only strings such as git SHAs stay.
 
 Rule 5 keeps values that are not secrets readable, because transcripts are mostly code:
 
@@ -30,15 +40,19 @@ Rule 5 keeps values that are not secrets readable, because transcripts are mostl
   ``{...}`` fields;
 * unquoted values shorter than 4 characters, placeholders, and code: dotted names (``form.password``),
   calls and subscripts (``get_token(``, ``tokens[-1]``), literals and keywords (``None``, ``null``,
-  ``true``, ``await``...), type names (``str``, ``Optional``, capitalised class names after ``:``),
+  ``true``, ``await``...), type names (``str``, ``Optional``, and capitalised class names after ``:``
+  that name what they hold, such as ``Token`` or ``SecretStr``; ``Password: Swordfish`` is redacted),
   identifiers passed on as call arguments unless they look random (``login(password=user_pass)``), identifiers that
   repeat the secret word as a snake_case or camelCase part (``api_key=api_key``,
   ``password=new_password``), filesystem paths (``PWD=/home/me``), and integers of up to 6 digits under
-  names that are not password-like (``eos_token=2``).
+  names that are not password-like (``eos_token=2``). In environment-style assignments (``NAME=value``
+  with an upper-case name) values are data: dotted values and one-segment paths are redacted there.
 
 An unquoted number redacted after a quoted key (``"password": 123456``) becomes a quoted
 ``"[REDACTED]"`` so JSON stays valid; everywhere else the replacement sits inside existing quotes or
-replaces bare text. A 40,000-character tool output takes about a millisecond.
+replaces bare text. Every rule is linear in the input (no rule rescans the text from each position; a
+megabyte of adversarial input takes well under a second); rarer formats sit behind a substring test, so
+ordinary text pays little for them.
 """
 
 from __future__ import annotations
