@@ -112,6 +112,7 @@ NOT_SECRETS: list[str] = [
     "sort_key = lambda m: m.ts",
     "cache_key = f\"{user}:{page}\"",
     "docker run -u 1000:1000 image",
+    "curl -s http://127.0.0.1/health\nTS=$(date -u +%Y-%m-%dT%H:%M:%SZ)",  # -u on the next line is date's
     "git push -u origin main",
     "tar -cpf out.tar dir",
     "mysql -p",

@@ -420,12 +420,15 @@ def _command_edits(text: str, lowered: str) -> Iterator[Edit]:
                         yield m.start("pw"), m.end("pw"), REDACTED
 
 
+_LINE_END = re.compile(r"\n|\\n")
+
+
 def _command_lines(lowered: str, command: str) -> Iterator[tuple[int, int]]:
-    """(start, end) of the rest of each line after ``command``."""
+    """(start, end) of the rest of each line after ``command`` (a JSON-escaped line break ends a line too)."""
     pos = lowered.find(command)
     while pos >= 0:
-        end = lowered.find("\n", pos)
-        end = len(lowered) if end < 0 else end
+        line_end = _LINE_END.search(lowered, pos)  # real or JSON-escaped
+        end = line_end.start() if line_end else len(lowered)
         yield pos + len(command), end
         pos = lowered.find(command, end)
 
