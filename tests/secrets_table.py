@@ -35,6 +35,12 @@ DIGITALOCEAN = fake("dop_v1_", "0f9e8d7c6b5a49382716f5e4d3c2b1a00f9e8d7c6b5a4938
 SHOPIFY = fake("shpat_", "0a1b2c3d4e5f67890a1b2c3d4e5f6789")
 TWILIO_KEY = fake("SK", "0123456789abcdef0123456789abcdef")
 LONG_QUOTED = fake("Lq", "9xZ" * 500)  # 1,502 characters
+PYPI = fake("pypi-AgEIcHlwaS5vcmc", "CJGQ4ZTQ2MjdiLTk1ZjMtNGIwNy1hYmJlLTYyNmQxMzAzZDJhNAACKlszLCJhYmMiXQ")
+MAILGUN = fake("key-", "3ax6xnjp29jd6fds4gc373sgvjxteol0")
+DATABRICKS = fake("dapi", "0123456789abcdef0123456789abcdef")
+SQUARE = fake("sq0atp-", "Q2s1XbL8mN4pR7tV0wY3zA")
+AGE = fake("AGE-SECRET-KEY-1", "QQPQ7S2VJQ9ZK8V4GX0E9Y6N5M3L2K1J0H9G8F7D6S5A4P3O2I1U0Y9T8R")[:74]
+TELEGRAM = fake("123456789", ":AAH", "k9Lm2Qx7Vb4Rn8Tz3Yp6Hd1Jf5Gc0SaX")  # 9 digits, colon, AA + 33
 
 # (format name, sample text, the secret substring that must disappear)
 SECRET_FORMATS: list[tuple[str, str, str]] = [
@@ -97,6 +103,13 @@ SECRET_FORMATS: list[tuple[str, str, str]] = [
     ("sshpass", "sshpass -p 'Ssh9Pw!z' ssh root@host", "Ssh9Pw!z"),
     ("azure-sas-signature", "https://acct.blob.core.windows.net/c/b?sv=2022-11-02&se=2030&sig=Ab9%2Bc8Dz7%3D&sp=r",
      "Ab9%2Bc8Dz7%3D"),
+    ("pypi-token", "twine upload -p " + PYPI + " dist/*", PYPI),
+    ("mailgun", "MG=" + MAILGUN, MAILGUN),
+    ("databricks", "host=x token " + DATABRICKS, DATABRICKS),
+    ("square", "SQUARE=" + SQUARE, SQUARE),
+    ("age-secret-key", "# created: 2024\n" + AGE, AGE[16:]),
+    ("telegram-bot", "https://api.telegram.org/bot" + TELEGRAM + "/getMe", TELEGRAM[10:]),
+    ("docker-config-auth", '{"auths": {"ghcr.io": {"auth": "ZGVwbG95OkdoN3hLcTJtWnA="}}}', "ZGVwbG95OkdoN3hLcTJtWnA="),
     ("private-key-json-escaped", ('{"private_key": "-----BEGIN PRIVATE KEY-----\\nMIIEvQIBADANBgkqhkiG9w0B\\n'
                                   '-----END PRIVATE KEY-----\\n"}'), "MIIEvQIBADANBgkqhkiG9w0B"),
 ]
@@ -127,4 +140,8 @@ NOT_SECRETS: list[str] = [
     "PRIMARY_KEY=id",
     "https://hooks.slack.com/services/",
     "base64: SGVsbG8gd29ybGQ=",
+    '{"auth": "oauth2", "mode": "key-value"}',
+    "key-valuestoreforthesessioncaches",
+    '{"auth": "SGVsbG8gd29ybGQ="}',  # base64 of "Hello world": not a user:password pair
+    '{"oauth": "ZGVwbG95OkdoN3hLcTJtWnA="}',  # only the key "auth" (Docker's)
 ]

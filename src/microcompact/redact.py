@@ -9,8 +9,11 @@ changes nothing. The rules, applied in this order:
    Anthropic ``sk-ant-``, GitHub ``ghp_``/``gho_``/``ghu_``/``ghs_``/``ghr_``/``github_pat_``, GitLab
    ``glpat-``, Hugging Face ``hf_``, npm ``npm_``, AWS access key IDs (``AKIA``/``ASIA``...), Slack ``xox?-``/
    ``xapp-``, Google ``AIza``, Stripe ``sk_live_``/``rk_live_``/``sk_test_``..., SendGrid ``SG.x.y``,
-   DigitalOcean ``dop_v1_``, Shopify ``shpat_``, Twilio ``SK`` + 32 hex, JWTs (``eyJ...eyJ...sig``).
-   Prefixes that also start ordinary words (``sk-``, ``hf_``) additionally need the body to look random
+   DigitalOcean ``dop_v1_``, Shopify ``shpat_``, Twilio ``SK`` + 32 hex, PyPI ``pypi-AgE``, Mailgun
+   ``key-`` + 32 hex, Databricks ``dapi``, Square ``sq0atp-``/``sq0csp-``, age ``AGE-SECRET-KEY-1``,
+   Telegram bot tokens (``123456789:AA...``), JWTs (``eyJ...eyJ...sig``), and Docker's
+   ``"auth": "<base64 of user:password>"``.
+   Prefixes that also start ordinary words (``sk-``, ``hf_``, ``key-``) additionally need the body to look random
    (letters and digits mixed). Webhook URLs (Slack ``hooks.slack.com/services/...``, Discord
    ``discord(app).com/api/webhooks/ID/...``) keep their host and route and lose the rest; signed-URL
    parameters (``sig=``, ``X-Amz-Signature=``...) lose their value.
@@ -57,6 +60,7 @@ ordinary text pays little for them.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from collections.abc import Iterator
@@ -90,12 +94,20 @@ _TOKENS = (
     re.compile(r"SG\.[A-Za-z0-9_-]{16,32}\.[A-Za-z0-9_-]{16,64}"),  # SendGrid
     re.compile(r"do[por]_v1_[a-f0-9]{64}"),  # DigitalOcean
     re.compile(r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}"),  # Shopify
+    re.compile(r"pypi-AgE[A-Za-z0-9_-]{50,}"),  # PyPI upload tokens
+    re.compile(r"dapi[0-9a-f]{32}(?![0-9a-f])"),  # Databricks
+    re.compile(r"sq0(?:atp|csp)-[0-9A-Za-z_-]{22,}"),  # Square
+    re.compile(r"AGE-SECRET-KEY-1[0-9A-Z]{58}"),  # age private keys
 )
 # Rarer formats, each behind a substring test (a pattern that starts with a lookbehind scans slowly).
 _GUARDED_TOKENS = (
     # A JWT starts a word: scanning from every ``eyJ`` inside one long run would be quadratic.
     ("eyJ", re.compile(r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}+\.eyJ[A-Za-z0-9_-]{8,}+\.[A-Za-z0-9_-]{8,}")),
+    (":AA", re.compile(r"(?<![0-9])[0-9]{8,10}:AA[A-Za-z0-9_-]{33}")),  # Telegram bot tokens
 )
+# Docker's config.json keeps ``"auth": "<base64 of user:password>"``; "auth" alone is too common a key,
+# so the value must decode to a user:password pair.
+_DOCKER_AUTH = re.compile(r"auth\\?\"[ \t]*:[ \t]*\\?\"(?P<value>[A-Za-z0-9+/]{8,}={0,2})\\?\"")  # or JSON-escaped
 # Webhook URLs are credentials in themselves: the host and route stay, the rest of the path goes.
 _WEBHOOKS = (
     ("hooks.slack.com", re.compile(r"(?P<keep>hooks\.slack\.com/(?:services|workflows|triggers)/)[A-Za-z0-9_/-]+")),
@@ -118,7 +130,8 @@ _PGPASS = re.compile(
 _MAX_HOST = 255
 _STRIPE = re.compile(r"(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}")
 # Prefixes that also start ordinary words: the body must look random and the prefix start a word.
-_CHECKED_TOKENS = (re.compile(r"sk-[A-Za-z0-9_-]{20,}"), re.compile(r"hf_[A-Za-z0-9]{30,}"))
+_CHECKED_TOKENS = (re.compile(r"sk-[A-Za-z0-9_-]{20,}"), re.compile(r"hf_[A-Za-z0-9]{30,}"),
+                   re.compile(r"key-[0-9a-z]{32}(?![0-9A-Za-z])"))  # the last: Mailgun
 
 _URL_PASSWORD = re.compile(r"(?P<head>://[^\s:/@'\"<>]{0,128}:)(?P<pw>[^\s/'\"<>]{1,256})(?=@[^\s@/'\"<>])")
 
@@ -188,6 +201,8 @@ def redact_text(text: str) -> str:
     for pattern in _CHECKED_TOKENS:
         text = pattern.sub(_redact_if_random_word, text)
     text = _TWILIO.sub(_redact_if_word, text)
+    if "auth" in text:
+        text = _DOCKER_AUTH.sub(_redact_docker_auth, text)
     for guard, pattern in _WEBHOOKS:
         if guard in text:
             text = pattern.sub(_keep_prefix, text)
@@ -312,6 +327,17 @@ def _redact_if_random_word(match: re.Match[str]) -> str:
 
 def _redact_if_word(match: re.Match[str]) -> str:
     return REDACTED if _starts_word(match.string, match.start()) else match.group()
+
+
+def _redact_docker_auth(match: re.Match[str]) -> str:
+    try:
+        decoded = base64.b64decode(match["value"], validate=True).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return match.group()
+    if ":" not in decoded or match.string[match.start() - 1 : match.start()] != '"':  # the key is "auth"
+        return match.group()
+    whole, start = match.group(), match.start()
+    return whole[: match.start("value") - start] + REDACTED + whole[match.end("value") - start:]
 
 
 def _keep_prefix(match: re.Match[str]) -> str:
