@@ -92,7 +92,6 @@ _TOKENS = (
     re.compile(r"AIza[0-9A-Za-z_-]{35}"),
     re.compile(r"whsec_[A-Za-z0-9]{24,}"),
     re.compile(r"SG\.[A-Za-z0-9_-]{16,32}\.[A-Za-z0-9_-]{16,64}"),  # SendGrid
-    re.compile(r"do[por]_v1_[a-f0-9]{64}"),  # DigitalOcean
     re.compile(r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}"),  # Shopify
     re.compile(r"pypi-AgE[A-Za-z0-9_-]{50,}"),  # PyPI upload tokens
     re.compile(r"dapi[0-9a-f]{32}(?![0-9a-f])"),  # Databricks
@@ -103,6 +102,7 @@ _TOKENS = (
 _GUARDED_TOKENS = (
     # A JWT starts a word: scanning from every ``eyJ`` inside one long run would be quadratic.
     ("eyJ", re.compile(r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}+\.eyJ[A-Za-z0-9_-]{8,}+\.[A-Za-z0-9_-]{8,}")),
+    ("_v1_", re.compile(r"do[por]_v1_[a-f0-9]{64}")),  # DigitalOcean ("do" alone starts too many words)
     (":AA", re.compile(r"(?<![0-9])[0-9]{8,10}:AA[A-Za-z0-9_-]{33}")),  # Telegram bot tokens
 )
 # Docker's config.json keeps ``"auth": "<base64 of user:password>"``; "auth" alone is too common a key,
