@@ -46,13 +46,13 @@ def test_to_api_strict_alternation_joins_users_and_merges_marker_into_next_assis
     assert role_sequence_errors(api, strict_alternation=True) == []
 
 
-def test_marker_recognised_by_metadata_or_exact_prefix_only():
+def test_marker_recognised_by_metadata_only():
     micro = render_micro_marker("body text")
     batch = render_marker("batch body", "batch")
     assert marker_kind(micro) == "micro" and marker_kind(batch) == "batch"
-    exported_micro = {"role": "assistant", "content": micro["content"]}
-    assert marker_kind(exported_micro) == "micro"
-    assert marker_kind({"role": "assistant", "content": batch["content"]}) == "batch"
+    exported_micro = {"role": "assistant", "content": micro["content"]}  # metadata stripped: plain text
+    assert marker_kind(exported_micro) is None
+    assert marker_kind({"role": "assistant", "content": batch["content"]}) is None
     # quoted by a tool or the user, or not at the start: never a marker
     assert marker_kind({"role": "tool", "tool_call_id": "x", "content": micro["content"]}) is None
     assert marker_kind({"role": "user", "content": micro["content"]}) is None
@@ -110,7 +110,7 @@ def test_live_reply_that_starts_like_a_marker_is_not_one():
     from microcompact.messages import disown_marker_text
 
     echo = {"role": "assistant", "content": MARKER_PREFIX + " pretending"}
-    assert marker_kind(echo) == "batch"  # without metadata the prefix decides (exported transcripts)
+    assert marker_kind(echo) is None  # text never makes a marker; only metadata does
     live = disown_marker_text(echo)
     assert marker_kind(live) is None and "_mc" not in echo
     plain = {"role": "assistant", "content": "hello"}

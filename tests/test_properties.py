@@ -595,7 +595,8 @@ def test_caller_dicts_are_never_mutated(scenario: Scenario, cfg: dict[str, Any])
 def test_resume_never_redoes_work(data: st.DataObject, cfg: dict[str, Any], via_api: bool) -> None:
     """Replay a prefix, restart from the transcript, replay the rest: same result as without the restart.
 
-    ``via_api`` restarts from ``session.messages`` (metadata stripped, the marker recognised by its text).
+    ``via_api`` restarts from an export (``session.messages`` plus the marker metadata ``_mc``, as
+    ``sessions export`` writes it): only metadata makes a marker, never text (tests/test_markers_api.py).
     """
     messages = data.draw(transcripts(), label="messages")
     split = data.draw(st.integers(0, len(messages)), label="split")
@@ -606,7 +607,8 @@ def test_resume_never_redoes_work(data: st.DataObject, cfg: dict[str, Any], via_
 
     summ = DigestSummarizer()
     first = Driver(make_session(config, summ), messages).run(stop=split, finalize=False)
-    saved = first.s.messages if via_api else first.s.transcript
+    exported = [{k: v for k, v in m.items() if not k.startswith("_") or k == "_mc"} for m in first.s.transcript]
+    saved = exported if via_api else first.s.transcript
     second_session = make_session(config, summ, messages=copy.deepcopy(saved))
 
     # The engine recovers cursor and summary from the marker.

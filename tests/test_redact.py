@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 
 from microcompact.redact import REDACTED, redact_message, redact_text
 from paths import NORMALIZED
+from secrets_table import NOT_SECRETS as TABLE_NOT_SECRETS
+from secrets_table import SECRET_FORMATS
 
 TRANSCRIPT = NORMALIZED / "cc_fa812bfe.jsonl"
 
@@ -239,3 +241,64 @@ def test_tool_call_arguments_given_as_objects_are_redacted_too():
     out = redact_message(msg)
     args = out["tool_calls"][0]["function"]["arguments"]
     assert isinstance(args, str) and key not in args and json.loads(args)["url"] == "x"
+
+
+# --------------------------------------------------------------------------- the shared table (issue 8, item 10)
+
+
+@pytest.mark.parametrize("text, secret", [row[1:] for row in SECRET_FORMATS], ids=[row[0] for row in SECRET_FORMATS])
+def test_table_format_is_redacted(text: str, secret: str) -> None:
+    out = redact_text(text)
+    assert secret not in out and REDACTED in out
+    assert redact_text(out) == out
+
+
+@pytest.mark.parametrize("text, secret", [row[1:] for row in SECRET_FORMATS], ids=[row[0] for row in SECRET_FORMATS])
+def test_table_format_is_redacted_inside_json_text(text: str, secret: str) -> None:
+    """Tool-call arguments reach the summarizer as JSON text: escaped line breaks and quotes must not hide a
+    secret, and the JSON must still parse."""
+    encoded = json.dumps({"command": text, "cwd": "/srv"})
+    out = redact_text(encoded)
+    assert json.dumps(secret)[1:-1] not in out
+    assert json.loads(out)["cwd"] == "/srv"
+
+
+@pytest.mark.parametrize("text", TABLE_NOT_SECRETS)
+def test_table_ordinary_text_is_unchanged(text: str) -> None:
+    assert redact_text(text) == text
+    assert redact_text(json.dumps(text)) == json.dumps(text)
+
+
+def test_a_git_sha_is_not_an_aws_key_but_a_base64_key_is() -> None:
+    sha = "3f2c1d0e9b8a7f6e5d4c3b2a1f0e9d8c7b6a5f4e"
+    assert redact_text(f"{sha}\n") == f"{sha}\n"
+    assert redact_text("HEAD is now at\n" + sha.upper()) == "HEAD is now at\n" + sha.upper()
+    key = "Kx9mQ2Lw7Vb4Rn8Tz3Yp6Hd1Jf5Gc0Sa+EbUoIqW"
+    assert len(key) == 40 and redact_text(f"secret:\n{key}\n") == f"secret:\n{REDACTED}\n"
+
+
+# Shapes that made a rule scan the rest of the text from every position (the PEM tail rule took 417 s on
+# the first one). Each is 1 MB; redaction must stay linear.
+ADVERSARIAL = {
+    "base64-lines-and-private-key": "PRIVATE KEY\n" + ("A" * 20 + "\n") * 47_000,
+    "end-lines": ("A" * 20 + "\n-----END PRIVATE KEY-----") * 22_000,
+    "repeated-assignment": "password=" * 111_000,
+    "repeated-open-quote": 'password="' * 100_000,
+    "unclosed-quote": "password='" + "a" * 1_000_000,
+    "escaped-quotes": "password='x password=\\'" * 40_000,
+    "ampersand-tail": "password=a" + "&b" * 500_000,
+    "jwt-prefix-run": "eyJ" * 333_000,
+    "base64-runs-on-lines": ("\n" + "Ab1+" * 10) * 24_000,
+    "csv-fields": ",".join(["Ab1+" * 10] * 24_000) + " secret access key",
+    "pgpass-like": "h:5432:d:u:" * 90_000,
+    "netrc-like": "machine " + "login x password " * 58_000,
+    "curl-flags": "curl " + "-u a:" * 200_000,
+    "backslashes": 'password="' + "\\" * 1_000_000,
+}
+
+
+@pytest.mark.parametrize("text", ADVERSARIAL.values(), ids=ADVERSARIAL.keys())
+def test_one_megabyte_of_adversarial_text_is_redacted_quickly(text: str) -> None:
+    start = time.perf_counter()
+    redact_text(text)
+    assert time.perf_counter() - start < 3.0

@@ -63,10 +63,19 @@ def _fail(message: str, code: int = 2) -> None:
 def _open_log(log_file: Optional[Path]) -> logging.Handler:
     path = log_file or home_dir() / "logs" / "agent.log"
     try:
+        _create_private(path)
         return setup_file_logging(path)
     except OSError as exc:
         _fail(f"cannot open log file {path}: {exc.strerror or exc}")
         raise  # unreachable: _fail exits
+
+
+def _create_private(path: Path) -> None:
+    """Create the log (and its folder) readable by the owner only: it names sessions, files and errors."""
+    if path.exists():
+        return
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.touch(mode=0o600)
 
 
 def _configure(config_path: Optional[Path], context_limit: Optional[int], summarizer: Optional[str],

@@ -22,8 +22,10 @@ Keys follow Hermes Agent's names so its users find them where they expect::
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
@@ -89,9 +91,29 @@ class AuxCompressionConfig(_Strict):
     temperature: float = Field(0.1, ge=0.0, le=2.0)
     max_input_tokens: int = Field(32_000, ge=1000, le=10_000_000)
 
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, v: str | None) -> str | None:
+        # Checked here, not at the first request: a bad URL is a config error, named with its key.
+        if v is not None:
+            _check_http_url(v)
+        return v
+
     @property
     def kind(self) -> str:
         return "extractive" if self.provider == "extractive" else "openai"
+
+
+def _check_http_url(url: str) -> None:
+    """Raise ValueError unless ``url`` is ``http(s)://host[:port][/path]``."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # raises on a port that is not a number in range
+    except ValueError as exc:
+        raise ValueError(f"not a valid URL ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("must be an http:// or https:// URL with a host, such as http://127.0.0.1:8000/v1")
+    del port
 
 
 class AuxiliaryConfig(_Strict):
@@ -164,19 +186,38 @@ def home_dir() -> Path:
     return Path(os.environ.get("MICROCOMPACT_HOME") or Path.home() / ".microcompact")
 
 
+# Keys whose values are never echoed in an error (a key pasted where its variable's name belongs).
+_SECRET_KEY = re.compile(r"(?i)(?:key|token|secret|password|passwd|credential)s?$")
+
+
 def _format_errors(exc: ValidationError, source: str) -> str:
-    lines = [f"invalid configuration in {source}:"]
+    """One line for one problem; a heading and one line per problem for several."""
+    lines = []
     for err in exc.errors():
         path = ".".join(str(p) for p in err["loc"])
-        value = err.get("input")
-        msg = err["msg"]
+        msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown key"
+            if _SECRET_KEY.search(path) and path.startswith("auxiliary."):
+                msg += " (put the key in an environment variable and name that variable with api_key_env)"
         ctx = err.get("ctx") or {}
         allowed = ", ".join(f"{k} {v}" for k, v in ctx.items() if k in ("gt", "ge", "lt", "le"))
         allowed = f" (allowed: {allowed})" if allowed else ""
-        lines.append(f"  {path}: {msg}; got {value!r}{allowed}")
-    return "\n".join(lines)
+        lines.append(f"{path}: {msg}; got {_shown_value(path, err.get('input'))}{allowed}")
+    if len(lines) == 1:
+        return f"invalid configuration in {source}: {lines[0]}"
+    return "\n  ".join([f"invalid configuration in {source}:", *lines])
+
+
+def _shown_value(path: str, value: Any) -> str:
+    """The bad value as the error shows it: hidden under a secret-looking key, else redacted and bounded."""
+    last = path.rsplit(".", 1)[-1]
+    if _SECRET_KEY.search(last) and last != "api_key_env":
+        return "a value (hidden: it may be a secret)"
+    from .redact import redact_text
+
+    shown = redact_text(repr(value))
+    return shown if len(shown) <= 200 else shown[:200] + "..."
 
 
 def parse_config(data: Any, source: str = "<config>") -> Config:
@@ -200,13 +241,35 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
         path = default
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        raw = p.read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read config {p}: {exc.strerror or exc}") from None
     try:
-        data = yaml.safe_load(text)
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config {p} is not UTF-8 text: byte 0x{raw[exc.start]:02x} at offset {exc.start} "
+                          "cannot be decoded") from None
+    try:
+        data = yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{p}:{mark.line + 1}:{mark.column + 1}" if mark else str(p)
-        raise ConfigError(f"invalid YAML in {where}: {getattr(exc, 'problem', exc)}") from None
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
+        raise ConfigError(f"invalid YAML in {where}: {problem}") from None
     return parse_config(data, source=str(p))
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """A safe loader that refuses anchors and aliases before anything is built.
+
+    A config has no use for them, and a few hundred bytes of nested aliases ("billion laughs") expand to
+    gigabytes once the document is built and validated.
+    """
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            what = f"aliases (*{event.anchor})" if isinstance(event, yaml.AliasEvent) else f"anchors (&{event.anchor})"
+            raise yaml.composer.ComposerError(None, None, f"YAML {what} are not allowed in a config: write the "
+                                              "values out", event.start_mark)
+        return super().compose_node(parent, index)

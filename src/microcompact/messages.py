@@ -128,36 +128,38 @@ def render_marker(body: str, kind: MarkerKind, **meta: Any) -> Message:
 
 
 def marker_kind(message: Message) -> MarkerKind | None:
-    """``micro``/``batch`` when the message is a marker, else None.
+    """``micro``/``batch`` when the message is a marker the library made, else None.
 
-    Metadata decides. Without metadata (an exported transcript) only an assistant message whose content
-    starts with the exact prefix counts; it is a micro marker when its body carries the rolling-summary
-    tag, else a batch marker. Tool outputs and user messages that quote the prefix are never markers.
+    Only metadata decides (``_mc.marker``, set by the library and restored by the store from its marker
+    columns). Text never does: an assistant message that merely starts with the marker prefix (a model
+    echoing one after a prompt injection, a transcript exported without metadata and imported again) is
+    an ordinary message, so it can never plant a rolling summary, whichever entry point it came through.
     """
     if message.get("role") != "assistant":
         return None
     meta = message.get(META_KEY)
-    if isinstance(meta, dict):
-        if meta.get("marker") in ("micro", "batch"):
-            return meta["marker"]
-        if meta.get("not_marker"):
-            return None
-    content = message.get("content")
-    if isinstance(content, str) and content.startswith(MARKER_PREFIX) and not message.get("tool_calls"):
-        return "micro" if MARKER_END in content and _MICRO_TAG in content else "batch"
+    if isinstance(meta, dict) and meta.get("marker") in ("micro", "batch"):
+        return meta["marker"]
     return None
 
 
-# Micro markers say what they are in their body's first line so they stay recognisable after export.
+# Micro markers say what they are in their body's first line (read back by ``marker_body``).
 _MICRO_TAG = "(rolling summary, updated turn by turn)"
 
 
-def disown_marker_text(message: Message) -> Message:
-    """A live message that merely starts like a marker (a model echoing one) stays an ordinary message.
+def looks_like_marker(message: Message) -> bool:
+    """An assistant message whose text starts like a marker: a possible forgery (never a marker by itself)."""
+    content = message.get("content")
+    return message.get("role") == "assistant" and isinstance(content, str) and content.startswith(MARKER_PREFIX)
 
-    Returns ``message`` itself when it does not look like a marker, else a copy flagged ``not_marker``.
+
+def disown_marker_text(message: Message) -> Message:
+    """A message that merely starts like a marker (a model echoing one) stays an ordinary message.
+
+    Returns ``message`` itself unless it looks like a marker without carrying marker metadata; then a copy
+    flagged ``not_marker`` (kept in the store, so older readers that trusted the text do not adopt it).
     """
-    if message.get("role") != "assistant" or META_KEY in message or marker_kind(message) is None:
+    if not isinstance(message, dict) or META_KEY in message or not looks_like_marker(message):
         return message
     return {**message, META_KEY: {"not_marker": True}}
 

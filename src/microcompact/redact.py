@@ -5,23 +5,36 @@ changes nothing. The rules, applied in this order:
 
 1. PEM private key blocks, BEGIN line to END line, become one ``[REDACTED]`` (a block cut off before its
    END line is redacted through its last base64 line).
-2. Tokens recognisable by their prefix, wherever they appear: OpenAI ``sk-``/``sk-proj-``, Anthropic
-   ``sk-ant-``, GitHub ``ghp_``/``gho_``/``ghu_``/``ghs_``/``ghr_``/``github_pat_``, GitLab ``glpat-``,
-   Hugging Face ``hf_``, npm ``npm_``, AWS access key IDs (``AKIA``/``ASIA``...), Slack ``xox?-``/
-   ``xapp-``, Google ``AIza``, Stripe ``sk_live_``/``rk_live_``/``sk_test_``..., JWTs
-   (``eyJ...eyJ...sig``). Prefixes that also start ordinary words (``sk-``, ``hf_``) additionally need
-   the body to look random (letters and digits mixed).
+2. Tokens recognisable by their prefix, wherever they appear: OpenAI ``sk-``/``sk-proj-``/``sk-svcacct-``,
+   Anthropic ``sk-ant-``, GitHub ``ghp_``/``gho_``/``ghu_``/``ghs_``/``ghr_``/``github_pat_``, GitLab
+   ``glpat-``, Hugging Face ``hf_``, npm ``npm_``, AWS access key IDs (``AKIA``/``ASIA``...), Slack ``xox?-``/
+   ``xapp-``, Google ``AIza``, Stripe ``sk_live_``/``rk_live_``/``sk_test_``..., SendGrid ``SG.x.y``,
+   DigitalOcean ``dop_v1_``, Shopify ``shpat_``, Twilio ``SK`` + 32 hex, PyPI ``pypi-AgE``, Mailgun
+   ``key-`` + 32 hex, Databricks ``dapi``, Square ``sq0atp-``/``sq0csp-``, age ``AGE-SECRET-KEY-1``,
+   Telegram bot tokens (``123456789:AA...``), JWTs (``eyJ...eyJ...sig``), and Docker's
+   ``"auth": "<base64 of user:password>"``.
+   Prefixes that also start ordinary words (``sk-``, ``hf_``, ``key-``) additionally need the body to look random
+   (letters and digits mixed). Webhook URLs (Slack ``hooks.slack.com/services/...``, Discord
+   ``discord(app).com/api/webhooks/ID/...``) keep their host and route and lose the rest; signed-URL
+   parameters (``sig=``, ``X-Amz-Signature=``...) lose their value.
 3. Passwords in URLs: ``scheme://user:PASSWORD@host`` keeps scheme, user and host.
 4. ``Authorization:`` / ``Proxy-Authorization:`` headers keep the scheme word (``Bearer``, ``Basic``...)
    and lose the credential; a lone ``Bearer <token>`` loses the token when it looks random.
 5. Assignments whose key name ends in a secret word (``password``, ``passwd``, ``pwd``, ``passphrase``,
    ``secret``, ``token``, ``credential(s)``, ``api_key``/``apikey``/``api-key``, ``access_key``,
-   ``secret_key``, ``private_key``, ``signing_key``, ``encryption_key``, ``master_key``) followed by
-   ``=``, ``:``, ``:=`` or ``=>`` — env files, shell, JSON, YAML, HTTP headers, code — and command-line
-   flags such as ``--password VALUE``. The key name and quotes are kept, the value is redacted. Names
-   merely containing such a word (``password_field``, ``token_count``, ``max_tokens``) do not count.
-   Rules 4 and 5 ignore case. An unquoted value ends at whitespace, a quote, ``,;&|()[]{}<>`` or a
-   backslash (so ``?token=abc&page=2`` and JSON-escaped text keep their structure).
+   ``secret_key``, ``private_key``, ``signing_key``, ``encryption_key``, ``master_key``, ``AccountKey``,
+   npm's ``_auth``), and any upper-case environment-style name ending in ``_KEY`` (``STRIPE_WEBHOOK_KEY``)
+   followed by ``=``, ``:``, ``:=`` or ``=>`` — env files, shell, JSON, YAML, HTTP headers, code — and
+   command-line flags such as ``--password VALUE``. The key name and quotes are kept, the value is
+   redacted, however long. Names merely containing such a word (``password_field``, ``token_count``,
+   ``max_tokens``) do not count. Rules 4 and 5 ignore case. An unquoted value ends at whitespace, a quote,
+   ``,()[]{}<>|`` or a backslash; at ``&`` or ``;`` it ends only when the next ``name=`` parameter
+   follows (``password=abc&def`` is one password, ``?token=abc&page=2`` keeps ``page=2``).
+6. Credentials in commands and credential files: ``curl -u user:PASS``, ``mysql -pPASS``, ``sshpass -p``,
+   ``docker login -p`` (the command must be on the same line, so ``docker run -u 1000:1000`` stays),
+   ``.pgpass`` lines (``host:port:db:user:PASS``), ``.netrc`` entries (``machine h login u password P``).
+7. A bare AWS secret access key: 40 base64 characters alone on a line (or in the credentials CSV AWS hands
+   out), mixing upper and lower case with digits or ``+``/``/``; hex-only strings such as git SHAs stay.
 
 Rule 5 keeps values that are not secrets readable, because transcripts are mostly code:
 
@@ -30,19 +43,24 @@ Rule 5 keeps values that are not secrets readable, because transcripts are mostl
   ``{...}`` fields;
 * unquoted values shorter than 4 characters, placeholders, and code: dotted names (``form.password``),
   calls and subscripts (``get_token(``, ``tokens[-1]``), literals and keywords (``None``, ``null``,
-  ``true``, ``await``...), type names (``str``, ``Optional``, capitalised class names after ``:``),
+  ``true``, ``await``...), type names (``str``, ``Optional``, and capitalised class names after ``:``
+  that name what they hold, such as ``Token`` or ``SecretStr``; ``Password: Swordfish`` is redacted),
   identifiers passed on as call arguments unless they look random (``login(password=user_pass)``), identifiers that
   repeat the secret word as a snake_case or camelCase part (``api_key=api_key``,
   ``password=new_password``), filesystem paths (``PWD=/home/me``), and integers of up to 6 digits under
-  names that are not password-like (``eos_token=2``).
+  names that are not password-like (``eos_token=2``). In environment-style assignments (``NAME=value``
+  with an upper-case name) values are data: dotted values and one-segment paths are redacted there.
 
 An unquoted number redacted after a quoted key (``"password": 123456``) becomes a quoted
 ``"[REDACTED]"`` so JSON stays valid; everywhere else the replacement sits inside existing quotes or
-replaces bare text. A 40,000-character tool output takes about a millisecond.
+replaces bare text. Every rule is linear in the input (no rule rescans the text from each position; a
+megabyte of adversarial input takes well under a second); rarer formats sit behind a substring test, so
+ordinary text pays little for them.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from collections.abc import Iterator
@@ -56,8 +74,10 @@ REDACTED = "[REDACTED]"
 
 _PEM_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----")
 _PEM_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----")
-# The tail of a key without its BEGIN line (``tail key.pem``): base64 lines right before an END line.
-_PEM_TAIL = re.compile(r"(?:^|(?<=\n)|(?<=\\n))(?:[A-Za-z0-9+/=]{16,}(?:\r?\n|\\(?:r\\)?n))+-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----")
+# The tail of a key without its BEGIN line (``tail key.pem``): base64 lines right before an END line, found
+# by walking back from each END line (a forward regex tried every line start: quadratic on base64 text).
+_BASE64_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=")
+_LINE_BREAKS = ("\\r\\n", "\\n", "\r\n", "\n")  # escaped (JSON text) or real
 # A block without END line (output cut short): its base64 and header lines, real or \n-escaped.
 _PEM_BODY = re.compile(r"(?:(?:\r?\n|\\(?:r\\)?n)(?:[A-Za-z0-9+/=]+|[A-Za-z-]+: [^\n\\]*)(?=\r?\n|\\[rn]|$|\"))*")
 
@@ -71,11 +91,47 @@ _TOKENS = (
     re.compile(r"xapp-[A-Za-z0-9-]{10,}"),
     re.compile(r"AIza[0-9A-Za-z_-]{35}"),
     re.compile(r"whsec_[A-Za-z0-9]{24,}"),
-    re.compile(r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
+    re.compile(r"SG\.[A-Za-z0-9_-]{16,32}\.[A-Za-z0-9_-]{16,64}"),  # SendGrid
+    re.compile(r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}"),  # Shopify
+    re.compile(r"pypi-AgE[A-Za-z0-9_-]{50,}"),  # PyPI upload tokens
+    re.compile(r"dapi[0-9a-f]{32}(?![0-9a-f])"),  # Databricks
+    re.compile(r"sq0(?:atp|csp)-[0-9A-Za-z_-]{22,}"),  # Square
+    re.compile(r"AGE-SECRET-KEY-1[0-9A-Z]{58}"),  # age private keys
 )
+# Rarer formats, each behind a substring test (a pattern that starts with a lookbehind scans slowly).
+_GUARDED_TOKENS = (
+    # A JWT starts a word: scanning from every ``eyJ`` inside one long run would be quadratic.
+    ("eyJ", re.compile(r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}+\.eyJ[A-Za-z0-9_-]{8,}+\.[A-Za-z0-9_-]{8,}")),
+    ("_v1_", re.compile(r"do[por]_v1_[a-f0-9]{64}")),  # DigitalOcean ("do" alone starts too many words)
+    (":AA", re.compile(r"(?<![0-9])[0-9]{8,10}:AA[A-Za-z0-9_-]{33}")),  # Telegram bot tokens
+)
+# Docker's config.json keeps ``"auth": "<base64 of user:password>"``; "auth" alone is too common a key,
+# so the value must decode to a user:password pair.
+_DOCKER_AUTH = re.compile(r"auth\\?\"[ \t]*:[ \t]*\\?\"(?P<value>[A-Za-z0-9+/]{8,}={0,2})\\?\"")  # or JSON-escaped
+# Webhook URLs are credentials in themselves: the host and route stay, the rest of the path goes.
+_WEBHOOKS = (
+    ("hooks.slack.com", re.compile(r"(?P<keep>hooks\.slack\.com/(?:services|workflows|triggers)/)[A-Za-z0-9_/-]+")),
+    ("/api/webhooks/", re.compile(r"(?P<keep>discord(?:app)?\.com/api/webhooks/[0-9]+/)[A-Za-z0-9_-]+")),
+)
+# Signed-URL query parameters (Azure SAS, S3 and GCS presigned URLs).
+_URL_SIGNATURE = re.compile(r"sig(?:nature)?=(?P<value>[^&\s'\"#<>\\]+)")
+_URL_SIGNATURE_NAMES = ("?sig=", "&sig=", "?signature=", "&signature=", "-amz-signature=", "-goog-signature=")
+# Twilio API key SIDs: ``SK`` and 32 hex digits, as a whole word.
+_TWILIO = re.compile(r"SK[0-9a-f]{32}(?![A-Za-z0-9])")
+# A bare AWS secret access key: 40 base64 characters standing alone (line, CSV field, quotes). Hex-only
+# strings (git SHAs) and single-case words are not keys; see _looks_like_aws_secret.
+# Patterns start with a literal (the newline or comma before the key) because those scan fast.
+_AWS_SECRET_LINE = re.compile(r"\n[ \t]*(?P<key>[A-Za-z0-9+/]{40})(?=[ \t]*\r?(?:\n|$))")
+_AWS_SECRET_ESCAPED_LINE = re.compile(r"\\n[ \t]*(?P<key>[A-Za-z0-9+/]{40})(?=[ \t]*(?:\\[rn]|\"|$))")  # JSON text
+_AWS_SECRET_FIELD = re.compile(r",(?P<key>[A-Za-z0-9+/]{40})(?=,|\r?\n|\\[rn]|\"|$)")
+# ``.pgpass`` lines: host:port:database:user:password.
+_PGPASS = re.compile(
+    r":(?:[0-9]{1,5}|\*):[^:\s\"\\]+:[^:\s\"\\]+:(?P<pw>[^\s\"\\]+)(?=\r?\n|\\[rn]|\"|$)")  # host checked apart
+_MAX_HOST = 255
 _STRIPE = re.compile(r"(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}")
 # Prefixes that also start ordinary words: the body must look random and the prefix start a word.
-_CHECKED_TOKENS = (re.compile(r"sk-[A-Za-z0-9_-]{20,}"), re.compile(r"hf_[A-Za-z0-9]{30,}"))
+_CHECKED_TOKENS = (re.compile(r"sk-[A-Za-z0-9_-]{20,}"), re.compile(r"hf_[A-Za-z0-9]{30,}"),
+                   re.compile(r"key-[0-9a-z]{32}(?![0-9A-Za-z])"))  # the last: Mailgun
 
 _URL_PASSWORD = re.compile(r"(?P<head>://[^\s:/@'\"<>]{0,128}:)(?P<pw>[^\s/'\"<>]{1,256})(?=@[^\s@/'\"<>])")
 
@@ -88,18 +144,20 @@ _AUTH_HEADER = re.compile(
 _BEARER = re.compile(r"bearer[ \t]+(?P<cred>[a-z0-9._~+/-]{16,}=*)")
 _SECRET_WORD = (
     r"(?:password|passwd|passphrase|pwd|secret|token|credentials?"
-    r"|api[_-]?key|(?:access|secret|private|signing|encryption|master)[_-]?key)"
+    r"|api[_-]?key|(?:access|secret|private|signing|encryption|master|account)[_-]?key|^_auth)"
 )
 _SECRET_WORD_AT_END = re.compile(_SECRET_WORD + "$")
+# ``STRIPE_WEBHOOK_KEY=``: any upper-case (environment-style) name ending in ``_KEY`` holds a secret.
+_ENV_KEY_NAME = re.compile(r"[A-Z0-9_]*_KEY")
 _SEPARATOR = r"(?:\\?[\"'])?\]?[ \t]*(?::=|=>|=(?![=~>])|:(?![:/\\]))[ \t]*"
 # Finds the last word of a candidate key name; the whole name is then checked against _SECRET_WORD_AT_END.
 _ASSIGNMENT_KEY = re.compile(
-    r"(?:password|passwd|passphrase|pwd|secret|token|credentials?|key)(?P<sep>" + _SEPARATOR + ")"
+    r"(?:password|passwd|passphrase|pwd|secret|token|credentials?|key|_auth)(?P<sep>" + _SEPARATOR + ")"
 )
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_.-")
 _MAX_NAME = 64
 _VALUE = re.compile(
-    r"(?P<prefix>[rbfuRBFU]{1,2})?(?P<vq>\\?[\"'`])(?P<quoted>(?:[^\\\n]|\\.){0,1024}?)(?P=vq)"
+    r"(?P<prefix>[rbfuRBFU]{1,2})?(?P<vq>\\?[\"'`])(?P<quoted>(?:[^\\\n]|\\.)*?)(?P=vq)"
     r"|(?P<bare>[^\s'\"`,;()\[\]{}<>&\\|]+)(?P<after>[(\[,)]?)"
 )
 _FLAG = re.compile(
@@ -135,16 +193,27 @@ def redact_text(text: str) -> str:
         text = _redact_pem(text)
     for pattern in _TOKENS:
         text = pattern.sub(REDACTED, text)
+    for guard, pattern in _GUARDED_TOKENS:
+        if guard in text:
+            text = pattern.sub(REDACTED, text)
     if "_live_" in text or "_test_" in text:
         text = _STRIPE.sub(REDACTED, text)
     for pattern in _CHECKED_TOKENS:
         text = pattern.sub(_redact_if_random_word, text)
+    text = _TWILIO.sub(_redact_if_word, text)
+    if "auth" in text:
+        text = _DOCKER_AUTH.sub(_redact_docker_auth, text)
+    for guard, pattern in _WEBHOOKS:
+        if guard in text:
+            text = pattern.sub(_keep_prefix, text)
     if "://" in text:
         text = _URL_PASSWORD.sub(_redact_url_password, text)
     lowered = text.lower()
     if len(lowered) != len(text):  # a few non-ASCII letters grow when lowercased; keep indexes aligned
         lowered = "".join(c.lower() if c.isascii() else c for c in text)
-    edits = sorted([*_header_edits(text, lowered), *_assignment_edits(text, lowered), *_flag_edits(text, lowered)])
+    edits = sorted([*_header_edits(text, lowered), *_assignment_edits(text, lowered), *_flag_edits(text, lowered),
+                    *_command_edits(text, lowered), *_credential_file_edits(text, lowered),
+                    *_url_signature_edits(lowered), *_aws_secret_edits(text, lowered)])
     return _apply(text, edits)
 
 
@@ -206,7 +275,40 @@ def _redact_pem(text: str) -> str:
         out += [text[pos : begin.start()], REDACTED]
         pos = stop
     out.append(text[pos:])
-    return _PEM_TAIL.sub(REDACTED, "".join(out))
+    return _redact_pem_tails("".join(out))
+
+
+def _redact_pem_tails(text: str) -> str:
+    """Base64 lines (16+ characters each) that end at an END line, with the END line, become one marker."""
+    out: list[str] = []
+    pos = 0
+    for end in _PEM_END.finditer(text):
+        start = _base64_lines_before(text, end.start(), pos)
+        if start < end.start():
+            out += [text[pos:start], REDACTED]
+            pos = end.end()
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _base64_lines_before(text: str, pos: int, floor: int) -> int:
+    """Start of the run of whole base64 lines that ends with a line break at ``pos`` (``pos`` if none);
+    never before ``floor``, so each character is looked at once."""
+    start = pos
+    while True:
+        brk = next((b for b in _LINE_BREAKS if text.endswith(b, floor, start)), None)
+        if brk is None:
+            return start
+        content_end = start - len(brk)
+        i = content_end
+        while i > floor and text[i - 1] in _BASE64_CHARS:
+            i -= 1
+        if i > floor and text[i - 1] == "\\" and text[i] == "n":
+            i += 1  # the ``n`` of an escaped line break, not base64
+        line_starts = i == 0 or text[i - 1] == "\n" or text.endswith("\\n", floor, i)
+        if content_end - i < 16 or not line_starts:
+            return start
+        start = i
 
 
 def _looks_random(token: str) -> bool:
@@ -221,6 +323,25 @@ def _starts_word(text: str, start: int) -> bool:
 def _redact_if_random_word(match: re.Match[str]) -> str:
     token = match.group()
     return REDACTED if _starts_word(match.string, match.start()) and _looks_random(token) else token
+
+
+def _redact_if_word(match: re.Match[str]) -> str:
+    return REDACTED if _starts_word(match.string, match.start()) else match.group()
+
+
+def _redact_docker_auth(match: re.Match[str]) -> str:
+    try:
+        decoded = base64.b64decode(match["value"], validate=True).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return match.group()
+    if ":" not in decoded or match.string[match.start() - 1 : match.start()] != '"':  # the key is "auth"
+        return match.group()
+    whole, start = match.group(), match.start()
+    return whole[: match.start("value") - start] + REDACTED + whole[match.end("value") - start:]
+
+
+def _keep_prefix(match: re.Match[str]) -> str:
+    return match["keep"] + REDACTED
 
 
 def _redact_url_password(match: re.Match[str]) -> str:
@@ -248,28 +369,164 @@ def _flag_edits(text: str, lowered: str) -> Iterator[Edit]:
 
 
 def _assignment_edits(text: str, lowered: str) -> Iterator[Edit]:
-    """Values of ``name = value`` pairs whose name ends in a secret word (see the module docstring)."""
+    """Values of ``name = value`` pairs whose name ends in a secret word (see the module docstring).
+
+    A key found inside a value already read is skipped: each character is scanned by one value at most, so
+    the rule stays linear on adversarial input such as ``password=password=...``.
+    """
+    covered = 0
     for m in _ASSIGNMENT_KEY.finditer(lowered):
+        if m.start() < covered:
+            continue
         start, word_end = m.start(), m.start("sep")
         while start > 0 and word_end - start < _MAX_NAME and lowered[start - 1] in _NAME_CHARS:
             start -= 1
         name = lowered[start:word_end]
-        value = _VALUE.match(text, m.end())
-        if value is None or not _SECRET_WORD_AT_END.search(name):
+        original_name = text[start:word_end]
+        env_style = original_name.isupper()
+        if not (_SECRET_WORD_AT_END.search(name) or (env_style and _ENV_KEY_NAME.fullmatch(original_name))):
             continue
+        value = _VALUE.match(text, m.end())
+        if value is None:
+            continue
+        covered = value.end()
         if value["quoted"] is not None:
             inner = value["quoted"].strip()
             is_template = "f" in (value["prefix"] or "").lower() and "{" in inner
             if len(inner) >= _MIN_SECRET_LEN and not _is_placeholder(inner) and not is_template:
                 yield value.start("quoted"), value.end("quoted"), REDACTED
             continue
-        bare = value["bare"]
-        if _is_code_value(name, bare, value["after"], m["sep"]):
+        end = _password_tail_end(text, value.end("bare")) if not value["after"] else value.end("bare")
+        bare = text[value.start("bare"):end]
+        covered = max(covered, end)
+        if _is_code_value(name, bare, value["after"], m["sep"], env_style=env_style and "=" in m["sep"]):
             continue
         # A number after a quoted key is a JSON/YAML/dict value: quote the marker so the document parses.
         key_quote = _quote_before(text, start)
         replacement = f"{key_quote}{REDACTED}{key_quote}" if bare.isdigit() else REDACTED
-        yield value.start("bare"), value.end("bare"), replacement
+        yield value.start("bare"), end, replacement
+
+
+# After ``&`` or ``;`` a password goes on unless what follows is the next ``name=`` parameter.
+_PASSWORD_TAIL = re.compile(r"(?:[&;](?![A-Za-z_][A-Za-z0-9_. -]{0,63}=)[^\s'\"`,;&()\[\]{}<>\\|]+)*+")
+
+
+def _password_tail_end(text: str, end: int) -> int:
+    """Where an unquoted secret value really ends: ``abc&def`` and ``x;y`` are one password, while
+    ``?token=abc&state=ok`` and ``Pwd=abc;Database=app`` end at the separator."""
+    tail = _PASSWORD_TAIL.match(text, end)
+    return tail.end() if tail else end
+
+
+# Commands that take a password on the command line, and the flag forms they use.
+_GLUED_P = re.compile(r"-p(?P<pw>[^\s'\"-][^\s'\"]*)")  # mysql -pPASS
+_SPACED_P = re.compile(r"-p[ \t]+(?P<q>['\"]?)(?P<pw>[^\s'\"-][^\s'\"]*)(?P=q)")  # sshpass -p PASS
+_CURL_USER = re.compile(r"-(?:u|-user)(?:[ \t]+|=)?(?P<q>['\"]?)[^\s:'\"@]+:(?P<pw>[^\s'\"]+)(?P=q)")
+# A command word (lowercase), and the flag forms that carry a password after it on the same line.
+_COMMAND_FLAGS = (
+    ("curl", (_CURL_USER,)),
+    ("mysql", (_GLUED_P, _SPACED_P)),  # also mysqldump, mysqladmin
+    ("mariadb", (_GLUED_P, _SPACED_P)),
+    ("sshpass", (_SPACED_P,)),
+    ("login", (_SPACED_P,)),  # docker/podman/helm registry/oc/cf/az login -p PASS
+)
+
+
+def _command_edits(text: str, lowered: str) -> Iterator[Edit]:
+    """Passwords given as command-line flags: ``curl -u user:PASS``, ``mysql -pPASS``, ``sshpass -p PASS``,
+    ``docker login -p PASS``. Only the rest of a line that names the command is searched, so
+    ``docker run -u 1000:1000`` and ``ssh -p 2222`` stay (and ordinary text costs a substring test)."""
+    for command, patterns in _COMMAND_FLAGS:
+        for start, end in _command_lines(lowered, command):
+            for pattern in patterns:
+                for m in pattern.finditer(text, start, end):
+                    pw = m["pw"]
+                    if _is_flag(text, m.start()) and len(pw) >= _MIN_SECRET_LEN and not _is_placeholder(pw) \
+                            and not pw.isdigit():
+                        yield m.start("pw"), m.end("pw"), REDACTED
+
+
+_LINE_END = re.compile(r"\n|\\n")
+
+
+def _command_lines(lowered: str, command: str) -> Iterator[tuple[int, int]]:
+    """(start, end) of the rest of each line after ``command`` (a JSON-escaped line break ends a line too)."""
+    pos = lowered.find(command)
+    while pos >= 0:
+        line_end = _LINE_END.search(lowered, pos)  # real or JSON-escaped
+        end = line_end.start() if line_end else len(lowered)
+        yield pos + len(command), end
+        pos = lowered.find(command, end)
+
+
+def _is_flag(text: str, start: int) -> bool:
+    """A ``-x`` at ``start`` is a command-line flag, not the middle of a word (``pre-processing``)."""
+    return start == 0 or text[start - 1] in " \t\n'\"="
+
+
+_NETRC_SPACE = r"(?:[ \t\r\n]|\\[nrt])+"  # real or JSON-escaped
+_NETRC = re.compile(rf"login{_NETRC_SPACE}[^\s\"\\]+{_NETRC_SPACE}password{_NETRC_SPACE}(?P<pw>[^\s\"'\\]+)")
+
+
+def _credential_file_edits(text: str, lowered: str) -> Iterator[Edit]:
+    """``.pgpass`` lines (host:port:db:user:PASSWORD) and ``.netrc`` entries (machine h login u password P)."""
+    for m in _PGPASS.finditer(text):
+        pw = m["pw"]
+        if _pgpass_host(text, m.start()) and len(pw) >= _MIN_SECRET_LEN and not _is_placeholder(pw):
+            yield m.start("pw"), m.end("pw"), REDACTED
+    if "machine" in lowered:
+        for m in _NETRC.finditer(lowered):
+            if _starts_word(lowered, m.start()) and not _is_placeholder(text[m.start("pw"):m.end("pw")]):
+                yield m.start("pw"), m.end("pw"), REDACTED
+
+
+def _pgpass_host(text: str, end: int) -> bool:
+    """The word before ``end`` (from whitespace, a JSON-escaped line break, a quote, or the text start) is a
+    host name: a pgpass line, or one quoted inline."""
+    floor = max(0, end - _MAX_HOST - 2)
+    starts = [i + len(b) for b in (" ", "\t", "\n", "\\n", '"', "'", "`") if (i := text.rfind(b, floor, end)) >= 0]
+    if not starts and floor > 0:
+        return False  # no word start within a host name's length
+    host = text[max(starts, default=0):end]
+    return bool(host) and ":" not in host and "\\" not in host
+
+
+def _url_signature_edits(lowered: str) -> Iterator[Edit]:
+    for m in _URL_SIGNATURE.finditer(lowered):
+        if _is_url_signature(lowered, m.start(), m.start("value")):
+            yield m.start("value"), m.end("value"), REDACTED
+
+
+def _is_url_signature(lowered: str, start: int, value_start: int) -> bool:
+    """The parameter found at ``start`` is one of the signed-URL names (preceded by ``?``/``&`` or its prefix)."""
+    window = lowered[max(0, start - 12):value_start]
+    return any(window.endswith(name) for name in _URL_SIGNATURE_NAMES)
+
+
+def _aws_secret_edits(text: str, lowered: str) -> Iterator[Edit]:
+    """Bare AWS secret access keys: 40 base64 characters alone on a line, or in a field of the credentials
+    CSV file AWS hands out (it has a ``Secret access key`` column), mixed like generated keys."""
+    first = _AWS_SECRET_LINE.match("\n" + text.split("\n", 1)[0])  # the first line has no newline before it
+    if first is not None and _looks_like_aws_secret(first["key"]):
+        yield first.start("key") - 1, first.end("key") - 1, REDACTED
+    patterns: tuple[re.Pattern[str], ...] = (_AWS_SECRET_LINE, _AWS_SECRET_ESCAPED_LINE)
+    if "secret access key" in lowered:
+        patterns += (_AWS_SECRET_FIELD,)
+    for pattern in patterns:
+        for m in pattern.finditer(text):
+            if _looks_like_aws_secret(m["key"]):
+                yield m.start("key"), m.end("key"), REDACTED
+
+
+def _looks_like_aws_secret(token: str) -> bool:
+    """Random base64: upper and lower case letters, and digits or ``+``/``/``. A git SHA (hex) is not one."""
+    has_upper = any(c.isupper() for c in token)
+    has_lower = any(c.islower() for c in token)
+    digits = sum(c.isdigit() for c in token)
+    symbols = sum(c in "+/" for c in token)
+    if not (has_upper and has_lower) or (digits < 2 and symbols == 0):
+        return False
+    return not token.startswith("/") and "//" not in token
 
 
 def _quote_before(text: str, pos: int) -> str:
@@ -299,14 +556,19 @@ def _is_placeholder(value: str) -> bool:
     return _PLACEHOLDER.fullmatch(value) is not None
 
 
-def _is_code_value(name: str, value: str, after: str, separator: str) -> bool:
+def _is_code_value(name: str, value: str, after: str, separator: str, *, env_style: bool = False) -> bool:
     """True when an unquoted value reads as code, a reference or a non-secret (see module docstring).
 
-    ``name`` is the lowercased key name.
+    ``name`` is the lowercased key name. In an environment-style assignment (``NAME=value``, upper-case
+    name) values are data, not code: dotted names and single-segment paths are secrets there too.
     """
     if len(value) < _MIN_SECRET_LEN or _is_placeholder(value):
         return True
-    if value.lower() in _LITERALS or _PATH.fullmatch(value) or _DOTTED.fullmatch(value):
+    if value.lower() in _LITERALS:
+        return True
+    if _PATH.fullmatch(value) and (not env_style or value.count("/") >= 2 or value[:1] in "~."):
+        return True
+    if _DOTTED.fullmatch(value) and not env_style:
         return True
     if value.isdigit():
         return len(value) <= 6 and not _PASSWORD_NAME.search(name)
@@ -316,9 +578,18 @@ def _is_code_value(name: str, value: str, after: str, separator: str) -> bool:
         return True  # a call or subscript
     if after and not _looks_random(value):
         return True  # an identifier passed on as a call argument
-    if ":" in separator and "=" not in separator and _CLASS_NAME.fullmatch(value):
+    if ":" in separator and "=" not in separator and _CLASS_NAME.fullmatch(value) and _names_a_type(value):
         return True  # a type annotation such as `token: Token`
     return _repeats_secret_word(name, value)
+
+
+# ``password: Password``, ``token: SecretStr``: an annotation names a type, which names what it holds.
+_TYPE_WORDS = ("pass", "pwd", "token", "secret", "key", "cred", "auth", "str", "type", "field", "model", "schema")
+
+
+def _names_a_type(value: str) -> bool:
+    lowered = value.lower()
+    return any(word in lowered for word in _TYPE_WORDS)
 
 
 def _repeats_secret_word(name: str, value: str) -> bool:

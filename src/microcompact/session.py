@@ -111,8 +111,9 @@ class Session:
             commit = self._commit_to_store
         self.counter = counter or TokenCounter(make_text_counter(self.config.compression.tokenizer))
         self.summarizer = summarizer or summarizer_for(self.config, self.counter)
-        # Only Session.open hands in stored rows; anything else is the caller's and gets written as new.
-        initial = list(messages) if _stored else [_own(m) for m in messages]
+        # Only Session.open hands in stored rows; anything else is the caller's and gets written as new (and,
+        # like append, a caller's text that starts like a marker does not become one).
+        initial = list(messages) if _stored else [disown_marker_text(_own(m)) for m in messages]
         for i, m in enumerate(initial):
             validate_message(m, f"message {i}")
         if store is not None and not _stored:
