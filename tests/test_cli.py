@@ -532,8 +532,10 @@ def test_no_micro_table_counts_what_prunes_and_batches_freed(home: Path, tmp_pat
 
 def test_micro_passes_per_batch_are_counted_across_prunes(home: Path, tmp_path: Path) -> None:
     log = tmp_path / "heavy.log"
-    s = run_json(prune_heavy(tmp_path), "--context-limit", 24000, "--config", estimate_config(tmp_path),
-                 "--log", log)
+    cfg = tmp_path / "pieces.yaml"  # whole 8K pieces (not scaled to the window), as the scenario needs
+    cfg.write_text("compression:\n  tokenizer: estimate\n  micro_compact_max_exchange_tokens: 8000\n",
+                   encoding="utf-8")
+    s = run_json(prune_heavy(tmp_path), "--context-limit", 24000, "--config", cfg, "--log", log)
     # What each batch compaction should say, from the log in order: micro passes since the previous
     # compaction; a prune in between is not a compaction.
     expected, passes, at_last, prune_between = [], 0, 0, False
