@@ -66,10 +66,10 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar, runtime_checkable
 from urllib.parse import quote
 
-from .config import home_dir
-from .messages import META_KEY, Message, content_text, marker_kind
-from .batch import BatchCompact, Prune
-from .micro import Absorb, Event, Rewrite
+from ..config import home_dir
+from ..messages import META_KEY, Message, content_text, marker_kind
+from ..batch import BatchCompact, Prune
+from ..micro import Absorb, Event, Rewrite
 
 log = logging.getLogger("microcompact.store")
 
