@@ -1,0 +1,237 @@
+"""The PostgreSQL backend (psycopg 3, imported only when this backend is used)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .base import DEFAULT_BUSY_TIMEOUT, T
+from .codec import _clean_text, _Encoded
+from .core import _SQLStore
+from .errors import StoreConflict, StoreError, StoreFull, StoreLocked, StoreReadOnly, _driver_error
+from .lease import _AdvisoryLeases, _this_writer
+from .postgres_schema import _PostgresSchema
+
+log = logging.getLogger("microcompact.store")
+
+
+def _psycopg() -> Any:
+    try:
+        import psycopg
+    except ImportError:
+        raise StoreError("the PostgreSQL store needs psycopg 3: pip install 'microcompact[postgres]'") from None
+    return psycopg
+
+
+class PostgresStore(_AdvisoryLeases, _PostgresSchema, _SQLStore):
+    """The PostgreSQL store (psycopg 3, autocommit off, explicit transactions).
+
+    Writers on one session are serialized by a row lock on the session (taken first in every write), so a
+    concurrent conflicting archive raises :class:`StoreConflict`. ``busy_timeout`` (seconds) becomes the
+    connection's ``lock_timeout`` (:class:`StoreLocked` after it). A dropped connection (server restart) is
+    reconnected once and the transaction retried, unless it dropped during COMMIT (outcome unknown: a
+    :class:`StoreError` says so). ``read_only`` sets ``default_transaction_read_only``.
+
+    A session's writer lease is a session-level advisory lock held on this store's connection: the server
+    drops it when the connection ends (process exit, SIGKILL; a vanished host after the TCP keepalives set
+    on the connection give up). After a reconnect the lease is taken again, or, if another writer took it
+    meanwhile, marked lost (writes to that session refused).
+    """
+
+    backend = "postgres"
+    search_backend = "postgres"
+    NOW = "now()"
+    META_MERGE = "(meta::jsonb || ?::jsonb)::json"
+    COLS = "m.id, m.position, m.role, m.content::text, m.extra::text, m.is_marker, m.marker_kind"
+
+    def __init__(self, dsn: str, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT, read_only: bool = False,
+                 connect_timeout: int = 10) -> None:
+        super().__init__()
+        self._pg = _psycopg()
+        self.dsn = dsn
+        self.busy_timeout = float(busy_timeout)
+        self.read_only = read_only
+        self.connect_timeout = int(connect_timeout)
+        self._conn: Any = None
+        self._qcache: dict[str, str] = {}
+        self._where = self._safe_dsn(dsn)
+        self._schema = ""
+        try:
+            self._conn = self._connect()
+            self._txn(self._migrate, write=True, check_read_only=False, op="create or migrate the schema")
+        except BaseException:
+            self.close()
+            raise
+
+    def _safe_dsn(self, dsn: str) -> str:
+        try:
+            parts = self._pg.conninfo.conninfo_to_dict(dsn)
+        except Exception:
+            return "PostgreSQL"
+        host = parts.get("host") or parts.get("hostaddr") or "localhost"
+        port = parts.get("port") or "5432"
+        return f"postgresql://{parts.get('user') or ''}{'@' if parts.get('user') else ''}{host}:{port}/" \
+               f"{parts.get('dbname') or ''}"
+
+    def describe(self) -> str:
+        return self._where
+
+    # -------------------------------------------------------------- connection
+
+    def _connect(self) -> Any:
+        pg = self._pg
+        try:
+            conn = pg.connect(self.dsn, autocommit=False, connect_timeout=self.connect_timeout)
+        except pg.Error as exc:
+            raise StoreError(f"{self._where}: cannot connect to PostgreSQL: {str(exc).strip()}") from None
+        host, pid, _ = _this_writer()
+        try:
+            conn.execute("SELECT set_config('lock_timeout', %s, false), set_config('application_name', %s, false)",
+                         (f"{int(self.busy_timeout * 1000)}ms", f"microcompact pid {pid}@{host}"[:63]))
+            # A writer's host that vanishes without closing its connection releases its leases within ~1 min.
+            conn.execute("SELECT set_config('tcp_keepalives_idle', '30', false), "
+                         "set_config('tcp_keepalives_interval', '10', false), "
+                         "set_config('tcp_keepalives_count', '3', false)")
+            if self.read_only:
+                conn.execute("SELECT set_config('default_transaction_read_only', 'on', false)")
+            row = conn.execute("SELECT current_schema()").fetchone()
+            self._schema = str(row[0] or "") if row else ""
+            for session_id in [s for s in self._leases if s not in self._lost]:
+                if not conn.execute("SELECT pg_try_advisory_lock(%s)", (self._lease_key(session_id),)).fetchone()[0]:
+                    self._lost.add(session_id)
+                    log.error("%s: reconnected, but another writer took session %r meanwhile; this store's writes "
+                              "to it are refused from now on", self._where, session_id)
+            conn.commit()
+        except pg.Error as exc:
+            conn.close()
+            raise self._translate(exc, "set up the connection") from None
+        return conn
+
+    def _drop_connection(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except Exception:
+                pass
+        self._conn = None
+
+    def _txn(self, fn: Callable[[Any], T], write: bool, op: str = "access the store",  # type: ignore[override]
+             check_read_only: bool = True) -> T:
+        pg = self._pg
+        with self._lock:
+            self._require_open()
+            if write and check_read_only and self.read_only:
+                raise StoreReadOnly(f"{self._where}: the store is opened read-only; writes are refused")
+            for attempt in (1, 2):
+                if self._conn is None or self._conn.closed:
+                    self._drop_connection()
+                    self._conn = self._connect()
+                conn = self._conn
+                committing = False
+                try:
+                    with conn.cursor() as cur:
+                        result = fn(cur)
+                    committing = True
+                    conn.commit()
+                    return result
+                except pg.Error as exc:
+                    broken = bool(conn.closed or getattr(conn, "broken", False))
+                    if broken:
+                        self._drop_connection()
+                    else:
+                        self._rollback(conn)
+                    if broken and committing:
+                        raise StoreError(f"{self._where}: {op}: the connection was lost while committing; the "
+                                         f"outcome of this write is unknown ({_driver_error(exc)})") from None
+                    if broken and attempt == 1 and isinstance(exc, pg.OperationalError):
+                        log.warning("%s: %s: connection lost (%s); reconnecting once", self._where, op,
+                                    _driver_error(exc))
+                        continue
+                    raise self._translate(exc, op) from None
+                except BaseException:
+                    self._rollback(conn)
+                    raise
+        raise AssertionError("unreachable")
+
+    def _rollback(self, conn: Any) -> None:
+        try:
+            conn.rollback()
+        except Exception:
+            self._drop_connection()
+
+    def _translate(self, exc: Exception, op: str) -> StoreError:
+        """A user-facing error naming the server, the operation, the error class and SQLSTATE; never the
+        server's text, which can quote the statement's parameters (message content, secrets)."""
+        state = getattr(exc, "sqlstate", None) or ""
+        text = _driver_error(exc)
+        w = f"{self._where}: {op} failed"
+        if state in ("55P03", "57014"):
+            return StoreLocked(f"{w}: the session or table is locked by another connection (waited "
+                               f"{self.busy_timeout:g} s, the lock timeout): {text}")
+        if state == "25006":
+            return StoreReadOnly(f"{w}: the database is read-only (read_only=True, a standby, or "
+                                 f"default_transaction_read_only): {text}")
+        if state == "53100":
+            return StoreFull(f"{w}: the PostgreSQL server's disk is full: {text}")
+        if state in ("23505", "40001", "40P01"):
+            return StoreConflict(f"{w}: a write conflicts with the stored session ({text}): two writers on "
+                                 "one session?")
+        if isinstance(exc, self._pg.OperationalError) and not state:
+            return StoreError(f"{w}: lost the connection to PostgreSQL: {text}")
+        return StoreError(f"{w}: {text}")
+
+    # -------------------------------------------------------------- dialect
+
+    def _q(self, sql: str) -> str:
+        out = self._qcache.get(sql)
+        if out is None:
+            out = self._qcache[sql] = sql.replace("%", "%%").replace("?", "%s")
+        return out
+
+    def _ids(self, column: str) -> str:
+        return f"{column} = ANY(?)"
+
+    def _ids_param(self, ids: Sequence[Any]) -> Any:
+        return [int(i) for i in ids]
+
+    def _by_id_only(self, column: str) -> str:
+        # An expression no index covers: with fresh rows (statistics not yet analyzed) the planner otherwise
+        # picks the (session_id, position) WHERE state = 'active' index and scans the whole session.
+        return f"({column} || '')"
+
+    def _insert_rows(self, cur: Any, session_id: str, items: Sequence[tuple[int, _Encoded]]) -> list[int]:
+        if not items:
+            return []
+        sql = ("INSERT INTO messages (session_id, position, role, content, extra, body, is_marker, marker_kind) "
+               "VALUES (%s, %s, %s, %s::json, %s::json, %s, %s, %s) RETURNING id")
+        params = [(session_id, pos, e.role, e.content, e.extra, e.body, e.is_marker, e.kind) for pos, e in items]
+        if len(params) == 1:
+            cur.execute(sql, params[0])
+            return [int(cur.fetchone()[0])]
+        cur.executemany(sql, params, returning=True)
+        ids = []
+        while True:
+            ids.append(int(cur.fetchone()[0]))
+            if not cur.nextset():
+                break
+        return ids
+
+    def _search(self, cur: Any, session_id: str, terms: list[str], query: str, states: tuple[str, ...],
+                limit: int) -> list[tuple[Any, ...]]:
+        sql = """
+            SELECT m.id, m.position, m.role, m.state,
+                   ts_headline('simple', m.body, q, 'StartSel=[, StopSel=], MaxWords=24, MinWords=8, MaxFragments=2'),
+                   m.absorbed_by, m.is_marker
+            FROM messages m, websearch_to_tsquery('simple', %s) AS q
+            WHERE m.session_id = %s AND m.state = ANY(%s) AND to_tsvector('simple', m.body) @@ q
+            ORDER BY ts_rank(to_tsvector('simple', m.body), q) DESC, m.position
+            LIMIT %s"""
+        cur.execute(sql, (_clean_text(query), session_id, list(states), limit))
+        return cur.fetchall()
+
+    def close(self) -> None:
+        with self._lock:
+            self._leases.clear()  # the server releases them with the connection
+            self._drop_connection()
+            self._closed = True

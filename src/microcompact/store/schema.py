@@ -1,0 +1,29 @@
+"""The store's schema, shared by both backends (their DDL and migrations: ``sqlite_schema``,
+``postgres_schema``).
+
+Schema (version :data:`SCHEMA_VERSION`)::
+
+    schema_version(version)
+    sessions(id TEXT PK, created_at, updated_at, meta JSON)
+    messages(id INTEGER PK AUTOINCREMENT | BIGSERIAL, session_id FK, position BIGINT, role TEXT,
+             content JSON NULL  -- NULL: the message had no content key; else str, null or parts as JSON
+             extra JSON         -- every other key except _tokens/_pos/_row: tool_calls, tool_call_id, name, _mc
+             body TEXT          -- plain text for full-text search (content, tool call names and arguments)
+             state TEXT CHECK IN ('active','absorbed','superseded'), is_marker BOOL,
+             marker_kind TEXT NULL CHECK IN ('micro','batch'), absorbed_by BIGINT NULL FK messages(id),
+             created_at, updated_at)
+    UNIQUE (session_id, position) WHERE state = 'active'
+    skipped_exchanges(session_id FK, key, created_at, PK (session_id, key))
+    session_leases(session_id PK, token, host, pid, pid_start, acquired_at, expires_at)  -- SQLite only;
+               created on a writable open when missing (readers never need it, older versions ignore it)
+    full text: SQLite FTS5 external-content table messages_fts(body) (LIKE when FTS5 is missing),
+               PostgreSQL GIN index on to_tsvector('simple', body)
+
+``absorbed_by`` is the row that replaced a row: the marker that summarized an absorbed message, or the
+marker that superseded an older marker, so the rolling summary's history is a chain that ``expand`` walks.
+"""
+
+from __future__ import annotations
+
+SCHEMA_VERSION = 1
+STATES = ("active", "absorbed", "superseded")
