@@ -563,7 +563,7 @@ def test_compare_table_fits_100_columns_with_full_names_in_json(home: Path, tmp_
     from microcompact.config import parse_config
     from microcompact.cost import PRESETS
 
-    path = write_jsonl(tmp_path / "a-transcript-with-a-long-file-name-2026-11-30.jsonl", short_turns(12, size=400))
+    path = write_jsonl(tmp_path / "a-transcript-with-a-long-file-name-2026-11-30.jsonl", short_turns(14, size=400))
     result = compare(load_transcript(path), parse_config({"model": {"context_length": 16000}}), PRESETS["anthropic"])
     assert max(row["cached_read_tokens"] for row in result["policies"]) > 100_000  # wide numbers
     console = Console(width=100, file=io.StringIO(), color_system=None)

@@ -16,7 +16,8 @@ from microcompact.messages import (
     to_api,
     user_message_errors,
 )
-from microcompact.micro import Absorb, Rewrite, micro_compact
+from microcompact.events import Absorb, Rewrite
+from microcompact.micro import micro_compact
 from microcompact.session import Session
 from microcompact.tokens import EstimateCounter, TokenCounter
 

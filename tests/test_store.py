@@ -25,7 +25,7 @@ from microcompact.messages import (
     render_micro_marker,
     role_sequence_errors,
 )
-from microcompact.micro import Absorb, Rewrite, apply_event
+from microcompact.events import Absorb, Rewrite, apply_event
 from microcompact.session import Session
 from microcompact.store import (
     PostgresStore,
@@ -42,7 +42,7 @@ from microcompact.store import (
     open_store,
 )
 from microcompact.tokens import EstimateCounter, Ledger, TokenCounter
-from microcompact.window import Span
+from microcompact.events import Span
 
 SID = "sess-1"
 

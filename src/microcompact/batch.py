@@ -39,6 +39,7 @@ from .messages import (
     marker_kind,
     render_marker,
 )
+from .events import BATCH_CHANGED, BATCH_COMPACTIONS, BatchCompact, CommitHook, Outcome, Prune, apply_event
 from .micro import commit_or_log
 from .summarizers import (
     ExtractiveSummarizer,
@@ -67,37 +68,6 @@ OMITTED_MESSAGES = "[... {count} messages ({tokens:,} tokens) omitted by microco
 
 
 # ---------------------------------------------------------------------------------------------- events
-
-
-@dataclass(frozen=True)
-class Prune:
-    """Replace single messages in place (tool outputs by stubs, calls by shortened arguments)."""
-
-    replacements: tuple[tuple[int, Message], ...]
-
-
-@dataclass(frozen=True)
-class BatchCompact:
-    """Replace the middle ``[start, end)`` by ``new`` (a joined user message, if any, then the marker).
-
-    ``absorbed`` indexes are summarized away; ``superseded`` ones (user messages) are carried verbatim
-    into the joined user message.
-    """
-
-    start: int
-    end: int
-    new: tuple[Message, ...]
-    absorbed: tuple[int, ...]
-    superseded: tuple[int, ...]
-    summary: str
-
-
-def apply_batch_event(ledger: Ledger, event: Prune | BatchCompact) -> None:
-    if isinstance(event, Prune):
-        for index, message in event.replacements:
-            ledger.splice(index, index + 1, [message])
-        return
-    ledger.splice(event.start, event.end, list(event.new))
 
 
 # ---------------------------------------------------------------------------------------------- prune
@@ -260,10 +230,7 @@ class BatchResult:
 
     @property
     def changed(self) -> bool:
-        return self.outcome in ("pruned", "compacted", "user_floor_exceeded", "fallback", "truncated")
-
-
-CommitHook = Callable[[Any, list[Message]], None]
+        return self.outcome in BATCH_CHANGED
 
 
 class BatchCompactor:
@@ -332,7 +299,7 @@ class BatchCompactor:
             return self._compact(ledger, force, focus, reason, t0)
         except Exception as exc:  # never into the caller
             log.exception("Batch compaction failed unexpectedly; transcript left as it was")
-            return self._finish(ledger, "error", t0, before_tokens, before_messages, reason=reason,
+            return self._finish(ledger, Outcome.ERROR, t0, before_tokens, before_messages, reason=reason,
                                 error=type(exc).__name__)
 
     def _compact(self, ledger: Ledger, force: bool, focus: str | None, reason: str, t0: float) -> BatchResult:
@@ -348,11 +315,11 @@ class BatchCompactor:
             saved = sum(tokens[i] - self.counter.count_message(m) for i, m in pruned.replacements)
             if before_tokens - saved <= threshold - cfg.proactive_prune_min_reclaim_tokens:
                 if not self._commit(pruned, msgs):
-                    return self._finish(ledger, "store_failed", t0, before_tokens, before_messages, reason=reason)
-                apply_batch_event(ledger, pruned)
+                    return self._finish(ledger, Outcome.STORE_FAILED, t0, before_tokens, before_messages, reason=reason)
+                apply_event(ledger, pruned)
                 log.info("Batch compaction: pruned %d old tool outputs, %d -> %d tokens", len(pruned.replacements),
                          before_tokens, ledger.total)
-                return self._done(ledger, "pruned", t0, before_tokens, before_messages, reason=reason,
+                return self._done(ledger, Outcome.PRUNED, t0, before_tokens, before_messages, reason=reason,
                                   pruned=len(pruned.replacements))
         # Pruning alone is not enough: the summarizer reads the original outputs (bounded), which tell it
         # more than the stubs would, and the whole middle is replaced in one step (or not at all).
@@ -364,7 +331,7 @@ class BatchCompactor:
         users = [i for i in range(h, t) if msgs[i].get("role") == "user"]
         others = [i for i in range(h, t) if msgs[i].get("role") != "user"]
         if not any(not is_marker(msgs[i]) for i in others):
-            return self._done(ledger, "nothing_to_compact", t0, before_tokens, before_messages, reason=reason)
+            return self._done(ledger, Outcome.NOTHING_TO_COMPACT, t0, before_tokens, before_messages, reason=reason)
         # The user floor: verbatim user messages alone must leave room to continue.
         folded: list[int] = []
         threshold = self.config.threshold_tokens()
@@ -386,7 +353,7 @@ class BatchCompactor:
         if shortfall and reason != "on_demand":
             # Too little to summarize for the call to matter (the middle is mostly verbatim user messages, or
             # micro passes already did the work): wait until enough has piled up instead of re-batching.
-            return self._done(ledger, "low_yield", t0, before_tokens, before_messages, reason=reason,
+            return self._done(ledger, Outcome.LOW_YIELD, t0, before_tokens, before_messages, reason=reason,
                               pause_tokens=shortfall)
         bounded = self.bound_input(material)
         input_tokens = self.counter.count_text(render_exchange(bounded)) + self.counter.count_text(previous)
@@ -396,9 +363,9 @@ class BatchCompactor:
             return self._finish(ledger, outcome, t0, before_tokens, before_messages, reason=reason, error=error,
                                 summarizer=used, summarizer_input_tokens=input_tokens if error else 0,
                                 summarizer_output_tokens=0)
-        fallback = outcome == "fallback"
+        fallback = outcome == Outcome.FALLBACK
         if folded:  # every fold of user messages is reported as such, whichever summarizer wrote the summary
-            outcome = "user_floor_exceeded"
+            outcome = Outcome.USER_FLOOR_EXCEEDED
         new: list[Message] = []
         if users:
             joined = join_user_messages([msgs[i] for i in users])
@@ -408,8 +375,8 @@ class BatchCompactor:
         new.append(render_marker(summary, "batch"))
         event = BatchCompact(h, t, tuple(new), tuple(absorbed), tuple(users), summary)
         if not self._commit(event, msgs):
-            return self._finish(ledger, "store_failed", t0, before_tokens, before_messages, reason=reason)
-        apply_batch_event(ledger, event)
+            return self._finish(ledger, Outcome.STORE_FAILED, t0, before_tokens, before_messages, reason=reason)
+        apply_event(ledger, event)
         self.compactions += 1
         log.info("Batch compaction: %d -> %d messages, %d -> %d tokens (%s)", before_messages, len(ledger.messages),
                  before_tokens, ledger.total, reason)
@@ -467,7 +434,7 @@ class BatchCompactor:
                 text = self._clean(self.summarizer.batch(previous, bounded, focus), input_tokens)
                 self.summarizer_ms_total += (self.clock() - s0) * 1000
                 self.backoff.succeeded()
-                return text, "compacted", None, name
+                return text, Outcome.COMPACTED, None, name
             except Exception as exc:
                 self.summarizer_ms_total += (self.clock() - s0) * 1000
                 self.backoff.failed(exc)
@@ -479,8 +446,8 @@ class BatchCompactor:
         if self._risk:
             text = self._fallback_text(previous, bounded, focus, input_tokens)
             log.warning("Batch compaction: using the deterministic extractive summary (%s)", blocked or error)
-            return text, "fallback", error, self.fallback.name
-        outcome = "auth_failed" if self.backoff.auth_error else ("cooldown" if error is None else "summarize_failed")
+            return text, Outcome.FALLBACK, error, self.fallback.name
+        outcome = Outcome.AUTH_FAILED if self.backoff.auth_error else (Outcome.COOLDOWN if error is None else Outcome.SUMMARIZE_FAILED)
         return None, outcome, error or blocked, name
 
     def _fallback_text(self, previous: str, bounded: list[Message], focus: str | None, input_tokens: int) -> str:
@@ -533,15 +500,15 @@ class BatchCompactor:
                             self.counter.estimate_prompt(ledger.total), limit)
                 return None
             if not self._commit(event, ledger.messages):
-                return self._finish(ledger, "store_failed", t0, before_tokens, before_messages, reason="window")
-            apply_batch_event(ledger, event)
+                return self._finish(ledger, Outcome.STORE_FAILED, t0, before_tokens, before_messages, reason="window")
+            apply_event(ledger, event)
         except Exception as exc:
             log.exception("Last-resort cut failed unexpectedly; transcript left as it was")
-            return self._finish(ledger, "error", t0, before_tokens, before_messages, reason="window",
+            return self._finish(ledger, Outcome.ERROR, t0, before_tokens, before_messages, reason="window",
                                 error=type(exc).__name__)
         log.warning("Request over the context window: cut %d message(s) head-and-tail, %d -> %d tokens (the "
                     "originals are kept in the store)", len(event.replacements), before_tokens, ledger.total)
-        return self._finish(ledger, "truncated", t0, before_tokens, before_messages, reason="window",
+        return self._finish(ledger, Outcome.TRUNCATED, t0, before_tokens, before_messages, reason="window",
                             cut=len(event.replacements))
 
     def _plan_cuts(self, ledger: Ledger, limit: int) -> Prune | None:
@@ -616,7 +583,7 @@ class BatchCompactor:
         }
         record.update({k: v for k, v in {**self._extra, **extra}.items() if v is not None})
         if record["tokens_after"] > (threshold or record["tokens_after"]) and outcome in (
-                "compacted", "user_floor_exceeded", "fallback", "pruned"):
+                BATCH_COMPACTIONS | {Outcome.PRUNED}):
             record["still_over_threshold"] = True
             # Why: what compaction may not touch (head and tail) and what it keeps verbatim (user messages).
             msgs, tokens = ledger.messages, ledger.tokens

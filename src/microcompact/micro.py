@@ -41,7 +41,8 @@ from .summarizers import (
 )
 from .telemetry import emit, occupancy_pct
 from .tokens import TOKENS_KEY, Ledger, TokenCounter, make_text_counter
-from .window import Span, bounded_exchange, exchange_start, head_end, iteration_end, protected_head, protected_tail
+from .events import Absorb, CommitHook, Event, Outcome, Rewrite, Span, apply_event
+from .window import bounded_exchange, exchange_start, head_end, iteration_end, protected_head, protected_tail
 
 log = logging.getLogger("microcompact")
 
@@ -66,47 +67,6 @@ class RollingSummary:
     turns: int = 0
     passes_total: int = 0
     tokens_saved_total: int = 0
-
-
-@dataclass(frozen=True)
-class Absorb:
-    """Replace ``span`` by ``marker`` (keeping the user messages inside it) and drop the old micro marker."""
-
-    span: Span
-    removed_marker: int | None
-    marker: Message
-    summary: str
-    absorbed: tuple[int, ...]  # indexes of the messages that are summarized away
-
-    @property
-    def marker_index_after(self) -> int:
-        idx = self.span.start + len(self.span.kept)
-        return idx - 1 if self.removed_marker is not None else idx
-
-
-@dataclass(frozen=True)
-class Rewrite:
-    """Defrag: the marker at ``index`` is rewritten in place; nothing moves."""
-
-    index: int
-    marker: Message
-    summary: str
-
-
-Event = Absorb | Rewrite
-CommitHook = Callable[[Event, list[Message]], None]
-
-
-def apply_event(ledger: Ledger, event: Event) -> None:
-    """Apply a committed event to the in-memory transcript."""
-    msgs = ledger.messages
-    if isinstance(event, Rewrite):
-        ledger.splice(event.index, event.index + 1, [event.marker])
-        return
-    kept = [msgs[i] for i in event.span.kept]
-    ledger.splice(event.span.start, event.span.end, kept + [event.marker])
-    if event.removed_marker is not None:
-        ledger.splice(event.removed_marker, event.removed_marker + 1, [])
 
 
 def commit_or_log(commit: Callable[[Any, list[Message]], None] | None, event: Any, msgs: list[Message],
@@ -155,7 +115,7 @@ class Condensed:
     text: str
     old_tokens: int
     new: str | None = None
-    outcome: str = "defrag"
+    outcome: str = Outcome.DEFRAG
     method: str = "model"
     error: str | None = None
     summarizer_ms: float = 0.0
@@ -245,7 +205,7 @@ class MicroCompactor:
         for _ in range(min(passes, MAX_CATCH_UP_PASSES)):
             done = self._guarded(ledger, mode)
             results += done
-            if not any(r.outcome == "absorbed" for r in done):
+            if not any(r.outcome == Outcome.ABSORBED for r in done):
                 break
         return results
 
@@ -448,7 +408,7 @@ class MicroCompactor:
             kept += users
             end, total = nend, total + add
         if total < need or total <= refused:
-            return None, "no_reclaim"
+            return None, Outcome.NO_RECLAIM
         return Span(start, end, total, tuple(kept)), ""
 
     # ------------------------------------------------------------------ the pass
@@ -469,8 +429,8 @@ class MicroCompactor:
         msgs = ledger.messages
         span, reason = self.select_span(ledger, mode)
         if span is None:
-            if reason == "no_reclaim":
-                return self._finish(ledger, "no_reclaim", t0, 0.0, exchange_tokens=0, mode=mode,
+            if reason == Outcome.NO_RECLAIM:
+                return self._finish(ledger, Outcome.NO_RECLAIM, t0, 0.0, exchange_tokens=0, mode=mode,
                                     tokens_before=ledger.total, messages_before=len(msgs))
             return None
         if self.auth_error is not None:
@@ -521,10 +481,10 @@ class MicroCompactor:
         gate = self.cfg.micro_compact_min_reclaim_tokens
         if gate and st.marker_index is not None and tokens_before - tokens_after < gate:
             st.gate_floor = (planned.key, span.tokens)
-            return self._finish(ledger, "no_reclaim", t0, summarizer_ms, exchange_tokens=span.tokens, mode=mode,
+            return self._finish(ledger, Outcome.NO_RECLAIM, t0, summarizer_ms, exchange_tokens=span.tokens, mode=mode,
                                 tokens_before=tokens_before, messages_before=messages_before, **call)
         if not self._commit(event, ledger.messages):
-            return self._finish(ledger, "store_failed", t0, summarizer_ms, exchange_tokens=span.tokens, mode=mode,
+            return self._finish(ledger, Outcome.STORE_FAILED, t0, summarizer_ms, exchange_tokens=span.tokens, mode=mode,
                                 tokens_before=tokens_before, messages_before=messages_before, **call)
         apply_event(ledger, event)
         st.marker_index = event.marker_index_after
@@ -534,7 +494,7 @@ class MicroCompactor:
         st.passes_total += 1
         st.tokens_saved_total += tokens_before - ledger.total
         log.info("Micro-compaction: %d -> %d messages", messages_before, len(ledger.messages))
-        return self._finish(ledger, "absorbed", t0, summarizer_ms, exchange_tokens=span.tokens, mode=mode,
+        return self._finish(ledger, Outcome.ABSORBED, t0, summarizer_ms, exchange_tokens=span.tokens, mode=mode,
                             tokens_before=tokens_before, messages_before=messages_before, partial=span.partial, **call)
 
     def _failed(self, ledger: Ledger, key: str, span: Span, exc: Exception, t0: float, summarizer_ms: float,
@@ -544,11 +504,11 @@ class MicroCompactor:
             self.auth_error = str(exc)[:200]
             log.error("Micro-compaction: summarizer refused credentials or quota (%s); no further summarizer "
                       "calls in this session", self.auth_error)
-            return self._finish(ledger, "auth_failed", t0, summarizer_ms, exchange_tokens=span.tokens, mode=mode,
+            return self._finish(ledger, Outcome.AUTH_FAILED, t0, summarizer_ms, exchange_tokens=span.tokens, mode=mode,
                                 tokens_before=ledger.total, messages_before=len(ledger.messages),
                                 error=type(exc).__name__, summarizer_input_tokens=read, summarizer_output_tokens=0)
         st.failures[key] = st.failures.get(key, 0) + 1
-        outcome = "summarize_failed"
+        outcome = Outcome.SUMMARIZE_FAILED
         log.warning("Micro-compaction: summarizer failed on exchange at cursor %d (%s: %s)", span.start,
                     type(exc).__name__, str(exc)[:200])
         if st.failures[key] >= self.cfg.micro_compact_max_failures:
@@ -557,7 +517,7 @@ class MicroCompactor:
             st.failures.pop(key, None)
             st.skipped.add(key)
             st.cursor = span.end
-            outcome = "exchange_skipped"
+            outcome = Outcome.EXCHANGE_SKIPPED
         return self._finish(ledger, outcome, t0, summarizer_ms, exchange_tokens=span.tokens, mode=mode,
                             tokens_before=ledger.total, messages_before=len(ledger.messages),
                             error=type(exc).__name__, summarizer_input_tokens=read, summarizer_output_tokens=0)
@@ -587,7 +547,7 @@ class MicroCompactor:
         except Exception as exc:
             if isinstance(exc, SummarizerAuthError) and self.auth_error is None:
                 self.auth_error = str(exc)[:200]
-            result.outcome, result.error = "defrag_failed", type(exc).__name__
+            result.outcome, result.error = Outcome.DEFRAG_FAILED, type(exc).__name__
             log.warning("Micro-compaction defrag: summarizer failed (%s: %s)", type(exc).__name__, str(exc)[:200])
         result.summarizer_ms = (self.clock() - s0) * 1000
         if result.new is None or self.counter.count_text(result.new) > DEFRAG_MAX_RATIO * old_tokens:
@@ -610,7 +570,7 @@ class MicroCompactor:
         new = done.new or ""
         event = Rewrite(st.marker_index, render_micro_marker(new), new)
         if not self._commit(event, ledger.messages):
-            return self._finish(ledger, "store_failed", t0, done.summarizer_ms, exchange_tokens=0, mode="defrag",
+            return self._finish(ledger, Outcome.STORE_FAILED, t0, done.summarizer_ms, exchange_tokens=0, mode="defrag",
                                 tokens_before=tokens_before, messages_before=messages_before)
         apply_event(ledger, event)
         self._set_summary(new)

@@ -11,7 +11,7 @@ import hashlib
 import json
 import statistics
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from .messages import (
     message_shape_errors,
     validate_message,
 )
+from .events import BATCH_COMPACTIONS, Outcome
 from .session import Session
 
 REPAIR_HINT = ("replay --repair drops orphan tool results, adds a result for interrupted calls and renames "
@@ -258,10 +259,10 @@ def replay(messages: list[Message], session: Session, on_message: Callable[[int]
 
 
 # Batch outcomes that rewrote the transcript by summarizing (a prune only stubs old tool outputs).
-COMPACTED = ("compacted", "user_floor_exceeded", "fallback")
+COMPACTED = BATCH_COMPACTIONS
 
 
-def batch_freed(batches: list[dict[str, Any]], outcomes: tuple[str, ...]) -> int:
+def batch_freed(batches: list[dict[str, Any]], outcomes: Collection[str]) -> int:
     """Tokens the batch events with these outcomes removed (before minus after, summed)."""
     return sum(max(0, int(b.get("tokens_before", 0)) - int(b.get("tokens_after", 0)))
                for b in batches if b.get("outcome") in outcomes)
@@ -299,7 +300,7 @@ def summary_json(stats: ReplayStats, session: Session) -> dict[str, Any]:
         "batch_compactions": session.batch.compactions,
         "batch_prunes": stats.batch_outcomes.get("pruned", 0),
         "tokens_freed_by_batch": batch_freed(stats.batches, COMPACTED),
-        "tokens_freed_by_prunes": batch_freed(stats.batches, ("pruned",)),
+        "tokens_freed_by_prunes": batch_freed(stats.batches, {Outcome.PRUNED}),
         "batch_outcomes": dict(sorted(stats.batch_outcomes.items())),
         "micro_passes_per_batch": [b.get("micro_passes_since_last") for b in stats.batches
                                    if b["outcome"] in COMPACTED]

@@ -52,14 +52,15 @@ from rich.table import Table
 from rich.text import Text
 
 from .config import home_dir
+from .events import BATCH_COMPACTIONS, MICRO_COMMITTED, MICRO_FAILURES, Outcome
 from .telemetry import TELEMETRY_LOGGER, parse_line
 
 Report = dict[str, Any]
 
 REPORT_VERSION = 1
-COMMITTED = ("absorbed", "defrag", "defrag_failed")
-FAILURES = ("summarize_failed", "exchange_skipped", "defrag_failed", "store_failed", "auth_failed")
-BATCH_COMPACTED = ("compacted", "user_floor_exceeded", "fallback")
+COMMITTED = MICRO_COMMITTED
+FAILURES = MICRO_FAILURES
+BATCH_COMPACTED = BATCH_COMPACTIONS
 NO_BATCH_LINE = "no batch compaction fired: the long pause never came"
 PLOT_INSTALL_HINT = "--plot needs matplotlib, an optional extra: pip install matplotlib"
 
@@ -364,7 +365,7 @@ def _batch_summary(batch: list[dict[str, Any]], committed: int) -> dict[str, Any
         "outcomes": _sorted_counts(batch_outcomes),
         "still_over_threshold": sum(1 for r in batch if r.get("still_over_threshold")),
         "tokens_freed": sum(-(_num(r.get("tokens_delta")) or 0) for r in batch
-                            if r.get("outcome") in BATCH_COMPACTED + ("pruned",)),
+                            if r.get("outcome") in BATCH_COMPACTED | {Outcome.PRUNED}),
         "micro_passes_per_compaction": _passes_per_compaction(compactions, committed),
     }
 

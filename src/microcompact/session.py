@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from .background import BackgroundPasses
 from .batch import BatchCompactor, BatchResult
 from .config import Config
+from .events import Outcome
 from .messages import Message, disown_marker_text, to_api, validate_message
 from .micro import CommitHook, MicroCompactor, PassResult
 from .summarizers import Summarizer, make_summarizer
@@ -347,7 +348,7 @@ class Session:
         if result.changed:
             # Micro state continues from the new marker; the old rolling summary went into the batch one.
             self.micro.recover(self.ledger.messages)
-            if result.outcome != "pruned":  # a prune is not a batch compaction: keep counting micro passes
+            if result.outcome != Outcome.PRUNED:  # a prune is not a batch compaction: keep counting micro passes
                 self._micro_passes_at_last_batch = self.micro.state.passes_total
         return result
 

@@ -13,9 +13,9 @@ All functions here are pure and cost time proportional to the part of the transc
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .events import Span  # noqa: F401  (re-exported: the unit window functions describe)
 from .messages import Message, is_marker, tool_call_ids
 
 if TYPE_CHECKING:
@@ -135,18 +135,3 @@ def exchange_start(messages: Sequence[Message], cursor: int, limit: int) -> int 
             return i
         i += 1
     return None
-
-
-@dataclass(frozen=True)
-class Span:
-    """A contiguous run of messages a pass absorbs; ``start``/``end`` index the transcript, end exclusive.
-
-    ``kept`` holds user messages inside the span (a span may cover several exchanges when the reclaim gate
-    asks for more); they stay in the transcript, verbatim, in order.
-    """
-
-    start: int
-    end: int
-    tokens: int
-    kept: tuple[int, ...] = ()
-    partial: bool = False  # a piece of a long exchange rather than whole exchanges

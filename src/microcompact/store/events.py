@@ -1,11 +1,8 @@
-"""The engines' compaction events, as the store consumes them: the store's only import of the engines.
-
-Kept in this one module so that moving the event vocabulary (to ``microcompact.events``) changes one place.
-"""
+"""The compaction events the store consumes: the event vocabulary of :mod:`microcompact.events`
+(the store never imports the engines)."""
 
 from __future__ import annotations
 
-from ..batch import BatchCompact, Prune
-from ..micro import Absorb, Event, Rewrite
+from ..events import Absorb, BatchCompact, Event, Prune, Rewrite
 
 __all__ = ["Absorb", "BatchCompact", "Event", "Prune", "Rewrite"]

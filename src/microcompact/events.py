@@ -1,0 +1,146 @@
+"""The event vocabulary: how history is changed, and what a pass can report.
+
+Engines (micro and batch) *plan* events; the session store *commits* them in one transaction; only then
+are they *applied* to the in-memory transcript. This module sits at the bottom of the package (it imports
+only :mod:`microcompact.messages`), so the store consumes events without importing the engines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING, Protocol
+
+from .messages import Message
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+
+class Outcome(StrEnum):
+    """What a pass did, as telemetry, reports and results name it (a ``str``: ``Outcome.ABSORBED == "absorbed"``)."""
+
+    # micro passes
+    ABSORBED = "absorbed"
+    DEFRAG = "defrag"
+    DEFRAG_FAILED = "defrag_failed"
+    NO_RECLAIM = "no_reclaim"
+    SUMMARIZE_FAILED = "summarize_failed"
+    EXCHANGE_SKIPPED = "exchange_skipped"
+    AUTH_FAILED = "auth_failed"
+    STORE_FAILED = "store_failed"
+    # batch compaction
+    PRUNED = "pruned"
+    COMPACTED = "compacted"
+    USER_FLOOR_EXCEEDED = "user_floor_exceeded"
+    FALLBACK = "fallback"
+    TRUNCATED = "truncated"
+    LOW_YIELD = "low_yield"
+    NOTHING_TO_COMPACT = "nothing_to_compact"
+    COOLDOWN = "cooldown"
+    ERROR = "error"
+
+
+# Micro outcomes that changed the transcript (defrag_failed still rewrites: the deterministic shortening).
+MICRO_COMMITTED = frozenset({Outcome.ABSORBED, Outcome.DEFRAG, Outcome.DEFRAG_FAILED})
+MICRO_FAILURES = frozenset({Outcome.SUMMARIZE_FAILED, Outcome.EXCHANGE_SKIPPED, Outcome.DEFRAG_FAILED,
+                            Outcome.STORE_FAILED, Outcome.AUTH_FAILED})
+# Batch outcomes that summarized the middle into a batch marker (a prune or a last-resort cut is not one).
+BATCH_COMPACTIONS = frozenset({Outcome.COMPACTED, Outcome.USER_FLOOR_EXCEEDED, Outcome.FALLBACK})
+BATCH_CHANGED = BATCH_COMPACTIONS | {Outcome.PRUNED, Outcome.TRUNCATED}
+
+
+@dataclass(frozen=True)
+class Span:
+    """A contiguous run of messages a pass absorbs; ``start``/``end`` index the transcript, end exclusive.
+
+    ``kept`` holds user messages inside the span (a span may cover several exchanges when the reclaim gate
+    asks for more); they stay in the transcript, verbatim, in order.
+    """
+
+    start: int
+    end: int
+    tokens: int
+    kept: tuple[int, ...] = ()
+    partial: bool = False  # a piece of a long exchange rather than whole exchanges
+
+
+@dataclass(frozen=True)
+class Absorb:
+    """Micro: replace ``span`` by ``marker`` (keeping the user messages inside it) and drop the old micro marker."""
+
+    span: Span
+    removed_marker: int | None
+    marker: Message
+    summary: str
+    absorbed: tuple[int, ...]  # indexes of the messages that are summarized away
+
+    @property
+    def marker_index_after(self) -> int:
+        idx = self.span.start + len(self.span.kept)
+        return idx - 1 if self.removed_marker is not None else idx
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """Micro defrag: the marker at ``index`` is rewritten in place; nothing moves."""
+
+    index: int
+    marker: Message
+    summary: str
+
+
+@dataclass(frozen=True)
+class Prune:
+    """Batch: replace single messages in place (tool outputs by stubs, calls by shortened arguments, a
+    last-resort head-and-tail cut)."""
+
+    replacements: tuple[tuple[int, Message], ...]
+
+
+@dataclass(frozen=True)
+class BatchCompact:
+    """Batch: replace the middle ``[start, end)`` by ``new`` (a joined user message, if any, then the marker).
+
+    ``absorbed`` indexes are summarized away; ``superseded`` ones (user messages) are carried verbatim
+    into the joined user message.
+    """
+
+    start: int
+    end: int
+    new: tuple[Message, ...]
+    absorbed: tuple[int, ...]
+    superseded: tuple[int, ...]
+    summary: str
+
+
+MicroEvent = Absorb | Rewrite
+BatchEvent = Prune | BatchCompact
+Event = Absorb | Rewrite | Prune | BatchCompact
+# The caller's commit hook (the session store): writes an event in one transaction, or raises.
+CommitHook = Callable[[Event, list[Message]], None]
+
+
+class Splicer(Protocol):
+    """What applying an event needs of a transcript (:class:`microcompact.tokens.Ledger` is one)."""
+
+    messages: list[Message]
+
+    def splice(self, start: int, end: int, replacement: Sequence[Message]) -> None: ...
+
+
+def apply_event(transcript: Splicer, event: Event) -> None:
+    """Apply a committed event to the in-memory transcript."""
+    if isinstance(event, Rewrite):
+        transcript.splice(event.index, event.index + 1, [event.marker])
+    elif isinstance(event, Prune):
+        for index, message in event.replacements:
+            transcript.splice(index, index + 1, [message])
+    elif isinstance(event, BatchCompact):
+        transcript.splice(event.start, event.end, list(event.new))
+    else:  # Absorb: the span's user messages stay, in order, before the new marker
+        kept = [transcript.messages[i] for i in event.span.kept]
+        transcript.splice(event.span.start, event.span.end, [*kept, event.marker])
+        if event.removed_marker is not None:
+            transcript.splice(event.removed_marker, event.removed_marker + 1, [])
