@@ -19,9 +19,9 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from .messages import Message, content_text
-from .redact import redact_message, redact_text
-from .tokens import EstimateCounter
+from ..messages import Message, content_text
+from ..redact import redact_message, redact_text
+from ..tokens import EstimateCounter
 
 CountText = Callable[[str], int]
 
