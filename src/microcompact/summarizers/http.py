@@ -14,7 +14,7 @@ from .base import (
     SummarizerUnavailable,
 )
 from .input import render_exchange
-from .prompts import BATCH_PROMPT, CONDENSE_PROMPT, MERGE_PROMPT
+from .prompts import BATCH_PROMPT, CONDENSE_PROMPT, MERGE_PROMPT, batch_request, condense_request, merge_request
 from .validation import completion_summary
 
 _PLACEHOLDER_KEY = "microcompact-no-key-set"
@@ -46,20 +46,13 @@ class OpenAISummarizer:
                                      max_retries=0)
 
     def merge(self, summary: str, exchange: list[dict]) -> str:
-        prompt = (f"CURRENT SUMMARY:\n{summary.strip() or '(empty: this is the first excerpt)'}\n\n"
-                  f"TRANSCRIPT EXCERPT TO FOLD IN:\n{render_exchange(exchange)}")
-        return self._complete(MERGE_PROMPT, prompt)
+        return self._complete(MERGE_PROMPT, merge_request(summary, render_exchange(exchange)))
 
     def condense(self, summary: str, target_tokens: int) -> str:
-        prompt = f"TARGET LENGTH: about {target_tokens} tokens\n\nSUMMARY TO SHORTEN:\n{summary.strip()}"
-        return self._complete(CONDENSE_PROMPT, prompt)
+        return self._complete(CONDENSE_PROMPT, condense_request(summary, target_tokens))
 
     def batch(self, summary: str, messages: list[dict], focus: str | None = None) -> str:
-        parts = [f"PREVIOUS SUMMARY:\n{summary.strip() or '(none)'}"]
-        if focus:
-            parts.append(f"FOCUS: {focus.strip()}")
-        parts.append(f"TRANSCRIPT TO COMPACT:\n{render_exchange(messages)}")
-        return self._complete(BATCH_PROMPT, "\n\n".join(parts))
+        return self._complete(BATCH_PROMPT, batch_request(summary, render_exchange(messages), focus))
 
     def _complete(self, system: str, user: str) -> str:
         import openai
