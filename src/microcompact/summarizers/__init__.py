@@ -16,6 +16,7 @@ implementations when called)::
     http        the OpenAI-compatible client
 """
 
+from ..render import exchange_text as render_exchange
 from .base import (
     BATCH_SECTIONS,
     MICRO_SECTIONS,
@@ -31,7 +32,7 @@ from .base import (
 )
 from .extractive import ExtractiveSummarizer, describe_tool_result
 from .http import OpenAISummarizer
-from .input import OMISSION_NOTE, prepare_exchange, render_exchange
+from .input import OMISSION_NOTE, prepare_exchange
 from .prompts import BATCH_PROMPT, CONDENSE_PROMPT, MERGE_PROMPT
 from .validation import SHORTENED_NOTE, clean_summary, shorten_summary
 

@@ -14,7 +14,6 @@ from .base import BATCH_SECTIONS, MICRO_SECTIONS, CountText
 from .sections import LIST_MARKER, Section, clip, parse_sections, render_sections
 from .validation import shorten_summary
 
-
 _SHELL_KEYS = ("command", "cmd", "script")
 _PATH_KEYS = ("path", "file_path", "filepath", "filename", "file", "notebook_path", "target_file")
 _PATTERN_KEYS = ("pattern", "query", "regex", "glob", "search")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from ..redact import redact_text
+from ..render import exchange_text as render_exchange
 from .base import (
     SummarizerAuthError,
     SummarizerBadOutput,
@@ -13,7 +14,6 @@ from .base import (
     SummarizerTimeout,
     SummarizerUnavailable,
 )
-from .input import render_exchange
 from .prompts import BATCH_PROMPT, CONDENSE_PROMPT, MERGE_PROMPT, batch_request, condense_request, merge_request
 from .validation import completion_summary
 

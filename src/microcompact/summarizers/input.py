@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..messages import Message, content_text
+from ..messages import Message
 from ..redact import redact_message
+from ..render import exchange_text as render_exchange
 from .base import CountText
 
 OMISSION_NOTE = "[... {count:,} characters omitted by microcompact ...]"
@@ -97,26 +97,3 @@ def _cut_middle(text: str, keep_tokens: int, tokens: int, count_text: CountText)
         if keep_chars == 0 or count_text(out) <= keep_tokens + note_tokens:
             return out
         keep_chars = int(keep_chars * 0.85)
-
-
-def render_exchange(messages: Iterable[Message]) -> str:
-    """Plain text of an exchange for prompts: ``USER:``, ``ASSISTANT:``, ``TOOL CALL``, ``TOOL RESULT``."""
-    blocks: list[str] = []
-    for message in messages:
-        role = message.get("role")
-        text = content_text(message).strip()
-        if role == "tool":
-            blocks.append(f"TOOL RESULT [{message.get('tool_call_id')}]: {text}")
-            continue
-        if text:
-            blocks.append(f"{_ROLE_LABELS.get(str(role), str(role).upper())}: {text}")
-        for call in message.get("tool_calls") or ():
-            function = call.get("function") or {}
-            arguments = function.get("arguments", "")
-            if not isinstance(arguments, str):
-                arguments = json.dumps(arguments, ensure_ascii=False)
-            blocks.append(f"TOOL CALL [{call.get('id')}] {function.get('name')}({arguments})")
-    return "\n\n".join(blocks)
-
-
-_ROLE_LABELS = {"user": "USER", "assistant": "ASSISTANT", "system": "SYSTEM", "developer": "SYSTEM"}

@@ -6,6 +6,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+
 @dataclass
 class Section:
     heading: str  # the heading line as written ("" for text before the first heading)
