@@ -15,7 +15,9 @@ import pytest
 from chat_server import ChatServer
 from secrets_table import SECRET_FORMATS
 
-import microcompact.summarizers as summarizers
+import microcompact.summarizers.http as summarizer_http
+import microcompact.summarizers.input as summarizer_input
+import microcompact.summarizers.validation as summarizer_validation
 from microcompact.config import parse_config
 from microcompact.messages import marker_kind
 from microcompact.session import Session
@@ -24,8 +26,9 @@ from microcompact.tokens import EstimateCounter, TokenCounter
 
 
 def _no_redaction(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(summarizers, "redact_message", lambda m: dict(m))
-    monkeypatch.setattr(summarizers, "redact_text", lambda t: t)
+    monkeypatch.setattr(summarizer_input, "redact_message", lambda m: dict(m))
+    for module in (summarizer_http, summarizer_validation):  # the request, the reply, the accepted summary
+        monkeypatch.setattr(module, "redact_text", lambda t: t)
 
 
 def planted_turn(n: int, text: str, padding: int = 0) -> list[dict[str, Any]]:

@@ -306,8 +306,10 @@ EXCHANGE = tool_exchange("c1", "Bash", {"command": f"OPENAI_API_KEY={OPENAI_KEY}
 def test_openai_success_request_shape(chat_server: ChatServer) -> None:
     summarizer = openai_summarizer(chat_server, max_output_tokens=300, temperature=0.1)
     assert isinstance(summarizer, Summarizer) and summarizer.name == "summarizer-small"
+    chat_server.responder = lambda request: ("Here is the updated summary:\n```markdown\n"
+                                             "### Decisions\n- keep the API stable\n- deployed via ./deploy.sh\n```")
     out = summarizer.merge("### Decisions\n- keep the API stable", EXCHANGE)
-    assert out.startswith("### Summary\n- Test summary of a ")
+    assert out == "### Decisions\n- keep the API stable\n- deployed via ./deploy.sh"  # the model's summary, unwrapped
     (request,) = chat_server.requests
     assert request["model"] == "summarizer-small"
     assert request["temperature"] <= 0.2

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
+from .render import content_text  # noqa: F401  (re-exported: callers import it from here)
+
 Message = dict[str, Any]
 MarkerKind = Literal["micro", "batch"]
 
@@ -34,29 +36,6 @@ class TranscriptError(ValueError):
 
 
 # --------------------------------------------------------------------------- content helpers
-
-
-def content_text(message: Message) -> str:
-    """The text of a message's content: strings as is, list parts joined (images as a placeholder)."""
-    content = message.get("content")
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        out = []
-        for part in content:
-            if isinstance(part, dict):
-                if part.get("type") == "text" or "text" in part:
-                    out.append(str(part.get("text", "")))
-                elif part.get("type") in ("image_url", "image", "input_image"):
-                    out.append("[image]")
-                elif part.get("type") == "input_audio":
-                    out.append("[audio]")
-            elif isinstance(part, str):
-                out.append(part)
-        return "\n".join(out)
-    return str(content)
 
 
 def tool_call_ids(message: Message) -> list[str]:

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from ..messages import META_KEY, Message, content_text, marker_kind
+from ..messages import META_KEY, Message, marker_kind
+from ..render import message_text
 
 POS_KEY = "_pos"
 ROW_KEY = "_row"
@@ -53,16 +54,7 @@ def _clean_text(text: str) -> str:
 
 def search_text(message: Message) -> str:
     """What full-text search sees of a message: content text, tool call names and arguments, ``name``."""
-    parts = [content_text(message)]
-    for tc in message.get("tool_calls") or []:
-        fn = tc.get("function") if isinstance(tc, dict) else None
-        if isinstance(fn, dict):
-            parts.append(str(fn.get("name") or ""))
-            args = fn.get("arguments")
-            parts.append(args if isinstance(args, str) else json.dumps(args, default=str) if args else "")
-    if isinstance(message.get("name"), str):
-        parts.append(message["name"])
-    text = "\n".join(p for p in parts if p)
+    text = message_text(message, tool_calls=True, name=True)
     if len(text) > BODY_HEAD_CHARS + BODY_TAIL_CHARS:
         text = text[:BODY_HEAD_CHARS] + "\n…\n" + text[-BODY_TAIL_CHARS:]
     return _clean_text(text)

@@ -1,0 +1,45 @@
+"""Summarizers: what turns an exchange into summary text, behind one small protocol.
+
+Two implementations: :class:`ExtractiveSummarizer` (deterministic, offline, no model) and
+:class:`OpenAISummarizer` (any OpenAI-compatible chat-completions endpoint). What a summarizer reads is
+bounded and redacted by :func:`prepare_exchange`; what comes back from a model is redacted again.
+
+One module per job; each imports only those listed before it (make_summarizer imports the two
+implementations when called)::
+
+    base        the protocol, its errors, the section names, make_summarizer
+    sections    a summary's shape: ### headings and bullets, parsed and rendered
+    input       what a summarizer reads: redacted, bounded, rendered as text
+    prompts     the HTTP summarizer's prompts, rendered from templates/
+    validation  checks on model output; deterministic shortening
+    extractive  the offline summarizer
+    http        the OpenAI-compatible client
+"""
+
+from ..render import exchange_text as render_exchange
+from .base import (
+    BATCH_SECTIONS,
+    MICRO_SECTIONS,
+    CountText,
+    Summarizer,
+    SummarizerAuthError,
+    SummarizerBadOutput,
+    SummarizerError,
+    SummarizerRateLimited,
+    SummarizerTimeout,
+    SummarizerUnavailable,
+    make_summarizer,
+)
+from .extractive import ExtractiveSummarizer, describe_tool_result
+from .http import OpenAISummarizer
+from .input import OMISSION_NOTE, prepare_exchange
+from .prompts import BATCH_PROMPT, CONDENSE_PROMPT, MERGE_PROMPT
+from .validation import SHORTENED_NOTE, clean_summary, shorten_summary
+
+__all__ = [
+    "BATCH_PROMPT", "BATCH_SECTIONS", "CONDENSE_PROMPT", "MERGE_PROMPT", "MICRO_SECTIONS", "OMISSION_NOTE",
+    "SHORTENED_NOTE", "CountText", "ExtractiveSummarizer", "OpenAISummarizer", "Summarizer",
+    "SummarizerAuthError", "SummarizerBadOutput", "SummarizerError", "SummarizerRateLimited",
+    "SummarizerTimeout", "SummarizerUnavailable", "clean_summary", "describe_tool_result", "make_summarizer",
+    "prepare_exchange", "render_exchange", "shorten_summary",
+]

@@ -1,0 +1,69 @@
+"""The HTTP summarizer's prompts, kept as templates outside the code (``templates/``).
+
+Prompt wording is edited as text, not as Python: each template is a file read with importlib.resources
+(so an installed wheel has them too) and filled with :class:`string.Template` (``$name``), which leaves
+braces and every other character of the prose alone. A template file ends with one newline that is not
+part of the prompt.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+from string import Template
+
+from .base import BATCH_SECTIONS
+
+TEMPLATES = "templates"
+# Every template this module renders (tests check each one loads and renders completely).
+TEMPLATE_NAMES = (
+    "common_rules.md",
+    "merge_system.md",
+    "condense_system.md",
+    "batch_system.md",
+    "merge_request.txt",
+    "condense_request.txt",
+    "batch_request.txt",
+    "batch_focus.txt",
+)
+EMPTY_MERGE_SUMMARY = "(empty: this is the first excerpt)"  # what the model sees before the first fold
+EMPTY_BATCH_SUMMARY = "(none)"
+
+
+@cache
+def load_template(name: str) -> Template:
+    """The template ``name`` from the package's ``templates/`` folder (read once per process)."""
+    text = resources.files(__package__).joinpath(TEMPLATES, name).read_text(encoding="utf-8")
+    return Template(text.removesuffix("\n"))
+
+
+def render(name: str, **values: object) -> str:
+    """Template ``name`` filled with ``values``; a placeholder left without a value is a KeyError."""
+    return load_template(name).substitute(values)
+
+
+def _system_prompt(name: str, **values: object) -> str:
+    return render(name, common_rules=render("common_rules.md"), **values)
+
+
+MERGE_PROMPT = _system_prompt("merge_system.md")
+CONDENSE_PROMPT = _system_prompt("condense_system.md")
+BATCH_PROMPT = _system_prompt("batch_system.md",
+                              section_headings="\n".join(f"### {name}" for name in BATCH_SECTIONS))
+
+
+def merge_request(summary: str, transcript: str) -> str:
+    """The user message of a merge: the current summary and the excerpt to fold into it."""
+    return render("merge_request.txt", summary=summary.strip() or EMPTY_MERGE_SUMMARY, transcript=transcript)
+
+
+def condense_request(summary: str, target_tokens: int) -> str:
+    """The user message of a condense: the target length and the summary to shorten."""
+    return render("condense_request.txt", target_tokens=target_tokens, summary=summary.strip())
+
+
+def batch_request(summary: str, transcript: str, focus: str | None) -> str:
+    """The user message of a batch compaction: previous summary, optional focus, transcript."""
+    focus_block = render("batch_focus.txt", focus=focus.strip()) + "\n\n" if focus else ""
+    return render("batch_request.txt", summary=summary.strip() or EMPTY_BATCH_SUMMARY, focus=focus_block,
+                  transcript=transcript)
