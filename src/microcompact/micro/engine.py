@@ -21,8 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .config import Config
-from .messages import (
+from ..config import Config
+from ..messages import (
     Message,
     content_text,
     is_marker,
@@ -31,7 +31,7 @@ from .messages import (
     render_micro_marker,
     tool_call_ids,
 )
-from .summarizers import (
+from ..summarizers import (
     Summarizer,
     SummarizerAuthError,
     SummarizerBadOutput,
@@ -39,10 +39,10 @@ from .summarizers import (
     prepare_exchange,
     shorten_summary,
 )
-from .telemetry import emit, occupancy_pct
-from .tokens import TOKENS_KEY, Ledger, TokenCounter, make_text_counter
-from .events import Absorb, CommitHook, Event, Outcome, Rewrite, Span, apply_event
-from .window import bounded_exchange, exchange_start, head_end, iteration_end, protected_head, protected_tail
+from ..telemetry import emit, occupancy_pct
+from ..tokens import TOKENS_KEY, Ledger, TokenCounter, make_text_counter
+from ..events import Absorb, CommitHook, Event, Outcome, Rewrite, Span, apply_event
+from ..window import bounded_exchange, exchange_start, head_end, iteration_end, protected_head, protected_tail
 
 log = logging.getLogger("microcompact")
 
