@@ -388,3 +388,35 @@ def test_a_huge_early_tool_output_is_not_pinned_by_the_head():
     assert not any(m.get("tool_call_id") == "big" for m in s.transcript), "the huge early output is still there"
     assert [m["content"] for m in s.transcript[:2]] == ["You are a coding agent.", "read it"]
     check(s, original)
+
+
+def test_every_name_of_the_old_micro_module_is_still_importable():
+    """micro.py became a package: callers (the session, batch, background, user code) import as before."""
+    import microcompact.micro as micro
+    from microcompact.micro import engine, passes, scheduling, spans, state
+    old_names = ["Absorb", "CommitHook", "Condensed", "DEFRAG_MAX_RATIO", "Event", "MAX_CATCH_UP_PASSES",
+                 "MicroCompactor", "Outcome", "PassResult", "Planned", "Rewrite", "RollingSummary", "Span",
+                 "apply_event", "commit_or_log", "micro_compact", "span_key"]
+    assert [n for n in old_names if not hasattr(micro, n)] == []
+    assert micro.MicroCompactor is engine.MicroCompactor and micro.RollingSummary is state.RollingSummary
+    assert micro.span_key is spans.span_key and micro.commit_or_log is passes.commit_or_log
+    assert micro.MAX_CATCH_UP_PASSES is scheduling.MAX_CATCH_UP_PASSES
+
+
+def test_span_selection_works_inside_the_window_it_is_handed():
+    """A pass computes one Window and hands it down: span selection never reaches past that tail."""
+    from microcompact.micro import MicroCompactor
+    from microcompact.tokens import Ledger
+    from microcompact.window import Window
+    cfg = config()
+    turns = [turn(i) for i in range(6)]
+    ledger = Ledger(counter(), [m for t in turns for m in t])
+    engine = MicroCompactor(cfg, Recorder(), ledger.counter)
+    engine.sync(ledger)
+    full = Window.of(ledger.messages, ledger.tokens, cfg)
+    span, _ = engine.select_span(ledger, "turn", full)
+    assert span is not None and span.end <= full.tail
+    # The same transcript with the tail starting just after the head: nothing in between to absorb.
+    narrow = Window(full.head, full.head, full.head_budget, full.tail_budget, full.piece_budget)
+    assert engine.select_span(ledger, "turn", narrow) == (None, "nothing in the middle")
+    assert engine.select_span(ledger, "turn") == (span, "")  # without a window: computed, the same one

@@ -13,10 +13,12 @@ All functions here are pure and cost time proportional to the part of the transc
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .events import Span  # noqa: F401  (re-exported: the unit window functions describe)
 from .messages import Message, is_marker, tool_call_ids
+from .properties import TOOL_PAIRING, USER_MESSAGES, absorbable
 
 if TYPE_CHECKING:
     from .config import Config
@@ -36,9 +38,7 @@ def head_end(messages: Sequence[Message], protect_first_n: int, tokens: Sequence
     i = 0
     while i < n and messages[i].get("role") in ("system", "developer"):
         i += 1
-    end = min(n, i + protect_first_n)
-    while end < n and messages[end].get("role") == "tool":
-        end += 1
+    end = TOOL_PAIRING.forward(messages, min(n, i + protect_first_n))
     if tokens is None or budget is None:
         return end
     spent, k = 0, i
@@ -49,7 +49,7 @@ def head_end(messages: Sequence[Message], protect_first_n: int, tokens: Sequence
         unit = k + 1
         while unit < end and messages[unit].get("role") == "tool":
             unit += 1
-        if m.get("role") != "user":  # user messages are never absorbed: they cost the head nothing
+        if USER_MESSAGES.may_absorb(m):  # user messages are never absorbed: they cost the head nothing
             spent += sum(tokens[k:unit])
             if spent > budget:
                 return k
@@ -57,15 +57,40 @@ def head_end(messages: Sequence[Message], protect_first_n: int, tokens: Sequence
     return end
 
 
-def protected_head(messages: Sequence[Message], tokens: Sequence[int], config: "Config") -> int:
+def protected_head(messages: Sequence[Message], tokens: Sequence[int], config: Config) -> int:
     """:func:`head_end` as the engines use it: ``protect_first_n`` within the configured head budget."""
     return head_end(messages, config.compression.protect_first_n, tokens, config.head_budget_tokens())
 
 
-def protected_tail(messages: Sequence[Message], tokens: Sequence[int], config: "Config", head: int) -> int:
+def protected_tail(messages: Sequence[Message], tokens: Sequence[int], config: Config, head: int) -> int:
     """:func:`tail_start` as the engines use it."""
     return tail_start(messages, tokens, config.tail_budget_tokens(),
                       min_messages=config.compression.min_tail_messages, floor=head)
+
+
+@dataclass(frozen=True)
+class Window:
+    """Where a pass may work, computed once per pass and handed down: ``head`` is the first message after
+    the protected head, ``tail`` the first message of the protected tail (``head <= tail``); the budgets
+    are the configured token budgets those ends and one pass's piece were computed from."""
+
+    head: int
+    tail: int
+    head_budget: int
+    tail_budget: int
+    piece_budget: int
+
+    @classmethod
+    def of(cls, messages: Sequence[Message], tokens: Sequence[int], config: Config) -> Window:
+        """The window of ``messages`` (with their token counts) under ``config``."""
+        h = protected_head(messages, tokens, config)
+        return cls(head=h, tail=protected_tail(messages, tokens, config, h),
+                   head_budget=config.head_budget_tokens(), tail_budget=config.tail_budget_tokens(),
+                   piece_budget=config.piece_budget_tokens())
+
+    def in_tail(self, index: int) -> bool:
+        """True when ``messages[index]`` is in the protected tail (never rewritten there)."""
+        return index >= self.tail
 
 
 def tail_start(messages: Sequence[Message], tokens: Sequence[int], budget: int, *, min_messages: int = 3,
@@ -86,9 +111,7 @@ def tail_start(messages: Sequence[Message], tokens: Sequence[int], budget: int, 
             break
         spent += cost
         start -= 1
-    while floor < start < n and messages[start].get("role") == "tool":
-        start -= 1
-    return start
+    return TOOL_PAIRING.backward(messages, start, floor)
 
 
 def iteration_end(messages: Sequence[Message], start: int) -> int | None:
@@ -116,7 +139,8 @@ def bounded_exchange(messages: Sequence[Message], tokens: Sequence[int], start: 
     end, size = start, 0
     while end < limit and size <= budget:
         m = messages[end]
-        if m.get("role") in ("user", "system", "developer") or (end > start and is_marker(m)):
+        # The exchange ends at a message that stays (user, instruction) or, past its first, a marker.
+        if not absorbable(m) and (end > start or not is_marker(m)):
             break
         size += tokens[end]
         end += 1
@@ -131,7 +155,7 @@ def exchange_start(messages: Sequence[Message], cursor: int, limit: int) -> int 
     i = cursor
     while i < limit:
         m = messages[i]
-        if m.get("role") == "assistant" and not is_marker(m):
+        if m.get("role") == "assistant" and absorbable(m):
             return i
         i += 1
     return None
