@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chat_server import ChatServer
 from typer.testing import CliRunner
 
 import microcompact
+from chat_server import ChatServer
 from microcompact import cli
 from microcompact.cli import app
 
@@ -77,7 +77,8 @@ def subprocess_run(home: Path, *args: Any, timeout: float = 120) -> subprocess.C
 
 def test_function_given_as_a_string(home: Path, tmp_path: Path) -> None:
     p = write(tmp_path / "f.jsonl", USER,
-              '{"role": "assistant", "content": null, "tool_calls": [{"id": "a", "type": "function", "function": "ls"}]}')
+              '{"role": "assistant", "content": null, '
+              '"tool_calls": [{"id": "a", "type": "function", "function": "ls"}]}')
     assert_one_line_error(invoke("replay", p), f"{p}:2:", "tool_calls[0].function must be an object")
 
 
