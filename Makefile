@@ -18,13 +18,14 @@ demo: $(STAMP)
 	$(BIN)/microcompact replay $(DEMO) --context-limit 200000
 	$(BIN)/microcompact replay $(DEMO) --context-limit 200000 --compare
 
-# The fast suite: every contract, without the long replays, kill loops and multi-process races.
+# The fast suite: every contract, without the long replays, kill loops and multi-process races, and with a
+# quarter of the property-test examples (the "fast" hypothesis profile, tests/conftest.py).
 test: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow"
+	$(BIN)/python -m pytest -m "not slow" --hypothesis-profile=fast
 
-# Everything, slow tests included: what CI runs.
+# Everything, slow tests included, every property-test example: what CI runs.
 test-all: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --hypothesis-profile=ci
 
 # Lint and types (CI runs this before the tests). The format check joins `lint` once the tree is formatted.
 lint: $(STAMP)
