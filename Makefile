@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench clean
+.PHONY: demo test test-all lint format-check bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,8 +18,22 @@ demo: $(STAMP)
 	$(BIN)/microcompact replay $(DEMO) --context-limit 200000
 	$(BIN)/microcompact replay $(DEMO) --context-limit 200000 --compare
 
+# The fast suite: every contract, without the long replays, kill loops and multi-process races, and with a
+# quarter of the property-test examples (the "fast" hypothesis profile, tests/conftest.py).
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -m "not slow" --hypothesis-profile=fast
+
+# Everything, slow tests included, every property-test example: what CI runs.
+test-all: $(STAMP)
+	$(BIN)/python -m pytest --hypothesis-profile=ci
+
+# Lint and types (CI runs this before the tests). The format check joins `lint` once the tree is formatted.
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+format-check: $(STAMP)
+	$(BIN)/ruff format --check .
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_pass.py

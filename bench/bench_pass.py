@@ -33,6 +33,7 @@ Method
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import gc
 import json
@@ -46,10 +47,11 @@ import statistics
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from microcompact.config import parse_config
 from microcompact.session import Session
@@ -166,13 +168,15 @@ class Gen:
         ind = "    " * r.randint(0, 3)
         k = r.randrange(10)
         if k == 0:
-            return f"{ind}def {self.ident()}(self, {self.ident()}: {r.choice(_CLASSES)}, {self.w()}: int = {r.randint(0, 99)}) -> {r.choice(_CLASSES)}:"
+            return (f"{ind}def {self.ident()}(self, {self.ident()}: {r.choice(_CLASSES)}, "
+                    f"{self.w()}: int = {r.randint(0, 99)}) -> {r.choice(_CLASSES)}:")
         if k == 1:
             return f"{ind}class {r.choice(_CLASSES)}{r.choice(_CLASSES)}({r.choice(_CLASSES)}):"
         if k == 2:
             return f"{ind}if {self.ident()} is None or len({self.w()}) > {r.randint(1, 4096)}:"
         if k == 3:
-            return f"{ind}    raise {r.choice(_ERRORS)}(f\"{self.w()} {self.w()} {{{self.ident()}!r}} is not {self.w()}\")"
+            return (f"{ind}    raise {r.choice(_ERRORS)}"
+                    f"(f\"{self.w()} {self.w()} {{{self.ident()}!r}} is not {self.w()}\")")
         if k == 4:
             return f"{ind}return {self.ident()}.{self.ident()}({self.w()}, {self.w()}={self.ident()})"
         if k == 5:
@@ -187,7 +191,8 @@ class Gen:
         r = self.r
         k = r.randrange(6)
         if k == 0:
-            return f"tests/test_{self.w()}.py::test_{self.ident()} {r.choice(['PASSED', 'PASSED', 'PASSED', 'FAILED', 'SKIPPED'])}"
+            test_id = f"tests/test_{self.w()}.py::test_{self.ident()}"  # drawn before the outcome, as always
+            return f"{test_id} {r.choice(['PASSED', 'PASSED', 'PASSED', 'FAILED', 'SKIPPED'])}"
         if k == 1:
             return f"E       {r.choice(_ERRORS)}: assert {r.randint(0, 99)} == {r.randint(0, 99)}"
         if k == 2:
@@ -522,7 +527,7 @@ def profile_compare(corpus: Corpus, counter: TokenCounter, passes: int, rounds: 
         cb, tb, cub = b[k]
         print(f"    {name(k)[:58]:<58} {ca:>9.1f} {cb:>7.1f} | {ta:>14.3f} {tb:>7.3f} | {cub:>15.3f}")
     grown = []
-    for k, (cb, tb, cub) in b.items():
+    for k, (cb, tb, _cub) in b.items():
         ca, ta, _ = a.get(k, (0.0, 0.0, 0.0))
         if tb >= 0.01 and (tb > 3 * max(ta, 1e-3) or cb > 3 * max(ca, 1.0)):
             grown.append((tb - ta, k, ca, cb, ta, tb))
@@ -556,11 +561,8 @@ def main() -> None:
     except metadata.PackageNotFoundError:
         tt_version = "?"
     cpu = ""
-    try:
-        cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
-                   "")
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as cpuinfo:
+        cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), "")
     affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     print("microcompact: engine time per micro-compaction pass (summarizer excluded)")
     print(f"machine: {platform.system()} {platform.machine()}, {cpu or platform.processor() or '?'}, "
@@ -569,8 +571,9 @@ def main() -> None:
     c = CONFIG.compression
     print(f"config (all sizes): context_length {CONFIG.model.context_length:,}, threshold {c.threshold}, "
           f"target_ratio {c.target_ratio} -> tail budget {CONFIG.tail_budget_tokens():,} tokens; "
-          f"max_exchange_tokens {c.micro_compact_max_exchange_tokens:,}; every_n_turns {c.micro_compact_every_n_turns}; "
-          f"min_reclaim {c.micro_compact_min_reclaim_tokens}; defrag threshold {c.micro_compact_defrag_threshold_tokens:,}")
+          f"max_exchange_tokens {c.micro_compact_max_exchange_tokens:,}; "
+          f"every_n_turns {c.micro_compact_every_n_turns}; min_reclaim {c.micro_compact_min_reclaim_tokens}; "
+          f"defrag threshold {c.micro_compact_defrag_threshold_tokens:,}")
 
     corpus, build_s = build_corpus(counter, args.seed, max_offset=(args.rounds + 1) * args.passes,
                                    passes=args.passes)
@@ -622,7 +625,7 @@ def main() -> None:
         print("\nF. cProfile of the timed finalize_turn passes (stub), per pass, "
               f"{SIZES[0][0]} vs {SIZES[-1][0]}, normal turns")
         profile_compare(corpus, counter, args.passes, 3, long_turn=False, top=14)
-        print(f"\nG. same, one long autonomous turn (scenario D)")
+        print("\nG. same, one long autonomous turn (scenario D)")
         profile_compare(corpus, counter, args.passes, 3, long_turn=True, top=6)
 
     small, large = SIZES[0][0], SIZES[-1][0]

@@ -267,7 +267,7 @@ def postgres_target() -> tuple[str | None, Any, str]:
         return None, None, "no PostgreSQL binaries under /usr/lib/postgresql/*/bin"
     try:
         server = pgserver.PgServer().start()
-    except Exception as exc:  # noqa: BLE001 - report and go on with SQLite only
+    except Exception as exc:  # report and go on with SQLite only
         return None, None, f"could not start a throwaway server: {exc}"
     return server.dsn, server, f"throwaway server from tests/pg.py ({pgserver.FAST_OPTIONS})"
 
@@ -302,7 +302,8 @@ def print_table(backend: str, rows: list[tuple[str, dict[str, Any]]]) -> None:
     for label, r in rows:
         print(f"{backend:<9}{label + ' (' + format(r['messages'], ',') + ')':<16}{r['passes']:>7}  "
               f"{fmt_rows(r['micro_rows']):>15}{r['micro_ms']:>14.2f}{fmt_rows(r['full_rows']):>15}"
-              f"{r['full_ms']:>13.2f}{r['full_rows'] / r['micro_rows']:>10,.0f}x{r['full_ms'] / r['micro_ms']:>10,.0f}x")
+              f"{r['full_ms']:>13.2f}{r['full_rows'] / r['micro_rows']:>10,.0f}x"
+              f"{r['full_ms'] / r['micro_ms']:>10,.0f}x")
     print()
 
 
@@ -348,7 +349,7 @@ def main() -> None:
             finally:
                 for drop in dbs:
                     drop()
-        except Exception as exc:  # noqa: BLE001 - report and keep the SQLite figures
+        except Exception as exc:  # report and keep the SQLite figures
             pg_note = f"PostgreSQL: failed ({type(exc).__name__}: {exc})"
         finally:
             if server is not None:

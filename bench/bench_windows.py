@@ -24,13 +24,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-from paths import NORMALIZED  # noqa: E402
+from microcompact.config import Config
+from microcompact.replay import load_transcript, replay
+from microcompact.session import Session
 
-from microcompact.config import Config  # noqa: E402
-from microcompact.replay import load_transcript, replay  # noqa: E402
-from microcompact.session import Session  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def normalized_dir() -> Path:
+    """The shared transcripts, found the way the tests find them (tests/paths.py)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from paths import NORMALIZED
+
+    return NORMALIZED
 
 WINDOWS = (32_000, 64_000, 128_000, 200_000)
 
@@ -43,7 +49,7 @@ def run_one(path: Path, window: int) -> dict[str, Any]:
     prompts: list[tuple[int, int]] = []  # (prompt tokens, user and system tokens)
 
     def on_request(_i: int, s: Session) -> None:
-        users = sum(t for m, t in zip(s.ledger.messages, s.ledger.tokens)
+        users = sum(t for m, t in zip(s.ledger.messages, s.ledger.tokens, strict=True)
                     if m.get("role") in ("user", "system", "developer"))
         prompts.append((s.tokens, users))
 
@@ -74,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.disable(logging.WARNING)
     windows = [int(w) for w in args.windows.split(",")]
-    files = sorted(NORMALIZED.glob("*.jsonl"))
+    files = sorted(normalized_dir().glob("*.jsonl"))
     rows = [run_one(f, w) for f in files for w in windows]
     if args.json:
         print(json.dumps(rows, indent=1))

@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import os
+import uuid
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
+
+import pg as pgserver
 from chat_server import ChatServer
+
+# Property tests run the examples their decorators name (strategies.examples) under "ci", the default and
+# what `make test-all` and CI run; `make test` passes --hypothesis-profile=fast for a quarter of them.
+settings.register_profile("ci", max_examples=100)
+settings.register_profile("fast", max_examples=25)
+settings.load_profile("ci")
 
 
 @pytest.fixture
@@ -16,11 +27,6 @@ def chat_server() -> Iterator[ChatServer]:
 
 
 # --------------------------------------------------------------------------- session store (test_store.py)
-
-import os  # noqa: E402
-import uuid  # noqa: E402
-
-import pg as pgserver  # noqa: E402
 
 PG_DSN_ENV = "MICROCOMPACT_TEST_PG_DSN"
 _OWN_PG: dict[str, pgserver.PgServer] = {}

@@ -12,6 +12,7 @@ pg_ctl run as the ``postgres`` user (PostgreSQL refuses to run as root), so the 
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import pwd
@@ -82,7 +83,7 @@ class PgServer:
         return ["runuser", "-u", "postgres", "--"]
 
     def _run(self, *args: str) -> None:
-        cmd = self._as_owner() + [str(self.bin_dir / args[0]), *args[1:]]
+        cmd = [*self._as_owner(), str(self.bin_dir / args[0]), *args[1:]]
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         if proc.returncode != 0:
             log = self.log.read_text(errors="replace")[-2000:] if self.log.exists() else ""
@@ -93,7 +94,7 @@ class PgServer:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def start(self) -> "PgServer":
+    def start(self) -> PgServer:
         self.base.mkdir(parents=True, exist_ok=True)
         if os.geteuid() == 0:
             self._as_owner()  # fails clearly without a postgres user
@@ -113,15 +114,13 @@ class PgServer:
 
     def stop(self, remove: bool = True) -> None:
         if self.data.exists():
-            try:
+            with contextlib.suppress(RuntimeError):  # not running
                 self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
-            except RuntimeError:
-                pass  # not running
         self.started = False
         if remove:
             shutil.rmtree(self.base, ignore_errors=True)
 
-    def __enter__(self) -> "PgServer":
+    def __enter__(self) -> PgServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -21,15 +21,31 @@ generation cheap even for 30K-character outputs and still lets hypothesis shrink
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from hypothesis import settings
 from hypothesis import strategies as st
 
 from microcompact.messages import MARKER_END, MARKER_HEADING, MARKER_PREFIX, content_text, is_marker
 
 Message = dict[str, Any]
+
+# MC_PROPERTY_SCALE=10 multiplies every property test's examples, for a deeper hunt than CI's.
+SCALE = float(os.environ.get("MC_PROPERTY_SCALE", "1"))
+# The least examples a property test runs in the fast profile: enough for generated transcripts of every shape
+# (long turns, markers quoted in outputs, interrupted turns) to come up in a run.
+FAST_FLOOR = 8
+
+
+def examples(n: int) -> int:
+    """The examples to run for a property test whose thorough run takes ``n``: all ``n`` under the "ci"
+    hypothesis profile (``make test-all``), the same share of ``n`` as the loaded profile's max_examples is of
+    hypothesis' 100 under others (``make test`` loads "fast", see conftest.py), never below ``FAST_FLOOR``."""
+    share = settings.default.max_examples / 100
+    return max(min(n, FAST_FLOOR), round(n * share * SCALE))
 
 WORDS = [
     "def", "return", "import", "self", "None", "error", "file", "line", "test", "passed", "failed", "config",
@@ -165,7 +181,7 @@ def iteration(draw: st.DrawFn, ids: _Ids, tiers: list[str] = TIER_WEIGHTS) -> li
              for _ in range(n_calls)]
     msg["tool_calls"] = calls
     results = [{"role": "tool", "tool_call_id": c["id"], "content": draw(tool_output(tiers))} for c in calls]
-    return [msg] + draw(st.permutations(results))
+    return [msg, *draw(st.permutations(results))]
 
 
 @st.composite
@@ -314,7 +330,7 @@ def same_head(out: list[dict[str, Any]], src: list[dict[str, Any]], h: int) -> b
     """``out[:h]`` is ``src[:h]``, metadata aside; a message cut by the last resort only keeps its place."""
     if len(out) < h:
         return False
-    for o, m in zip(out[:h], src[:h]):
+    for o, m in zip(out[:h], src[:h], strict=False):
         if is_cut(o):
             if (o.get("role"), o.get("tool_call_id")) != (m.get("role"), m.get("tool_call_id")):
                 return False

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chat_server import ChatServer
 from typer.testing import CliRunner
 
 import microcompact
+from chat_server import ChatServer
 from microcompact import cli
 from microcompact.cli import app
 
@@ -77,7 +77,8 @@ def subprocess_run(home: Path, *args: Any, timeout: float = 120) -> subprocess.C
 
 def test_function_given_as_a_string(home: Path, tmp_path: Path) -> None:
     p = write(tmp_path / "f.jsonl", USER,
-              '{"role": "assistant", "content": null, "tool_calls": [{"id": "a", "type": "function", "function": "ls"}]}')
+              '{"role": "assistant", "content": null, '
+              '"tool_calls": [{"id": "a", "type": "function", "function": "ls"}]}')
     assert_one_line_error(invoke("replay", p), f"{p}:2:", "tool_calls[0].function must be an object")
 
 
@@ -308,15 +309,23 @@ def test_out_on_a_really_full_filesystem(home: Path, tmp_path: Path, tiny_fs: Pa
 # --------------------------------------------------------------------------- real processes
 
 
+# In the fast suite: what only a real process shows (deep nesting against the interpreter's recursion limit, a
+# lone surrogate on a real stderr); the others' messages are checked in-process above, in a real process here.
+_IN_PROCESS_TOO = pytest.mark.slow
+
+
 @pytest.mark.parametrize("make_args", [
-    lambda d: ["replay", write(d / "f.jsonl", USER, '{"role": "assistant", "tool_calls": [{"id": "a", '
-                                                    '"function": "ls"}]}')],
+    pytest.param(lambda d: ["replay", write(d / "f.jsonl", USER, '{"role": "assistant", "tool_calls": [{"id": "a", '
+                                                                 '"function": "ls"}]}')], marks=_IN_PROCESS_TOO),
     lambda d: ["replay", write(d / "deep.jsonl", "[" * 100_000)],
     lambda d: ["replay", write(d / "s.jsonl", '{"role": "user", "content": "\\ud800"}')],
-    lambda d: ["replay", DEMO, "--compare", "--context-limit", "50000", "--reclaim", "-100"],
-    lambda d: ["replay", DEMO, "--compare", "--context-limit", "50000", "--plot", d / "missing" / "p.png"],
-    lambda d: ["replay", DEMO, "--plot", d / "p.png"],
-    lambda d: ["sessions", "export", "s", "--db", d / "typo.db", "--expand", str(2**70)],
+    pytest.param(lambda d: ["replay", DEMO, "--compare", "--context-limit", "50000", "--reclaim", "-100"],
+                 marks=_IN_PROCESS_TOO),
+    pytest.param(lambda d: ["replay", DEMO, "--compare", "--context-limit", "50000", "--plot",
+                            d / "missing" / "p.png"], marks=_IN_PROCESS_TOO),
+    pytest.param(lambda d: ["replay", DEMO, "--plot", d / "p.png"], marks=_IN_PROCESS_TOO),
+    pytest.param(lambda d: ["sessions", "export", "s", "--db", d / "typo.db", "--expand", str(2**70)],
+                 marks=_IN_PROCESS_TOO),
     lambda d: ["sessions", "list", "--db", d / "typo.db"],
     lambda d: ["import", write(d / "deep2.jsonl", "[" * 100_000), "--from", "claude-code"],
 ])

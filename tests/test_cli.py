@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chat_server import ChatServer
 from typer.testing import CliRunner
 
+from chat_server import ChatServer
 from microcompact.cli import SPARK, app
 from microcompact.messages import (
     META_KEY,
@@ -467,7 +467,7 @@ def test_json_array_with_null_fields_replays_like_jsonl(home: Path, tmp_path: Pa
     as_array.write_text(json.dumps(msgs), encoding="utf-8")
     as_lines = write_jsonl(tmp_path / "nulls.jsonl", msgs)
     outs = [tmp_path / "array.out", tmp_path / "lines.out"]
-    for path, out in zip((as_array, as_lines), outs):
+    for path, out in zip((as_array, as_lines), outs, strict=True):
         run_json(path, "--context-limit", 20000, "--session", "same", "--out", out)
     assert outs[0].read_bytes() == outs[1].read_bytes()
 

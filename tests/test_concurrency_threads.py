@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from microcompact.config import parse_config
+from microcompact.events import BATCH_COMPACTIONS, Outcome
 from microcompact.session import Session
 from microcompact.tokens import EstimateCounter, TokenCounter
 
@@ -62,7 +63,7 @@ def run_threads(workers: list[Callable[[], None]]) -> list[BaseException]:
             start.wait()
             try:
                 fn()
-            except BaseException as exc:  # noqa: BLE001 - reported to the test
+            except BaseException as exc:  # reported to the test
                 errors.append(exc)
         return run
 
@@ -79,7 +80,8 @@ def appender(session: Session, writer: int, n: int, flush_every: int = 0) -> Cal
     def work() -> None:
         for i in range(n):
             role = "user" if i % 2 == 0 else "assistant"
-            session.append({"role": role, "content": f"w{writer} m{i} " + "text " * (i % 7 * 10), "_tag": f"{writer}-{i}"})
+            session.append({"role": role, "content": f"w{writer} m{i} " + "text " * (i % 7 * 10),
+                            "_tag": f"{writer}-{i}"})
             if flush_every and i % flush_every == 0:
                 session.flush()
     return work
@@ -155,7 +157,7 @@ def test_hooks_compact_while_threads_append_read_and_flush(store, background):
         while not stop.is_set():
             outcomes.update(r.outcome for r in session.before_request())
             outcomes.update(r.outcome for r in session.finalize_turn())
-            session.messages  # noqa: B018 - a read collects a finished background pass
+            _ = session.messages  # a read collects a finished background pass
 
     def appenders() -> None:
         errors = run_threads([appender(session, w, n, flush_every=5) for w in range(writers)])
@@ -164,10 +166,12 @@ def test_hooks_compact_while_threads_append_read_and_flush(store, background):
 
     errors = run_threads([appenders, loop, lambda: [session.transcript for _ in range(300)]])
     assert errors == []
-    session.finalize_turn()
-    session.drain()
+    outcomes.update(r.outcome for r in session.finalize_turn())
+    outcomes.update(r.outcome for r in session.drain())
     session.close()
-    assert outcomes["absorbed"] + outcomes["compacted"] + outcomes["pruned"] >= 1, outcomes
+    # Compaction went on: a micro pass absorbed, or batch compaction pruned or compacted (under load, the
+    # batch engine may fold the appenders' many user messages: user_floor_exceeded is a compaction too).
+    assert sum(outcomes[o] for o in {Outcome.ABSORBED, Outcome.PRUNED, *BATCH_COMPACTIONS}) >= 1, outcomes
     assert not outcomes["store_failed"], outcomes
     assert stored_tags(store) == expected_tags(writers, n)
     stored = store.load_active(SID)

@@ -141,7 +141,7 @@ def test_sqlite_lease_of_another_host_lapses_without_heartbeats(tmp_path, caplog
     raw.commit()
     time.sleep(1.5)  # more than the TTL: the heartbeat kept it alive
     contender = SQLiteStore(db, lease_ttl=0.6)
-    with pytest.raises(SessionBusy, match="pid .* on host elsewhere"):
+    with pytest.raises(SessionBusy, match=r"pid .* on host elsewhere"):
         contender.acquire_lease(SID)
     holder._stop_heartbeat.set()  # the holder's host vanishes: no more heartbeats
     holder._heartbeat.join()
@@ -294,7 +294,7 @@ def test_two_replays_racing_on_one_session_end_as_one_writer(target, tmp_path):
             if code == 2:
                 refused += 1
                 assert "is being written by another writer" in stderr
-        for (code, _), out in zip(results, outs):
+        for (code, _), out in zip(results, outs, strict=True):
             if code == 0 and out.exists() and out.stat().st_size:
                 assert out.read_bytes() == ref_out.read_bytes()
         with open_store(target) as st:

@@ -1,7 +1,12 @@
 """Config loading and validation errors."""
 
-import pytest
+import os
+import time
 
+import pytest
+from typer.testing import CliRunner
+
+from microcompact.cli import app
 from microcompact.config import Config, ConfigError, load_config, parse_config
 
 
@@ -18,8 +23,9 @@ def test_defaults():
 
 
 def test_cadence_below_one_is_clamped():
-    assert parse_config({"compression": {"micro_compact_every_n_turns": 0}}).compression.micro_compact_every_n_turns == 1
-    assert parse_config({"compression": {"micro_compact_every_n_turns": -4}}).compression.micro_compact_every_n_turns == 1
+    for n in (0, -4):
+        compression = parse_config({"compression": {"micro_compact_every_n_turns": n}}).compression
+        assert compression.micro_compact_every_n_turns == 1
 
 
 @pytest.mark.parametrize("data, fragments", [
@@ -45,7 +51,7 @@ def test_load_yaml_file_and_bad_yaml(tmp_path, monkeypatch):
     assert c.compression.micro_compact and c.threshold_tokens() == 38400
     bad = tmp_path / "bad.yaml"
     bad.write_text("compression:\n  threshold: [0.5\n")
-    with pytest.raises(ConfigError, match="invalid YAML in .*bad.yaml:"):
+    with pytest.raises(ConfigError, match=r"invalid YAML in .*bad\.yaml:"):
         load_config(bad)
     with pytest.raises(ConfigError, match="cannot read config"):
         load_config(tmp_path / "missing.yaml")
@@ -63,16 +69,9 @@ def test_with_overrides_ignores_none_and_validates():
 
 # --------------------------------------------------------------------------- issue 8: items 10, 11, 12
 
-import os  # noqa: E402
-import time  # noqa: E402
-
-from typer.testing import CliRunner  # noqa: E402
-
-from microcompact.cli import app  # noqa: E402
-
 # About 300 bytes that expand to 9**9 strings once built ("billion laughs").
 ALIAS_BOMB = "a: &a [x,x,x,x,x,x,x,x,x]\n" + "".join(
-    f"{n}: &{n} [{','.join(['*' + p] * 9)}]\n" for p, n in zip("abcdefgh", "bcdefghi"))
+    f"{n}: &{n} [{','.join(['*' + p] * 9)}]\n" for p, n in zip("abcdefgh", "bcdefghi", strict=True))
 
 
 def run_cli(*args):

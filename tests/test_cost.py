@@ -21,7 +21,7 @@ def msgs(n):
 
 
 def test_anthropic_style_reads_prefix_and_writes_suffix():
-    a, b, c, d = msgs(4)
+    a, b, c, _d = msgs(4)
     model = CacheModel(PRICES)
     model.request([a, b], [100, 200], now=0, output_tokens=10)  # cold: all 300 written
     model.request([a, b, c], [100, 200, 50], now=30, output_tokens=20)  # 300 read, 50 written

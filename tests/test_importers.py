@@ -8,7 +8,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from paths import TRANSCRIPTS
 from rich.console import Console
 from typer.testing import CliRunner
 
@@ -34,6 +33,7 @@ from microcompact.messages import (
     user_texts,
 )
 from microcompact.replay import load_transcript
+from paths import TRANSCRIPTS
 
 SHARED = TRANSCRIPTS
 RAW = SHARED / "raw"
@@ -315,7 +315,7 @@ def test_missing_role_is_named(tmp_path: Path) -> None:
 
 
 def test_other_malformed_inputs(tmp_path: Path) -> None:
-    with pytest.raises(TranscriptError, match="cannot read .*no such file"):
+    with pytest.raises(TranscriptError, match=r"cannot read .*no such file"):
         import_transcript(tmp_path / "missing.jsonl", "openai")
     p = _write(tmp_path, "cc.jsonl", [json.dumps({"type": "assistant", "timestamp": "x"})])
     with pytest.raises(TranscriptError, match=r"cc\.jsonl:1: assistant line without a 'message'"):

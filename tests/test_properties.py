@@ -28,7 +28,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import logging
-import os
 import re
 from collections import Counter
 from typing import Any
@@ -53,14 +52,14 @@ from microcompact.replay import replay
 from microcompact.session import Session
 from microcompact.tokens import EstimateCounter, TokenCounter, make_text_counter
 from microcompact.window import protected_head, tail_start
-
 from strategies import (
     Scenario,
+    examples,
     head_of,
-    same_head,
     isolated_config_data,
     long_turn_transcripts,
     micro_configs,
+    same_head,
     scenarios,
     transcripts,
     units,
@@ -69,14 +68,6 @@ from strategies import (
 FAILED = {"summarize_failed", "exchange_skipped", "no_reclaim", "store_failed"}
 PASS_OUTCOMES = {"absorbed", "summarize_failed", "exchange_skipped", "no_reclaim", "store_failed"}
 DEFRAG_OUTCOMES = {"defrag", "defrag_failed"}
-
-# MC_PROPERTY_SCALE=10 multiplies every max_examples, for a deeper hunt than the default quick run.
-SCALE = float(os.environ.get("MC_PROPERTY_SCALE", "1"))
-
-
-def examples(n: int) -> int:
-    return max(1, int(n * SCALE))
-
 
 COMMON = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                                       HealthCheck.large_base_example])
@@ -109,7 +100,7 @@ class DigestSummarizer:
         digest = hashlib.sha1(f"{summary}|{','.join(got)}".encode()).hexdigest()[:10]
         line = f"- {len(exchange)} msgs [{roles[:24]}] {' '.join(got)[:100] or '-'} #{digest}"
         lines = [ln for ln in summary.splitlines() if ln.strip()][-(self.max_lines - 1):]
-        return "\n".join(lines + [line])
+        return "\n".join([*lines, line])
 
     def condense(self, summary: str, target_tokens: int) -> str:
         self.condense_calls += 1
@@ -228,7 +219,7 @@ class Driver:
     """
 
     def __init__(self, session: Session, source: list[dict[str, Any]], *, base: int = 0, in_turn: bool = False,
-                 check: bool = True, settle: bool = False, clock: "FakeClock | None" = None,
+                 check: bool = True, settle: bool = False, clock: FakeClock | None = None,
                  gaps: list[float] | None = None) -> None:
         self.settle = settle  # background mode: wait for the pass a hook started and apply it, then check
         self.clock = clock  # cache-aware mode: advanced by the next of ``gaps`` before every model request
@@ -245,7 +236,7 @@ class Driver:
     # -- driving
 
     def run(self, extras: dict[int, list[str]] | None = None, *, stop: int | None = None,
-            finalize: bool = True) -> "Driver":
+            finalize: bool = True) -> Driver:
         extras = extras or {}
         stop = len(self.source) if stop is None else stop
         handler = _ErrorLog()
@@ -323,7 +314,7 @@ class Driver:
         led = self.s.ledger
         assert len(led.tokens) == len(after)
         assert led.total == sum(led.tokens), where
-        assert all(m.get("_tokens") == n for m, n in zip(after, led.tokens)), where
+        assert all(m.get("_tokens") == n for m, n in zip(after, led.tokens, strict=True)), where
 
         # No pass, or only failed passes: the transcript is exactly as before.
         if not outcomes or set(outcomes) <= FAILED:
@@ -419,7 +410,7 @@ def test_long_turns_are_absorbed_in_pieces_before_requests(messages: list[dict[s
     """Long turns: pieces are absorbed by before_request while the turn runs, invariants hold at every hook."""
     config = parse_config(cfg)
     summ = DigestSummarizer()
-    d = Driver(make_session(config, summ), messages).run()
+    Driver(make_session(config, summ), messages).run()
     seen = summ.seen()
     assert "USER" not in seen and len(seen) == len(set(seen))
     # A piece never cuts an iteration: a call and its results are summarized in the same merge.
@@ -976,6 +967,6 @@ def test_user_message_checker_accepts_every_joining_of_consecutive_messages(text
     from microcompact.messages import join_user_messages
     originals = _users(texts)
     cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(texts) - 1)), max_size=len(texts))))
-    groups = [originals[a:b] for a, b in zip([0] + cuts, cuts + [len(originals)]) if originals[a:b]]
+    groups = [originals[a:b] for a, b in zip([0, *cuts], [*cuts, len(originals)], strict=True) if originals[a:b]]
     joined = [join_user_messages(g) for g in groups]
     assert user_message_errors(originals, joined) == []

@@ -5,7 +5,8 @@ The driver mirrors :func:`microcompact.replay.replay` (``before_request`` before
 call, not only on the final transcript; the final transcript is then compared with what ``replay`` itself
 produces, so the mirror cannot drift from the real thing.
 
-Sessions: shared/transcripts/normalized beside the repository (see its MANIFEST.md). The module skips when it is missing.
+Sessions: shared/transcripts/normalized beside the repository (see its MANIFEST.md). The module skips when it is
+missing.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from microcompact.messages import (
 )
 from microcompact.replay import load_transcript, replay
 from microcompact.session import Session
-from paths import NORMALIZED
+from paths import NORMALIZED, manifest_sessions
 from strategies import head_of, same_head
 
 CORPUS = NORMALIZED
@@ -69,7 +70,7 @@ class Checked:
         self.protect = session.config.compression.protect_first_n
         self.over_window = 0
 
-    def run(self) -> "Checked":
+    def run(self) -> Checked:
         in_turn = False
         for m in self.source:
             role = m.get("role")
@@ -92,7 +93,7 @@ class Checked:
         self.hooks += 1
         if name == "before_request":  # the prompt about to be sent fits the window, unless what is never cut
             limit = self.s.config.model.context_length or 0  # (user and system messages) alone does not
-            fixed = sum(t for m, t in zip(self.s.ledger.messages, self.s.ledger.tokens)
+            fixed = sum(t for m, t in zip(self.s.ledger.messages, self.s.ledger.tokens, strict=True)
                         if m.get("role") in ("user", "system", "developer"))
             if self.s.tokens > limit:
                 self.over_window += 1
@@ -129,13 +130,25 @@ def transcripts() -> dict[str, list[dict[str, Any]]]:
     return {p.stem: load_transcript(p) for p in FILES}
 
 
-def test_corpus_is_complete() -> None:
-    assert len(FILES) == 10, [p.name for p in FILES]
-    assert any(p.stem.startswith("cc_") for p in FILES)
+def test_corpus_is_the_one_the_manifest_lists_and_every_message_loads(
+        transcripts: dict[str, list[dict[str, Any]]]) -> None:
+    """The replays below run over every listed session (a partial copy of shared/ fails here, not silently),
+    and loading a session yields every message it recorded."""
+    listed = manifest_sessions()
+    assert sorted(p.stem for p in FILES) == sorted(listed)
+    assert {name: len(messages) for name, messages in transcripts.items()} == listed
 
 
-@pytest.mark.parametrize("limit", LIMITS)
-@pytest.mark.parametrize("name", [p.stem for p in FILES])
+def replays() -> list[Any]:
+    """Every session at 32K (micro and batch compaction together, the hardest window) and the Claude Code ones
+    at 200K (the product's point, checked below) in the fast suite; the other replays are slow."""
+    return [pytest.param(p.stem, limit, id=f"{p.stem}-{limit}",
+                         marks=() if limit == 32_000 or (limit == 200_000 and p.stem.startswith("cc_"))
+                         else pytest.mark.slow)
+            for limit in LIMITS for p in FILES]
+
+
+@pytest.mark.parametrize("name,limit", replays())
 def test_invariants_hold_after_every_hook(name: str, limit: int, transcripts: dict[str, list[dict[str, Any]]]
                                           ) -> None:
     source = transcripts[name]
@@ -175,7 +188,8 @@ def test_invariants_hold_after_every_hook(name: str, limit: int, transcripts: di
         assert run.s.occupancy_pct() < 60
 
 
-@pytest.mark.parametrize("name,most", [("cc_fa812bfe", 3), ("cc_subagent_a2898e3", 2), ("sweplay_openhands_largest", 3)])
+@pytest.mark.parametrize("name,most",
+                         [("cc_fa812bfe", 3), ("cc_subagent_a2898e3", 2), ("sweplay_openhands_largest", 3)])
 def test_batch_converges_at_a_32k_window(name: str, most: int, transcripts: dict[str, list[dict[str, Any]]]) -> None:
     """Issue 8.7: at 32K, cc_fa812bfe did 6 full batch compactions (10 with prunes); a session with large user
     messages (cc_subagent_a2898e3: 12 requests) batched again and again and never settled."""

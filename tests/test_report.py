@@ -31,6 +31,7 @@ from another logger, a traceback line), 2 of them malformed telemetry; blank lin
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import io
 import json
 import sys
@@ -300,7 +301,7 @@ def test_json_output_parses(logs):
 def test_missing_and_unreadable_files_warned_and_skipped(tmp_path, logs):
     missing, folder = tmp_path / "nope.log", tmp_path / "adir"
     folder.mkdir()
-    code, out, err = run([missing, *logs, folder])
+    code, _out, err = run([missing, *logs, folder])
     assert code == 0
     assert f"cannot read {missing}" in err and f"cannot read {folder}" in err and err.count("skipped") == 2
     assert "No such file" in err
@@ -361,7 +362,7 @@ def test_session_ids_are_not_markup(tmp_path):
 def test_plot_writes_png(tmp_path, logs):
     pytest.importorskip("matplotlib")
     png = tmp_path / "occupancy.png"
-    code, out, err = run(logs, plot=png)
+    code, _out, err = run(logs, plot=png)
     assert code == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert f"occupancy plot written to {png}" in err
@@ -375,11 +376,7 @@ def test_plot_with_json_keeps_stdout_parseable(tmp_path, logs):
 
 
 def _matplotlib_missing() -> bool:
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        return True
-    return False
+    return importlib.util.find_spec("matplotlib") is None
 
 
 @pytest.mark.skipif(not _matplotlib_missing(), reason="matplotlib is installed")

@@ -36,7 +36,8 @@ def agent_transcript(seed: int, turns: int = 8) -> list[dict]:
         for k in range(rng.randint(1, 3)):
             cid = f"call_{seed}_{t}_{k}"
             msgs.append({"role": "assistant", "content": f"looking {k}", "tool_calls": [
-                {"id": cid, "type": "function", "function": {"name": "Bash", "arguments": json.dumps({"cmd": f"ls {k}"})}}]})
+                {"id": cid, "type": "function",
+                 "function": {"name": "Bash", "arguments": json.dumps({"cmd": f"ls {k}"})}}]})
             msgs.append({"role": "tool", "tool_call_id": cid, "content": "file.py\n" * rng.randint(20, 400)})
         msgs.append({"role": "assistant", "content": f"done {t}"})
     return msgs
@@ -54,7 +55,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "home"
 
 
-def run(*args) -> "CliRunner":
+def run(*args) -> CliRunner:
     return CliRunner().invoke(app, ["replay", *map(str, args)])
 
 
@@ -65,7 +66,7 @@ def stored_rows(db: Path) -> list[dict]:
 
 def test_resuming_with_another_transcript_is_refused_naming_the_first_difference(home, tmp_path):
     a = agent_transcript(1)
-    b = a[:10] + [{**a[10], "content": a[10]["content"] + " (edited)"}] + a[11:]  # differs at message 10
+    b = [*a[:10], {**a[10], "content": a[10]["content"] + " (edited)"}, *a[11:]]  # differs at message 10
     db = tmp_path / "s.db"
     first = run(write_jsonl(tmp_path / "a.jsonl", a), "--context-limit", 20000, "--db", db, "--session", "S")
     assert first.exit_code == 0, first.output
@@ -138,7 +139,7 @@ def test_same_file_name_different_content_gets_its_own_session(home, tmp_path):
     with open_store(str(db)) as st:
         ids = [s["id"] for s in st.list_sessions()]
         assert len(ids) == 2
-        for sid, path in zip(ids, (a, b)):  # each holds its own transcript, once
+        for sid, path in zip(ids, (a, b), strict=True):  # each holds its own transcript, once
             srcs = [m["_src"] for m in st.export(sid, include_absorbed=True) if "_src" in m]
             assert sorted(srcs) == list(range(len(load_transcript(path))))
     # Replaying a file again finds its own session.

@@ -12,17 +12,17 @@ import json
 from typing import Any
 
 import pytest
-from chat_server import ChatServer
-from secrets_table import SECRET_FORMATS
 
 import microcompact.summarizers.http as summarizer_http
 import microcompact.summarizers.input as summarizer_input
 import microcompact.summarizers.validation as summarizer_validation
+from chat_server import ChatServer
 from microcompact.config import parse_config
 from microcompact.messages import marker_kind
 from microcompact.session import Session
 from microcompact.summarizers import OpenAISummarizer
 from microcompact.tokens import EstimateCounter, TokenCounter
+from secrets_table import SECRET_FORMATS
 
 
 def _no_redaction(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from microcompact.config import parse_config
+from microcompact.events import apply_event
 from microcompact.messages import marker_body, marker_kind, role_sequence_errors, tool_pairing_errors
 from microcompact.replay import load_transcript, replay, resume_point
 from microcompact.session import Session
@@ -65,7 +66,8 @@ class Recorder:
         self.calls.append(("merge", tuple(ids)))
         if self.fail_on & set(ids):
             raise RuntimeError("model down")
-        return (summary + "\n- " + (",".join(ids) or "answer") + " (ran it, read the output, nothing surprising, moved on to the next step)").strip()
+        return (summary + "\n- " + (",".join(ids) or "answer") + " (ran it, read the output, nothing surprising, moved "
+                                                                 "on to the next step)").strip()
 
     def batch(self, summary, messages, focus=None):
         self.calls.append(("batch", tuple(call_ids(messages))))
@@ -95,7 +97,8 @@ def make_turns(n, seed=7):
         msgs = [{"role": "user", "content": f"request {t}: " + "please " * rng.randint(20, 200)}]
         for k in range(rng.randint(1, 4)):
             cid = f"c{t}_{k}"
-            msgs.append({"role": "assistant", "content": f"step {t}.{k}", "tool_calls": [tool_call(cid, f"cmd{t}x{k}")]})
+            msgs.append({"role": "assistant", "content": f"step {t}.{k}",
+                         "tool_calls": [tool_call(cid, f"cmd{t}x{k}")]})
             msgs.append({"role": "tool", "tool_call_id": cid,
                          "content": f"needle{t}q{k} " + "word " * rng.randint(50, 600)})
         msgs.append({"role": "assistant", "content": f"done {t}"})
@@ -153,7 +156,7 @@ def proj(m):
 
 
 def proj_pos(m):
-    return proj(m) + (m.get("_pos"), m.get("_row"))
+    return (*proj(m), m.get("_pos"), m.get("_row"))
 
 
 def check_store_matches(session, store, sid=SID):
@@ -344,6 +347,40 @@ def test_passes_are_committed_before_they_are_applied(store):
     assert [proj(m) for m in loaded] == [proj(m) for m in session.transcript]
 
 
+class Replica:
+    """A caller's own copy of the transcript, kept only from what the commit hook is told."""
+
+    def __init__(self) -> None:
+        self.messages: list[dict] = []
+
+    def splice(self, start, end, replacement):
+        self.messages[start:end] = [dict(m) for m in replacement]
+
+
+def test_a_commit_hook_can_mirror_every_pass_from_the_events_alone():
+    """A custom store (``Session(commit=...)``) is given each event with the transcript it applies to; applying
+    the event to a copy of that transcript gives exactly what the session holds after the pass: absorbs,
+    marker rewrites and batch compactions alike."""
+    mirrored = Replica()
+    kinds: Counter[str] = Counter()
+
+    def commit(event, messages):
+        mirrored.messages = [dict(m) for m in messages]
+        apply_event(mirrored, event)
+        kinds[type(event).__name__] += 1
+
+    session = Session(small_config(), Recorder(), session_id=SID, counter=counter(), commit=commit)
+    session.extend(flat_transcript(0))
+
+    def after(kind, results, before):
+        if any(r.outcome in CHANGED for r in results):
+            assert [proj(m) for m in mirrored.messages] == [proj(m) for m in session.transcript], kind
+
+    outcomes = drive(session, make_turns(40), after)
+    assert outcomes["absorbed"] >= 10 and outcomes["defrag"] + outcomes["defrag_failed"] >= 1, outcomes
+    assert kinds["Absorb"] and kinds["Rewrite"] and kinds["BatchCompact"], kinds
+
+
 # --------------------------------------------------------------------------- resume
 
 
@@ -397,7 +434,7 @@ def test_resume_gives_the_same_transcript_as_an_uninterrupted_session(store):
     assert starts == sorted(starts) and starts[0] == 0 and starts[-1] > cuts[-2]
     assert whole_stats.outcomes["absorbed"] >= 10 and whole.batch.compactions >= 1
     # Same final transcript, message for message (positions included), in memory and in the store.
-    assert [proj(m) + (m["_pos"],) for m in s.transcript] == [proj(m) + (m["_pos"],) for m in whole.transcript]
+    assert [(*proj(m), m["_pos"]) for m in s.transcript] == [(*proj(m), m["_pos"]) for m in whole.transcript]
     assert [proj(m) for m in check_consistent(store, "crashy")] == [proj(m) for m in check_consistent(store, "whole")]
     # No work redone and none lost: the same summarizer calls in the same order.
     assert crash_summ.calls == whole_summ.calls
@@ -519,7 +556,8 @@ def _check_crashed_db(db: Path, n_messages: int) -> int:
         if "messages_fts" in tables:
             raw.execute("INSERT INTO messages_fts (messages_fts) VALUES ('integrity-check')")
         dup = raw.execute("SELECT session_id, position, COUNT(*) FROM messages WHERE state = 'active' "
-                          "GROUP BY session_id, position HAVING COUNT(*) > 1").fetchall() if "messages" in tables else []
+                          "GROUP BY session_id, position HAVING COUNT(*) > "
+                          "1").fetchall() if "messages" in tables else []
         assert dup == []
         dangling = raw.execute("SELECT m.id FROM messages m LEFT JOIN messages r ON r.id = m.absorbed_by "
                                "WHERE m.state != 'active' AND r.id IS NULL").fetchall() if "messages" in tables else []
@@ -537,6 +575,7 @@ def _check_crashed_db(db: Path, n_messages: int) -> int:
         return point
 
 
+@pytest.mark.slow  # a kill loop of real processes; the in-process crash/resume tests above run in the fast suite
 def test_sigkill_during_replay_resumes_to_the_same_output(tmp_path):
     if not CRASH_FILE.exists():
         pytest.skip(f"{CRASH_FILE} not available")
@@ -655,6 +694,32 @@ def recovery_phase(session, store, turns):
     return outcomes
 
 
+@pytest.mark.parametrize("scheme", ["postgresql", "postgres"])
+def test_a_postgres_url_stores_the_session_in_that_database(pg_dsn, tmp_path, monkeypatch, scheme):
+    """``--db postgresql://.../name`` (and ``postgres://``) keeps the session in that PostgreSQL database, where
+    another store opened on the same database resumes it; no SQLite file is created instead."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    from conftest import FreshPgDatabase
+
+    if not pg_dsn.startswith(("postgresql://", "postgres://")):
+        pytest.skip("the test server's DSN is not a URL")
+    monkeypatch.chdir(tmp_path)
+    db = FreshPgDatabase(pg_dsn)
+    try:
+        url = urlunsplit(urlsplit(pg_dsn)._replace(scheme=scheme, path="/" + db.name))
+        msgs = flat_transcript(2)
+        with open_store(url) as st:
+            session = new_session(st, Recorder())
+            session.extend(msgs)
+            session.close()
+        with PostgresStore(db.dsn) as other:
+            assert [proj(m) for m in other.load_active(SID)] == [proj(m) for m in msgs]
+        assert list(tmp_path.iterdir()) == []
+    finally:
+        db.drop()
+
+
 def test_read_only_store(store_factory):
     turns = make_turns(36)
     rw = store_factory.open()
@@ -673,7 +738,7 @@ def test_read_only_store(store_factory):
     recovery_phase(session, rw, turns[20:])
 
 
-@pytest.mark.parametrize("rate", [0.5, 1.0])
+@pytest.mark.parametrize("rate", [0.5, pytest.param(1.0, marks=pytest.mark.slow)])  # 1.0: 28 turns of failures
 def test_full_disk_some_of_the_time(store, rate):
     spy = Spy(store)
     session = new_session(spy, Recorder())
@@ -681,7 +746,7 @@ def test_full_disk_some_of_the_time(store, rate):
     drive(session, turns[:6])
     spy.fault, spy.fault_methods, spy.fault_rate = StoreFull, ("append", "archive_and_compact"), rate
     outcomes = fault_phase(session, store, turns[6:34])
-    assert spy.failures["append"] and spy.failures["archive_and_compact"] or rate == 1.0
+    assert (spy.failures["append"] and spy.failures["archive_and_compact"]) or rate == 1.0
     if rate < 1.0:
         assert outcomes["absorbed"] >= 1, outcomes  # passes got through between failures
     spy.fault = None
@@ -785,7 +850,7 @@ def test_postgres_down_for_a_while(pg_server):
         db.drop()
 
 
-# --------------------------------------------------------------------------- regressions: resume and lost acknowledgements
+# --------------------------------------------------------------------------- regressions: resume, lost acknowledgements
 
 
 def _replay_with_crash(store, sid, msgs, cfg, summarizer, cut):
@@ -870,7 +935,7 @@ def test_lost_commit_ack_on_append_does_not_duplicate_messages(pg_dsn):
             session.flush()
             copies = [m for m in st.load_active(SID) if m.get("content") == turns[4][0]["content"]]
             assert len(copies) == 1, f"the message is stored {len(copies)} times"
-            drive(session, [turns[4][1:]] + turns[5:])
+            drive(session, [turns[4][1:], *turns[5:]])
             session.close()
             resumed = open_session(st, Recorder())
             assert [proj(m) for m in resumed.transcript] == [proj(m) for m in session.transcript]
@@ -920,7 +985,7 @@ def test_constructing_over_an_existing_session_points_to_open(store):
     s = new_session(store, Recorder(), sid="dup")
     s.extend(flat_transcript(2))
     s.close()
-    with pytest.raises(ValueError, match="Session.open"):
+    with pytest.raises(ValueError, match=r"Session\.open"):
         Session(micro_config(), Recorder(), session_id="dup", store=store, counter=counter())
 
 

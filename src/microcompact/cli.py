@@ -13,12 +13,12 @@ import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from .compare import POLICIES, compare, plot_compare
@@ -26,8 +26,8 @@ from .config import Config, ConfigError, home_dir, load_config
 from .cost import load_pricing
 from .messages import TranscriptError, content_text
 from .replay import default_session_id, read_transcript, replay, resume_start, summary_json
-from .store import StoreError, default_store_path, open_store
 from .session import Session
+from .store import StoreError, default_store_path, open_store
 from .telemetry import setup_file_logging
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -60,7 +60,7 @@ def _fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-def _open_log(log_file: Optional[Path]) -> logging.Handler:
+def _open_log(log_file: Path | None) -> logging.Handler:
     path = log_file or home_dir() / "logs" / "agent.log"
     try:
         _create_private(path)
@@ -78,9 +78,9 @@ def _create_private(path: Path) -> None:
     path.touch(mode=0o600)
 
 
-def _configure(config_path: Optional[Path], context_limit: Optional[int], summarizer: Optional[str],
-               model: Optional[str], base_url: Optional[str], api_key_env: Optional[str], every: Optional[int],
-               micro: Optional[bool]) -> Config:
+def _configure(config_path: Path | None, context_limit: int | None, summarizer: str | None,
+               model: str | None, base_url: str | None, api_key_env: str | None, every: int | None,
+               micro: bool | None) -> Config:
     """The config for a replay: explicit flags > the config file > defaults (replay's default is micro on)."""
     config = load_config(config_path)
     if micro is None:
@@ -98,32 +98,43 @@ def _configure(config_path: Optional[Path], context_limit: Optional[int], summar
 @app.command("replay")
 def replay_cmd(
     transcript: Annotated[Path, typer.Argument(help="JSONL (one message per line) or a JSON array file.")],
-    config: Annotated[Optional[Path], typer.Option("--config", help="YAML config file.")] = None,
-    context_limit: Annotated[Optional[int], typer.Option("--context-limit", help="Model context window, tokens.")] = None,
-    summarizer: Annotated[Optional[str], typer.Option("--summarizer", help="extractive | openai")] = None,
-    model: Annotated[Optional[str], typer.Option("--model", help="Summarizer model name (openai).")] = None,
-    base_url: Annotated[Optional[str], typer.Option("--base-url", help="OpenAI-compatible endpoint.")] = None,
-    api_key_env: Annotated[Optional[str], typer.Option("--api-key-env", help="Env var holding the API key.")] = None,
-    every: Annotated[Optional[int], typer.Option("--every", help="Turn-end passes every N turns (long-turn pieces before requests are not gated).")] = None,
-    out_file: Annotated[Optional[Path], typer.Option("--out", help="Write the final transcript (JSONL).")] = None,
-    log_file: Annotated[Optional[Path], typer.Option("--log", help="Log file (default $MICROCOMPACT_HOME/logs/agent.log).")] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="YAML config file.")] = None,
+    context_limit: Annotated[int | None, typer.Option("--context-limit", help="Model context window, tokens.")] = None,
+    summarizer: Annotated[str | None, typer.Option("--summarizer", help="extractive | openai")] = None,
+    model: Annotated[str | None, typer.Option("--model", help="Summarizer model name (openai).")] = None,
+    base_url: Annotated[str | None, typer.Option("--base-url", help="OpenAI-compatible endpoint.")] = None,
+    api_key_env: Annotated[str | None, typer.Option("--api-key-env", help="Env var holding the API key.")] = None,
+    every: Annotated[int | None, typer.Option("--every", help="Turn-end passes every N turns (long-turn pieces before "
+                                                              "requests are not gated).")] = None,
+    out_file: Annotated[Path | None, typer.Option("--out", help="Write the final transcript (JSONL).")] = None,
+    log_file: Annotated[Path | None, typer.Option("--log", help="Log file (default "
+                                                                "$MICROCOMPACT_HOME/logs/agent.log).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a machine-readable summary.")] = False,
-    micro_flag: Annotated[Optional[bool], typer.Option("--micro/--no-micro", help="Replay with / without micro-compaction "
+    micro_flag: Annotated[bool | None, typer.Option("--micro/--no-micro", help="Replay with / without micro-compaction "
                                                        "(default: compression.micro_compact of --config when the file "
                                                        "sets it, else on). Everywhere an explicit flag beats the "
-                                                       "config file, which beats the default.", show_default=False)] = None,
+                                                       "config file, which beats the "
+                                                       "default.", show_default=False)] = None,
     repair: Annotated[bool, typer.Option("--repair", help="Repair known recording defects (orphan tool results, calls "
                                                            "with no result, duplicate call ids), reporting each on "
                                                            "stderr with its line.")] = False,
-    session_id: Annotated[Optional[str], typer.Option("--session", help="Session id (default: derived from the file).")] = None,
-    db: Annotated[Optional[str], typer.Option("--db", help="Store the session here (SQLite file or postgresql:// DSN); "
+    session_id: Annotated[str | None, typer.Option("--session", help="Session id (default: derived from the "
+                                                                     "file).")] = None,
+    db: Annotated[str | None, typer.Option("--db", help="Store the session here (SQLite file or postgresql:// DSN); "
                                                             "run again to resume after an interruption.")] = None,
-    compare_policies: Annotated[bool, typer.Option("--compare", help="Replay under every policy side by side, with costs.")] = False,
-    pricing: Annotated[Optional[str], typer.Option("--pricing", help="With --compare: cost model, anthropic | openai | FILE.yaml.  [default: anthropic]")] = None,
-    every_n: Annotated[Optional[int], typer.Option("--every-n", help="With --compare: N for the micro-every-N policy.  [default: 5]")] = None,
-    reclaim: Annotated[Optional[int], typer.Option("--reclaim", help="With --compare: reclaim gate tokens for micro-reclaim-gate.  [default: 4096]")] = None,
-    assume_gap: Annotated[Optional[float], typer.Option("--assume-gap", help="With --compare: seconds between model requests when the transcript has no timestamps.  [default: 30]")] = None,
-    plot: Annotated[Optional[Path], typer.Option("--plot", help="With --compare: draw occupancy per request (PNG).")] = None,
+    compare_policies: Annotated[bool, typer.Option("--compare", help="Replay under every policy side by side, with "
+                                                                     "costs.")] = False,
+    pricing: Annotated[str | None, typer.Option("--pricing", help="With --compare: cost model, anthropic | openai | "
+                                                                  "FILE.yaml.  [default: anthropic]")] = None,
+    every_n: Annotated[int | None, typer.Option("--every-n", help="With --compare: N for the micro-every-N policy.  "
+                                                                  "[default: 5]")] = None,
+    reclaim: Annotated[int | None, typer.Option("--reclaim", help="With --compare: reclaim gate tokens for "
+                                                                  "micro-reclaim-gate.  [default: 4096]")] = None,
+    assume_gap: Annotated[float | None, typer.Option("--assume-gap", help="With --compare: seconds between model "
+                                                                          "requests when the transcript has no "
+                                                                          "timestamps.  [default: 30]")] = None,
+    plot: Annotated[Path | None, typer.Option("--plot", help="With --compare: draw occupancy per request "
+                                                             "(PNG).")] = None,
 ) -> None:
     """Replay a recorded transcript through the engine and report what happened.
 
@@ -175,7 +186,7 @@ def replay_cmd(
     except KeyboardInterrupt:
         where = "; run the same command again to resume from the store" if db else ""
         err.print(f"interrupted{where}", highlight=False)
-        raise typer.Exit(130)
+        raise typer.Exit(130) from None
     finally:
         logging.getLogger("microcompact").removeHandler(handler)
         handler.close()
@@ -215,11 +226,11 @@ class CompareOptions:
     every_n: int = 5
     reclaim: int = 4096
     assume_gap: float = 30.0
-    plot: Optional[Path] = None
+    plot: Path | None = None
 
 
-def _compare_options(on: bool, pricing: Optional[str], every_n: Optional[int], reclaim: Optional[int],
-                     assume_gap: Optional[float], plot: Optional[Path]) -> CompareOptions:
+def _compare_options(on: bool, pricing: str | None, every_n: int | None, reclaim: int | None,
+                     assume_gap: float | None, plot: Path | None) -> CompareOptions:
     """The --compare options, range-checked before anything long runs; given without --compare, an error
     (a flag that silently does nothing misleads)."""
     given = {"--pricing": pricing, "--every-n": every_n, "--reclaim": reclaim, "--assume-gap": assume_gap,
@@ -261,7 +272,7 @@ def _check_writable_target(flag: str, path: Path) -> None:
 
 
 def _compare(path: Path, messages: list, cfg: Config, prices, opts: CompareOptions, as_json: bool,
-             log_file: Optional[Path]) -> None:
+             log_file: Path | None) -> None:
     if cfg.model.context_length is None:
         _fail("--compare needs the model's context window: --context-limit N (or model.context_length)")
     handler = _open_log(log_file)
@@ -324,7 +335,8 @@ def compare_table(path: Path, result: dict) -> Table:
     p = result["pricing"]
     table = Table(title=f"{escape(path.name)}: policies ({p['name']} pricing, cache TTL {p['ttl_seconds']:g} s)",
                   title_justify="left")
-    for col in ("policy", "peak\n%", "final\n%", "batch", "stall", "calls", "cache\nread", "cache\nwrite", "un-\ncached",
+    for col in ("policy", "peak\n%", "final\n%", "batch", "stall", "calls", "cache\nread", "cache\nwrite",
+                "un-\ncached",
                 "cost $"):
         table.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
     for row in result["policies"]:
@@ -406,11 +418,11 @@ sessions_app = typer.Typer(help="Sessions in the store: list, show, search absor
                            no_args_is_help=True)
 app.add_typer(sessions_app, name="sessions")
 
-DbOption = Annotated[Optional[str], typer.Option("--db", help="SQLite file or postgresql:// DSN "
+DbOption = Annotated[str | None, typer.Option("--db", help="SQLite file or postgresql:// DSN "
                                                               "(default $MICROCOMPACT_HOME/sessions.db).")]
 
 
-def _store(db: Optional[str]):
+def _store(db: str | None):
     """The store for a read-only command: it must exist already (a mistyped --db must not create one)."""
     if not str(db or "").startswith(("postgresql://", "postgres://")):
         path = _sqlite_path(db)
@@ -422,7 +434,7 @@ def _store(db: Optional[str]):
         _fail(str(exc))
 
 
-def _sqlite_path(db: Optional[str]) -> str:
+def _sqlite_path(db: str | None) -> str:
     """The file a SQLite --db names (as open_store reads it), the default store when None."""
     if db is None:
         return str(default_store_path())
@@ -477,7 +489,8 @@ def sessions_show(session_id: str, db: DbOption = None,
 @sessions_app.command("search")
 def sessions_search(session_id: str, query: str, db: DbOption = None,
                     limit: Annotated[int, typer.Option("--limit")] = 20,
-                    active: Annotated[bool, typer.Option("--include-active", help="Search active messages too.")] = False
+                    active: Annotated[bool, typer.Option("--include-active", help="Search active messages "
+                                                                                  "too.")] = False
                     ) -> None:
     """Full-text search over what compaction absorbed: nothing summarized is lost for good."""
     with _store(db) as store:
@@ -497,8 +510,12 @@ def sessions_search(session_id: str, query: str, db: DbOption = None,
 
 @sessions_app.command("export")
 def sessions_export(session_id: str, db: DbOption = None,
-                    include_absorbed: Annotated[bool, typer.Option("--include-absorbed", help="Also the originals compaction absorbed, in position order.")] = False,
-                    expand: Annotated[Optional[int], typer.Option("--expand", help="Only the originals the marker with this row id stands for.")] = None
+                    include_absorbed: Annotated[bool, typer.Option("--include-absorbed", help="Also the originals "
+                                                                                              "compaction absorbed, in "
+                                                                                              "position "
+                                                                                              "order.")] = False,
+                    expand: Annotated[int | None, typer.Option("--expand", help="Only the originals the marker with "
+                                                                                "this row id stands for.")] = None
                     ) -> None:
     """The session as JSONL on stdout (replayable)."""
     if expand is not None and not 0 <= expand < 2**63:
@@ -516,10 +533,11 @@ def sessions_export(session_id: str, db: DbOption = None,
 
 @app.command("report")
 def report_cmd(
-    logfiles: Annotated[Optional[list[Path]], typer.Argument(help="Log files (default $MICROCOMPACT_HOME/logs/agent.log).")] = None,
+    logfiles: Annotated[list[Path] | None, typer.Argument(help="Log files (default "
+                                                               "$MICROCOMPACT_HOME/logs/agent.log).")] = None,
     per_session: Annotated[bool, typer.Option("--per-session", help="Add the per-session table.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
-    plot: Annotated[Optional[Path], typer.Option("--plot", help="Draw occupancy per pass for each session (PNG).")] = None,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Draw occupancy per pass for each session (PNG).")] = None,
 ) -> None:
     """Turn telemetry logs into answers: headroom, activity, tokens, per session."""
     from .report import run_report
@@ -534,9 +552,11 @@ def import_cmd(
     file: Annotated[Path, typer.Argument(help="A recorded session (its format detected, or named by --from).")],
     fmt: Annotated[str, typer.Option("--from", help="auto (detect from the file's start, the default) | "
                                                     "claude-code | swe-agent | adp | openai")] = "auto",
-    out_file: Annotated[Optional[Path], typer.Option("--out", help="Output JSONL (default: stdout).")] = None,
-    record: Annotated[Optional[int], typer.Option("--record", help="adp files: which record (0-based; default the largest).")] = None,
-    repair: Annotated[bool, typer.Option("--repair", help="openai files: repair recording defects (orphan tool results, "
+    out_file: Annotated[Path | None, typer.Option("--out", help="Output JSONL (default: stdout).")] = None,
+    record: Annotated[int | None, typer.Option("--record", help="adp files: which record (0-based; default the "
+                                                                "largest).")] = None,
+    repair: Annotated[bool, typer.Option("--repair", help="openai files: repair recording defects (orphan tool "
+                                                          "results, "
                                                            "calls with no result, duplicate call ids), each reported "
                                                            "with its line, instead of refusing the file.")] = False,
 ) -> None:

@@ -19,8 +19,8 @@ POLICIES = ("batch-only", "micro-every-turn", "micro-every-N", "micro-reclaim-ga
 
 
 def policy_config(base: Config, policy: str, *, every_n: int, reclaim_tokens: int, ttl_seconds: float) -> Config:
-    micro = {"micro_compact": True, "micro_compact_every_n_turns": 1, "micro_compact_min_reclaim_tokens": 0,
-             "micro_compact_cache_ttl_seconds": None}
+    micro: dict[str, Any] = {"micro_compact": True, "micro_compact_every_n_turns": 1,
+                             "micro_compact_min_reclaim_tokens": 0, "micro_compact_cache_ttl_seconds": None}
     if policy == "batch-only":
         micro = {"micro_compact": False}
     elif policy == "micro-every-N":
@@ -51,7 +51,7 @@ def run_policy(messages: list[Message], config: Config, pricing: Pricing, policy
         if record.get("summarizer_input_tokens"):
             model.summarizer_call(record["summarizer_input_tokens"], record.get("summarizer_output_tokens", 0))
     threshold = config.threshold_tokens()
-    peak = max(stats.samples + [session.tokens])
+    peak = max([*stats.samples, session.tokens])
     tally = model.tally
     return {
         "policy": policy,

@@ -163,7 +163,7 @@ class Config(_Strict):
         limit = self.model.context_length or FALLBACK_CONTEXT_LIMIT
         return int(HEAD_SHARE * c.threshold * limit)
 
-    def with_overrides(self, source: str = "overrides", **sections: dict[str, Any]) -> "Config":
+    def with_overrides(self, source: str = "overrides", **sections: dict[str, Any]) -> Config:
         data = self.model_dump(exclude_unset=True)  # what was never set stays derivable (piece budget)
         for section, values in sections.items():
             target = data
@@ -250,7 +250,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
         raise ConfigError(f"config {p} is not UTF-8 text: byte 0x{raw[exc.start]:02x} at offset {exc.start} "
                           "cannot be decoded") from None
     try:
-        data = yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader subclass
+        data = yaml.load(text, Loader=_NoAliasLoader)  # a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{p}:{mark.line + 1}:{mark.column + 1}" if mark else str(p)

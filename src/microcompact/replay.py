@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from . import jsoninput
+from .events import BATCH_COMPACTIONS, Outcome
 from .messages import (
     Message,
     TranscriptError,
@@ -24,7 +25,6 @@ from .messages import (
     message_shape_errors,
     validate_message,
 )
-from .events import BATCH_COMPACTIONS, Outcome
 from .session import Session
 
 REPAIR_HINT = ("replay --repair drops orphan tool results, adds a result for interrupted calls and renames "
@@ -292,7 +292,7 @@ def summary_json(stats: ReplayStats, session: Session) -> dict[str, Any]:
             "max": max(occ) if occ else None,
             "final": final_occ,
         },
-        "peak_tokens": max(stats.samples + [session.tokens]),
+        "peak_tokens": max([*stats.samples, session.tokens]),
         "uncompacted_tokens": stats.raw_final,
         "final_tokens": session.tokens,
         "tokens_saved_total": st.tokens_saved_total,

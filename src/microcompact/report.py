@@ -37,6 +37,7 @@ be given in any order); otherwise they are taken in the order of the files and l
 from __future__ import annotations
 
 import gzip
+import importlib
 import json
 import math
 import re
@@ -577,8 +578,7 @@ def report_json(report: Report) -> str:
 
 def matplotlib_available() -> bool:
     try:
-        import matplotlib  # noqa: F401
-        from matplotlib.figure import Figure  # noqa: F401
+        importlib.import_module("matplotlib.figure")
     except ImportError:
         return False
     return True

@@ -30,9 +30,9 @@ from .config import Config
 from .events import Outcome
 from .messages import Message, disown_marker_text, to_api, validate_message
 from .micro import CommitHook, MicroCompactor, PassResult
+from .store import StoreConflict, StoreError, StoreReadOnly
 from .summarizers import Summarizer, make_summarizer
 from .telemetry import occupancy_pct
-from .store import StoreConflict, StoreError, StoreReadOnly
 from .tokens import Ledger, TokenCounter, make_text_counter
 
 if TYPE_CHECKING:
@@ -153,7 +153,7 @@ class Session:
 
     @classmethod
     def open(cls, store: SessionStore, session_id: str, config: Config | None = None,
-             summarizer: Summarizer | None = None, **kwargs: Any) -> "Session":
+             summarizer: Summarizer | None = None, **kwargs: Any) -> Session:
         """Resume ``session_id`` from ``store`` (or start it): active messages are loaded, and the engine
         recovers its cursor and rolling summary from the last marker, so no work is redone. Exchanges
         skipped after repeated failures stay skipped.
@@ -222,7 +222,7 @@ class Session:
         if not extra or len(extra) > len(self._unflushed) or \
                 to_api(extra) != to_api(self._unflushed[:len(extra)]):
             return
-        for stored, pending in zip(extra, self._unflushed):
+        for stored, pending in zip(extra, self._unflushed, strict=False):  # extra is a prefix
             pending["_pos"], pending["_row"] = stored["_pos"], stored["_row"]
         self._unflushed = self._unflushed[len(extra):]
 
@@ -408,7 +408,7 @@ class Session:
                 except StoreError as exc:
                     log.warning("Session store: could not release the writer lease (%s)", exc)
 
-    def __enter__(self) -> "Session":
+    def __enter__(self) -> Session:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -7,6 +7,7 @@ identifiers go in; never transcript text.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -68,7 +69,7 @@ def setup_file_logging(path: str | Path, level: int = logging.INFO) -> logging.H
     return handler
 
 
-def degrade_quietly(handler: logging.StreamHandler) -> logging.StreamHandler:  # type: ignore[type-arg]
+def degrade_quietly(handler: logging.StreamHandler) -> logging.StreamHandler:
     """A log file that stops taking writes (disk full, I/O error) costs one warning on stderr, never the
     session: the first failure is reported, later records are dropped, and flush/close never raise.
     (``logging`` would otherwise print a "Logging error" dump per record and ``close`` would raise.)"""
@@ -81,11 +82,9 @@ def degrade_quietly(handler: logging.StreamHandler) -> logging.StreamHandler:  #
         exc = sys.exc_info()[1]
         failed.append(exc or OSError("write failed"))
         reason = getattr(exc, "strerror", None) or exc
-        try:
+        with contextlib.suppress(OSError, ValueError):
             sys.stderr.write(f"warning: cannot write the log file {name} ({reason}); "
                              "logging to it stops, the session goes on\n")
-        except (OSError, ValueError):
-            pass
 
     plain_flush, plain_close = handler.flush, handler.close
 

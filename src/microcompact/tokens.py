@@ -20,7 +20,7 @@ import logging
 import re
 import threading
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from importlib import resources
 from typing import Any, Protocol
 
@@ -195,12 +195,12 @@ class TokenCounter:
         if fitted is not None:
             self.scale = fitted
         diffs = sorted(r - self.scale * c for c, r in self._observed)
-        self.overhead = int(round(diffs[len(diffs) // 2]))
+        self.overhead = round(diffs[len(diffs) // 2])
         return self.scale, self.overhead
 
     def estimate_prompt(self, counted_tokens: int) -> int:
         """What the provider will count for a prompt we count as ``counted_tokens``."""
-        return max(0, int(round(counted_tokens * self.scale)) + self.overhead)
+        return max(0, round(counted_tokens * self.scale) + self.overhead)
 
 
 # How many recent (counted, reported) pairs calibration keeps.
@@ -221,7 +221,7 @@ def _fit_line(points: list[tuple[int, int]]) -> float | None:
     mx = sum(xs) / len(xs)
     my = sum(float(r) for _, r in points) / len(points)
     var = sum((x - mx) ** 2 for x in xs)
-    slope = sum((x - mx) * (r - my) for x, (_, r) in zip(xs, points)) / var
+    slope = sum((x - mx) * (r - my) for x, (_, r) in zip(xs, points, strict=True)) / var
     if not SLOPE_RANGE[0] <= slope <= SLOPE_RANGE[1]:
         return None
     return slope
@@ -258,8 +258,9 @@ class Ledger:
         self.messages[start:end] = owned
         self.tokens[start:end] = counts
 
-    def snapshot(self) -> "Ledger":
+    def snapshot(self) -> Ledger:
         """A copy sharing the message objects (cheap: two list copies), for work on another thread."""
         snap = Ledger.__new__(Ledger)
-        snap.counter, snap.messages, snap.tokens, snap.total = self.counter, list(self.messages), list(self.tokens), self.total
+        snap.counter, snap.total = self.counter, self.total
+        snap.messages, snap.tokens = list(self.messages), list(self.tokens)
         return snap

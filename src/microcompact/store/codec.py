@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from ..messages import META_KEY, Message, marker_kind
@@ -63,7 +63,7 @@ def search_text(message: Message) -> str:
 class _Encoded:
     """One message as column values."""
 
-    __slots__ = ("role", "content", "extra", "body", "is_marker", "kind")
+    __slots__ = ("body", "content", "extra", "is_marker", "kind", "role")
 
     def __init__(self, message: Message, where: str) -> None:
         if not isinstance(message, dict):
@@ -106,10 +106,10 @@ def _timestamp(value: Any) -> datetime | None:
     if value is None:
         return None
     if isinstance(value, datetime):
-        return value.astimezone(timezone.utc)
+        return value.astimezone(UTC)
     text = str(value)
     dt = datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
-    return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
+    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
 
 
 _TERM = re.compile(r'"([^"]*)"|(\S+)')

@@ -103,7 +103,7 @@ class _SQLStore(_CompactionWrites):
             return start, ids
 
         start, ids = self._txn(txn, write=True, op="append messages")
-        for i, (m, row) in enumerate(zip(msgs, ids)):
+        for i, (m, row) in enumerate(zip(msgs, ids, strict=True)):
             m[POS_KEY] = start + i
             m[ROW_KEY] = row
 

@@ -178,7 +178,7 @@ class _SQLiteLeases(_SQLBase):
                               "store's writes to it are refused from now on", self.path, session_id)
 
 
-def _heartbeat_loop(store_ref: "weakref.ref[_SQLiteLeases]", stop: threading.Event, every: float) -> None:
+def _heartbeat_loop(store_ref: weakref.ref[_SQLiteLeases], stop: threading.Event, every: float) -> None:
     """Renew the store's leases until it is closed or garbage-collected (a weak reference: the thread
     never keeps a forgotten store alive)."""
     while not stop.wait(every):
@@ -215,7 +215,7 @@ class _AdvisoryLeases(_SQLBase):
 
         holder = self._txn(txn, write=False, op="take the session's writer lease")
         if holder is not None:
-            name, addr, since = (tuple(holder) + (None, None, None))[:3]
+            name, addr, since = (*holder, None, None, None)[:3]
             where = f" from {addr}" if addr else ""
             when = f" since {_timestamp(since):%Y-%m-%d %H:%M:%S} UTC" if since else ""
             raise self._busy(session_id, f"{name or 'a connection'}{where}{when}")

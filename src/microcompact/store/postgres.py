@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -110,13 +111,11 @@ class PostgresStore(_AdvisoryLeases, _PostgresSchema, _SQLStore):
 
     def _drop_connection(self) -> None:
         if self._conn is not None:
-            try:
+            with contextlib.suppress(Exception):
                 self._conn.close()
-            except Exception:
-                pass
         self._conn = None
 
-    def _txn(self, fn: Callable[[Any], T], write: bool, op: str = "access the store",  # type: ignore[override]
+    def _txn(self, fn: Callable[[Any], T], write: bool, op: str = "access the store",
              check_read_only: bool = True) -> T:
         pg = self._pg
         with self._lock:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -153,10 +154,8 @@ class SQLiteStore(_SQLiteLeases, _SQLiteSchema, _SQLStore):
                     conn.execute("COMMIT")
                 except BaseException:
                     if conn.in_transaction:
-                        try:
+                        with contextlib.suppress(sqlite3.Error):
                             conn.execute("ROLLBACK")
-                        except sqlite3.Error:
-                            pass
                     raise
             except sqlite3.Error as exc:
                 raise self._translate(exc, op) from None
@@ -210,7 +209,7 @@ class SQLiteStore(_SQLiteLeases, _SQLiteSchema, _SQLStore):
             ids.append(int(cur.lastrowid))
         if self._fts and ids:
             cur.executemany("INSERT INTO messages_fts (rowid, body) VALUES (?, ?)",
-                            [(i, e.body) for i, (_, e) in zip(ids, items)])
+                            [(i, e.body) for i, (_, e) in zip(ids, items, strict=True)])
         return ids
 
     def _search(self, cur: Any, session_id: str, terms: list[str], query: str, states: tuple[str, ...],
@@ -246,9 +245,7 @@ class SQLiteStore(_SQLiteLeases, _SQLiteSchema, _SQLStore):
                     self.release_lease(session_id)
             self._leases.clear()
             if self._conn is not None:
-                try:
+                with contextlib.suppress(sqlite3.Error):
                     self._conn.close()
-                except sqlite3.Error:
-                    pass
                 self._conn = None
             self._closed = True
