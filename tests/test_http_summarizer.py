@@ -15,8 +15,8 @@ import time
 from typing import Any
 
 import pytest
-from chat_server import ChatServer
 
+from chat_server import ChatServer
 from microcompact.config import Config, parse_config
 from microcompact.messages import (
     marker_body,
@@ -117,7 +117,8 @@ def test_success_marker_body_is_what_the_server_returned_redacted(chat_server: C
     original += msgs
     assert [r.outcome for r in results] == ["absorbed"]
     assert results[0].record["aux_model"] == MODEL
-    assert marker_body(the_marker(s)) == f"### Decisions\n- pass 1: moved the cache to Redis\n- deploy with password={REDACTED}"
+    expected = f"### Decisions\n- pass 1: moved the cache to Redis\n- deploy with password={REDACTED}"
+    assert marker_body(the_marker(s)) == expected
     (request,) = chat_server.requests
     assert request["model"] == MODEL
     system, user = request["messages"]

@@ -8,6 +8,7 @@ import logging
 import pytest
 
 from microcompact.config import parse_config
+from microcompact.events import Absorb
 from microcompact.messages import (
     marker_body,
     marker_count,
@@ -16,7 +17,6 @@ from microcompact.messages import (
     to_api,
     user_message_errors,
 )
-from microcompact.events import Absorb, Rewrite
 from microcompact.micro import micro_compact
 from microcompact.session import Session
 from microcompact.tokens import EstimateCounter, TokenCounter
@@ -330,15 +330,6 @@ def test_micro_compact_history_processor_shape():
     assert marker_count(out, "micro") == 1 and user_message_errors(flat, out) == []
     again = micro_compact(out, Recorder(), config=config(), counter=counter())
     assert len(again) < len(out)
-
-
-def test_events_are_explicit(monkeypatch):
-    events = []
-    s = Session(config(micro_compact_defrag_threshold_tokens=200), Recorder(), counter=counter(),
-                commit=lambda e, m: events.append(e))
-    run_turns(s, [turn(i, size=50) for i in range(25)])
-    assert any(isinstance(e, Absorb) for e in events)
-    assert all(isinstance(e, (Absorb, Rewrite)) for e in events)
 
 
 @pytest.mark.parametrize("content", [None, [{"type": "text", "text": "look"}, {"type": "image_url",

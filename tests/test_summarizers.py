@@ -8,10 +8,10 @@ import time
 from typing import Any
 
 import pytest
-from chat_server import ChatServer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from chat_server import ChatServer
 from microcompact.redact import REDACTED
 from microcompact.summarizers import (
     BATCH_PROMPT,
@@ -26,7 +26,6 @@ from microcompact.summarizers import (
     SummarizerRateLimited,
     SummarizerTimeout,
     SummarizerUnavailable,
-    make_summarizer,
     prepare_exchange,
     render_exchange,
     shorten_summary,
@@ -77,11 +76,6 @@ def sections_of(summary: str) -> dict[str, list[str]]:
 
 
 # --------------------------------------------------------------------------- extractive
-
-
-def test_extractive_summarizer_satisfies_the_protocol() -> None:
-    assert isinstance(ExtractiveSummarizer(), Summarizer)
-    assert ExtractiveSummarizer().name == "extractive"
 
 
 def test_extractive_is_deterministic(first_run: list[dict[str, Any]]) -> None:
@@ -407,14 +401,6 @@ def test_openai_secrets_never_leave_and_never_come_back(chat_server: ChatServer)
         assert secret not in echoed
     assert "TOOL RESULT [c1]: deployed with password=[REDACTED]" in echoed
     assert leaked == f"### Errors\n- leaked {REDACTED} and password: {REDACTED}"
-
-
-def test_make_summarizer(chat_server: ChatServer) -> None:
-    assert isinstance(make_summarizer("extractive", count_text=len), ExtractiveSummarizer)
-    made = make_summarizer("openai", model="m", base_url=chat_server.base_url, api_key_env=KEY_ENV)
-    assert isinstance(made, OpenAISummarizer)
-    with pytest.raises(ValueError, match="extractive"):
-        make_summarizer("anthropic")
 
 
 def test_extractive_merge_of_a_plain_answer_is_not_empty():

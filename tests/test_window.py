@@ -82,7 +82,8 @@ def test_config_scales_piece_and_head_budgets_with_the_window():
     assert small.piece_budget_tokens() == 2_000 and small.head_budget_tokens() == 1_600
     large = parse_config({"model": {"context_length": 200_000}})
     assert large.piece_budget_tokens() == 8_000  # the default, unchanged for large windows
-    explicit = parse_config({"compression": {"micro_compact_max_exchange_tokens": 8_000, "protect_first_max_tokens": 50},
+    explicit = parse_config({"compression": {"micro_compact_max_exchange_tokens": 8_000,
+                                             "protect_first_max_tokens": 50},
                              "model": {"context_length": 32_000}})
     assert explicit.piece_budget_tokens() == 8_000 and explicit.head_budget_tokens() == 50  # explicit wins
     # overrides (the CLI's --context-limit) keep the budget derived

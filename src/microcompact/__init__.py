@@ -5,6 +5,7 @@ user messages are never summarized. Start with :class:`Session`.
 """
 
 from .config import Config, ConfigError, load_config, parse_config
+from .events import Outcome
 from .messages import (
     MARKER_PREFIX,
     TranscriptError,
@@ -15,7 +16,6 @@ from .messages import (
     tool_pairing_errors,
     user_message_errors,
 )
-from .events import Outcome
 from .micro import MicroCompactor, RollingSummary, micro_compact
 from .session import Session
 from .store import SessionBusy, StoreError, open_store

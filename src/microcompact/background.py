@@ -14,6 +14,7 @@ the session up; the worker never takes the session's lock, so waiting under it c
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -49,19 +50,17 @@ class BackgroundPasses:
     def _work(self, snapshot: Ledger, mode: str) -> Job:
         planned = self.micro.plan(snapshot, mode)
         condensed = None
-        if isinstance(planned, Planned) and planned.summary is not None:
-            if self.micro.needs_defrag(self.micro.counter.count_text(planned.summary)):
-                condensed = self.micro.condense(planned.summary)
+        if (isinstance(planned, Planned) and planned.summary is not None
+                and self.micro.needs_defrag(self.micro.counter.count_text(planned.summary))):
+            condensed = self.micro.condense(planned.summary)
         return planned, condensed
 
     def wait(self, timeout: float) -> None:
         """Block until the running job (if any) finishes or ``timeout`` passes; applies nothing."""
         job = self._job
         if job is not None:
-            try:
+            with contextlib.suppress(Exception):  # a timeout, or the job's own failure (collect reports it)
                 job.result(timeout=timeout)
-            except Exception:
-                pass  # a timeout, or the job's own failure (collect reports it)
 
     def collect(self, ledger: Ledger, *, wait: float | None = None) -> list[PassResult]:
         """Apply a finished pass (waiting up to ``wait`` seconds for it); never raises."""
@@ -69,10 +68,8 @@ class BackgroundPasses:
         if job is None:
             return []
         if wait is not None:
-            try:
+            with contextlib.suppress(Exception):
                 job.result(timeout=wait)
-            except Exception:
-                pass
         if not job.done():
             return []
         self._job = None

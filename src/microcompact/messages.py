@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
-from .render import content_text  # noqa: F401  (re-exported: callers import it from here)
+from .render import content_text
 
 Message = dict[str, Any]
 MarkerKind = Literal["micro", "batch"]

@@ -6,7 +6,6 @@ from typing import Any
 
 from compaction_runs import run_passes
 from hypothesis import HealthCheck, given, settings
-from strategies import micro_configs, transcripts
 
 from microcompact.messages import render_micro_marker
 from microcompact.properties import (
@@ -19,6 +18,7 @@ from microcompact.properties import (
     allowed_cuts,
     contract_errors,
 )
+from strategies import micro_configs, transcripts
 
 Message = dict[str, Any]
 PASSES = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow,

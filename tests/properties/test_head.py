@@ -7,13 +7,13 @@ from typing import Any
 
 from compaction_runs import run_passes
 from hypothesis import HealthCheck, given, settings
-from strategies import micro_configs, transcripts
 
 from microcompact.config import parse_config
 from microcompact.messages import render_micro_marker
 from microcompact.properties import TOOL_PAIRING, Head, allowed_cuts
 from microcompact.tokens import EstimateCounter, Ledger, TokenCounter
 from microcompact.window import Window
+from strategies import micro_configs, transcripts
 
 Message = dict[str, Any]
 PASSES = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow,

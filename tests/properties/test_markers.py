@@ -6,7 +6,6 @@ from typing import Any
 
 from compaction_runs import run_passes
 from hypothesis import HealthCheck, given, settings
-from strategies import micro_configs, transcripts
 
 from microcompact.messages import (
     is_marker,
@@ -16,6 +15,7 @@ from microcompact.messages import (
 )
 from microcompact.properties import MARKERS, absorbable
 from microcompact.window import bounded_exchange, exchange_start
+from strategies import micro_configs, transcripts
 
 Message = dict[str, Any]
 PASSES = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow,

@@ -6,11 +6,11 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from strategies import transcripts
 
 from microcompact import role_sequence_errors as exported_checker
 from microcompact.messages import render_micro_marker, role_sequence_errors
 from microcompact.properties import ROLE_SEQUENCE, TOOL_PAIRING
+from strategies import transcripts
 
 Message = dict[str, Any]
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
@@ -61,7 +61,7 @@ def test_a_span_between_allowed_cuts_becomes_a_marker_without_role_errors(case: 
                                                                           ) -> None:
     msgs, start, end = case
     assert role_sequence_errors(msgs) == []
-    folded = msgs[:start] + [render_micro_marker("summary")] + msgs[end:]
+    folded = [*msgs[:start], render_micro_marker("summary"), *msgs[end:]]
     allowed = all(ROLE_SEQUENCE.allows_cut(msgs, i) and TOOL_PAIRING.allows_cut(msgs, i) for i in (start, end))
     absorbable = all(ROLE_SEQUENCE.may_absorb(m) for m in msgs[start:end])
     if allowed and absorbable:

@@ -8,11 +8,11 @@ from typing import Any
 from compaction_runs import run_passes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from strategies import micro_configs, transcripts
 
 from microcompact.messages import render_micro_marker
 from microcompact.properties import TOOL_PAIRING, Tail, allowed_cuts
 from microcompact.window import tail_start
+from strategies import micro_configs, transcripts
 
 Message = dict[str, Any]
 PASSES = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow,

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
-from strategies import transcripts
 
 from microcompact import tool_pairing_errors as exported_checker
 from microcompact.messages import tool_pairing_errors
 from microcompact.properties import TOOL_PAIRING
+from strategies import transcripts
 
 Message = dict[str, Any]
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,

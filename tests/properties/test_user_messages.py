@@ -6,11 +6,11 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from strategies import transcripts
 
 from microcompact import user_message_errors as exported_checker
 from microcompact.messages import render_micro_marker, user_message_errors
 from microcompact.properties import USER_MESSAGES, absorbable
+from strategies import transcripts
 
 Message = dict[str, Any]
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
@@ -53,7 +53,7 @@ def test_folding_a_span_keeps_every_user_message_iff_the_rule_keeps_them(case: t
     msgs, start, end = case
     marker = render_micro_marker("summary")
     kept = [m for m in msgs[start:end] if not USER_MESSAGES.may_absorb(m)]
-    folded = msgs[:start] + [marker] + kept + msgs[end:]
+    folded = [*msgs[:start], marker, *kept, *msgs[end:]]
     assert USER_MESSAGES.errors(msgs, folded) == []
-    swallowed = msgs[:start] + [marker] + msgs[end:]
+    swallowed = [*msgs[:start], marker, *msgs[end:]]
     assert (USER_MESSAGES.errors(msgs, swallowed) == []) == (not kept)  # generated user texts are unique

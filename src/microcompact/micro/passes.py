@@ -117,7 +117,8 @@ class Passes:
             return False
         if planned.marker_index != self.state.marker_index:
             return False
-        return all(msgs[i] is original for i, original in zip(range(span.start, span.end), planned.identity))
+        span_now = range(span.start, span.end)
+        return all(msgs[i] is original for i, original in zip(span_now, planned.identity, strict=False))
 
     def commit_planned(self, ledger: Ledger, planned: Planned) -> PassResult:
         """The quick half: write the event through the store, then apply it and update the state."""

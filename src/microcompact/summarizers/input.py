@@ -42,7 +42,7 @@ def prepare_exchange(messages: Iterable[Message], max_tokens: int, count_text: C
     budget = max_tokens - max(0, rendered_tokens - sum(counts))  # labels and separators are fixed costs
     for _ in range(3):  # omission notes and token boundaries cost a little extra: re-cut tighter if needed
         cap = max(_MIN_PIECE_TOKENS, _water_level(counts, budget))
-        for piece, tokens in zip(pieces, counts):
+        for piece, tokens in zip(pieces, counts, strict=False):
             piece.write(_cut_middle(piece.text, cap, tokens, count_text) if tokens > cap else piece.text)
         excess = count_text(render_exchange(prepared)) - max_tokens
         if excess <= 0 or cap == _MIN_PIECE_TOKENS:
