@@ -40,9 +40,19 @@ def synthetic_turns(n: int) -> list[list[dict]]:
         t = [{"role": "user", "content": f"please handle task {i}"}]
         for k in range(3):
             cid = f"c{i}_{k}"
-            t.append({"role": "assistant", "content": f"step {k}", "tool_calls": [
-                {"id": cid, "type": "function", "function": {"name": "Bash",
-                                                             "arguments": json.dumps({"command": f"make t{k}"})}}]})
+            t.append(
+                {
+                    "role": "assistant",
+                    "content": f"step {k}",
+                    "tool_calls": [
+                        {
+                            "id": cid,
+                            "type": "function",
+                            "function": {"name": "Bash", "arguments": json.dumps({"command": f"make t{k}"})},
+                        }
+                    ],
+                }
+            )
             t.append({"role": "tool", "tool_call_id": cid, "content": "ok line\n" * 400})
         t.append({"role": "assistant", "content": f"task {i} done"})
         turns.append(t)
@@ -50,8 +60,12 @@ def synthetic_turns(n: int) -> list[list[dict]]:
 
 
 def run(background: bool, turns: list[list[dict]], latency: float) -> list[float]:
-    cfg = parse_config({"compression": {"micro_compact": True, "micro_compact_background": background},
-                        "model": {"context_length": 40_000}})
+    cfg = parse_config(
+        {
+            "compression": {"micro_compact": True, "micro_compact_background": background},
+            "model": {"context_length": 40_000},
+        }
+    )
     session = Session(cfg, SlowSummarizer(latency), counter=TokenCounter())
     blocked = []
     for t in turns:
@@ -77,8 +91,10 @@ def main() -> None:
         blocked = run(mode, turns, args.latency)
         rows[mode] = blocked
         name = "background" if mode else "foreground"
-        print(f"  {name:<10}  median {statistics.median(blocked):9.3f} ms   max {max(blocked):9.3f} ms   "
-              f"passes {sum(1 for b in blocked if b > args.latency * 500) if not mode else '-'}")
+        print(
+            f"  {name:<10}  median {statistics.median(blocked):9.3f} ms   max {max(blocked):9.3f} ms   "
+            f"passes {sum(1 for b in blocked if b > args.latency * 500) if not mode else '-'}"
+        )
     fg, bg = statistics.median(rows[False]), statistics.median(rows[True])
     print(f"  ratio foreground/background median: {fg / max(bg, 1e-6):,.0f}x")
     print(f"  target: background median < 5 ms: {'PASS' if bg < 5 else 'MISS'} ({bg:.3f} ms)")

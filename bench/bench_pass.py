@@ -62,19 +62,22 @@ SIZES = (("10K", 10_000), ("100K", 100_000), ("1M", 1_000_000))
 RATIO_TARGET = 2.0
 MS_TARGET = 5.0
 
-CONFIG = parse_config({
-    "compression": {
-        "enabled": True,
-        "micro_compact": True,
-        "threshold": 0.5,
-        "target_ratio": 0.04,                 # tail budget 0.04 * 0.5 * 200_000 = 4_000 tokens
-        "micro_compact_every_n_turns": 1,
-        "micro_compact_max_exchange_tokens": 4_000,
-        "micro_compact_min_reclaim_tokens": 0,
-        "micro_compact_defrag_threshold_tokens": 2_000,
+CONFIG = parse_config(
+    {
+        "compression": {
+            "enabled": True,
+            "micro_compact": True,
+            "threshold": 0.5,
+            "target_ratio": 0.04,  # tail budget 0.04 * 0.5 * 200_000 = 4_000 tokens
+            "micro_compact_every_n_turns": 1,
+            "micro_compact_max_exchange_tokens": 4_000,
+            "micro_compact_min_reclaim_tokens": 0,
+            "micro_compact_defrag_threshold_tokens": 2_000,
+        },
+        "model": {"context_length": 200_000},
     },
-    "model": {"context_length": 200_000},
-}, source="bench")
+    source="bench",
+)
 
 Message = dict[str, Any]
 
@@ -135,15 +138,20 @@ class TimedSummarizer:
 
 # --------------------------------------------------------------------------- synthetic transcripts
 
-_WORDS = ("config session ledger token window cursor summary marker parser loader handler request response "
-          "client server cache index record buffer stream reader writer schema model field value item entry "
-          "batch queue worker task job result error retry timeout limit offset status state event hook plugin "
-          "registry manager service router view form user account order invoice payment price report metric "
-          "counter gauge trace span logger path file folder module package build test fixture mock patch").split()
-_CLASSES = ("Session Ledger TokenCounter Window Parser Loader Handler Client Server Cache Index Record Buffer "
-            "Schema Model Worker Registry Manager Service Router Report Metric Tracer").split()
-_ERRORS = ("ValueError KeyError TypeError RuntimeError AssertionError AttributeError IndexError "
-           "FileNotFoundError TimeoutError").split()
+_WORDS = (
+    "config session ledger token window cursor summary marker parser loader handler request response "
+    "client server cache index record buffer stream reader writer schema model field value item entry "
+    "batch queue worker task job result error retry timeout limit offset status state event hook plugin "
+    "registry manager service router view form user account order invoice payment price report metric "
+    "counter gauge trace span logger path file folder module package build test fixture mock patch"
+).split()
+_CLASSES = (
+    "Session Ledger TokenCounter Window Parser Loader Handler Client Server Cache Index Record Buffer "
+    "Schema Model Worker Registry Manager Service Router Report Metric Tracer"
+).split()
+_ERRORS = (
+    "ValueError KeyError TypeError RuntimeError AssertionError AttributeError IndexError FileNotFoundError TimeoutError"
+).split()
 _DIRS = ("src/app", "src/app/core", "src/app/api", "src/app/db", "tests", "tests/unit", "scripts", "lib")
 
 
@@ -168,15 +176,18 @@ class Gen:
         ind = "    " * r.randint(0, 3)
         k = r.randrange(10)
         if k == 0:
-            return (f"{ind}def {self.ident()}(self, {self.ident()}: {r.choice(_CLASSES)}, "
-                    f"{self.w()}: int = {r.randint(0, 99)}) -> {r.choice(_CLASSES)}:")
+            return (
+                f"{ind}def {self.ident()}(self, {self.ident()}: {r.choice(_CLASSES)}, "
+                f"{self.w()}: int = {r.randint(0, 99)}) -> {r.choice(_CLASSES)}:"
+            )
         if k == 1:
             return f"{ind}class {r.choice(_CLASSES)}{r.choice(_CLASSES)}({r.choice(_CLASSES)}):"
         if k == 2:
             return f"{ind}if {self.ident()} is None or len({self.w()}) > {r.randint(1, 4096)}:"
         if k == 3:
-            return (f"{ind}    raise {r.choice(_ERRORS)}"
-                    f"(f\"{self.w()} {self.w()} {{{self.ident()}!r}} is not {self.w()}\")")
+            return (
+                f'{ind}    raise {r.choice(_ERRORS)}(f"{self.w()} {self.w()} {{{self.ident()}!r}} is not {self.w()}")'
+            )
         if k == 4:
             return f"{ind}return {self.ident()}.{self.ident()}({self.w()}, {self.w()}={self.ident()})"
         if k == 5:
@@ -185,7 +196,7 @@ class Gen:
             return f"{ind}for {self.w()} in self.{self.ident()}[{r.randint(0, 9)}:]:"
         if k == 7:
             return ""
-        return f"{ind}{self.ident()} = {self.ident()}({self.w()}, {r.randint(0, 10_000)}, \"{self.w()}\")"
+        return f'{ind}{self.ident()} = {self.ident()}({self.w()}, {r.randint(0, 10_000)}, "{self.w()}")'
 
     def _log_line(self) -> str:
         r = self.r
@@ -198,11 +209,13 @@ class Gen:
         if k == 2:
             return f"{r.choice(self.files)}:{r.randint(1, 900)}: {self._code_line().strip()}"
         if k == 3:
-            return (f"2025-0{r.randint(1, 9)}-{r.randint(10, 28)} {r.randint(10, 23)}:{r.randint(10, 59)}:"
-                    f"{r.randint(10, 59)} {r.choice(['INFO', 'DEBUG', 'WARNING', 'ERROR'])} {self.w()}.{self.w()}: "
-                    f"{' '.join(self.w() for _ in range(r.randint(3, 10)))}")
+            return (
+                f"2025-0{r.randint(1, 9)}-{r.randint(10, 28)} {r.randint(10, 23)}:{r.randint(10, 59)}:"
+                f"{r.randint(10, 59)} {r.choice(['INFO', 'DEBUG', 'WARNING', 'ERROR'])} {self.w()}.{self.w()}: "
+                f"{' '.join(self.w() for _ in range(r.randint(3, 10)))}"
+            )
         if k == 4:
-            return f"  File \"/work/{r.choice(self.files)}\", line {r.randint(1, 900)}, in {self.ident()}"
+            return f'  File "/work/{r.choice(self.files)}", line {r.randint(1, 900)}, in {self.ident()}'
         return " ".join(self.w() for _ in range(r.randint(4, 14)))
 
     def lines(self, pool: list[str], tokens: int) -> str:
@@ -249,9 +262,17 @@ class Gen:
         path = self.r.choice(self.files)
         size = self.loguniform(50, 3000)
         if kind == "bash":
-            args = {"command": self.r.choice([f"python -m pytest -q tests/test_{self.w()}.py",
-                                              f"ruff check {path}", "git diff --stat", f"python {path} --{self.w()}",
-                                              f"ls -la {self.r.choice(_DIRS)}"])}
+            args = {
+                "command": self.r.choice(
+                    [
+                        f"python -m pytest -q tests/test_{self.w()}.py",
+                        f"ruff check {path}",
+                        "git diff --stat",
+                        f"python {path} --{self.w()}",
+                        f"ls -la {self.r.choice(_DIRS)}",
+                    ]
+                )
+            }
             result = self.lines(self.logs, size) + f"\n[exit code: {self.r.choice([0, 0, 0, 1, 2])}]"
         elif kind == "read_file":
             args = {"path": path}
@@ -261,8 +282,12 @@ class Gen:
             args = {"pattern": f"def {self.ident()}", "path": self.r.choice(_DIRS)}
             result = self.lines(self.logs, size)
         else:
-            args = {"command": "str_replace", "path": path, "old_str": self.lines(self.code, self.loguniform(20, 300)),
-                    "new_str": self.lines(self.code, self.loguniform(20, 300))}
+            args = {
+                "command": "str_replace",
+                "path": path,
+                "old_str": self.lines(self.code, self.loguniform(20, 300)),
+                "new_str": self.lines(self.code, self.loguniform(20, 300)),
+            }
             result = f"The file {path} has been edited. " + self.prose(self.loguniform(15, 60))
         call = {"id": cid, "type": "function", "function": {"name": kind, "arguments": json.dumps(args)}}
         return call, result
@@ -341,9 +366,9 @@ def build_corpus(counter: TokenCounter, seed: int, max_offset: int, passes: int)
 
 @dataclass
 class Samples:
-    engine: list[float] = field(default_factory=list)    # PassResult.record['engine_ms'] (summed per call)
-    wall: list[float] = field(default_factory=list)      # perf_counter around the call minus summarizer time
-    summ: list[float] = field(default_factory=list)      # summarizer's own time per call
+    engine: list[float] = field(default_factory=list)  # PassResult.record['engine_ms'] (summed per call)
+    wall: list[float] = field(default_factory=list)  # perf_counter around the call minus summarizer time
+    summ: list[float] = field(default_factory=list)  # summarizer's own time per call
     cold_engine: list[float] = field(default_factory=list)
     outcomes: Counter = field(default_factory=Counter)
     absorbed_tokens: list[int] = field(default_factory=list)
@@ -354,8 +379,17 @@ class Samples:
 class Scenario:
     """One (size, mode, summarizer, transcript shape) combination, run round by round."""
 
-    def __init__(self, label: str, target: int, corpus: Corpus, counter: TokenCounter, mode: str,
-                 make_summarizer: Callable[[], Any], long_turn: bool = False, config: Any = None) -> None:
+    def __init__(
+        self,
+        label: str,
+        target: int,
+        corpus: Corpus,
+        counter: TokenCounter,
+        mode: str,
+        make_summarizer: Callable[[], Any],
+        long_turn: bool = False,
+        config: Any = None,
+    ) -> None:
         self.label, self.target, self.mode = label, target, mode
         self.config = config or CONFIG
         self.corpus = corpus
@@ -380,7 +414,7 @@ class Scenario:
     def _topup(self, sess: Session) -> None:
         while sess.tokens < self.target:
             for m in self._shape(self.corpus.turn(self.next_turn), first=False):
-                sess.append(m)          # pre-counted: the cached count is reused
+                sess.append(m)  # pre-counted: the cached count is reused
             self.next_turn += 1
 
     def _call(self, sess: Session) -> tuple[list, float, float]:
@@ -392,11 +426,13 @@ class Scenario:
         wall = (time.perf_counter() - t) * 1000
         return res, wall, (summ.elapsed - before) * 1000
 
-    def run_round(self, passes: int, offset: int, record: bool = True,
-                  profiler: cProfile.Profile | None = None) -> None:
+    def run_round(
+        self, passes: int, offset: int, record: bool = True, profiler: cProfile.Profile | None = None
+    ) -> None:
         base, self.next_turn = self.corpus.base(self.target, offset)
-        sess = Session(self.config, self.make_summarizer(), counter=self.counter,
-                       messages=self._shape(base, first=True))
+        sess = Session(
+            self.config, self.make_summarizer(), counter=self.counter, messages=self._shape(base, first=True)
+        )
         res, _, _ = self._call(sess)  # cold: the engine recovers its cursor from the transcript
         if record and res:
             self.samples.cold_engine.append(sum(r.record["engine_ms"] for r in res))
@@ -435,7 +471,7 @@ def med(xs: list[float]) -> float:
 
 
 def run_interleaved(scenarios: list[Scenario], rounds: int, passes: int) -> None:
-    for sc in scenarios:           # warm-up: imports, regex and tokenizer caches, allocator
+    for sc in scenarios:  # warm-up: imports, regex and tokenizer caches, allocator
         sc.run_round(min(passes, 5), offset=rounds * passes, record=False)
     for r in range(rounds):
         for sc in scenarios:
@@ -456,8 +492,10 @@ def verdict(ok: bool) -> str:
 
 def table(title: str, scenarios: list[Scenario], extra_summ: bool = False) -> dict[str, float]:
     print(f"\n{title}")
-    head = (f"  {'size':>5} {'tokens':>9} {'msgs':>5} {'n':>4} | engine_ms {'median':>7} {'p95':>7} {'max':>7}"
-            f" | wall-summ {'median':>7} {'p95':>7} {'max':>7} | {'absorbed/pass':>13}")
+    head = (
+        f"  {'size':>5} {'tokens':>9} {'msgs':>5} {'n':>4} | engine_ms {'median':>7} {'p95':>7} {'max':>7}"
+        f" | wall-summ {'median':>7} {'p95':>7} {'max':>7} | {'absorbed/pass':>13}"
+    )
     if extra_summ:
         head += f" | summ_ms {'median':>7}"
     print(head)
@@ -466,29 +504,35 @@ def table(title: str, scenarios: list[Scenario], extra_summ: bool = False) -> di
         s = sc.samples
         medians[sc.label] = med(s.engine)
         medians[sc.label + ":wall"] = med(s.wall)
-        line = (f"  {sc.label:>5} {int(med(s.tokens)):>9,} {int(med(s.messages)):>5} {len(s.engine):>4} | "
-                f"          {fmt(med(s.engine))} {fmt(pct(s.engine, .95))} {fmt(max(s.engine, default=float('nan')))}"
-                f" |           {fmt(med(s.wall))} {fmt(pct(s.wall, .95))} {fmt(max(s.wall, default=float('nan')))}"
-                f" | {int(med(s.absorbed_tokens)) if s.absorbed_tokens else 0:>7,} tok   ")
+        line = (
+            f"  {sc.label:>5} {int(med(s.tokens)):>9,} {int(med(s.messages)):>5} {len(s.engine):>4} | "
+            f"          {fmt(med(s.engine))} {fmt(pct(s.engine, 0.95))} {fmt(max(s.engine, default=float('nan')))}"
+            f" |           {fmt(med(s.wall))} {fmt(pct(s.wall, 0.95))} {fmt(max(s.wall, default=float('nan')))}"
+            f" | {int(med(s.absorbed_tokens)) if s.absorbed_tokens else 0:>7,} tok   "
+        )
         if extra_summ:
             line += f" |         {fmt(med(s.summ))}"
         print(line)
-    outcomes = "; ".join(f"{sc.label}: " + ", ".join(f"{k} {v}" for k, v in sorted(sc.samples.outcomes.items()))
-                         for sc in scenarios)
+    outcomes = "; ".join(
+        f"{sc.label}: " + ", ".join(f"{k} {v}" for k, v in sorted(sc.samples.outcomes.items())) for sc in scenarios
+    )
     print(f"  outcomes: {outcomes}")
     small, large = scenarios[0].label, scenarios[-1].label
     r_eng = medians[large] / medians[small]
     r_wall = medians[large + ":wall"] / medians[small + ":wall"]
-    print(f"  ratio median {large}/{small}: engine_ms {r_eng:.2f}, wall-summ {r_wall:.2f}  "
-          f"(target < {RATIO_TARGET:g}: {verdict(r_eng < RATIO_TARGET)} / {verdict(r_wall < RATIO_TARGET)})")
-    print(f"  median at {large}: engine_ms {medians[large]:.3f} ms, wall-summ {medians[large + ':wall']:.3f} ms  "
-          f"(target < {MS_TARGET:g} ms: {verdict(medians[large] < MS_TARGET)} / "
-          f"{verdict(medians[large + ':wall'] < MS_TARGET)})")
+    print(
+        f"  ratio median {large}/{small}: engine_ms {r_eng:.2f}, wall-summ {r_wall:.2f}  "
+        f"(target < {RATIO_TARGET:g}: {verdict(r_eng < RATIO_TARGET)} / {verdict(r_wall < RATIO_TARGET)})"
+    )
+    print(
+        f"  median at {large}: engine_ms {medians[large]:.3f} ms, wall-summ {medians[large + ':wall']:.3f} ms  "
+        f"(target < {MS_TARGET:g} ms: {verdict(medians[large] < MS_TARGET)} / "
+        f"{verdict(medians[large + ':wall'] < MS_TARGET)})"
+    )
     return medians
 
 
-def profile_compare(corpus: Corpus, counter: TokenCounter, passes: int, rounds: int, long_turn: bool,
-                    top: int) -> None:
+def profile_compare(corpus: Corpus, counter: TokenCounter, passes: int, rounds: int, long_turn: bool, top: int) -> None:
     """cProfile the timed passes only, at the smallest and the largest size; compare per pass."""
     stats: dict[str, dict] = {}
     n_passes: dict[str, int] = {}
@@ -518,10 +562,13 @@ def profile_compare(corpus: Corpus, counter: TokenCounter, passes: int, rounds: 
 
     total_a = sum(v[1] for v in a.values())
     total_b = sum(v[1] for v in b.values())
-    print(f"  profiled per pass (cProfile on, so slower than above): {small} {total_a:.3f} ms, "
-          f"{large} {total_b:.3f} ms")
-    print(f"  top {top} by own time at {large}:   calls/pass {small:>6} {large:>7} | own ms/pass {small:>6} "
-          f"{large:>7} | cum ms/pass {large:>7}")
+    print(
+        f"  profiled per pass (cProfile on, so slower than above): {small} {total_a:.3f} ms, {large} {total_b:.3f} ms"
+    )
+    print(
+        f"  top {top} by own time at {large}:   calls/pass {small:>6} {large:>7} | own ms/pass {small:>6} "
+        f"{large:>7} | cum ms/pass {large:>7}"
+    )
     for k in sorted(b, key=lambda k: -b[k][1])[:top]:
         ca, ta, _ = a.get(k, (0.0, 0.0, 0.0))
         cb, tb, cub = b[k]
@@ -536,8 +583,10 @@ def profile_compare(corpus: Corpus, counter: TokenCounter, passes: int, rounds: 
         for _, k, ca, cb, ta, tb in sorted(grown, reverse=True)[:top]:
             print(f"    {name(k)[:58]:<58} calls/pass {ca:>8.1f} -> {cb:>8.1f}, own ms/pass {ta:.3f} -> {tb:.3f}")
     else:
-        print(f"  nothing grows with transcript length ({small} -> {large}: no function with own time "
-              f">= 0.01 ms/pass that grew > 3x in time or calls)")
+        print(
+            f"  nothing grows with transcript length ({small} -> {large}: no function with own time "
+            f">= 0.01 ms/pass that grew > 3x in time or calls)"
+        )
 
 
 def cold_table(scenarios: list[Scenario]) -> None:
@@ -565,34 +614,45 @@ def main() -> None:
         cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), "")
     affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     print("microcompact: engine time per micro-compaction pass (summarizer excluded)")
-    print(f"machine: {platform.system()} {platform.machine()}, {cpu or platform.processor() or '?'}, "
-          f"{os.cpu_count()} logical cores ({affinity} usable); Python {platform.python_version()} "
-          f"({platform.python_implementation()}); tiktoken {tt_version}; tokenizer {counter.name}")
+    print(
+        f"machine: {platform.system()} {platform.machine()}, {cpu or platform.processor() or '?'}, "
+        f"{os.cpu_count()} logical cores ({affinity} usable); Python {platform.python_version()} "
+        f"({platform.python_implementation()}); tiktoken {tt_version}; tokenizer {counter.name}"
+    )
     c = CONFIG.compression
-    print(f"config (all sizes): context_length {CONFIG.model.context_length:,}, threshold {c.threshold}, "
-          f"target_ratio {c.target_ratio} -> tail budget {CONFIG.tail_budget_tokens():,} tokens; "
-          f"max_exchange_tokens {c.micro_compact_max_exchange_tokens:,}; "
-          f"every_n_turns {c.micro_compact_every_n_turns}; min_reclaim {c.micro_compact_min_reclaim_tokens}; "
-          f"defrag threshold {c.micro_compact_defrag_threshold_tokens:,}")
+    print(
+        f"config (all sizes): context_length {CONFIG.model.context_length:,}, threshold {c.threshold}, "
+        f"target_ratio {c.target_ratio} -> tail budget {CONFIG.tail_budget_tokens():,} tokens; "
+        f"max_exchange_tokens {c.micro_compact_max_exchange_tokens:,}; "
+        f"every_n_turns {c.micro_compact_every_n_turns}; min_reclaim {c.micro_compact_min_reclaim_tokens}; "
+        f"defrag threshold {c.micro_compact_defrag_threshold_tokens:,}"
+    )
 
-    corpus, build_s = build_corpus(counter, args.seed, max_offset=(args.rounds + 1) * args.passes,
-                                   passes=args.passes)
-    print(f"transcripts: one seeded stream (seed {args.seed}) of {len(corpus.turns)} synthetic agent turns, "
-          f"{sum(corpus.turn_tokens):,} tokens, every message counted once with {counter.name} "
-          f"({build_s:.1f} s); a size-S session = system prompt + turns from the round's offset up to ~S tokens:")
+    corpus, build_s = build_corpus(counter, args.seed, max_offset=(args.rounds + 1) * args.passes, passes=args.passes)
+    print(
+        f"transcripts: one seeded stream (seed {args.seed}) of {len(corpus.turns)} synthetic agent turns, "
+        f"{sum(corpus.turn_tokens):,} tokens, every message counted once with {counter.name} "
+        f"({build_s:.1f} s); a size-S session = system prompt + turns from the round's offset up to ~S tokens:"
+    )
     for label, target in SIZES:
         msgs, _ = corpus.base(target, 0)
         tool = sorted(m[TOKENS_KEY] for m in msgs if m["role"] == "tool")
-        print(f"  {label:>5}: {sum(m[TOKENS_KEY] for m in msgs):>9,} tokens, {len(msgs):>5} messages, "
-              f"{sum(m['role'] == 'user' for m in msgs):>4} user turns, {len(tool):>5} tool results "
-              f"(tokens min {tool[0]}, median {tool[len(tool) // 2]}, max {tool[-1]})  [round 0]")
+        print(
+            f"  {label:>5}: {sum(m[TOKENS_KEY] for m in msgs):>9,} tokens, {len(msgs):>5} messages, "
+            f"{sum(m['role'] == 'user' for m in msgs):>4} user turns, {len(tool):>5} tool results "
+            f"(tokens min {tool[0]}, median {tool[len(tool) // 2]}, max {tool[-1]})  [round 0]"
+        )
     it = [sum(1 for m in t if m["role"] == "assistant") - 1 for t in corpus.turns]
-    print(f"  turn size tokens median {int(statistics.median(corpus.turn_tokens)):,}, max {max(corpus.turn_tokens):,}; "
-          f"iterations per turn median {int(statistics.median(it))}, max {max(it)}")
-    print(f"method: {args.rounds} rounds x {args.passes} timed passes per size, sizes interleaved, after a warm-up "
-          f"round; round r starts at turn r*{args.passes} of the stream, so all sizes absorb the same exchanges; "
-          f"each round = fresh Session + 1 cold pass (reported apart); the next turns of the stream are appended "
-          f"(untimed) before each pass to hold the size")
+    print(
+        f"  turn size tokens median {int(statistics.median(corpus.turn_tokens)):,}, max {max(corpus.turn_tokens):,}; "
+        f"iterations per turn median {int(statistics.median(it))}, max {max(it)}"
+    )
+    print(
+        f"method: {args.rounds} rounds x {args.passes} timed passes per size, sizes interleaved, after a warm-up "
+        f"round; round r starts at turn r*{args.passes} of the stream, so all sizes absorb the same exchanges; "
+        f"each round = fresh Session + 1 cold pass (reported apart); the next turns of the stream are appended "
+        f"(untimed) before each pass to hold the size"
+    )
 
     def scenarios(mode: str, make: Callable[[], Any], long_turn: bool = False, config: Any = None) -> list[Scenario]:
         return [Scenario(label, target, corpus, counter, mode, make, long_turn, config) for label, target in SIZES]
@@ -608,22 +668,33 @@ def main() -> None:
     if not args.no_extras:
         extractive = scenarios("turn", lambda: TimedSummarizer(ExtractiveSummarizer(counter.count_text)))
         run_interleaved(extractive, max(1, args.rounds // 2), args.passes)
-        table("C. finalize_turn passes, real ExtractiveSummarizer (its own time excluded; summ_ms shown)",
-              extractive, extra_summ=True)
+        table(
+            "C. finalize_turn passes, real ExtractiveSummarizer (its own time excluded; summ_ms shown)",
+            extractive,
+            extra_summ=True,
+        )
 
         long_turn = scenarios("turn", StubSummarizer, long_turn=True)
         run_interleaved(long_turn, max(1, args.rounds // 2), args.passes)
-        table("D. finalize_turn passes on ONE long autonomous turn (only the first user message kept), stub;\n"
-              "   here the exchange at the cursor runs to the end of the transcript", long_turn)
+        table(
+            "D. finalize_turn passes on ONE long autonomous turn (only the first user message kept), stub;\n"
+            "   here the exchange at the cursor runs to the end of the transcript",
+            long_turn,
+        )
 
         default_budget = CONFIG.with_overrides(compression={"micro_compact_max_exchange_tokens": 8_000})
         budget8k = scenarios("turn", StubSummarizer, config=default_budget)
         run_interleaved(budget8k, max(1, args.rounds // 2), args.passes)
-        table("E. finalize_turn passes, stub, with the DEFAULT piece budget max_exchange_tokens 8000 "
-              "(everything else as above)", budget8k)
+        table(
+            "E. finalize_turn passes, stub, with the DEFAULT piece budget max_exchange_tokens 8000 "
+            "(everything else as above)",
+            budget8k,
+        )
 
-        print("\nF. cProfile of the timed finalize_turn passes (stub), per pass, "
-              f"{SIZES[0][0]} vs {SIZES[-1][0]}, normal turns")
+        print(
+            "\nF. cProfile of the timed finalize_turn passes (stub), per pass, "
+            f"{SIZES[0][0]} vs {SIZES[-1][0]}, normal turns"
+        )
         profile_compare(corpus, counter, args.passes, 3, long_turn=False, top=14)
         print("\nG. same, one long autonomous turn (scenario D)")
         profile_compare(corpus, counter, args.passes, 3, long_turn=True, top=6)
@@ -632,9 +703,11 @@ def main() -> None:
     print("\nSUMMARY (zero-cost stub; engine_ms = PassResult.record['engine_ms'])")
     for name, m in (("finalize_turn", med_a), ("before_request", med_b)):
         ratio = m[large] / m[small]
-        print(f"  {name:<14}: median {small} {m[small]:.3f} ms, {large} {m[large]:.3f} ms; ratio {ratio:.2f} "
-              f"(< {RATIO_TARGET:g}: {verdict(ratio < RATIO_TARGET)}); {large} < {MS_TARGET:g} ms: "
-              f"{verdict(m[large] < MS_TARGET)}")
+        print(
+            f"  {name:<14}: median {small} {m[small]:.3f} ms, {large} {m[large]:.3f} ms; ratio {ratio:.2f} "
+            f"(< {RATIO_TARGET:g}: {verdict(ratio < RATIO_TARGET)}); {large} < {MS_TARGET:g} ms: "
+            f"{verdict(m[large] < MS_TARGET)}"
+        )
     print(f"\ntotal benchmark time {time.perf_counter() - t_start:.1f} s")
     sys.stdout.flush()
 

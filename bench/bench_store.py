@@ -54,17 +54,20 @@ WARMUP = 2
 PASSES = {"sqlite": 20, "postgres": 10}  # timed passes per size
 SID = "bench"
 
-CONFIG = parse_config({
-    "compression": {
-        "micro_compact": True,
-        "protect_first_n": 3,
-        "threshold": 0.5,
-        "target_ratio": 0.0001,            # tail budget 0.0001 * 0.5 * 40M = 2,000 tokens
-        "micro_compact_every_n_turns": 1,
-        "micro_compact_max_exchange_tokens": 8_000,
+CONFIG = parse_config(
+    {
+        "compression": {
+            "micro_compact": True,
+            "protect_first_n": 3,
+            "threshold": 0.5,
+            "target_ratio": 0.0001,  # tail budget 0.0001 * 0.5 * 40M = 2,000 tokens
+            "micro_compact_every_n_turns": 1,
+            "micro_compact_max_exchange_tokens": 8_000,
+        },
+        "model": {"context_length": 40_000_000},  # no batch compaction in reach: every pass is a micro pass
     },
-    "model": {"context_length": 40_000_000},  # no batch compaction in reach: every pass is a micro pass
-}, source="bench_store")
+    source="bench_store",
+)
 
 Message = dict[str, Any]
 
@@ -87,9 +90,11 @@ class StubSummarizer:
 
 # --------------------------------------------------------------------------- synthetic transcripts
 
-_WORDS = ("config session ledger token window cursor summary marker parser loader handler request response "
-          "client server cache index record buffer stream reader writer schema model field value item entry "
-          "batch queue worker task job result error retry timeout limit offset status state event hook plugin").split()
+_WORDS = (
+    "config session ledger token window cursor summary marker parser loader handler request response "
+    "client server cache index record buffer stream reader writer schema model field value item entry "
+    "batch queue worker task job result error retry timeout limit offset status state event hook plugin"
+).split()
 
 
 def transcript(n_messages: int, seed: int = 1) -> list[Message]:
@@ -105,9 +110,19 @@ def transcript(n_messages: int, seed: int = 1) -> list[Message]:
         for k in range(r.randint(1, 6)):
             cid = f"call_{t}_{k}"
             cmd = f"grep -rn {r.choice(_WORDS)} src/{r.choice(_WORDS)}"
-            msgs.append({"role": "assistant", "content": words(r.randint(3, 20)),
-                         "tool_calls": [{"id": cid, "type": "function",
-                                         "function": {"name": "bash", "arguments": json.dumps({"command": cmd})}}]})
+            msgs.append(
+                {
+                    "role": "assistant",
+                    "content": words(r.randint(3, 20)),
+                    "tool_calls": [
+                        {
+                            "id": cid,
+                            "type": "function",
+                            "function": {"name": "bash", "arguments": json.dumps({"command": cmd})},
+                        }
+                    ],
+                }
+            )
             size = int(math.exp(r.uniform(math.log(100), math.log(4_000))))
             msgs.append({"role": "tool", "tool_call_id": cid, "content": (words(size // 6 + 1))[:size]})
         msgs.append({"role": "assistant", "content": f"done {t}: " + words(r.randint(5, 30))})
@@ -141,8 +156,13 @@ class TimedStore:
 
 def _row(session_id: str, pos: int, m: Message) -> tuple[Any, ...]:
     extra = {k: v for k, v in m.items() if k not in ("role", "content") and not k.startswith("_")}
-    return (session_id, pos, m["role"], json.dumps(m.get("content"), ensure_ascii=False),
-            json.dumps(extra, ensure_ascii=False))
+    return (
+        session_id,
+        pos,
+        m["role"],
+        json.dumps(m.get("content"), ensure_ascii=False),
+        json.dumps(extra, ensure_ascii=False),
+    )
 
 
 class SQLiteRewrite:
@@ -152,8 +172,10 @@ class SQLiteRewrite:
         self.conn = sqlite3.connect(path, isolation_level=None)
         self.conn.execute("PRAGMA journal_mode = WAL")
         self.conn.execute("PRAGMA synchronous = NORMAL")
-        self.conn.execute("CREATE TABLE IF NOT EXISTS hermes_messages (id INTEGER PRIMARY KEY, session_id TEXT NOT "
-                          "NULL, position INTEGER NOT NULL, role TEXT NOT NULL, content TEXT, extra TEXT)")
+        self.conn.execute(
+            "CREATE TABLE IF NOT EXISTS hermes_messages (id INTEGER PRIMARY KEY, session_id TEXT NOT "
+            "NULL, position INTEGER NOT NULL, role TEXT NOT NULL, content TEXT, extra TEXT)"
+        )
         self.conn.execute("CREATE INDEX IF NOT EXISTS hermes_session ON hermes_messages (session_id, position)")
 
     def rewrite(self, session_id: str, messages: list[Message]) -> tuple[int, float]:
@@ -161,8 +183,9 @@ class SQLiteRewrite:
         t = time.perf_counter()
         self.conn.execute("BEGIN IMMEDIATE")
         self.conn.execute("DELETE FROM hermes_messages WHERE session_id = ?", (session_id,))
-        self.conn.executemany("INSERT INTO hermes_messages (session_id, position, role, content, extra) "
-                              "VALUES (?, ?, ?, ?, ?)", rows)
+        self.conn.executemany(
+            "INSERT INTO hermes_messages (session_id, position, role, content, extra) VALUES (?, ?, ?, ?, ?)", rows
+        )
         self.conn.execute("COMMIT")
         return len(rows), (time.perf_counter() - t) * 1000
 
@@ -175,8 +198,10 @@ class PostgresRewrite:
         import psycopg
 
         self.conn = psycopg.connect(dsn, autocommit=False)
-        self.conn.execute("CREATE TABLE IF NOT EXISTS hermes_messages (id BIGSERIAL PRIMARY KEY, session_id TEXT NOT "
-                          "NULL, position BIGINT NOT NULL, role TEXT NOT NULL, content JSON, extra JSON)")
+        self.conn.execute(
+            "CREATE TABLE IF NOT EXISTS hermes_messages (id BIGSERIAL PRIMARY KEY, session_id TEXT NOT "
+            "NULL, position BIGINT NOT NULL, role TEXT NOT NULL, content JSON, extra JSON)"
+        )
         self.conn.execute("CREATE INDEX IF NOT EXISTS hermes_session ON hermes_messages (session_id, position)")
         self.conn.commit()
 
@@ -185,8 +210,11 @@ class PostgresRewrite:
         t = time.perf_counter()
         with self.conn.cursor() as cur:
             cur.execute("DELETE FROM hermes_messages WHERE session_id = %s", (session_id,))
-            cur.executemany("INSERT INTO hermes_messages (session_id, position, role, content, extra) "
-                            "VALUES (%s, %s, %s, %s::json, %s::json)", rows)
+            cur.executemany(
+                "INSERT INTO hermes_messages (session_id, position, role, content, extra) "
+                "VALUES (%s, %s, %s, %s::json, %s::json)",
+                rows,
+            )
         self.conn.commit()
         return len(rows), (time.perf_counter() - t) * 1000
 
@@ -232,10 +260,17 @@ def run_size(store: Any, baseline: Any, n_messages: int, passes: int) -> dict[st
             micro_ms.append(ms)
             full_rows.append(b_rows)
             full_ms.append(b_ms)
-    return {"messages": len(msgs), "active": len(session.transcript), "append_s": append_s, "passes": passes,
-            "micro_rows": statistics.median(micro_rows), "micro_ms": statistics.median(micro_ms),
-            "micro_ms_max": max(micro_ms), "full_rows": statistics.median(full_rows),
-            "full_ms": statistics.median(full_ms)}
+    return {
+        "messages": len(msgs),
+        "active": len(session.transcript),
+        "append_s": append_s,
+        "passes": passes,
+        "micro_rows": statistics.median(micro_rows),
+        "micro_ms": statistics.median(micro_ms),
+        "micro_ms_max": max(micro_ms),
+        "full_rows": statistics.median(full_rows),
+        "full_ms": statistics.median(full_ms),
+    }
 
 
 def run_backend(name: str, open_store, open_baseline) -> list[tuple[str, dict[str, Any]]]:
@@ -295,24 +330,32 @@ def fmt_rows(x: float) -> str:
 
 
 def print_table(backend: str, rows: list[tuple[str, dict[str, Any]]]) -> None:
-    head = (f"{'backend':<9}{'transcript':<16}{'passes':>7}  {'micro rows/pass':>15}{'micro ms/pass':>14}"
-            f"{'full rows/pass':>15}{'full ms/pass':>13}{'rows ratio':>11}{'time ratio':>11}")
+    head = (
+        f"{'backend':<9}{'transcript':<16}{'passes':>7}  {'micro rows/pass':>15}{'micro ms/pass':>14}"
+        f"{'full rows/pass':>15}{'full ms/pass':>13}{'rows ratio':>11}{'time ratio':>11}"
+    )
     print(head)
     print("-" * len(head))
     for label, r in rows:
-        print(f"{backend:<9}{label + ' (' + format(r['messages'], ',') + ')':<16}{r['passes']:>7}  "
-              f"{fmt_rows(r['micro_rows']):>15}{r['micro_ms']:>14.2f}{fmt_rows(r['full_rows']):>15}"
-              f"{r['full_ms']:>13.2f}{r['full_rows'] / r['micro_rows']:>10,.0f}x"
-              f"{r['full_ms'] / r['micro_ms']:>10,.0f}x")
+        print(
+            f"{backend:<9}{label + ' (' + format(r['messages'], ',') + ')':<16}{r['passes']:>7}  "
+            f"{fmt_rows(r['micro_rows']):>15}{r['micro_ms']:>14.2f}{fmt_rows(r['full_rows']):>15}"
+            f"{r['full_ms']:>13.2f}{r['full_rows'] / r['micro_rows']:>10,.0f}x"
+            f"{r['full_ms'] / r['micro_ms']:>10,.0f}x"
+        )
     print()
 
 
 def main() -> None:
     t_start = time.perf_counter()
-    print("bench_store: rows written and time per micro-compaction pass -- microcompact archive_and_compact "
-          "vs a Hermes-style full rewrite (DELETE + INSERT of the whole active transcript, one transaction)")
-    print(f"python {platform.python_version()}, sqlite {sqlite3.sqlite_version}, {platform.machine()}, "
-          f"{os.cpu_count()} cpus; medians over the timed passes (after {WARMUP} warm-up passes per size)")
+    print(
+        "bench_store: rows written and time per micro-compaction pass -- microcompact archive_and_compact "
+        "vs a Hermes-style full rewrite (DELETE + INSERT of the whole active transcript, one transaction)"
+    )
+    print(
+        f"python {platform.python_version()}, sqlite {sqlite3.sqlite_version}, {platform.machine()}, "
+        f"{os.cpu_count()} cpus; medians over the timed passes (after {WARMUP} warm-up passes per size)"
+    )
     print()
     results: dict[str, list[tuple[str, dict[str, Any]]]] = {}
     with tempfile.TemporaryDirectory(prefix="mc-bench-store-") as tmp:
@@ -324,8 +367,7 @@ def main() -> None:
             return SQLiteStore(path)
 
         # The baseline gets its own file: sharing one WAL, each writer would pay for the other's checkpoints.
-        results["sqlite"] = run_backend("sqlite", sqlite_store,
-                                        lambda: SQLiteRewrite(sqlite_store.path + ".hermes"))  # type: ignore[attr-defined]
+        results["sqlite"] = run_backend("sqlite", sqlite_store, lambda: SQLiteRewrite(sqlite_store.path + ".hermes"))  # type: ignore[attr-defined]
 
     admin, server, origin = postgres_target()
     pg_note = f"PostgreSQL: skipped ({origin})"
@@ -361,8 +403,10 @@ def main() -> None:
     for backend, rows in results.items():
         loads = ", ".join(f"{label} {r['append_s']:.2f} s" for label, r in rows)
         print(f"{backend}: initial append of the whole transcript (one call, not compared): {loads}")
-    print("micro rows/pass = rows archive_and_compact updated or inserted (absorbed + superseded marker + new "
-          "marker); full rows/pass = len(active transcript) re-inserted. Ratios are full / micro.")
+    print(
+        "micro rows/pass = rows archive_and_compact updated or inserted (absorbed + superseded marker + new "
+        "marker); full rows/pass = len(active transcript) re-inserted. Ratios are full / micro."
+    )
     print(f"total {time.perf_counter() - t_start:.1f} s")
 
 

@@ -38,6 +38,7 @@ def normalized_dir() -> Path:
 
     return NORMALIZED
 
+
 WINDOWS = (32_000, 64_000, 128_000, 200_000)
 
 
@@ -49,14 +50,20 @@ def run_one(path: Path, window: int) -> dict[str, Any]:
     prompts: list[tuple[int, int]] = []  # (prompt tokens, user and system tokens)
 
     def on_request(_i: int, s: Session) -> None:
-        users = sum(t for m, t in zip(s.ledger.messages, s.ledger.tokens, strict=True)
-                    if m.get("role") in ("user", "system", "developer"))
+        users = sum(
+            t
+            for m, t in zip(s.ledger.messages, s.ledger.tokens, strict=True)
+            if m.get("role") in ("user", "system", "developer")
+        )
         prompts.append((s.tokens, users))
 
     stats = replay(messages, session, on_request=on_request)
     threshold = config.threshold_tokens() or window
-    changed = sum(n for outcome, n in stats.batch_outcomes.items()
-                  if outcome in ("pruned", "compacted", "user_floor_exceeded", "fallback"))
+    changed = sum(
+        n
+        for outcome, n in stats.batch_outcomes.items()
+        if outcome in ("pruned", "compacted", "user_floor_exceeded", "fallback")
+    )
     peak = max([p for p, _ in prompts] + [session.tokens])
     requests = max(1, stats.model_requests)
     return {
@@ -85,12 +92,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
-    print("| transcript | window | requests | over window | over by user+system alone | batch / 100 req "
-          "| peak % threshold | peak % window | cuts |")
+    print(
+        "| transcript | window | requests | over window | over by user+system alone | batch / 100 req "
+        "| peak % threshold | peak % window | cuts |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['transcript']} | {r['window'] // 1000}K | {r['requests']} | {r['over']} | {r['user_only']} "
-              f"| {r['batch_per_100']} | {r['peak_pct_threshold']} | {r['peak_pct_window']} | {r['cuts']} |")
+        print(
+            f"| {r['transcript']} | {r['window'] // 1000}K | {r['requests']} | {r['over']} | {r['user_only']} "
+            f"| {r['batch_per_100']} | {r['peak_pct_threshold']} | {r['peak_pct_window']} | {r['cuts']} |"
+        )
     return 0
 
 

@@ -22,13 +22,16 @@ Fault = Literal[401, 429, 500, "quota", "malformed", "hang", "empty", "echo"]
 Responder = Callable[[dict[str, Any]], str]
 
 _ERRORS: dict[Any, tuple[int, dict[str, Any]]] = {
-    401: (401, {"message": "Incorrect API key provided.", "type": "invalid_request_error",
-                "code": "invalid_api_key"}),
+    401: (401, {"message": "Incorrect API key provided.", "type": "invalid_request_error", "code": "invalid_api_key"}),
     429: (429, {"message": "Rate limit reached for requests.", "type": "requests", "code": "rate_limit_exceeded"}),
-    500: (500, {"message": "The server had an error while processing your request.", "type": "server_error",
-                "code": None}),
-    "quota": (429, {"message": "You exceeded your current quota.", "type": "insufficient_quota",
-                    "code": "insufficient_quota"}),
+    500: (
+        500,
+        {"message": "The server had an error while processing your request.", "type": "server_error", "code": None},
+    ),
+    "quota": (
+        429,
+        {"message": "You exceeded your current quota.", "type": "insufficient_quota", "code": "insufficient_quota"},
+    ),
 }
 
 
@@ -46,8 +49,13 @@ def last_user_text(request: dict[str, Any]) -> str:
 class ChatServer:
     """Serves ``POST /v1/chat/completions`` and ``GET /v1/models``; records every request body."""
 
-    def __init__(self, responder: Responder | None = None, latency: float = 0.0, hang_seconds: float = 5.0,
-                 model: str = "test-model") -> None:
+    def __init__(
+        self,
+        responder: Responder | None = None,
+        latency: float = 0.0,
+        hang_seconds: float = 5.0,
+        model: str = "test-model",
+    ) -> None:
         self.responder: Responder = responder or default_responder
         self.latency = latency
         self.hang_seconds = hang_seconds
@@ -58,8 +66,9 @@ class ChatServer:
         self._closing = threading.Event()
         self._httpd = _HTTPServer(("127.0.0.1", 0), _Handler)
         self._httpd.chat = self
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="chat-server", daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="chat-server", daemon=True
+        )
         self._thread.start()
 
     @property
@@ -167,6 +176,9 @@ def _completion(request: dict[str, Any], content: str, default_model: str) -> di
         "created": int(time.time()),
         "model": request.get("model") or default_model,
         "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                  "total_tokens": prompt_tokens + completion_tokens},
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
     }

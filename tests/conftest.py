@@ -40,8 +40,10 @@ def pg_dsn() -> Iterator[str]:
         yield env
         return
     if pgserver.find_bin_dir() is None:
-        pytest.skip(f"PostgreSQL tests need ${PG_DSN_ENV} or PostgreSQL binaries under "
-                    "/usr/lib/postgresql/*/bin (apt-get install postgresql)")
+        pytest.skip(
+            f"PostgreSQL tests need ${PG_DSN_ENV} or PostgreSQL binaries under "
+            "/usr/lib/postgresql/*/bin (apt-get install postgresql)"
+        )
     server = pgserver.PgServer().start()
     _OWN_PG["session"] = server
     try:

@@ -52,12 +52,15 @@ def free_port() -> int:
 class PgServer:
     """One throwaway server: ``start()``, ``restart()``, ``stop()``; ``dsn`` connects as postgres."""
 
-    def __init__(self, base: str | os.PathLike[str] | None = None, port: int | None = None,
-                 bin_dir: Path | None = None) -> None:
+    def __init__(
+        self, base: str | os.PathLike[str] | None = None, port: int | None = None, bin_dir: Path | None = None
+    ) -> None:
         found = bin_dir or find_bin_dir()
         if found is None:
-            raise RuntimeError("no PostgreSQL binaries found under /usr/lib/postgresql/*/bin "
-                               "(install the postgresql package or set PG_BIN_DIR)")
+            raise RuntimeError(
+                "no PostgreSQL binaries found under /usr/lib/postgresql/*/bin "
+                "(install the postgresql package or set PG_BIN_DIR)"
+            )
         self.bin_dir = found
         # Short paths: the Unix socket path must fit in ~107 bytes.
         self.base = Path(base) if base else Path(tempfile.mkdtemp(prefix="mcpg-", dir="/tmp"))
@@ -78,8 +81,10 @@ class PgServer:
         try:
             pwd.getpwnam("postgres")
         except KeyError:
-            raise RuntimeError("running as root but there is no 'postgres' user to run the server as "
-                               "(create one: useradd --system --user-group postgres)") from None
+            raise RuntimeError(
+                "running as root but there is no 'postgres' user to run the server as "
+                "(create one: useradd --system --user-group postgres)"
+            ) from None
         return ["runuser", "-u", "postgres", "--"]
 
     def _run(self, *args: str) -> None:
@@ -100,17 +105,40 @@ class PgServer:
             self._as_owner()  # fails clearly without a postgres user
             shutil.chown(self.base, "postgres", "postgres")
         if not (self.data / "PG_VERSION").exists():
-            self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "-E", "UTF8",
-                      "--no-locale", "--no-sync")
-        self._run("pg_ctl", "-D", str(self.data), "-o", self._options(), "-l", str(self.log), "-w", "-t", "60",
-                  "start")
+            self._run(
+                "initdb",
+                "-D",
+                str(self.data),
+                "-A",
+                "trust",
+                "-U",
+                "postgres",
+                "-E",
+                "UTF8",
+                "--no-locale",
+                "--no-sync",
+            )
+        self._run("pg_ctl", "-D", str(self.data), "-o", self._options(), "-l", str(self.log), "-w", "-t", "60", "start")
         self.started = True
         return self
 
     def restart(self) -> None:
         """Fast shutdown (clients are disconnected) and start again on the same port."""
-        self._run("pg_ctl", "-D", str(self.data), "-o", self._options(), "-l", str(self.log), "-m", "fast",
-                  "-w", "-t", "60", "restart")
+        self._run(
+            "pg_ctl",
+            "-D",
+            str(self.data),
+            "-o",
+            self._options(),
+            "-l",
+            str(self.log),
+            "-m",
+            "fast",
+            "-w",
+            "-t",
+            "60",
+            "restart",
+        )
 
     def stop(self, remove: bool = True) -> None:
         if self.data.exists():

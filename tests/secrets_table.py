@@ -51,16 +51,34 @@ SECRET_FORMATS: list[tuple[str, str, str]] = [
     ("password-capitalised-key", "Username: alice\nPassword: Swordfish\n", "Swordfish"),
     ("password-upper-key", "PASSWORD=Swordfish\nUSER=alice", "Swordfish"),
     ("password-capitalised-word-value", "the Password is: Correct Horse\npassword: Battery", "Battery"),
-    ("slack-webhook", "curl -X POST https://hooks.slack.com/services/T0AB12CD3/B0CD34EF5/" + SLACK_HOOK_SECRET,
-     SLACK_HOOK_SECRET),
-    ("discord-webhook", "webhook = 'https://discord.com/api/webhooks/123456789012345678/" + DISCORD_HOOK_SECRET + "'",
-     DISCORD_HOOK_SECRET),
-    ("discordapp-webhook", "https://discordapp.com/api/webhooks/987654321098765432/" + DISCORD_HOOK_SECRET,
-     DISCORD_HOOK_SECRET),
-    ("azure-account-key", "DefaultEndpointsProtocol=https;AccountName=acct01;AccountKey=" + AZURE_KEY
-     + ";EndpointSuffix=core.windows.net", AZURE_KEY[:40]),
-    ("azure-shared-access-key", "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=Root;"
-     "SharedAccessKey=" + AZURE_KEY[:44] + ";EntityPath=q", AZURE_KEY[:40]),
+    (
+        "slack-webhook",
+        "curl -X POST https://hooks.slack.com/services/T0AB12CD3/B0CD34EF5/" + SLACK_HOOK_SECRET,
+        SLACK_HOOK_SECRET,
+    ),
+    (
+        "discord-webhook",
+        "webhook = 'https://discord.com/api/webhooks/123456789012345678/" + DISCORD_HOOK_SECRET + "'",
+        DISCORD_HOOK_SECRET,
+    ),
+    (
+        "discordapp-webhook",
+        "https://discordapp.com/api/webhooks/987654321098765432/" + DISCORD_HOOK_SECRET,
+        DISCORD_HOOK_SECRET,
+    ),
+    (
+        "azure-account-key",
+        "DefaultEndpointsProtocol=https;AccountName=acct01;AccountKey="
+        + AZURE_KEY
+        + ";EndpointSuffix=core.windows.net",
+        AZURE_KEY[:40],
+    ),
+    (
+        "azure-shared-access-key",
+        "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=Root;"
+        "SharedAccessKey=" + AZURE_KEY[:44] + ";EntityPath=q",
+        AZURE_KEY[:40],
+    ),
     ("sendgrid", "SENDGRID says: use " + SENDGRID + " for mail", SENDGRID[3:25]),
     ("curl-user", "curl -u admin:Sup3rS3cretPw https://api.example.com/v1/items", "Sup3rS3cretPw"),
     ("curl-user-long-flag", "curl --user 'deploy:Hx82!kQp' -X GET https://x.example.com", "Hx82!kQp"),
@@ -101,8 +119,11 @@ SECRET_FORMATS: list[tuple[str, str, str]] = [
     ("twilio-api-key", "TWILIO=" + TWILIO_KEY + " sid", TWILIO_KEY[2:]),
     ("docker-login-password", "docker login -u ci -p Dk8rPw9zQ registry.example.com", "Dk8rPw9zQ"),
     ("sshpass", "sshpass -p 'Ssh9Pw!z' ssh root@host", "Ssh9Pw!z"),
-    ("azure-sas-signature", "https://acct.blob.core.windows.net/c/b?sv=2022-11-02&se=2030&sig=Ab9%2Bc8Dz7%3D&sp=r",
-     "Ab9%2Bc8Dz7%3D"),
+    (
+        "azure-sas-signature",
+        "https://acct.blob.core.windows.net/c/b?sv=2022-11-02&se=2030&sig=Ab9%2Bc8Dz7%3D&sp=r",
+        "Ab9%2Bc8Dz7%3D",
+    ),
     ("pypi-token", "twine upload -p " + PYPI + " dist/*", PYPI),
     ("mailgun", "MG=" + MAILGUN, MAILGUN),
     ("databricks", "host=x token " + DATABRICKS, DATABRICKS),
@@ -110,8 +131,11 @@ SECRET_FORMATS: list[tuple[str, str, str]] = [
     ("age-secret-key", "# created: 2024\n" + AGE, AGE[16:]),
     ("telegram-bot", "https://api.telegram.org/bot" + TELEGRAM + "/getMe", TELEGRAM[10:]),
     ("docker-config-auth", '{"auths": {"ghcr.io": {"auth": "ZGVwbG95OkdoN3hLcTJtWnA="}}}', "ZGVwbG95OkdoN3hLcTJtWnA="),
-    ("private-key-json-escaped", ('{"private_key": "-----BEGIN PRIVATE KEY-----\\nMIIEvQIBADANBgkqhkiG9w0B\\n'
-                                  '-----END PRIVATE KEY-----\\n"}'), "MIIEvQIBADANBgkqhkiG9w0B"),
+    (
+        "private-key-json-escaped",
+        ('{"private_key": "-----BEGIN PRIVATE KEY-----\\nMIIEvQIBADANBgkqhkiG9w0B\\n-----END PRIVATE KEY-----\\n"}'),
+        "MIIEvQIBADANBgkqhkiG9w0B",
+    ),
 ]
 
 # Ordinary text that looks a little like the formats above and must come through unchanged.
@@ -123,7 +147,7 @@ NOT_SECRETS: list[str] = [
     "GET /search?q=x&page=2&sort=asc",
     "primary_key=True",
     "sort_key = lambda m: m.ts",
-    "cache_key = f\"{user}:{page}\"",
+    'cache_key = f"{user}:{page}"',
     "docker run -u 1000:1000 image",
     "curl -s http://127.0.0.1/health\nTS=$(date -u +%Y-%m-%dT%H:%M:%SZ)",  # -u on the next line is date's
     "git push -u origin main",

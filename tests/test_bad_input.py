@@ -61,24 +61,34 @@ def write(path: Path, *lines: str) -> Path:
 
 
 USER = '{"role": "user", "content": "hi"}'
-CALL = ('{"role": "assistant", "content": null, "tool_calls": [{"id": "a", "type": "function", '
-        '"function": {"name": "ls", "arguments": "{}"}}]}')
+CALL = (
+    '{"role": "assistant", "content": null, "tool_calls": [{"id": "a", "type": "function", '
+    '"function": {"name": "ls", "arguments": "{}"}}]}'
+)
 
 
 def subprocess_run(home: Path, *args: Any, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE", "COLUMNS")}
     env.update(MICROCOMPACT_HOME=str(home), PYTHONPATH=SRC)
-    return subprocess.run([sys.executable, "-m", "microcompact.cli", *map(str, args)], capture_output=True,
-                          text=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", "microcompact.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 # --------------------------------------------------------------------------- item 11: no tracebacks
 
 
 def test_function_given_as_a_string(home: Path, tmp_path: Path) -> None:
-    p = write(tmp_path / "f.jsonl", USER,
-              '{"role": "assistant", "content": null, '
-              '"tool_calls": [{"id": "a", "type": "function", "function": "ls"}]}')
+    p = write(
+        tmp_path / "f.jsonl",
+        USER,
+        '{"role": "assistant", "content": null, "tool_calls": [{"id": "a", "type": "function", "function": "ls"}]}',
+    )
     assert_one_line_error(invoke("replay", p), f"{p}:2:", "tool_calls[0].function must be an object")
 
 
@@ -90,13 +100,15 @@ def test_hundred_thousand_nested_brackets_in_replay_and_every_import_format(home
     objects.write_text('{"a": ' * 100_000, encoding="utf-8")
     for fmt in ("claude-code", "swe-agent", "adp", "openai"):
         for path in (deep, objects):
-            assert_one_line_error(invoke("import", path, "--from", fmt, "--out", tmp_path / "o.jsonl"),
-                                  "nested too deeply")
+            assert_one_line_error(
+                invoke("import", path, "--from", fmt, "--out", tmp_path / "o.jsonl"), "nested too deeply"
+            )
             assert not (tmp_path / "o.jsonl").exists()
 
 
-def test_lone_surrogate_is_caught_before_the_replay_runs(home: Path, tmp_path: Path,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_lone_surrogate_is_caught_before_the_replay_runs(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def no_replay(*_: Any, **__: Any) -> None:
         raise AssertionError("the replay ran on a transcript that cannot be written")
 
@@ -114,26 +126,31 @@ def test_non_finite_number_is_refused_with_file_and_line(home: Path, tmp_path: P
     assert_one_line_error(invoke("import", p, "--from", "openai"), f"{p}:2: {literal} is not a JSON number")
 
 
-@pytest.mark.parametrize("args, fragment", [
-    (["--reclaim", "-100"], "--reclaim must be between 0"),
-    (["--every-n", "0"], "--every-n must be between 1"),
-    (["--assume-gap", "nan"], "--assume-gap must be a number of seconds"),
-    (["--assume-gap", "inf"], "--assume-gap must be a number of seconds"),
-    (["--assume-gap", "-5"], "--assume-gap must be a number of seconds"),
-])
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--reclaim", "-100"], "--reclaim must be between 0"),
+        (["--every-n", "0"], "--every-n must be between 1"),
+        (["--assume-gap", "nan"], "--assume-gap must be a number of seconds"),
+        (["--assume-gap", "inf"], "--assume-gap must be a number of seconds"),
+        (["--assume-gap", "-5"], "--assume-gap must be a number of seconds"),
+    ],
+)
 def test_compare_options_are_range_checked(home: Path, args: list[str], fragment: str) -> None:
     assert_one_line_error(invoke("replay", DEMO, "--compare", "--context-limit", 50000, *args), fragment)
 
 
-def test_plot_into_a_missing_folder_fails_before_the_replay(home: Path, tmp_path: Path,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_plot_into_a_missing_folder_fails_before_the_replay(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def no_compare(*_: Any, **__: Any) -> None:
         raise AssertionError("the long replay ran before the plot path was checked")
 
     monkeypatch.setattr(cli, "compare", no_compare)
     target = tmp_path / "no" / "such" / "folder" / "p.png"
-    assert_one_line_error(invoke("replay", DEMO, "--compare", "--context-limit", 50000, "--plot", target),
-                          "--plot", "does not exist")
+    assert_one_line_error(
+        invoke("replay", DEMO, "--compare", "--context-limit", 50000, "--plot", target), "--plot", "does not exist"
+    )
 
 
 def test_expand_out_of_range(home: Path, tmp_path: Path) -> None:
@@ -146,24 +163,42 @@ def test_expand_out_of_range(home: Path, tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- item 13: broken transcripts
 
 
-@pytest.mark.parametrize("lines, line_no, fragment", [
-    ([USER, '{"role": "tool", "tool_call_id": "ghost", "content": "x"}'], 2, "orphan tool result"),
-    ([USER, CALL, USER], 2, "has no result"),
-    ([USER, CALL.replace('}]}', '}, {"id": "a", "type": "function", "function": {"name": "ls", '
-                                '"arguments": "{}"}}]}'),
-      '{"role": "tool", "tool_call_id": "a", "content": "x"}', '{"role": "tool", "tool_call_id": "a", "content": "y"}'],
-     2, "duplicate tool-call id 'a'"),
-    ([USER, '{"role": "user", "content": [{"text": "no type"}]}'], 2, "content[0] needs a string 'type'"),
-])
-def test_broken_transcript_is_an_error_naming_the_line(home: Path, tmp_path: Path, lines: list[str], line_no: int,
-                                                       fragment: str) -> None:
+@pytest.mark.parametrize(
+    "lines, line_no, fragment",
+    [
+        ([USER, '{"role": "tool", "tool_call_id": "ghost", "content": "x"}'], 2, "orphan tool result"),
+        ([USER, CALL, USER], 2, "has no result"),
+        (
+            [
+                USER,
+                CALL.replace(
+                    "}]}", '}, {"id": "a", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]}'
+                ),
+                '{"role": "tool", "tool_call_id": "a", "content": "x"}',
+                '{"role": "tool", "tool_call_id": "a", "content": "y"}',
+            ],
+            2,
+            "duplicate tool-call id 'a'",
+        ),
+        ([USER, '{"role": "user", "content": [{"text": "no type"}]}'], 2, "content[0] needs a string 'type'"),
+    ],
+)
+def test_broken_transcript_is_an_error_naming_the_line(
+    home: Path, tmp_path: Path, lines: list[str], line_no: int, fragment: str
+) -> None:
     p = write(tmp_path / "b.jsonl", *lines)
     assert_one_line_error(invoke("replay", p), f"{p}:{line_no}:", fragment)
 
 
 def test_defect_error_offers_repair_and_repair_reports_each_line(home: Path, tmp_path: Path) -> None:
-    p = write(tmp_path / "b.jsonl", USER, CALL, USER, '{"role": "assistant", "content": "ok"}',
-              '{"role": "tool", "tool_call_id": "zz", "content": "late"}')
+    p = write(
+        tmp_path / "b.jsonl",
+        USER,
+        CALL,
+        USER,
+        '{"role": "assistant", "content": "ok"}',
+        '{"role": "tool", "tool_call_id": "zz", "content": "late"}',
+    )
     assert "--repair" in assert_one_line_error(invoke("replay", p))
     out = tmp_path / "out.jsonl"
     result = invoke("replay", p, "--repair", "--json", "--out", out)
@@ -184,8 +219,10 @@ def test_empty_transcript_is_an_error(home: Path, tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- item 14: nothing silently ignored
 
 
-@pytest.mark.parametrize("flag, value", [("--plot", "x.png"), ("--every-n", "3"), ("--reclaim", "10"),
-                                         ("--pricing", "openai"), ("--assume-gap", "5")])
+@pytest.mark.parametrize(
+    "flag, value",
+    [("--plot", "x.png"), ("--every-n", "3"), ("--reclaim", "10"), ("--pricing", "openai"), ("--assume-gap", "5")],
+)
 def test_compare_only_flags_without_compare(home: Path, flag: str, value: str) -> None:
     assert_one_line_error(invoke("replay", DEMO, flag, value), f"{flag} only applies with --compare")
 
@@ -229,15 +266,29 @@ def test_read_only_sessions_commands_do_not_create_a_store(home: Path, tmp_path:
     assert not (home / "sessions.db").exists()
 
 
-def test_compare_with_openai_says_it_calls_the_model_per_policy(home: Path, tmp_path: Path,
-                                                                chat_server: ChatServer) -> None:
+def test_compare_with_openai_says_it_calls_the_model_per_policy(
+    home: Path, tmp_path: Path, chat_server: ChatServer
+) -> None:
     turns = []
     for t in range(4):
         turns += [{"role": "user", "content": f"request {t}"}, {"role": "assistant", "content": "word " * 400}]
     small = write(tmp_path / "small.jsonl", *map(json.dumps, turns))
-    result = invoke("replay", small, "--compare", "--context-limit", 2048, "--summarizer", "openai",
-                    "--model", "m", "--base-url", chat_server.base_url, "--api-key-env", "MC_BAD_INPUT_KEY",
-                    "--json")
+    result = invoke(
+        "replay",
+        small,
+        "--compare",
+        "--context-limit",
+        2048,
+        "--summarizer",
+        "openai",
+        "--model",
+        "m",
+        "--base-url",
+        chat_server.base_url,
+        "--api-key-env",
+        "MC_BAD_INPUT_KEY",
+        "--json",
+    )
     assert result.exit_code == 0, result.output
     assert "5 times the model calls" in result.stderr
     assert json.loads(result.stdout)["policies"][1]["summarizer_calls"] > 0 and chat_server.requests
@@ -252,8 +303,7 @@ def test_log_on_a_full_disk_warns_once_and_the_result_is_kept(home: Path, tmp_pa
     if not Path("/dev/full").exists():
         pytest.skip("/dev/full is not available")
     out = tmp_path / "out.jsonl"
-    proc = subprocess_run(home, "replay", DEMO, "--context-limit", 200000, "--log", "/dev/full", "--out", out,
-                          "--json")
+    proc = subprocess_run(home, "replay", DEMO, "--context-limit", 200000, "--log", "/dev/full", "--out", out, "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["passes"] > 0
     assert out.read_text(encoding="utf-8").count("\n") > 10
@@ -262,8 +312,9 @@ def test_log_on_a_full_disk_warns_once_and_the_result_is_kept(home: Path, tmp_pa
     assert len(warnings) == 1 and "cannot write the log file /dev/full" in warnings[0], proc.stderr
 
 
-def test_out_write_failure_leaves_no_partial_file_and_keeps_an_old_one(home: Path, tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_out_write_failure_leaves_no_partial_file_and_keeps_an_old_one(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     out = tmp_path / "out.jsonl"
     out.write_text("the previous result\n", encoding="utf-8")
     real_fsync = os.fsync
@@ -273,8 +324,11 @@ def test_out_write_failure_leaves_no_partial_file_and_keeps_an_old_one(home: Pat
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(os, "fsync", full_disk)
-    assert_one_line_error(invoke("replay", DEMO, "--context-limit", 200000, "--out", out),
-                          f"cannot write {out}", "No space left on device")
+    assert_one_line_error(
+        invoke("replay", DEMO, "--context-limit", 200000, "--out", out),
+        f"cannot write {out}",
+        "No space left on device",
+    )
     assert out.read_text(encoding="utf-8") == "the previous result\n"
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".out")) == []
 
@@ -284,8 +338,11 @@ def tiny_fs(tmp_path: Path) -> Any:
     """A 64 KiB tmpfs (needs root); skipped where mounting is not allowed."""
     mnt = tmp_path / "tiny"
     mnt.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)],
-                                           capture_output=True).returncode != 0:
+    if (
+        os.geteuid() != 0
+        or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], capture_output=True).returncode
+        != 0
+    ):
         pytest.skip("cannot mount a small tmpfs here")
     try:
         yield mnt
@@ -295,9 +352,16 @@ def tiny_fs(tmp_path: Path) -> Any:
 
 def test_out_on_a_really_full_filesystem(home: Path, tmp_path: Path, tiny_fs: Path) -> None:
     big = tmp_path / "big.jsonl"
-    big.write_text("".join(json.dumps({"role": "user", "content": f"request {i}: " + "word " * 60}) + "\n" +
-                           json.dumps({"role": "assistant", "content": "ok " * 60}) + "\n" for i in range(200)),
-                   encoding="utf-8")
+    big.write_text(
+        "".join(
+            json.dumps({"role": "user", "content": f"request {i}: " + "word " * 60})
+            + "\n"
+            + json.dumps({"role": "assistant", "content": "ok " * 60})
+            + "\n"
+            for i in range(200)
+        ),
+        encoding="utf-8",
+    )
     out = tiny_fs / "out.jsonl"
     proc = subprocess_run(home, "replay", big, "--no-micro", "--out", out, "--log", tmp_path / "l.log")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
@@ -314,21 +378,34 @@ def test_out_on_a_really_full_filesystem(home: Path, tmp_path: Path, tiny_fs: Pa
 _IN_PROCESS_TOO = pytest.mark.slow
 
 
-@pytest.mark.parametrize("make_args", [
-    pytest.param(lambda d: ["replay", write(d / "f.jsonl", USER, '{"role": "assistant", "tool_calls": [{"id": "a", '
-                                                                 '"function": "ls"}]}')], marks=_IN_PROCESS_TOO),
-    lambda d: ["replay", write(d / "deep.jsonl", "[" * 100_000)],
-    lambda d: ["replay", write(d / "s.jsonl", '{"role": "user", "content": "\\ud800"}')],
-    pytest.param(lambda d: ["replay", DEMO, "--compare", "--context-limit", "50000", "--reclaim", "-100"],
-                 marks=_IN_PROCESS_TOO),
-    pytest.param(lambda d: ["replay", DEMO, "--compare", "--context-limit", "50000", "--plot",
-                            d / "missing" / "p.png"], marks=_IN_PROCESS_TOO),
-    pytest.param(lambda d: ["replay", DEMO, "--plot", d / "p.png"], marks=_IN_PROCESS_TOO),
-    pytest.param(lambda d: ["sessions", "export", "s", "--db", d / "typo.db", "--expand", str(2**70)],
-                 marks=_IN_PROCESS_TOO),
-    lambda d: ["sessions", "list", "--db", d / "typo.db"],
-    lambda d: ["import", write(d / "deep2.jsonl", "[" * 100_000), "--from", "claude-code"],
-])
+@pytest.mark.parametrize(
+    "make_args",
+    [
+        pytest.param(
+            lambda d: [
+                "replay",
+                write(d / "f.jsonl", USER, '{"role": "assistant", "tool_calls": [{"id": "a", "function": "ls"}]}'),
+            ],
+            marks=_IN_PROCESS_TOO,
+        ),
+        lambda d: ["replay", write(d / "deep.jsonl", "[" * 100_000)],
+        lambda d: ["replay", write(d / "s.jsonl", '{"role": "user", "content": "\\ud800"}')],
+        pytest.param(
+            lambda d: ["replay", DEMO, "--compare", "--context-limit", "50000", "--reclaim", "-100"],
+            marks=_IN_PROCESS_TOO,
+        ),
+        pytest.param(
+            lambda d: ["replay", DEMO, "--compare", "--context-limit", "50000", "--plot", d / "missing" / "p.png"],
+            marks=_IN_PROCESS_TOO,
+        ),
+        pytest.param(lambda d: ["replay", DEMO, "--plot", d / "p.png"], marks=_IN_PROCESS_TOO),
+        pytest.param(
+            lambda d: ["sessions", "export", "s", "--db", d / "typo.db", "--expand", str(2**70)], marks=_IN_PROCESS_TOO
+        ),
+        lambda d: ["sessions", "list", "--db", d / "typo.db"],
+        lambda d: ["import", write(d / "deep2.jsonl", "[" * 100_000), "--from", "claude-code"],
+    ],
+)
 def test_real_process_exits_2_without_traceback(home: Path, tmp_path: Path, make_args: Any) -> None:
     start = time.monotonic()
     proc = subprocess_run(home, *make_args(tmp_path), timeout=60)
@@ -350,8 +427,9 @@ def test_empty_session_is_not_imported(home: Path, tmp_path: Path, text: str) ->
 
 
 @pytest.mark.parametrize("flag", ["--out", "--plot"])
-def test_output_into_a_missing_folder_fails_before_the_replay(home: Path, tmp_path: Path, flag: str,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_output_into_a_missing_folder_fails_before_the_replay(
+    home: Path, tmp_path: Path, flag: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def no_replay(*_: Any, **__: Any) -> None:
         raise AssertionError("the replay ran before the output path was checked")
 
@@ -359,7 +437,9 @@ def test_output_into_a_missing_folder_fails_before_the_replay(home: Path, tmp_pa
     monkeypatch.setattr(cli, "compare", no_replay)
     compare = ["--compare"] if flag == "--plot" else []
     target = tmp_path / "missing" / "f.out"
-    assert_one_line_error(invoke("replay", DEMO, "--context-limit", 50000, *compare, flag, target),
-                          f"{flag} {target}: folder", "does not exist")
-    assert_one_line_error(invoke("replay", DEMO, "--context-limit", 50000, *compare, flag, tmp_path),
-                          "is a folder")
+    assert_one_line_error(
+        invoke("replay", DEMO, "--context-limit", 50000, *compare, flag, target),
+        f"{flag} {target}: folder",
+        "does not exist",
+    )
+    assert_one_line_error(invoke("replay", DEMO, "--context-limit", 50000, *compare, flag, tmp_path), "is a folder")

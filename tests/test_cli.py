@@ -83,10 +83,19 @@ def short_turns(n: int, size: int = 120) -> list[dict[str, Any]]:
         msgs.append({"role": "user", "content": f"request number {t}: please continue with the next step"})
         for k in range(2):
             cid = f"call_{t}_{k}"
-            msgs.append({"role": "assistant", "content": f"Step {k} of request {t}.",
-                         "tool_calls": [{"id": cid, "type": "function",
-                                         "function": {"name": "Bash",
-                                                      "arguments": json.dumps({"command": f"ls dir{t}_{k}"})}}]})
+            msgs.append(
+                {
+                    "role": "assistant",
+                    "content": f"Step {k} of request {t}.",
+                    "tool_calls": [
+                        {
+                            "id": cid,
+                            "type": "function",
+                            "function": {"name": "Bash", "arguments": json.dumps({"command": f"ls dir{t}_{k}"})},
+                        }
+                    ],
+                }
+            )
             msgs.append({"role": "tool", "tool_call_id": cid, "content": f"file{t}_{k}.txt " * size})
         msgs.append({"role": "assistant", "content": f"Request {t} is done."})
     return msgs
@@ -102,9 +111,24 @@ def telemetry_lines(log: Path) -> list[str]:
 def test_demo_json_summary_is_sane_and_out_file_keeps_users_and_marker_metadata(home: Path, tmp_path: Path) -> None:
     out = tmp_path / "final.jsonl"
     s = run_json(DEMO, "--context-limit", 200000, "--out", out)
-    for key in ("turns", "passes", "outcomes", "occupancy", "peak_tokens", "final_tokens", "uncompacted_tokens",
-                "tokens_saved_total", "largest_pass_tokens", "summarizer_ms_total", "batch_compactions",
-                "messages_in", "messages_out", "model_requests", "threshold_tokens", "context_limit"):
+    for key in (
+        "turns",
+        "passes",
+        "outcomes",
+        "occupancy",
+        "peak_tokens",
+        "final_tokens",
+        "uncompacted_tokens",
+        "tokens_saved_total",
+        "largest_pass_tokens",
+        "summarizer_ms_total",
+        "batch_compactions",
+        "messages_in",
+        "messages_out",
+        "model_requests",
+        "threshold_tokens",
+        "context_limit",
+    ):
         assert key in s, key
     original = load_transcript(DEMO)
     assert s["messages_in"] == len(original)
@@ -140,9 +164,17 @@ def test_demo_human_output_has_table_and_sparklines(home: Path) -> None:
     assert result.exit_code == 0, result.output
     text = result.stdout
     assert "replay of demo_transcript.jsonl" in text
-    for row in ("context limit / threshold", "messages in -> out", "turns / model requests", "passes",
-                "tokens: uncompacted -> final", "peak prompt tokens", "occupancy % of threshold",
-                "largest single summarization", "summarizer time"):
+    for row in (
+        "context limit / threshold",
+        "messages in -> out",
+        "turns / model requests",
+        "passes",
+        "tokens: uncompacted -> final",
+        "peak prompt tokens",
+        "occupancy % of threshold",
+        "largest single summarization",
+        "summarizer time",
+    ):
         assert row in text, row
     assert "200,000 / 100,000 tokens" in text
     assert "occupancy per model request (full height = " in text
@@ -170,8 +202,10 @@ def test_unknown_context_limit_reports_null_occupancy(home: Path) -> None:
 
 def test_malformed_jsonl_line_names_file_and_line(home: Path, tmp_path: Path) -> None:
     path = tmp_path / "broken.jsonl"
-    path.write_text('{"role": "user", "content": "hi"}\n{"role": "assistant", "content": "ok"}\n'
-                    '{"role": "user", "content": \n', encoding="utf-8")
+    path.write_text(
+        '{"role": "user", "content": "hi"}\n{"role": "assistant", "content": "ok"}\n{"role": "user", "content": \n',
+        encoding="utf-8",
+    )
     result = run(path)
     assert result.exit_code == 2
     assert f"{path}:3:" in flat(result.stderr)
@@ -181,22 +215,29 @@ def test_malformed_jsonl_line_names_file_and_line(home: Path, tmp_path: Path) ->
 
 def test_invalid_message_names_file_line_and_problem(home: Path, tmp_path: Path) -> None:
     path = tmp_path / "robot.jsonl"
-    path.write_text('{"role": "user", "content": "hi"}\n{"role": "assistant", "content": "ok"}\n'
-                    '{"role": "robot", "content": "beep"}\n', encoding="utf-8")
+    path.write_text(
+        '{"role": "user", "content": "hi"}\n{"role": "assistant", "content": "ok"}\n'
+        '{"role": "robot", "content": "beep"}\n',
+        encoding="utf-8",
+    )
     result = run(path)
     assert result.exit_code == 2
     assert f"{path}:3:" in flat(result.stderr)
     assert "unknownrole'robot'" in flat(result.stderr)
 
 
-@pytest.mark.parametrize("line, problem", [
-    ('{"role": "tool", "content": "x"}', "atoolmessageneedsatool_call_id"),
-    ('["not", "an", "object"]', "expectedaJSONobject"),
-    ('{"role": "user", "content": 42}', "contentmustbeastring"),
-    ('{"role": "user", "content": "x", "tool_calls": []}', "onlyassistantmessagesmaycarrytool_calls"),
-])
-def test_other_invalid_messages_are_reported_with_their_line(home: Path, tmp_path: Path, line: str,
-                                                             problem: str) -> None:
+@pytest.mark.parametrize(
+    "line, problem",
+    [
+        ('{"role": "tool", "content": "x"}', "atoolmessageneedsatool_call_id"),
+        ('["not", "an", "object"]', "expectedaJSONobject"),
+        ('{"role": "user", "content": 42}', "contentmustbeastring"),
+        ('{"role": "user", "content": "x", "tool_calls": []}', "onlyassistantmessagesmaycarrytool_calls"),
+    ],
+)
+def test_other_invalid_messages_are_reported_with_their_line(
+    home: Path, tmp_path: Path, line: str, problem: str
+) -> None:
     path = tmp_path / "bad.jsonl"
     path.write_text('{"role": "user", "content": "hi"}\n\n' + line + "\n", encoding="utf-8")
     result = run(path)
@@ -367,8 +408,9 @@ def test_replays_are_deterministic_byte_for_byte(home: Path, tmp_path: Path) -> 
 # --------------------------------------------------------------------------- the OpenAI summarizer over HTTP
 
 
-def test_openai_summarizer_end_to_end(home: Path, tmp_path: Path, chat_server: ChatServer,
-                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_openai_summarizer_end_to_end(
+    home: Path, tmp_path: Path, chat_server: ChatServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("MC_CLI_TEST_KEY", raising=False)
 
     def responder(request: dict[str, Any]) -> str:
@@ -376,8 +418,21 @@ def test_openai_summarizer_end_to_end(home: Path, tmp_path: Path, chat_server: C
 
     chat_server.responder = responder
     out = tmp_path / "out.jsonl"
-    s = run_json(DEMO, "--context-limit", 200000, "--summarizer", "openai", "--model", "test-model",
-                 "--base-url", chat_server.base_url, "--api-key-env", "MC_CLI_TEST_KEY", "--out", out)
+    s = run_json(
+        DEMO,
+        "--context-limit",
+        200000,
+        "--summarizer",
+        "openai",
+        "--model",
+        "test-model",
+        "--base-url",
+        chat_server.base_url,
+        "--api-key-env",
+        "MC_CLI_TEST_KEY",
+        "--out",
+        out,
+    )
     assert s["summarizer"] == "test-model"
     assert s["passes"] > 0 and s["outcomes"].get("absorbed", 0) > 0
     assert chat_server.requests, "the server received no request"
@@ -385,8 +440,9 @@ def test_openai_summarizer_end_to_end(home: Path, tmp_path: Path, chat_server: C
     assert any(r["messages"][0]["content"] == MERGE_PROMPT for r in chat_server.requests)
     final = read_jsonl(out)
     (marker,) = [m for m in final if marker_kind(m) == "micro"]
-    assert marker_body(marker) == (f"### Decisions\n- SERVER-SUMMARY-{len(chat_server.requests)}: "
-                                   "kept the tail worker design")
+    assert marker_body(marker) == (
+        f"### Decisions\n- SERVER-SUMMARY-{len(chat_server.requests)}: kept the tail worker design"
+    )
     assert user_message_errors(load_transcript(DEMO), final) == []
     records = [parse_line(line)[1] for line in telemetry_lines(home / "logs" / "agent.log")]
     assert any(r.get("aux_model") == "test-model" for r in records)
@@ -396,8 +452,21 @@ def test_openai_summarizer_down_leaves_transcript_whole(home: Path, tmp_path: Pa
     with ChatServer() as server:
         base_url = server.base_url  # closed: connection refused from here on
     out = tmp_path / "out.jsonl"
-    s = run_json(DEMO, "--context-limit", 200000, "--summarizer", "openai", "--model", "m",
-                 "--base-url", base_url, "--api-key-env", "MC_CLI_TEST_KEY", "--out", out)
+    s = run_json(
+        DEMO,
+        "--context-limit",
+        200000,
+        "--summarizer",
+        "openai",
+        "--model",
+        "m",
+        "--base-url",
+        base_url,
+        "--api-key-env",
+        "MC_CLI_TEST_KEY",
+        "--out",
+        out,
+    )
     assert s["passes"] == 0 and s["outcomes"].get("absorbed", 0) == 0
     assert set(s["outcomes"]) <= {"summarize_failed", "exchange_skipped"} and s["outcomes"]
     assert marker_count(read_jsonl(out), "micro") == 0
@@ -417,8 +486,14 @@ def test_installed_command_smoke(home: Path) -> None:
     exe = VENV_BIN / "microcompact"
     if not exe.exists():
         pytest.skip(f"{exe} not installed")
-    proc = subprocess.run([str(exe), "replay", str(DEMO), "--context-limit", "200000", "--json"],
-                          capture_output=True, text=True, timeout=60, env=_cli_env(home), stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [str(exe), "replay", str(DEMO), "--context-limit", "200000", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=_cli_env(home),
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode == 0, proc.stderr
     s = json.loads(proc.stdout)
     assert s["passes"] > 0 and s["occupancy"]["max"] < 100
@@ -432,11 +507,15 @@ def test_error_location_stays_on_one_line_when_stderr_is_a_pipe(home: Path, tmp_
     deep = tmp_path / "a-rather-long-folder-name-for-recorded-sessions" / "project-with-a-long-name"
     deep.mkdir(parents=True)
     path = deep / "session-2026-11-30.jsonl"
-    path.write_text('{"role": "user", "content": "hi"}\n{"role": "assistant", "content": "ok"}\n'
-                    '{"role": "robot", "content": "beep"}\n', encoding="utf-8")
+    path.write_text(
+        '{"role": "user", "content": "hi"}\n{"role": "assistant", "content": "ok"}\n'
+        '{"role": "robot", "content": "beep"}\n',
+        encoding="utf-8",
+    )
     env = {**_cli_env(home), "COLUMNS": "80"}
-    proc = subprocess.run([str(exe), "replay", str(path)], capture_output=True, text=True, timeout=60, env=env,
-                          stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [str(exe), "replay", str(path)], capture_output=True, text=True, timeout=60, env=env, stdin=subprocess.DEVNULL
+    )
     assert proc.returncode == 2
     assert any(f"{path}:3: unknown role 'robot'" in line for line in proc.stderr.splitlines()), proc.stderr
 
@@ -524,8 +603,10 @@ def test_no_micro_table_counts_what_prunes_and_batches_freed(home: Path, tmp_pat
     result = run(path, "--context-limit", 20000, "--no-micro")
     assert result.exit_code == 0, result.output
     text = flat(result.stdout)
-    assert f"batch│{s['batch_compactions']}compactions(freed{s['tokens_freed_by_batch']:,}tokens)," \
-           f"{s['batch_prunes']}prunes(freed{s['tokens_freed_by_prunes']:,}tokens)" in text
+    assert (
+        f"batch│{s['batch_compactions']}compactions(freed{s['tokens_freed_by_batch']:,}tokens),"
+        f"{s['batch_prunes']}prunes(freed{s['tokens_freed_by_prunes']:,}tokens)" in text
+    )
     assert f"(saved{s['tokens_saved']:,}inall)" in text and "(saved0" not in text
     assert "batchonly" in text and "engineoff" not in text
 
@@ -533,8 +614,7 @@ def test_no_micro_table_counts_what_prunes_and_batches_freed(home: Path, tmp_pat
 def test_micro_passes_per_batch_are_counted_across_prunes(home: Path, tmp_path: Path) -> None:
     log = tmp_path / "heavy.log"
     cfg = tmp_path / "pieces.yaml"  # whole 8K pieces (not scaled to the window), as the scenario needs
-    cfg.write_text("compression:\n  tokenizer: estimate\n  micro_compact_max_exchange_tokens: 8000\n",
-                   encoding="utf-8")
+    cfg.write_text("compression:\n  tokenizer: estimate\n  micro_compact_max_exchange_tokens: 8000\n", encoding="utf-8")
     s = run_json(prune_heavy(tmp_path), "--context-limit", 24000, "--config", cfg, "--log", log)
     # What each batch compaction should say, from the log in order: micro passes since the previous
     # compaction; a prune in between is not a compaction.
@@ -607,8 +687,9 @@ def db_target(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
         fresh.drop()
 
 
-def test_resumed_out_is_byte_identical_when_input_keys_are_in_another_order(home: Path, tmp_path: Path,
-                                                                           db_target: Any) -> None:
+def test_resumed_out_is_byte_identical_when_input_keys_are_in_another_order(
+    home: Path, tmp_path: Path, db_target: Any
+) -> None:
     msgs = [reversed_keys(m) for m in short_turns(16)]
     cut = 8 * 6  # after 8 whole turns
     full, half = write_jsonl(tmp_path / "t.jsonl", msgs), write_jsonl(tmp_path / "t-half.jsonl", msgs[:cut])

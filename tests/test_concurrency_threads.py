@@ -35,9 +35,12 @@ def counter() -> TokenCounter:
 
 
 def compacting_config(background: bool = False):
-    return parse_config({"compression": {"micro_compact": True, "protect_first_n": 1,
-                                         "micro_compact_background": background},
-                         "model": {"context_length": 8_000}})
+    return parse_config(
+        {
+            "compression": {"micro_compact": True, "protect_first_n": 1, "micro_compact_background": background},
+            "model": {"context_length": 8_000},
+        }
+    )
 
 
 class Summarizer:
@@ -65,6 +68,7 @@ def run_threads(workers: list[Callable[[], None]]) -> list[BaseException]:
                 fn()
             except BaseException as exc:  # reported to the test
                 errors.append(exc)
+
         return run
 
     threads = [threading.Thread(target=wrap(w)) for w in workers]
@@ -80,10 +84,12 @@ def appender(session: Session, writer: int, n: int, flush_every: int = 0) -> Cal
     def work() -> None:
         for i in range(n):
             role = "user" if i % 2 == 0 else "assistant"
-            session.append({"role": role, "content": f"w{writer} m{i} " + "text " * (i % 7 * 10),
-                            "_tag": f"{writer}-{i}"})
+            session.append(
+                {"role": role, "content": f"w{writer} m{i} " + "text " * (i % 7 * 10), "_tag": f"{writer}-{i}"}
+            )
             if flush_every and i % flush_every == 0:
                 session.flush()
+
     return work
 
 
@@ -99,8 +105,10 @@ def expected_tags(writers: int, n: int) -> Counter[str]:
 def test_threads_appending_and_flushing_store_every_message_once(store):
     session = Session(parse_config({}), Summarizer(), session_id=SID, store=store, counter=counter())
     writers, n = 4, 150
-    errors = run_threads([appender(session, w, n, flush_every=3) for w in range(writers)]
-                         + [lambda: [session.flush() for _ in range(200)]] * 2)
+    errors = run_threads(
+        [appender(session, w, n, flush_every=3) for w in range(writers)]
+        + [lambda: [session.flush() for _ in range(200)]] * 2
+    )
     assert errors == []
     assert session.flush()
     tags = [m["_tag"] for m in session.transcript]
@@ -128,7 +136,7 @@ def test_readers_get_consistent_snapshots_while_others_write(store):
             session.flush()  # stores (and stamps) messages of the snapshot...
             assert [m.get("_row") for m in snap] == rows  # ...without changing what the reader holds
             pending = sum(1 for m in snap if "_row" not in m)
-            assert all("_row" in m for m in snap[:len(snap) - pending])  # stored: a prefix
+            assert all("_row" in m for m in snap[: len(snap) - pending])  # stored: a prefix
             seen.append(len(api))
 
     def writers_then_stop() -> None:
@@ -175,5 +183,6 @@ def test_hooks_compact_while_threads_append_read_and_flush(store, background):
     assert not outcomes["store_failed"], outcomes
     assert stored_tags(store) == expected_tags(writers, n)
     stored = store.load_active(SID)
-    assert [(m["role"], m.get("content"), m["_row"]) for m in stored] == \
-        [(m["role"], m.get("content"), m["_row"]) for m in session.transcript]
+    assert [(m["role"], m.get("content"), m["_row"]) for m in stored] == [
+        (m["role"], m.get("content"), m["_row"]) for m in session.transcript
+    ]

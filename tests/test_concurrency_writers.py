@@ -177,8 +177,13 @@ def _env(home: Path) -> dict[str, str]:
 
 
 def _start_holder(target: str, home: Path) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER, target, SID], env=_env(home), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, target, SID],
+        env=_env(home),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     line = proc.stdout.readline()
     assert line.strip() == "holding", proc.stderr.read()
     return proc
@@ -244,9 +249,13 @@ def test_replay_into_a_session_another_process_writes_exits_2(target, tmp_path):
         pytest.skip("needs the microcompact command and the shared transcripts")
     holder = _start_holder(target, tmp_path / "home")
     try:
-        proc = subprocess.run([cli, "replay", str(RACE_FILE), "--context-limit", "64000", "--db", target,
-                               "--session", SID], env=_env(tmp_path / "home"), capture_output=True, text=True,
-                              timeout=120)
+        proc = subprocess.run(
+            [cli, "replay", str(RACE_FILE), "--context-limit", "64000", "--db", target, "--session", SID],
+            env=_env(tmp_path / "home"),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     finally:
         holder.kill()
         holder.wait()
@@ -275,17 +284,52 @@ def test_two_replays_racing_on_one_session_end_as_one_writer(target, tmp_path):
     n = sum(1 for line in RACE_FILE.read_text(encoding="utf-8").splitlines() if line.strip())
     env = _env(tmp_path / "home")
     ref_out = tmp_path / "ref.jsonl"
-    ref = subprocess.run([cli, "replay", str(RACE_FILE), "--context-limit", "64000", "--db",
-                          str(tmp_path / "ref.db"), "--session", SID, "--out", str(ref_out)], env=env,
-                         capture_output=True, text=True, timeout=120)
+    ref = subprocess.run(
+        [
+            cli,
+            "replay",
+            str(RACE_FILE),
+            "--context-limit",
+            "64000",
+            "--db",
+            str(tmp_path / "ref.db"),
+            "--session",
+            SID,
+            "--out",
+            str(ref_out),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert ref.returncode == 0, ref.stderr
     refused = 0
     for trial in range(3):
         sid = f"{SID}-{trial}"
         outs = [tmp_path / f"t{trial}-{k}.jsonl" for k in range(2)]
-        procs = [subprocess.Popen([cli, "replay", str(RACE_FILE), "--context-limit", "64000", "--db", target,
-                                   "--session", sid, "--out", str(out)], env=env, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.PIPE, text=True) for out in outs]
+        procs = [
+            subprocess.Popen(
+                [
+                    cli,
+                    "replay",
+                    str(RACE_FILE),
+                    "--context-limit",
+                    "64000",
+                    "--db",
+                    target,
+                    "--session",
+                    sid,
+                    "--out",
+                    str(out),
+                ],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for out in outs
+        ]
         results = [(p.wait(timeout=120), p.stderr.read()) for p in procs]
         codes = sorted(code for code, _ in results)
         assert codes in ([0, 0], [0, 2]), results
@@ -300,9 +344,13 @@ def test_two_replays_racing_on_one_session_end_as_one_writer(target, tmp_path):
         with open_store(target) as st:
             counts = _originals(st, sid)
             assert sorted(counts) == list(range(n)) and set(counts.values()) == {1}, "duplicates or loss"
-            exported = [json.dumps({k: v for k, v in m.items() if not k.startswith("_")}, sort_keys=True)
-                        for m in st.load_active(sid)]
-        expected = [json.dumps({k: v for k, v in json.loads(line).items() if not k.startswith("_")}, sort_keys=True)
-                    for line in ref_out.read_text(encoding="utf-8").splitlines()]
+            exported = [
+                json.dumps({k: v for k, v in m.items() if not k.startswith("_")}, sort_keys=True)
+                for m in st.load_active(sid)
+            ]
+        expected = [
+            json.dumps({k: v for k, v in json.loads(line).items() if not k.startswith("_")}, sort_keys=True)
+            for line in ref_out.read_text(encoding="utf-8").splitlines()
+        ]
         assert exported == expected
     assert refused >= 1, "the two replays never overlapped"

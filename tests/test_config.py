@@ -28,14 +28,17 @@ def test_cadence_below_one_is_clamped():
         assert compression.micro_compact_every_n_turns == 1
 
 
-@pytest.mark.parametrize("data, fragments", [
-    ({"compression": {"threshold": 1.5}}, ["compression.threshold", "1.5", "le 1.0"]),
-    ({"compression": {"protect_first_n": -1}}, ["compression.protect_first_n", "ge 0"]),
-    ({"compression": {"micro_compactt": True}}, ["compression.micro_compactt", "unknown key"]),
-    ({"auxiliary": {"compression": {"provider": "nope"}}}, ["auxiliary.compression.provider"]),
-    ({"model": {"context_length": "big"}}, ["model.context_length", "'big'"]),
-    ([1, 2], ["top level must be a mapping"]),
-])
+@pytest.mark.parametrize(
+    "data, fragments",
+    [
+        ({"compression": {"threshold": 1.5}}, ["compression.threshold", "1.5", "le 1.0"]),
+        ({"compression": {"protect_first_n": -1}}, ["compression.protect_first_n", "ge 0"]),
+        ({"compression": {"micro_compactt": True}}, ["compression.micro_compactt", "unknown key"]),
+        ({"auxiliary": {"compression": {"provider": "nope"}}}, ["auxiliary.compression.provider"]),
+        ({"model": {"context_length": "big"}}, ["model.context_length", "'big'"]),
+        ([1, 2], ["top level must be a mapping"]),
+    ],
+)
 def test_errors_name_key_value_and_range(data, fragments):
     with pytest.raises(ConfigError) as exc:
         parse_config(data, source="cfg.yaml")
@@ -71,7 +74,8 @@ def test_with_overrides_ignores_none_and_validates():
 
 # About 300 bytes that expand to 9**9 strings once built ("billion laughs").
 ALIAS_BOMB = "a: &a [x,x,x,x,x,x,x,x,x]\n" + "".join(
-    f"{n}: &{n} [{','.join(['*' + p] * 9)}]\n" for p, n in zip("abcdefgh", "bcdefghi", strict=True))
+    f"{n}: &{n} [{','.join(['*' + p] * 9)}]\n" for p, n in zip("abcdefgh", "bcdefghi", strict=True)
+)
 
 
 def run_cli(*args):
@@ -82,8 +86,7 @@ def run_cli(*args):
 def demo(tmp_path, monkeypatch):
     monkeypatch.setenv("MICROCOMPACT_HOME", str(tmp_path / "home"))
     path = tmp_path / "t.jsonl"
-    path.write_text('{"role": "user", "content": "hi"}\n{"role": "assistant", "content": "hello"}\n',
-                    encoding="utf-8")
+    path.write_text('{"role": "user", "content": "hi"}\n{"role": "assistant", "content": "hello"}\n', encoding="utf-8")
     return path
 
 
@@ -99,11 +102,14 @@ def test_yaml_alias_bomb_is_refused_fast_naming_the_line(tmp_path):
     assert f"{p}:1:" in message and "anchor" in message and "\n" not in message
 
 
-@pytest.mark.parametrize("text, line", [
-    ("model: &m {context_length: 64000}\n", 1),
-    ("base: &base {threshold: 0.5}\ncompression:\n  <<: *base\n", 1),
-    ("compression:\n  threshold: 0.5\nmodel:\n  context_length: *x\n", 4),
-])
+@pytest.mark.parametrize(
+    "text, line",
+    [
+        ("model: &m {context_length: 64000}\n", 1),
+        ("base: &base {threshold: 0.5}\ncompression:\n  <<: *base\n", 1),
+        ("compression:\n  threshold: 0.5\nmodel:\n  context_length: *x\n", 4),
+    ],
+)
 def test_any_anchor_or_alias_is_refused(tmp_path, text, line):
     p = tmp_path / "c.yaml"
     p.write_text(text, encoding="utf-8")
@@ -129,16 +135,19 @@ def test_utf8_config_with_a_byte_order_mark_loads(tmp_path):
     assert load_config(p).model.context_length == 64000
 
 
-@pytest.mark.parametrize("url", ["::::x", "ftp://example.com", "http://", "localhost:8000/v1", "http://h:99999/v1",
-                                 "https:///v1"])
+@pytest.mark.parametrize(
+    "url", ["::::x", "ftp://example.com", "http://", "localhost:8000/v1", "http://h:99999/v1", "https:///v1"]
+)
 def test_base_url_must_be_http_with_a_host(url):
     with pytest.raises(ConfigError) as exc:
         parse_config({"auxiliary": {"compression": {"provider": "openai", "base_url": url}}}, source="cfg.yaml")
     assert "auxiliary.compression.base_url" in str(exc.value) and "\n" not in str(exc.value)
 
 
-@pytest.mark.parametrize("url", ["http://127.0.0.1:8000/v1", "https://api.openai.com/v1", "http://[::1]:11434/v1",
-                                 "https://openrouter.ai/api/v1"])
+@pytest.mark.parametrize(
+    "url",
+    ["http://127.0.0.1:8000/v1", "https://api.openai.com/v1", "http://[::1]:11434/v1", "https://openrouter.ai/api/v1"],
+)
 def test_good_base_urls_pass(url):
     assert parse_config({"auxiliary": {"compression": {"base_url": url}}}).auxiliary.compression.base_url == url
 
@@ -156,18 +165,22 @@ def test_bad_base_url_flag_and_yaml_exit_2_naming_the_key(tmp_path, demo):
 SECRET = "sk-proj-" + "Xq7Lm2Vb9Tn4Rk8Wp3Zs6Hd1Jf5Gc0Ya"
 
 
-@pytest.mark.parametrize("data", [
-    {"auxiliary": {"compression": {"api_key": SECRET}}},
-    {"auxiliary": {"compression": {"provider": "openai", "api_key": {"value": SECRET}}}},
-    {"model": {"token": SECRET}},
-    {"auxiliary": {"compression": {"model": f"gpt with {SECRET}", "timeout": f"{SECRET}"}}},
-])
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"auxiliary": {"compression": {"api_key": SECRET}}},
+        {"auxiliary": {"compression": {"provider": "openai", "api_key": {"value": SECRET}}}},
+        {"model": {"token": SECRET}},
+        {"auxiliary": {"compression": {"model": f"gpt with {SECRET}", "timeout": f"{SECRET}"}}},
+    ],
+)
 def test_config_errors_never_print_a_key(data, tmp_path, demo):
     with pytest.raises(ConfigError) as exc:
         parse_config(data, source="cfg.yaml")
     assert SECRET not in str(exc.value)
     p = tmp_path / "c.yaml"
     import yaml
+
     p.write_text(yaml.safe_dump(data), encoding="utf-8")
     result = run_cli("replay", demo, "--config", p)
     assert result.exit_code == 2 and SECRET not in result.output

@@ -87,8 +87,11 @@ def test_load_pricing_presets_and_files(tmp_path):
 
 
 def test_request_times_use_timestamps_or_the_stated_assumption():
-    plain = [{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"},
-             {"role": "assistant", "content": "b"}]
+    plain = [
+        {"role": "user", "content": "u"},
+        {"role": "assistant", "content": "a"},
+        {"role": "assistant", "content": "b"},
+    ]
     assert request_times(plain, 30) == ([0.0, 30.0, 60.0], False)
     stamped = [dict(m, _ts=1000.0 + 100 * i) for i, m in enumerate(plain)]
     assert request_times(stamped, 30) == ([1000.0, 1100.0, 1200.0], True)
@@ -98,8 +101,19 @@ def turn(n, size=2000):
     out = [{"role": "user", "content": f"do {n}"}]
     for k in range(2):
         cid = f"c{n}_{k}"
-        out.append({"role": "assistant", "content": None, "tool_calls": [
-            {"id": cid, "type": "function", "function": {"name": "Bash", "arguments": json.dumps({"command": "ls"})}}]})
+        out.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": cid,
+                        "type": "function",
+                        "function": {"name": "Bash", "arguments": json.dumps({"command": "ls"})},
+                    }
+                ],
+            }
+        )
         out.append({"role": "tool", "tool_call_id": cid, "content": "x " * size})
     out.append({"role": "assistant", "content": f"done {n}"})
     return out
@@ -107,9 +121,16 @@ def turn(n, size=2000):
 
 def test_cache_aware_defers_while_warm_and_catches_up_when_cold():
     now = [0.0]
-    cfg = parse_config({"compression": {"micro_compact": True, "micro_compact_cache_ttl_seconds": 300,
-                                        "micro_compact_max_occupancy_pct": 95},
-                        "model": {"context_length": 100_000}})
+    cfg = parse_config(
+        {
+            "compression": {
+                "micro_compact": True,
+                "micro_compact_cache_ttl_seconds": 300,
+                "micro_compact_max_occupancy_pct": 95,
+            },
+            "model": {"context_length": 100_000},
+        }
+    )
     s = Session(cfg, counter=TokenCounter(EstimateCounter()), clock=lambda: now[0])
     absorbed_at = []
     for n in range(12):
@@ -127,9 +148,16 @@ def test_cache_aware_defers_while_warm_and_catches_up_when_cold():
 
 def test_cache_aware_breaks_early_when_occupancy_is_high():
     now = [0.0]
-    cfg = parse_config({"compression": {"micro_compact": True, "micro_compact_cache_ttl_seconds": 300,
-                                        "micro_compact_max_occupancy_pct": 30},
-                        "model": {"context_length": 100_000}})
+    cfg = parse_config(
+        {
+            "compression": {
+                "micro_compact": True,
+                "micro_compact_cache_ttl_seconds": 300,
+                "micro_compact_max_occupancy_pct": 30,
+            },
+            "model": {"context_length": 100_000},
+        }
+    )
     s = Session(cfg, counter=TokenCounter(EstimateCounter()), clock=lambda: now[0])
     outcomes = []
     for n in range(12):
@@ -142,8 +170,10 @@ def test_cache_aware_breaks_early_when_occupancy_is_high():
     assert "absorbed" in outcomes
 
 
-@pytest.mark.skipif(not __import__("pathlib").Path("src/microcompact/data/demo_transcript.jsonl").exists(),
-                    reason="bundled demo transcript missing")
+@pytest.mark.skipif(
+    not __import__("pathlib").Path("src/microcompact/data/demo_transcript.jsonl").exists(),
+    reason="bundled demo transcript missing",
+)
 def test_compare_runs_every_policy_on_the_demo():
     messages = load_transcript("src/microcompact/data/demo_transcript.jsonl")[:200]
     result = compare(messages, parse_config({"model": {"context_length": 100_000}}), PRESETS["anthropic"])
@@ -158,5 +188,9 @@ def test_compare_runs_every_policy_on_the_demo():
         assert r["cached_read_tokens"] + r["cache_write_tokens"] + r["uncached_tokens"] > 0
     assert result["timing"] == "timestamps recorded in the transcript"
     plain = [{k: v for k, v in m.items() if k != "_ts"} for m in messages[:60]]
-    assert "assumed: 30 s" in compare(plain, parse_config({"model": {"context_length": 100_000}}),
-                                      PRESETS["anthropic"], policies=("batch-only",))["timing"]
+    assert (
+        "assumed: 30 s"
+        in compare(
+            plain, parse_config({"model": {"context_length": 100_000}}), PRESETS["anthropic"], policies=("batch-only",)
+        )["timing"]
+    )

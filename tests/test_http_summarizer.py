@@ -59,8 +59,13 @@ def turn(n: int, iterations: int = 2, size: int = 200) -> list[dict[str, Any]]:
     msgs: list[dict[str, Any]] = [{"role": "user", "content": f"request {n}: keep going"}]
     for k in range(iterations):
         cid = f"c{n}_{k}"
-        msgs.append({"role": "assistant", "content": f"step {k} of request {n}",
-                     "tool_calls": [call(cid, {"command": f"ls dir{n}_{k}"})]})
+        msgs.append(
+            {
+                "role": "assistant",
+                "content": f"step {k} of request {n}",
+                "tool_calls": [call(cid, {"command": f"ls dir{n}_{k}"})],
+            }
+        )
         msgs.append({"role": "tool", "tool_call_id": cid, "content": f"entry{n} " * size})
     msgs.append({"role": "assistant", "content": f"request {n} done"})
     return msgs
@@ -137,8 +142,9 @@ def test_success_marker_body_is_what_the_server_returned_redacted(chat_server: C
     check(s, original)
 
 
-def test_latency_within_timeout_is_fine_and_timings_reflect_it(chat_server: ChatServer,
-                                                               caplog: pytest.LogCaptureFixture) -> None:
+def test_latency_within_timeout_is_fine_and_timings_reflect_it(
+    chat_server: ChatServer, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO, logger="microcompact.telemetry")
     chat_server.latency = 0.3
     s = session(chat_server, timeout=2.0)
@@ -158,14 +164,16 @@ def test_latency_within_timeout_is_fine_and_timings_reflect_it(chat_server: Chat
 # --------------------------------------------------------------------------- failures
 
 
-@pytest.mark.parametrize("fault, error", [
-    (429, "SummarizerRateLimited"),
-    (500, "SummarizerUnavailable"),
-    ("empty", "SummarizerBadOutput"),
-    ("malformed", "SummarizerBadOutput"),
-])
-def test_failed_call_leaves_transcript_unchanged_then_succeeds(chat_server: ChatServer, fault: Any,
-                                                               error: str) -> None:
+@pytest.mark.parametrize(
+    "fault, error",
+    [
+        (429, "SummarizerRateLimited"),
+        (500, "SummarizerUnavailable"),
+        ("empty", "SummarizerBadOutput"),
+        ("malformed", "SummarizerBadOutput"),
+    ],
+)
+def test_failed_call_leaves_transcript_unchanged_then_succeeds(chat_server: ChatServer, fault: Any, error: str) -> None:
     s = session(chat_server)
     original = prefill(s, 8)
     first, msgs = end_turn(s, 8)  # one marker already, so "unchanged" covers the marker too
@@ -263,7 +271,8 @@ def test_auth_errors_stop_micro_compaction_calls(chat_server: ChatServer, fault:
         outcomes += [r.outcome for r in results]
     assert "absorbed" not in outcomes
     assert len(chat_server.requests) <= s.config.compression.micro_compact_max_failures, (
-        f"{len(chat_server.requests)} requests with a rejected key over 12 turns: {outcomes}")
+        f"{len(chat_server.requests)} requests with a rejected key over 12 turns: {outcomes}"
+    )
 
 
 # --------------------------------------------------------------------------- defrag with an echoing model
@@ -348,14 +357,29 @@ def secret_turn(n: int, sec: dict[str, str]) -> list[dict[str, Any]]:
     cid_a, cid_b = f"s{n}_a", f"s{n}_b"
     return [
         {"role": "user", "content": f"request {n}: set up the deployment"},
-        {"role": "assistant",  # secrets in assistant text
-         "content": f"I'll use the key {sec['openai']} and AWS key {sec['aws']} against {url}.",
-         "tool_calls": [call(cid_a, {"command": f"OPENAI_API_KEY={sec['openai']} AWS_ACCESS_KEY_ID={sec['aws']} "
-                                                f"psql {url} -c 'select 1'"})]},  # in tool-call arguments
-        {"role": "tool", "tool_call_id": cid_a,  # in tool output
-         "content": f"connected to {url}\nusing {sec['openai']} / {sec['aws']}\n" + "row ok\n" * 150},
-        {"role": "assistant", "content": "Writing the deploy key.",
-         "tool_calls": [call(cid_b, {"path": "deploy/key.pem", "content": sec["pem"]})]},  # PEM in arguments
+        {
+            "role": "assistant",  # secrets in assistant text
+            "content": f"I'll use the key {sec['openai']} and AWS key {sec['aws']} against {url}.",
+            "tool_calls": [
+                call(
+                    cid_a,
+                    {
+                        "command": f"OPENAI_API_KEY={sec['openai']} AWS_ACCESS_KEY_ID={sec['aws']} "
+                        f"psql {url} -c 'select 1'"
+                    },
+                )
+            ],
+        },  # in tool-call arguments
+        {
+            "role": "tool",
+            "tool_call_id": cid_a,  # in tool output
+            "content": f"connected to {url}\nusing {sec['openai']} / {sec['aws']}\n" + "row ok\n" * 150,
+        },
+        {
+            "role": "assistant",
+            "content": "Writing the deploy key.",
+            "tool_calls": [call(cid_b, {"path": "deploy/key.pem", "content": sec["pem"]})],
+        },  # PEM in arguments
         {"role": "tool", "tool_call_id": cid_b, "content": f"wrote deploy/key.pem:\n{sec['pem']}\n" + "ok\n" * 150},
         {"role": "assistant", "content": f"Done; the key starts {sec['pem'][:80]}"},
     ]
@@ -370,9 +394,11 @@ def test_secrets_never_leave_and_never_come_back(chat_server: ChatServer, caplog
         n = len(chat_server.requests)
         system = request["messages"][0]["content"]
         head = "### Goal\n- deploy" if system == BATCH_PROMPT else "### Decisions"
-        return (f"{head}\n- pass {n}: used {returned['openai']} and {returned['aws']}\n"
-                f"- db postgres://app_user:{returned['pg_password']}@db.internal:5432/prod\n"
-                f"- key:\n{returned['pem']}")
+        return (
+            f"{head}\n- pass {n}: used {returned['openai']} and {returned['aws']}\n"
+            f"- db postgres://app_user:{returned['pg_password']}@db.internal:5432/prod\n"
+            f"- key:\n{returned['pem']}"
+        )
 
     chat_server.responder = responder
     s = session(chat_server)

@@ -45,8 +45,12 @@ CASES = [
     ("cc_4d5611e5", "claude-code", "claude_code/4d5611e5-241a-462a-8d15-5122611a9569.jsonl", True),
     ("cc_ae4a77f8", "claude-code", "claude_code/ae4a77f8-aedd-4bc1-888f-c94edc91af04.jsonl", True),
     ("cc_subagent_a2898e3", "claude-code", "claude_code/4d5611e5-subagent-agent-a2898e3.jsonl", True),
-    ("sweagent_marshmallow_fc", "swe-agent", "swe_agent/marshmallow-1867__function_calling_replace_from_source.traj",
-     False),
+    (
+        "sweagent_marshmallow_fc",
+        "swe-agent",
+        "swe_agent/marshmallow-1867__function_calling_replace_from_source.traj",
+        False,
+    ),
     ("sweagent_ctf_i_got_id", "swe-agent", "swe_agent/ctf_web_i_got_id_demo.traj", False),
     ("sweagent_ctf_flash", "swe-agent", "swe_agent/ctf_forensics_flash.traj", False),
     ("swesmith_largest", "adp", "adp/swe-smith.sample_raw.json", False),
@@ -54,8 +58,9 @@ CASES = [
     ("nebius_sweagent_largest", "adp", "adp/nebius_SWE-agent-trajectories.sample_raw.json", False),
 ]
 
-needs_shared = pytest.mark.skipif(not (RAW.is_dir() and NORMALIZED.is_dir()),
-                                  reason=f"{SHARED} (real transcripts) is not available")
+needs_shared = pytest.mark.skipif(
+    not (RAW.is_dir() and NORMALIZED.is_dir()), reason=f"{SHARED} (real transcripts) is not available"
+)
 
 _cache: dict[str, ImportReport] = {}
 
@@ -67,8 +72,11 @@ def _imported(raw: str, fmt: str) -> ImportReport:
 
 
 def _normalized(name: str) -> list[dict]:
-    return [json.loads(line) for line in (NORMALIZED / f"{name}.jsonl").read_text(encoding="utf-8").splitlines()
-            if line.strip()]
+    return [
+        json.loads(line)
+        for line in (NORMALIZED / f"{name}.jsonl").read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ]
 
 
 def _meta(name: str) -> dict:
@@ -106,8 +114,10 @@ def test_real_file_matches_normalized(name: str, fmt: str, raw: str, has_ts: boo
         assert report.compact_summary_indices == meta["compact_summary_indices"]
         assert report.notes["tool_result_is_error"] == meta["notes"].get("tool_result_is_error", 0)
         assert sum(1 for m in ours if (m.get("_mc") or {}).get("is_error")) == report.notes["tool_result_is_error"]
-        assert report.repairs["assistant_block_after_tool_result_merged"] == \
-            meta["notes"]["assistant_block_after_tool_result_merged"]
+        assert (
+            report.repairs["assistant_block_after_tool_result_merged"]
+            == meta["notes"]["assistant_block_after_tool_result_merged"]
+        )
         assert report.notes["thinking_block_dropped"] == meta["notes"].get("thinking_blocks", 0)
     if fmt == "adp":
         assert report.record == int(next(k for k in meta["notes"] if k.startswith("item:")).split(":")[1])
@@ -150,11 +160,16 @@ def test_claude_code_sidechain_lines_skipped_in_main_log(tmp_path: Path) -> None
     src = RAW / "claude_code/4d5611e5-subagent-agent-a2898e3.jsonl"
     sub = import_transcript(src, "claude-code")
     assert len(sub) == 46  # a subagent log is all sidechain and kept whole
-    main = [{"type": "user", "isSidechain": False, "timestamp": "2026-02-12T10:00:00Z",
-             "message": {"role": "user", "content": "main task"}}]
+    main = [
+        {
+            "type": "user",
+            "isSidechain": False,
+            "timestamp": "2026-02-12T10:00:00Z",
+            "message": {"role": "user", "content": "main task"},
+        }
+    ]
     mixed = tmp_path / "mixed.jsonl"
-    mixed.write_text("\n".join(json.dumps(r) for r in main) + "\n" + src.read_text(encoding="utf-8"),
-                     encoding="utf-8")
+    mixed.write_text("\n".join(json.dumps(r) for r in main) + "\n" + src.read_text(encoding="utf-8"), encoding="utf-8")
     report = import_report(mixed, "claude-code")
     assert [m["content"] for m in report.messages] == ["main task"]
     assert report.notes["line_skipped:sidechain"] == 74
@@ -180,21 +195,46 @@ def test_claude_code_merge_reorder_and_repairs(tmp_path: Path) -> None:
     lines = [
         json.dumps({"type": "file-history-snapshot", "snapshot": {}}),
         _cc_line("user", "do it", ts="2026-01-01T00:00:00Z"),
-        _cc_line("assistant", [{"type": "thinking", "thinking": "hmm", "signature": "x"}], ts="2026-01-01T00:00:01Z",
-                 msg_id="m1"),
+        _cc_line(
+            "assistant",
+            [{"type": "thinking", "thinking": "hmm", "signature": "x"}],
+            ts="2026-01-01T00:00:01Z",
+            msg_id="m1",
+        ),
         _cc_line("assistant", [{"type": "text", "text": "Looking."}], ts="2026-01-01T00:00:02Z", msg_id="m1"),
-        _cc_line("assistant", [{"type": "tool_use", "id": "a", "name": "Read", "input": {"p": 1}}],
-                 ts="2026-01-01T00:00:03Z", msg_id="m1"),
+        _cc_line(
+            "assistant",
+            [{"type": "tool_use", "id": "a", "name": "Read", "input": {"p": 1}}],
+            ts="2026-01-01T00:00:03Z",
+            msg_id="m1",
+        ),
         json.dumps({"type": "progress", "data": {}}),
         _cc_line("user", [{"type": "tool_result", "tool_use_id": "a", "content": "A"}], ts="2026-01-01T00:00:04Z"),
         # a later block of m1 written after the first result (parallel tool calls)
-        _cc_line("assistant", [{"type": "tool_use", "id": "b", "name": "Bash", "input": {"c": "ls"}}],
-                 ts="2026-01-01T00:00:05Z", msg_id="m1"),
-        _cc_line("assistant", [{"type": "tool_use", "id": "c", "name": "Bash", "input": {}}],
-                 ts="2026-01-01T00:00:05Z", msg_id="m1"),
-        _cc_line("user", [{"type": "tool_result", "tool_use_id": "b", "is_error": True,
-                           "content": [{"type": "text", "text": "err1"}, {"type": "text", "text": "err2"}]}],
-                 ts="2026-01-01T00:00:06Z"),
+        _cc_line(
+            "assistant",
+            [{"type": "tool_use", "id": "b", "name": "Bash", "input": {"c": "ls"}}],
+            ts="2026-01-01T00:00:05Z",
+            msg_id="m1",
+        ),
+        _cc_line(
+            "assistant",
+            [{"type": "tool_use", "id": "c", "name": "Bash", "input": {}}],
+            ts="2026-01-01T00:00:05Z",
+            msg_id="m1",
+        ),
+        _cc_line(
+            "user",
+            [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "b",
+                    "is_error": True,
+                    "content": [{"type": "text", "text": "err1"}, {"type": "text", "text": "err2"}],
+                }
+            ],
+            ts="2026-01-01T00:00:06Z",
+        ),
         # the user speaks while call "c" never gets a result; a result for an unknown call
         _cc_line("user", "stop", ts="2026-01-01T00:00:07Z"),
         _cc_line("user", [{"type": "tool_result", "tool_use_id": "zzz", "content": "lost"}], ts="2026-01-01T00:00:08Z"),
@@ -210,13 +250,19 @@ def test_claude_code_merge_reorder_and_repairs(tmp_path: Path) -> None:
     assert [tc["id"] for tc in a["tool_calls"]] == ["a", "b", "c"]
     assert json.loads(a["tool_calls"][0]["function"]["arguments"]) == {"p": 1}
     assert a["_ts"] == to_epoch("2026-01-01T00:00:01Z")  # the first line of the message
-    assert msgs[3] == {"role": "tool", "tool_call_id": "b", "content": "err1\nerr2", "_mc": {"is_error": True},
-                       "_ts": to_epoch("2026-01-01T00:00:06Z")}
+    assert msgs[3] == {
+        "role": "tool",
+        "tool_call_id": "b",
+        "content": "err1\nerr2",
+        "_mc": {"is_error": True},
+        "_ts": to_epoch("2026-01-01T00:00:06Z"),
+    }
     assert msgs[4]["content"] == NO_RESULT and msgs[4]["tool_call_id"] == "c"
     assert msgs[6]["_mc"] == {"compact_summary": True}
     assert report.compact_summary_indices == [6]
-    assert report.repairs == Counter({"assistant_block_after_tool_result_merged": 2, "missing_tool_result_added": 1,
-                                      "orphan_tool_result_dropped": 1})
+    assert report.repairs == Counter(
+        {"assistant_block_after_tool_result_merged": 2, "missing_tool_result_added": 1, "orphan_tool_result_dropped": 1}
+    )
     assert report.notes["thinking_block_dropped"] == 1
     assert report.notes["line_skipped:progress"] == 1
     assert report.notes["line_skipped:system:compact_boundary"] == 1
@@ -224,16 +270,28 @@ def test_claude_code_merge_reorder_and_repairs(tmp_path: Path) -> None:
 
 
 def test_swe_agent_function_calling_and_timestamps(tmp_path: Path) -> None:
-    traj = {"history": [
-        {"role": "system", "content": "sys", "agent": "main", "message_type": "system_prompt"},
-        {"role": "user", "content": "demo", "is_demo": True, "agent": "main"},
-        {"role": "user", "content": [{"type": "text", "text": "task", "cache_control": {"type": "ephemeral"}}],
-         "timestamp": "2025-01-01T00:00:00+00:00"},
-        {"role": "assistant", "content": "t", "thought": "t", "action": "ls",
-         "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "bash", "arguments": {"c": "ls"}}}]},
-        {"role": "tool", "content": "out", "tool_call_ids": ["c1"], "message_type": "observation"},
-        {"role": "tool", "content": "stray", "tool_call_ids": ["c9"]},
-    ]}
+    traj = {
+        "history": [
+            {"role": "system", "content": "sys", "agent": "main", "message_type": "system_prompt"},
+            {"role": "user", "content": "demo", "is_demo": True, "agent": "main"},
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "task", "cache_control": {"type": "ephemeral"}}],
+                "timestamp": "2025-01-01T00:00:00+00:00",
+            },
+            {
+                "role": "assistant",
+                "content": "t",
+                "thought": "t",
+                "action": "ls",
+                "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": {"c": "ls"}}}
+                ],
+            },
+            {"role": "tool", "content": "out", "tool_call_ids": ["c1"], "message_type": "observation"},
+            {"role": "tool", "content": "stray", "tool_call_ids": ["c9"]},
+        ]
+    }
     p = tmp_path / "x.traj"
     p.write_text(json.dumps(traj), encoding="utf-8")
     report = import_report(p, "swe_agent")  # underscore spelling accepted
@@ -247,9 +305,19 @@ def test_swe_agent_function_calling_and_timestamps(tmp_path: Path) -> None:
 
 
 def test_late_system_message_becomes_user(tmp_path: Path) -> None:
-    p = _write(tmp_path, "o.jsonl", [json.dumps(m) for m in (
-        {"role": "system", "content": "s"}, {"role": "user", "content": "u"},
-        {"role": "system", "content": "late"}, {"role": "assistant", "content": "a", "_ts": "2025-01-01T00:00:00Z"})])
+    p = _write(
+        tmp_path,
+        "o.jsonl",
+        [
+            json.dumps(m)
+            for m in (
+                {"role": "system", "content": "s"},
+                {"role": "user", "content": "u"},
+                {"role": "system", "content": "late"},
+                {"role": "assistant", "content": "a", "_ts": "2025-01-01T00:00:00Z"},
+            )
+        ],
+    )
     report = import_report(p, "openai")
     assert [m["role"] for m in report.messages] == ["system", "user", "user", "assistant"]
     assert report.messages[3]["_ts"] == 1735689600.0
@@ -258,18 +326,35 @@ def test_late_system_message_becomes_user(tmp_path: Path) -> None:
 
 def test_openai_json_object_with_messages(tmp_path: Path) -> None:
     p = tmp_path / "o.json"
-    p.write_text(json.dumps({"model": "x", "messages": [
-        {"role": "user", "content": "hi", "timestamp": 1735689600000},
-        {"role": "assistant", "content": None,
-         "tool_calls": [{"id": "t", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
-    ]}, indent=2), encoding="utf-8")
+    p.write_text(
+        json.dumps(
+            {
+                "model": "x",
+                "messages": [
+                    {"role": "user", "content": "hi", "timestamp": 1735689600000},
+                    {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [{"id": "t", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+                    },
+                ],
+            },
+            indent=2,
+        ),
+        encoding="utf-8",
+    )
     report = import_report(p, "openai")
     msgs = report.messages
     assert msgs[0] == {"role": "user", "content": "hi", "_ts": 1735689600.0}
     # The API repairs (run_import refuses unless asked): like replay --repair, reported with the place.
     assert msgs[2] == {"role": "tool", "tool_call_id": "t", "content": INTERRUPTED_RESULT}
-    assert report.defects == [(f"{p}: element 1", "tool call 't' has no result (an interrupted call?)",
-                               f"added the tool result {INTERRUPTED_RESULT!r}")]
+    assert report.defects == [
+        (
+            f"{p}: element 1",
+            "tool call 't' has no result (an interrupted call?)",
+            f"added the tool result {INTERRUPTED_RESULT!r}",
+        )
+    ]
 
 
 # ------------------------------------------------------------------------------------------ errors
@@ -287,8 +372,11 @@ def test_unknown_format_lists_known_ones(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("fmt", ["claude-code", "openai"])
 def test_truncated_line_in_the_middle_names_the_line(tmp_path: Path, fmt: str) -> None:
-    good = (_cc_line("user", "hi", ts="2026-01-01T00:00:00Z") if fmt == "claude-code"
-            else json.dumps({"role": "user", "content": "hi"}))
+    good = (
+        _cc_line("user", "hi", ts="2026-01-01T00:00:00Z")
+        if fmt == "claude-code"
+        else json.dumps({"role": "user", "content": "hi"})
+    )
     p = _write(tmp_path, "t.jsonl", [good, good, good[: len(good) // 2], good])
     with pytest.raises(TranscriptError, match=r"t\.jsonl:3: invalid JSON"):
         import_transcript(p, fmt)
@@ -307,9 +395,15 @@ def test_missing_role_is_named(tmp_path: Path) -> None:
     with pytest.raises(TranscriptError, match=r"r\.traj: history\[1\]: message has no 'role'"):
         import_transcript(traj, "swe-agent")
     adp = tmp_path / "r_adp.json"
-    adp.write_text(json.dumps([{"messages": [{"role": "user", "content": "x"}]},
-                               {"trajectory": [{"role": "system", "system_prompt": "s"}, {"text": "t"}]}]),
-                   encoding="utf-8")
+    adp.write_text(
+        json.dumps(
+            [
+                {"messages": [{"role": "user", "content": "x"}]},
+                {"trajectory": [{"role": "system", "system_prompt": "s"}, {"text": "t"}]},
+            ]
+        ),
+        encoding="utf-8",
+    )
     with pytest.raises(TranscriptError, match=r"record 1: message 1: message has no 'role'"):
         import_transcript(adp, "adp", record=1)
 
@@ -335,10 +429,21 @@ def test_other_malformed_inputs(tmp_path: Path) -> None:
 
 
 def test_run_import_writes_and_reports(tmp_path: Path) -> None:
-    src = _write(tmp_path, "in.jsonl", [json.dumps(m) for m in (
-        {"role": "user", "content": "u [bold]x[/bold]"},
-        {"role": "assistant", "content": "",
-         "tool_calls": [{"id": "t", "type": "function", "function": {"name": "f", "arguments": "{}"}}]})])
+    src = _write(
+        tmp_path,
+        "in.jsonl",
+        [
+            json.dumps(m)
+            for m in (
+                {"role": "user", "content": "u [bold]x[/bold]"},
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [{"id": "t", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+                },
+            )
+        ],
+    )
     buf = io.StringIO()
     console = Console(file=buf, width=200, color_system=None)
     out = tmp_path / "out.jsonl"
@@ -372,19 +477,33 @@ def test_run_import_to_stdout_keeps_stdout_clean(tmp_path: Path, capsys: pytest.
 def test_claude_code_user_text_moved_after_late_block_results(tmp_path: Path) -> None:
     lines = [
         _cc_line("user", "go", ts="2026-01-01T00:00:00Z"),
-        _cc_line("assistant", [{"type": "tool_use", "id": "a", "name": "T", "input": {}}], ts="2026-01-01T00:00:01Z",
-                 msg_id="m1"),
+        _cc_line(
+            "assistant",
+            [{"type": "tool_use", "id": "a", "name": "T", "input": {}}],
+            ts="2026-01-01T00:00:01Z",
+            msg_id="m1",
+        ),
         _cc_line("user", [{"type": "tool_result", "tool_use_id": "a", "content": "A"}], ts="2026-01-01T00:00:02Z"),
         _cc_line("user", "also this", ts="2026-01-01T00:00:03Z"),
-        _cc_line("assistant", [{"type": "tool_use", "id": "b", "name": "T", "input": {}}], ts="2026-01-01T00:00:04Z",
-                 msg_id="m1"),
+        _cc_line(
+            "assistant",
+            [{"type": "tool_use", "id": "b", "name": "T", "input": {}}],
+            ts="2026-01-01T00:00:04Z",
+            msg_id="m1",
+        ),
         _cc_line("user", [{"type": "tool_result", "tool_use_id": "b", "content": "B"}], ts="2026-01-01T00:00:05Z"),
     ]
     report = import_report(_write(tmp_path, "m.jsonl", lines), "claude-code")
     assert [(m["role"], m.get("tool_call_id") or m.get("content")) for m in report.messages] == [
-        ("user", "go"), ("assistant", ""), ("tool", "a"), ("tool", "b"), ("user", "also this")]
-    assert report.repairs == Counter({"assistant_block_after_tool_result_merged": 1,
-                                      "user_msg_moved_after_tool_results": 1})
+        ("user", "go"),
+        ("assistant", ""),
+        ("tool", "a"),
+        ("tool", "b"),
+        ("user", "also this"),
+    ]
+    assert report.repairs == Counter(
+        {"assistant_block_after_tool_result_merged": 1, "user_msg_moved_after_tool_results": 1}
+    )
     assert role_sequence_errors(report.messages) == []
 
 
@@ -394,8 +513,11 @@ def test_claude_code_user_text_moved_after_late_block_results(tmp_path: Path) ->
 @pytest.mark.parametrize("fmt", ["claude-code", "openai"])
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
 def test_jsonl_formats_refuse_non_finite_numbers_with_the_line(tmp_path: Path, fmt: str, literal: str) -> None:
-    p = _write(tmp_path, "n.jsonl", ['{"role": "user", "content": "hi"}',
-                                     f'{{"role": "assistant", "content": "x", "n": {literal}}}'])
+    p = _write(
+        tmp_path,
+        "n.jsonl",
+        ['{"role": "user", "content": "hi"}', f'{{"role": "assistant", "content": "x", "n": {literal}}}'],
+    )
     with pytest.raises(TranscriptError, match=rf"n\.jsonl:2: {literal} is not a JSON number"):
         import_transcript(p, fmt)
 
@@ -403,8 +525,9 @@ def test_jsonl_formats_refuse_non_finite_numbers_with_the_line(tmp_path: Path, f
 @pytest.mark.parametrize("fmt", ["swe-agent", "adp", "openai"])
 def test_document_formats_refuse_non_finite_numbers_with_the_line(tmp_path: Path, fmt: str) -> None:
     p = tmp_path / "d.json"
-    p.write_text('{"history": [\n  {"role": "user", "content": "hi"},\n  {"role": "assistant", "x": NaN}\n]}',
-                 encoding="utf-8")
+    p.write_text(
+        '{"history": [\n  {"role": "user", "content": "hi"},\n  {"role": "assistant", "x": NaN}\n]}', encoding="utf-8"
+    )
     with pytest.raises(TranscriptError, match=r"NaN is not a JSON number \(line 3\)"):
         import_transcript(p, fmt)
 
@@ -421,8 +544,11 @@ def test_every_format_refuses_deep_nesting_and_lone_surrogates(tmp_path: Path, f
 
 
 def test_openai_function_as_a_string_is_named(tmp_path: Path) -> None:
-    p = _write(tmp_path, "f.jsonl", ['{"role": "user", "content": "hi"}',
-                                     '{"role": "assistant", "tool_calls": [{"id": "a", "function": "ls"}]}'])
+    p = _write(
+        tmp_path,
+        "f.jsonl",
+        ['{"role": "user", "content": "hi"}', '{"role": "assistant", "tool_calls": [{"id": "a", "function": "ls"}]}'],
+    )
     with pytest.raises(TranscriptError, match=r"f\.jsonl:2: tool_calls\[0\] needs function\.name"):
         import_transcript(p, "openai")
 
@@ -437,8 +563,11 @@ def _raw_samples() -> list[tuple[Path, str]]:
     """Every recorded session under raw/ (licences and READMEs aside), with the format of its folder."""
     if not RAW.is_dir():
         return []
-    return [(p, RAW_FOLDER_FORMAT[p.relative_to(RAW).parts[0]]) for p in sorted(RAW.rglob("*"))
-            if p.is_file() and p.suffix in (".jsonl", ".traj", ".json")]
+    return [
+        (p, RAW_FOLDER_FORMAT[p.relative_to(RAW).parts[0]])
+        for p in sorted(RAW.rglob("*"))
+        if p.is_file() and p.suffix in (".jsonl", ".traj", ".json")
+    ]
 
 
 def _cli_import(*args: object) -> tuple[int, str, str]:
@@ -485,8 +614,9 @@ def test_from_auto_writes_what_the_explicit_format_writes(path: Path, fmt: str, 
     assert err_auto.splitlines()[1:] == [line.replace(str(explicit), str(auto)) for line in err_explicit.splitlines()]
 
 
-@pytest.mark.parametrize("text", ["hello, this is not a transcript\n", "", '{"foo": 1, "bar": [1, 2]}\n',
-                                  "[1, 2, 3]\n"])
+@pytest.mark.parametrize(
+    "text", ["hello, this is not a transcript\n", "", '{"foo": 1, "bar": [1, 2]}\n', "[1, 2, 3]\n"]
+)
 def test_from_auto_on_an_unknown_file_is_one_line_and_exit_2(tmp_path: Path, text: str) -> None:
     src = tmp_path / "mystery.txt"
     src.write_text(text, encoding="utf-8")
@@ -504,10 +634,23 @@ def test_from_auto_on_a_missing_file_names_it(tmp_path: Path) -> None:
 
 def test_detection_reads_past_a_first_line_longer_than_the_head(tmp_path: Path) -> None:
     # A Claude Code log whose first line (a pasted file) is longer than what detection reads.
-    first = {"parentUuid": None, "isSidechain": False, "sessionId": "s", "type": "user",
-             "message": {"role": "user", "content": "x" * (2 * HEAD_BYTES)}, "uuid": "u1", "timestamp": 1.7e9}
-    reply = {"parentUuid": "u1", "sessionId": "s", "type": "assistant", "uuid": "u2", "timestamp": 1.7e9 + 1,
-             "message": {"role": "assistant", "id": "m1", "content": [{"type": "text", "text": "ok"}]}}
+    first = {
+        "parentUuid": None,
+        "isSidechain": False,
+        "sessionId": "s",
+        "type": "user",
+        "message": {"role": "user", "content": "x" * (2 * HEAD_BYTES)},
+        "uuid": "u1",
+        "timestamp": 1.7e9,
+    }
+    reply = {
+        "parentUuid": "u1",
+        "sessionId": "s",
+        "type": "assistant",
+        "uuid": "u2",
+        "timestamp": 1.7e9 + 1,
+        "message": {"role": "assistant", "id": "m1", "content": [{"type": "text", "text": "ok"}]},
+    }
     src = _write(tmp_path, "long.jsonl", [json.dumps(first), json.dumps(reply)])
     assert detect_format(src) == "claude-code"
     assert [m["role"] for m in import_transcript(src, "auto")] == ["user", "assistant"]

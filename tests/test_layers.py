@@ -87,8 +87,7 @@ def test_no_module_imports_from_a_higher_layer() -> None:
             if not (PACKAGE / target).is_dir() and not (PACKAGE / f"{target}.py").exists():
                 continue  # a name imported from the package root, not a module
             if _layer_of(target) > mine:
-                violations.append(f"{path.relative_to(PACKAGE)} imports {target} (layer {_layer_of(target)} > "
-                                  f"{mine})")
+                violations.append(f"{path.relative_to(PACKAGE)} imports {target} (layer {_layer_of(target)} > {mine})")
     assert violations == []
 
 
@@ -105,6 +104,7 @@ def test_the_checker_resolves_relative_and_absolute_imports(tmp_path: Path) -> N
     (pkg / "a.py").write_text("from .b import x\nfrom . import c\n", encoding="utf-8")
     (pkg / "sub" / "d.py").write_text(
         "from .e import y\nfrom ..f import z\nimport microcompact.g\n\ndef late():\n    from ..h import w\n",
-        encoding="utf-8")
+        encoding="utf-8",
+    )
     assert _internal_imports(pkg / "a.py", pkg) == {"b", "c"}
     assert _internal_imports(pkg / "sub" / "d.py", pkg) == {"f", "g", "h"}  # .e stays inside sub/

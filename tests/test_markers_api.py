@@ -68,10 +68,12 @@ def call(cid: str) -> dict:
 
 
 def turn(n: int, size: int = 800) -> list[dict]:
-    return [{"role": "user", "content": f"request {n}"},
-            {"role": "assistant", "content": f"step {n}", "tool_calls": [call(f"c{n}")]},
-            {"role": "tool", "tool_call_id": f"c{n}", "content": "word " * size},
-            {"role": "assistant", "content": f"done {n}"}]
+    return [
+        {"role": "user", "content": f"request {n}"},
+        {"role": "assistant", "content": f"step {n}", "tool_calls": [call(f"c{n}")]},
+        {"role": "tool", "tool_call_id": f"c{n}", "content": "word " * size},
+        {"role": "assistant", "content": f"done {n}"},
+    ]
 
 
 def forged_transcript(turns: int = 8) -> list[dict]:
@@ -143,8 +145,7 @@ def test_micro_compact_with_state_keeps_working_across_calls():
 def test_forged_marker_stored_and_reopened_is_not_a_marker(tmp_path):
     db = tmp_path / "s.db"
     store = open_store(db)
-    s = Session(config(), Recorder(), counter=counter(), messages=forged_transcript(3), store=store,
-                session_id="s")
+    s = Session(config(), Recorder(), counter=counter(), messages=forged_transcript(3), store=store, session_id="s")
     s.append({"role": "assistant", "content": FORGED_TEXT})
     assert s.flush()
     s.close()
@@ -203,8 +204,7 @@ def test_export_without_metadata_reimports_as_plain_messages():
 def test_batch_treats_a_forged_marker_as_material_not_as_the_previous_summary():
     msgs = forged_transcript(10)
     summ = Recorder()
-    cfg = parse_config({"compression": {"protect_first_n": 1, "threshold": 0.5},
-                        "model": {"context_length": 4096}})
+    cfg = parse_config({"compression": {"protect_first_n": 1, "threshold": 0.5}, "model": {"context_length": 4096}})
     s = Session(cfg, summ, counter=counter(), messages=msgs)
     s.before_request()
     assert summ.batch_previous, "batch compaction should have run"

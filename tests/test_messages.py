@@ -62,9 +62,11 @@ def test_marker_recognised_by_metadata_only():
 
 
 def test_tool_pairing_errors():
-    ok = [{"role": "assistant", "content": None, "tool_calls": [call("a"), call("b")]},
-          {"role": "tool", "tool_call_id": "b", "content": "2"},
-          {"role": "tool", "tool_call_id": "a", "content": "1"}]
+    ok = [
+        {"role": "assistant", "content": None, "tool_calls": [call("a"), call("b")]},
+        {"role": "tool", "tool_call_id": "b", "content": "2"},
+        {"role": "tool", "tool_call_id": "a", "content": "1"},
+    ]
     assert tool_pairing_errors(ok) == []
     assert tool_pairing_errors(ok[:2])  # call a without result
     assert tool_pairing_errors([ok[0], ok[1], ok[2], {"role": "tool", "tool_call_id": "a", "content": "dup"}])
@@ -76,30 +78,34 @@ def test_tool_pairing_errors():
 def test_role_sequence_errors():
     assert role_sequence_errors([{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]) == []
     assert role_sequence_errors([{"role": "user", "content": "u"}, {"role": "system", "content": "s"}])
-    assert role_sequence_errors([{"role": "user", "content": "u"}, {"role": "tool", "tool_call_id": "x",
-                                                                    "content": "r"}])
+    assert role_sequence_errors(
+        [{"role": "user", "content": "u"}, {"role": "tool", "tool_call_id": "x", "content": "r"}]
+    )
 
 
 def test_user_message_errors_accepts_joined_users_in_order():
-    before = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "x"},
-              {"role": "user", "content": "b"}]
+    before = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "x"}, {"role": "user", "content": "b"}]
     joined = [{"role": "user", "content": "a\n\nb"}]
     assert user_message_errors(before, joined) == []
     assert user_message_errors(before, before) == []
     assert user_message_errors(before, [{"role": "user", "content": "b"}, {"role": "user", "content": "a"}])
     assert user_message_errors(before, [{"role": "user", "content": "a"}])
-    assert user_message_errors(before, [{"role": "user", "content": "a"}, {"role": "user", "content": "b!"},
-                                        {"role": "user", "content": "c"}])
+    assert user_message_errors(
+        before, [{"role": "user", "content": "a"}, {"role": "user", "content": "b!"}, {"role": "user", "content": "c"}]
+    )
 
 
-@pytest.mark.parametrize("bad, fragment", [
-    ("nope", "expected a JSON object"),
-    ({"role": "robot", "content": "x"}, "unknown role"),
-    ({"role": "tool", "content": "x"}, "tool_call_id"),
-    ({"role": "user", "content": 5}, "content must be"),
-    ({"role": "user", "content": "x", "tool_calls": []}, "only assistant"),
-    ({"role": "assistant", "content": None, "tool_calls": [{"type": "function"}]}, "needs an id"),
-])
+@pytest.mark.parametrize(
+    "bad, fragment",
+    [
+        ("nope", "expected a JSON object"),
+        ({"role": "robot", "content": "x"}, "unknown role"),
+        ({"role": "tool", "content": "x"}, "tool_call_id"),
+        ({"role": "user", "content": 5}, "content must be"),
+        ({"role": "user", "content": "x", "tool_calls": []}, "only assistant"),
+        ({"role": "assistant", "content": None, "tool_calls": [{"type": "function"}]}, "needs an id"),
+    ],
+)
 def test_validate_message_names_where_and_what(bad, fragment):
     with pytest.raises(TranscriptError) as exc:
         validate_message(bad, "t.jsonl:7")

@@ -136,10 +136,26 @@ def test_telemetry_line_is_sorted_json_without_content(caplog):
     assert lines and all(line.startswith("micro compaction telemetry: {") for line in lines)
     record = json.loads(lines[0].split(": ", 1)[1])
     assert list(record) == sorted(record)
-    for key in ("event", "session_id", "outcome", "messages_before", "messages_after", "tokens_before",
-                "tokens_after", "tokens_delta", "exchange_tokens", "rolling_summary_tokens", "cursor",
-                "passes_total", "tokens_saved_total", "duration_ms", "threshold_tokens", "context_limit",
-                "occupancy_pct", "aux_model"):
+    for key in (
+        "event",
+        "session_id",
+        "outcome",
+        "messages_before",
+        "messages_after",
+        "tokens_before",
+        "tokens_after",
+        "tokens_delta",
+        "exchange_tokens",
+        "rolling_summary_tokens",
+        "cursor",
+        "passes_total",
+        "tokens_saved_total",
+        "duration_ms",
+        "threshold_tokens",
+        "context_limit",
+        "occupancy_pct",
+        "aux_model",
+    ):
         assert key in record
     assert record["event"] == "micro_compaction" and record["session_id"] == "sess-1"
     assert record["tokens_delta"] == record["tokens_after"] - record["tokens_before"]
@@ -152,8 +168,9 @@ def test_occupancy_null_when_context_limit_unknown(caplog):
     cfg = parse_config({"compression": {"micro_compact": True, "target_ratio": 0.01}})
     s = Session(cfg, Recorder(), counter=counter())
     run_turns(s, [turn(i) for i in range(6)])
-    records = [json.loads(r.getMessage().split(": ", 1)[1]) for r in caplog.records
-               if r.name == "microcompact.telemetry"]
+    records = [
+        json.loads(r.getMessage().split(": ", 1)[1]) for r in caplog.records if r.name == "microcompact.telemetry"
+    ]
     assert records and all(r["occupancy_pct"] is None and r["context_limit"] is None for r in records)
 
 
@@ -173,8 +190,9 @@ def test_failures_leave_transcript_and_skip_after_three(caplog):
             assert s.transcript == before
     assert outcomes[:4] == ["absorbed", "summarize_failed", "summarize_failed", "exchange_skipped"]
     assert "absorbed" in outcomes[4:]
-    assert any("skipping exchange at cursor" in r.message and "3 consecutive failures" in r.message
-               for r in caplog.records)
+    assert any(
+        "skipping exchange at cursor" in r.message and "3 consecutive failures" in r.message for r in caplog.records
+    )
     # the skipped exchange stays verbatim
     assert any(tc["id"] == "c1_0" for m in s.transcript for tc in (m.get("tool_calls") or []))
 
@@ -207,11 +225,16 @@ def test_resume_recovers_cursor_and_summary_from_marker():
     run_turns(s2, turns[6:])
     seen_before = {tc["id"] for c in Recorder().calls for m in c for tc in (m.get("tool_calls") or [])}
     ids2 = [tc["id"] for c in summ2.calls for m in c for tc in (m.get("tool_calls") or [])]
-    absorbed_in_s1 = {tc["id"] for m in flat[:sum(len(t) for t in turns[:6])] for tc in (m.get("tool_calls") or [])
-                      if not any(tc["id"] == x["id"] for y in s1.transcript for x in (y.get("tool_calls") or []))}
+    absorbed_in_s1 = {
+        tc["id"]
+        for m in flat[: sum(len(t) for t in turns[:6])]
+        for tc in (m.get("tool_calls") or [])
+        if not any(tc["id"] == x["id"] for y in s1.transcript for x in (y.get("tool_calls") or []))
+    }
     assert absorbed_in_s1 and not absorbed_in_s1 & set(ids2) and not seen_before
     assert marker_body(next(m for m in s2.transcript if marker_kind(m) == "micro")).startswith(
-        marker_body(next(m for m in s1.transcript if marker_kind(m) == "micro")))
+        marker_body(next(m for m in s1.transcript if marker_kind(m) == "micro"))
+    )
     check(s2, flat)
     # resumed run ends exactly like an uninterrupted one
     s3 = Session(config(), Recorder(), counter=counter())
@@ -332,8 +355,9 @@ def test_micro_compact_history_processor_shape():
     assert len(again) < len(out)
 
 
-@pytest.mark.parametrize("content", [None, [{"type": "text", "text": "look"}, {"type": "image_url",
-                                                                              "image_url": {"url": "data:x"}}]])
+@pytest.mark.parametrize(
+    "content", [None, [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": "data:x"}}]]
+)
 def test_none_and_list_content(content):
     turns = [turn(i) for i in range(6)]
     for t in turns:
@@ -369,9 +393,12 @@ def test_history_processor_returns_no_token_cache_and_uses_the_configured_tokeni
 def test_a_huge_early_tool_output_is_not_pinned_by_the_head():
     """Issue 8.7: ``protect_first_n: 3`` kept a large early tool output in the head forever. The head now
     protects its non-user messages only up to a budget (10% of the threshold: 1,000 tokens here)."""
-    opening = [{"role": "system", "content": "You are a coding agent."}, {"role": "user", "content": "read it"},
-               {"role": "assistant", "content": "reading", "tool_calls": [call("big")]},
-               {"role": "tool", "tool_call_id": "big", "content": "line of the huge file\n" * 1500}]
+    opening = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "read it"},
+        {"role": "assistant", "content": "reading", "tool_calls": [call("big")]},
+        {"role": "tool", "tool_call_id": "big", "content": "line of the huge file\n" * 1500},
+    ]
     s = Session(config(), Recorder(), counter=counter())
     run_turns(s, [opening] + [turn(n) for n in range(6)])
     s.finalize_turn()
@@ -385,9 +412,26 @@ def test_every_name_of_the_old_micro_module_is_still_importable():
     """micro.py became a package: callers (the session, batch, background, user code) import as before."""
     import microcompact.micro as micro
     from microcompact.micro import engine, passes, scheduling, spans, state
-    old_names = ["Absorb", "CommitHook", "Condensed", "DEFRAG_MAX_RATIO", "Event", "MAX_CATCH_UP_PASSES",
-                 "MicroCompactor", "Outcome", "PassResult", "Planned", "Rewrite", "RollingSummary", "Span",
-                 "apply_event", "commit_or_log", "micro_compact", "span_key"]
+
+    old_names = [
+        "Absorb",
+        "CommitHook",
+        "Condensed",
+        "DEFRAG_MAX_RATIO",
+        "Event",
+        "MAX_CATCH_UP_PASSES",
+        "MicroCompactor",
+        "Outcome",
+        "PassResult",
+        "Planned",
+        "Rewrite",
+        "RollingSummary",
+        "Span",
+        "apply_event",
+        "commit_or_log",
+        "micro_compact",
+        "span_key",
+    ]
     assert [n for n in old_names if not hasattr(micro, n)] == []
     assert micro.MicroCompactor is engine.MicroCompactor and micro.RollingSummary is state.RollingSummary
     assert micro.span_key is spans.span_key and micro.commit_or_log is passes.commit_or_log
@@ -399,6 +443,7 @@ def test_span_selection_works_inside_the_window_it_is_handed():
     from microcompact.micro import MicroCompactor
     from microcompact.tokens import Ledger
     from microcompact.window import Window
+
     cfg = config()
     turns = [turn(i) for i in range(6)]
     ledger = Ledger(counter(), [m for t in turns for m in t])

@@ -64,8 +64,10 @@ def test_batch_prompt_lists_the_sections_in_order() -> None:
 
 # The user messages as the HTTP summarizer built them inline before the templates: the reference.
 def inline_merge(summary: str, transcript: str) -> str:
-    return (f"CURRENT SUMMARY:\n{summary.strip() or '(empty: this is the first excerpt)'}\n\n"
-            f"TRANSCRIPT EXCERPT TO FOLD IN:\n{transcript}")
+    return (
+        f"CURRENT SUMMARY:\n{summary.strip() or '(empty: this is the first excerpt)'}\n\n"
+        f"TRANSCRIPT EXCERPT TO FOLD IN:\n{transcript}"
+    )
 
 
 def inline_condense(summary: str, target_tokens: int) -> str:

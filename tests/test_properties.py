@@ -69,8 +69,10 @@ FAILED = {"summarize_failed", "exchange_skipped", "no_reclaim", "store_failed"}
 PASS_OUTCOMES = {"absorbed", "summarize_failed", "exchange_skipped", "no_reclaim", "store_failed"}
 DEFRAG_OUTCOMES = {"defrag", "defrag_failed"}
 
-COMMON = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                                      HealthCheck.large_base_example])
+COMMON = dict(
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example],
+)
 
 
 def estimate_counter() -> TokenCounter:
@@ -99,13 +101,13 @@ class DigestSummarizer:
         roles = "".join(str(m.get("role"))[0] for m in exchange)
         digest = hashlib.sha1(f"{summary}|{','.join(got)}".encode()).hexdigest()[:10]
         line = f"- {len(exchange)} msgs [{roles[:24]}] {' '.join(got)[:100] or '-'} #{digest}"
-        lines = [ln for ln in summary.splitlines() if ln.strip()][-(self.max_lines - 1):]
+        lines = [ln for ln in summary.splitlines() if ln.strip()][-(self.max_lines - 1) :]
         return "\n".join([*lines, line])
 
     def condense(self, summary: str, target_tokens: int) -> str:
         self.condense_calls += 1
         lines = summary.splitlines()
-        return "\n".join(lines[len(lines) // 2:]) or summary[:40]
+        return "\n".join(lines[len(lines) // 2 :]) or summary[:40]
 
     def seen(self) -> list[str]:
         return [u for call in self.calls for u in call]
@@ -218,9 +220,18 @@ class Driver:
     for resumed sessions.
     """
 
-    def __init__(self, session: Session, source: list[dict[str, Any]], *, base: int = 0, in_turn: bool = False,
-                 check: bool = True, settle: bool = False, clock: FakeClock | None = None,
-                 gaps: list[float] | None = None) -> None:
+    def __init__(
+        self,
+        session: Session,
+        source: list[dict[str, Any]],
+        *,
+        base: int = 0,
+        in_turn: bool = False,
+        check: bool = True,
+        settle: bool = False,
+        clock: FakeClock | None = None,
+        gaps: list[float] | None = None,
+    ) -> None:
         self.settle = settle  # background mode: wait for the pass a hook started and apply it, then check
         self.clock = clock  # cache-aware mode: advanced by the next of ``gaps`` before every model request
         self.gaps = gaps or [0.0]
@@ -235,8 +246,9 @@ class Driver:
 
     # -- driving
 
-    def run(self, extras: dict[int, list[str]] | None = None, *, stop: int | None = None,
-            finalize: bool = True) -> Driver:
+    def run(
+        self, extras: dict[int, list[str]] | None = None, *, stop: int | None = None, finalize: bool = True
+    ) -> Driver:
         extras = extras or {}
         stop = len(self.source) if stop is None else stop
         handler = _ErrorLog()
@@ -277,8 +289,9 @@ class Driver:
         msgs = ledger.messages
         before = copy.deepcopy(msgs) if self.check else None
         h = protected_head(msgs, ledger.tokens, self.s.config)
-        t = tail_start(msgs, ledger.tokens, self.s.config.tail_budget_tokens(), min_messages=self.cfg.min_tail_messages,
-                       floor=h)
+        t = tail_start(
+            msgs, ledger.tokens, self.s.config.tail_budget_tokens(), min_messages=self.cfg.min_tail_messages, floor=h
+        )
         tail = copy.deepcopy(msgs[t:]) if self.check else None
         if name == "request":
             if self.clock is not None:
@@ -304,8 +317,9 @@ class Driver:
     def transcript(self) -> list[dict[str, Any]]:
         return self.s.ledger.messages
 
-    def check_invariants(self, name: str, before: list[dict[str, Any]], tail: list[dict[str, Any]],
-                         outcomes: list[str]) -> None:
+    def check_invariants(
+        self, name: str, before: list[dict[str, Any]], tail: list[dict[str, Any]], outcomes: list[str]
+    ) -> None:
         after = self.transcript
         src = self.source[: self.appended]
         where = f"after {name} hook #{len(self.calls)} (outcomes {outcomes})"
@@ -349,7 +363,7 @@ class Driver:
         h = head_of(src, self.s.config, self.s.counter)
         assert same_head(after, src, h), f"{where}: head changed"
         if tail:
-            assert after[len(after) - len(tail):] == tail, f"{where}: protected tail changed"
+            assert after[len(after) - len(tail) :] == tail, f"{where}: protected tail changed"
 
     # -- helpers for properties
 
@@ -438,8 +452,9 @@ def test_invariants_with_extractive_summarizer(scenario: Scenario, cfg: dict[str
 
     config = parse_config(cfg)
     counter = estimate_counter()
-    d = Driver(make_session(config, ExtractiveSummarizer(count_text=counter.count_text), counter),
-               scenario.messages).run(scenario.extras)
+    d = Driver(
+        make_session(config, ExtractiveSummarizer(count_text=counter.count_text), counter), scenario.messages
+    ).run(scenario.extras)
     note(f"outcomes: {Counter(d.outcomes())}")
     _check_failure_runs(d.outcomes(), config.compression.micro_compact_max_failures)
 
@@ -447,8 +462,9 @@ def test_invariants_with_extractive_summarizer(scenario: Scenario, cfg: dict[str
 # Shrinking a failure of this one takes minutes (it needs several absorbs and a large output); the focused
 # test_defrag_never_rewrites_a_marker_inside_the_protected_tail gives the minimal case, so skip the shrink phase.
 @settings(max_examples=examples(30), phases=[Phase.explicit, Phase.reuse, Phase.generate], **COMMON)
-@given(scenario=scenarios(), cfg=micro_configs(micro_compact_defrag_threshold_tokens=200),
-       lines=st.sampled_from([8, 4]))  # at most ~190 tokens a merge: within what the engine accepts
+@given(
+    scenario=scenarios(), cfg=micro_configs(micro_compact_defrag_threshold_tokens=200), lines=st.sampled_from([8, 4])
+)  # at most ~190 tokens a merge: within what the engine accepts
 def test_invariants_with_a_slowly_condensing_model(scenario: Scenario, cfg: dict[str, Any], lines: int) -> None:
     """Properties 1-4 when defrag keeps running after the absorbing hook (its output stays over threshold).
 
@@ -464,10 +480,15 @@ def test_invariants_with_a_slowly_condensing_model(scenario: Scenario, cfg: dict
 
 
 @settings(max_examples=examples(40), **COMMON)
-@given(scenario=scenarios(), cfg=micro_configs(), gate=st.sampled_from([0, 100, 400, 1500]),
-       cadence=st.sampled_from([1, 2, 3]))
-def test_invariants_with_reclaim_gate_and_cadence(scenario: Scenario, cfg: dict[str, Any], gate: int,
-                                                  cadence: int) -> None:
+@given(
+    scenario=scenarios(),
+    cfg=micro_configs(),
+    gate=st.sampled_from([0, 100, 400, 1500]),
+    cadence=st.sampled_from([1, 2, 3]),
+)
+def test_invariants_with_reclaim_gate_and_cadence(
+    scenario: Scenario, cfg: dict[str, Any], gate: int, cadence: int
+) -> None:
     """Properties 1-4 with the reclaim gate and a cadence; refused passes change nothing (driver checks).
 
     The gate may ask the summarizer about a span it then refuses, and that span is asked again later together
@@ -499,18 +520,33 @@ def test_invariants_with_reclaim_gate_and_cadence(scenario: Scenario, cfg: dict[
 
 
 @settings(max_examples=examples(30), **COMMON)
-@given(scenario=scenarios(), cfg=micro_configs(), background=st.booleans(), settle=st.booleans(),
-       ttl=st.sampled_from([None, 300.0]), gaps=st.lists(st.sampled_from([5.0, 60.0, 600.0]), min_size=1, max_size=6),
-       max_occupancy=st.sampled_from([60.0, 1.0]))
-def test_invariants_with_cache_aware_and_background_scheduling(scenario: Scenario, cfg: dict[str, Any],
-                                                               background: bool, settle: bool, ttl: float | None,
-                                                               gaps: list[float], max_occupancy: float) -> None:
+@given(
+    scenario=scenarios(),
+    cfg=micro_configs(),
+    background=st.booleans(),
+    settle=st.booleans(),
+    ttl=st.sampled_from([None, 300.0]),
+    gaps=st.lists(st.sampled_from([5.0, 60.0, 600.0]), min_size=1, max_size=6),
+    max_occupancy=st.sampled_from([60.0, 1.0]),
+)
+def test_invariants_with_cache_aware_and_background_scheduling(
+    scenario: Scenario,
+    cfg: dict[str, Any],
+    background: bool,
+    settle: bool,
+    ttl: float | None,
+    gaps: list[float],
+    max_occupancy: float,
+) -> None:
     """Properties 1-4 at every hook with cache-aware scheduling (passes deferred while the provider's cache is
     warm) and/or background passes (summarizer on a worker thread, applied at a later hook). ``settle``
     waits for each background pass right after the hook that started it; without it timing decides when a
     pass lands, and the invariants must hold at every hook anyway."""
-    cfg["compression"].update(micro_compact_background=background, micro_compact_cache_ttl_seconds=ttl,
-                              micro_compact_max_occupancy_pct=max_occupancy)
+    cfg["compression"].update(
+        micro_compact_background=background,
+        micro_compact_cache_ttl_seconds=ttl,
+        micro_compact_max_occupancy_pct=max_occupancy,
+    )
     config = parse_config(cfg)
     summ = DigestSummarizer(40)
     clock = FakeClock()
@@ -613,8 +649,9 @@ def test_resume_never_redoes_work(data: st.DataObject, cfg: dict[str, Any], via_
 
     second = Driver(second_session, messages, base=split, in_turn=first.in_turn).run()
     seen = summ.seen()
-    assert len(seen) == len(set(seen)), f"summarized again after the restart: " \
-                                        f"{[u for u, c in Counter(seen).items() if c > 1]}"
+    assert len(seen) == len(set(seen)), (
+        f"summarized again after the restart: {[u for u, c in Counter(seen).items() if c > 1]}"
+    )
     assert seen == ref_summ.seen()
     assert to_api(second.transcript) == to_api(ref.transcript)
 
@@ -623,8 +660,11 @@ def test_resume_never_redoes_work(data: st.DataObject, cfg: dict[str, Any], via_
 
 
 @settings(max_examples=examples(20), **COMMON)
-@given(scenario=scenarios(), limit=st.sampled_from([None, 200_000, 4096]),
-       disabled=st.sampled_from(["default", "micro_off", "compression_off"]))
+@given(
+    scenario=scenarios(),
+    limit=st.sampled_from([None, 200_000, 4096]),
+    disabled=st.sampled_from(["default", "micro_off", "compression_off"]),
+)
 def test_off_means_absent(scenario: Scenario, limit: int | None, disabled: str) -> None:
     """Micro-compaction off: nothing happens. (Batch compaction, on by default, is kept out of reach: no
     context limit, or one generated transcripts never get near; with compression off any limit will do.)"""
@@ -667,10 +707,15 @@ def _check_failure_runs(outcomes: list[str], max_failures: int) -> None:
 
 
 @settings(max_examples=examples(40), **COMMON)
-@given(scenario=scenarios(), cfg=micro_configs(),
-       fail_calls=st.sets(st.integers(0, 40), max_size=20), mode=st.sampled_from(FlakySummarizer.MODES))
-def test_failing_summarizer_leaves_transcript_untouched(scenario: Scenario, cfg: dict[str, Any],
-                                                        fail_calls: set[int], mode: str) -> None:
+@given(
+    scenario=scenarios(),
+    cfg=micro_configs(),
+    fail_calls=st.sets(st.integers(0, 40), max_size=20),
+    mode=st.sampled_from(FlakySummarizer.MODES),
+)
+def test_failing_summarizer_leaves_transcript_untouched(
+    scenario: Scenario, cfg: dict[str, Any], fail_calls: set[int], mode: str
+) -> None:
     """A failed pass changes nothing (checked by the driver at every hook) and nothing escapes the hooks."""
     config = parse_config(cfg)
     summ = FlakySummarizer(fail_calls, mode)
@@ -682,10 +727,15 @@ def test_failing_summarizer_leaves_transcript_untouched(scenario: Scenario, cfg:
 
 
 @settings(max_examples=examples(25), **COMMON)
-@given(scenario=scenarios(), cfg=micro_configs(), fail_commits=st.sets(st.integers(0, 30), max_size=15),
-       summary_lines=st.sampled_from([6, 40]))
-def test_store_failures_roll_back_in_memory(scenario: Scenario, cfg: dict[str, Any], fail_commits: set[int],
-                                            summary_lines: int) -> None:
+@given(
+    scenario=scenarios(),
+    cfg=micro_configs(),
+    fail_commits=st.sets(st.integers(0, 30), max_size=15),
+    summary_lines=st.sampled_from([6, 40]),
+)
+def test_store_failures_roll_back_in_memory(
+    scenario: Scenario, cfg: dict[str, Any], fail_commits: set[int], summary_lines: int
+) -> None:
     """A commit hook (the session store) that fails leaves the transcript as it was (driver checks
     ``store_failed`` hooks); it is always handed the event before anything is applied."""
     config = parse_config(cfg)
@@ -715,8 +765,9 @@ def test_store_failures_roll_back_in_memory(scenario: Scenario, cfg: dict[str, A
 
 @settings(max_examples=examples(20), **COMMON)
 @given(scenario=scenarios(), cfg=micro_configs(), mode=st.sampled_from(FlakySummarizer.MODES))
-def test_always_failing_summarizer_skips_after_three_failures(scenario: Scenario, cfg: dict[str, Any],
-                                                              mode: str) -> None:
+def test_always_failing_summarizer_skips_after_three_failures(
+    scenario: Scenario, cfg: dict[str, Any], mode: str
+) -> None:
     config = parse_config(cfg)
     assert config.compression.micro_compact_max_failures == 3
     summ = FlakySummarizer(mode=mode, always=True)
@@ -734,10 +785,15 @@ def test_always_failing_summarizer_skips_after_three_failures(scenario: Scenario
 
 
 @settings(max_examples=examples(20), **COMMON)
-@given(scenario=scenarios(), cfg=micro_configs(), chunk=st.sampled_from([80, 240, 600]),
-       threshold=st.sampled_from([200, 400, 1000]))
-def test_defrag_converges_with_an_echoing_summarizer(scenario: Scenario, cfg: dict[str, Any], chunk: int,
-                                                     threshold: int) -> None:
+@given(
+    scenario=scenarios(),
+    cfg=micro_configs(),
+    chunk=st.sampled_from([80, 240, 600]),
+    threshold=st.sampled_from([200, 400, 1000]),
+)
+def test_defrag_converges_with_an_echoing_summarizer(
+    scenario: Scenario, cfg: dict[str, Any], chunk: int, threshold: int
+) -> None:
     cfg["compression"]["micro_compact_defrag_threshold_tokens"] = threshold
     config = parse_config(cfg)
     summ = EchoSummarizer(chunk)
@@ -846,8 +902,9 @@ def _turn(n: int, chars: int) -> list[dict[str, Any]]:
 
 def test_reclaim_gate_refuses_small_passes_then_takes_exchanges_together() -> None:
     # Tail: only the last message (tiny budget); estimator counts are easy to reason about.
-    config = parse_config(isolated_config_data(20, protect_first_n=0, min_tail_messages=1,
-                                               micro_compact_min_reclaim_tokens=300))
+    config = parse_config(
+        isolated_config_data(20, protect_first_n=0, min_tail_messages=1, micro_compact_min_reclaim_tokens=300)
+    )
     summ = DigestSummarizer()
     session = make_session(config, summ)
     outcomes: list[list[str]] = []
@@ -879,8 +936,9 @@ def test_reclaim_gate_refuses_small_passes_then_takes_exchanges_together() -> No
 
 
 def test_cadence_every_third_turn_counts_turns_without_work() -> None:
-    config = parse_config(isolated_config_data(20, protect_first_n=0, min_tail_messages=1,
-                                               micro_compact_every_n_turns=3))
+    config = parse_config(
+        isolated_config_data(20, protect_first_n=0, min_tail_messages=1, micro_compact_every_n_turns=3)
+    )
     summ = DigestSummarizer()
     session = make_session(config, summ)
     # Calls 1 and 2: nothing to absorb, yet the counter advances.
@@ -921,12 +979,25 @@ class _WordyModel:
 def test_defrag_never_rewrites_a_marker_inside_the_protected_tail() -> None:
     """Property 4 for defrag: once an absorb has made room for the marker in the tail's token budget, the
     marker is part of the protected tail, and a later defrag must not rewrite it there."""
-    config = parse_config(isolated_config_data(820, protect_first_n=0, min_tail_messages=1,
-                                               micro_compact_max_exchange_tokens=256,
-                                               micro_compact_defrag_threshold_tokens=200))
+    config = parse_config(
+        isolated_config_data(
+            820,
+            protect_first_n=0,
+            min_tail_messages=1,
+            micro_compact_max_exchange_tokens=256,
+            micro_compact_defrag_threshold_tokens=200,
+        )
+    )
     session = make_session(config, _WordyModel())
-    messages = [U("u1: go"), A("s1: a", "c1"), T("c1", 2000), A("s2: b", "c2"), T("c2", 1000),
-                A("s3: c", "c3"), T("c3", 400)]
+    messages = [
+        U("u1: go"),
+        A("s1: a", "c1"),
+        T("c1", 2000),
+        A("s2: b", "c2"),
+        T("c2", 1000),
+        A("s3: c", "c3"),
+        T("c3", 400),
+    ]
     # Request 4 absorbs iteration 1 (and defrags once, to 3/4); request 5 finds the marker in the tail.
     d = Driver(session, messages, check=False).run({len(messages): ["request"]}, finalize=False)
     assert d.calls[-1] == ("request", ["absorbed", "defrag"])
@@ -936,7 +1007,7 @@ def test_defrag_never_rewrites_a_marker_inside_the_protected_tail() -> None:
     assert t <= marker, "the marker is part of the protected tail now"
     tail = copy.deepcopy(msgs[t:])
     session.before_request()
-    assert session.ledger.messages[-len(tail):] == tail, "defrag rewrote the marker inside the protected tail"
+    assert session.ledger.messages[-len(tail) :] == tail, "defrag rewrote the marker inside the protected tail"
 
 
 # --------------------------------------------------------------------------- the user-message checker itself
@@ -962,9 +1033,11 @@ def test_user_message_checker_still_catches_loss_reordering_and_substrings() -> 
 
 @settings(max_examples=examples(300), **COMMON)
 @given(texts=st.lists(st.sampled_from(["", "a", "b", "a\n\nb", "x y", "\n"]), max_size=8), data=st.data())
-def test_user_message_checker_accepts_every_joining_of_consecutive_messages(texts: list[str],
-                                                                           data: st.DataObject) -> None:
+def test_user_message_checker_accepts_every_joining_of_consecutive_messages(
+    texts: list[str], data: st.DataObject
+) -> None:
     from microcompact.messages import join_user_messages
+
     originals = _users(texts)
     cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(texts) - 1)), max_size=len(texts))))
     groups = [originals[a:b] for a, b in zip([0, *cuts], [*cuts, len(originals)], strict=True) if originals[a:b]]

@@ -93,20 +93,25 @@ class Checked:
         self.hooks += 1
         if name == "before_request":  # the prompt about to be sent fits the window, unless what is never cut
             limit = self.s.config.model.context_length or 0  # (user and system messages) alone does not
-            fixed = sum(t for m, t in zip(self.s.ledger.messages, self.s.ledger.tokens, strict=True)
-                        if m.get("role") in ("user", "system", "developer"))
+            fixed = sum(
+                t
+                for m, t in zip(self.s.ledger.messages, self.s.ledger.tokens, strict=True)
+                if m.get("role") in ("user", "system", "developer")
+            )
             if self.s.tokens > limit:
                 self.over_window += 1
                 assert fixed > limit, f"request {self.hooks}: {self.s.tokens} tokens in a {limit}-token window"
         self.results += results
         if any(r.outcome == "user_floor_exceeded" for r in results):
             self.user_floor_exceeded = True
-        self.check(f"after {name} #{self.hooks} (message {self.appended} of {len(self.source)}, "
-                   f"outcomes {[r.outcome for r in results]})")
+        self.check(
+            f"after {name} #{self.hooks} (message {self.appended} of {len(self.source)}, "
+            f"outcomes {[r.outcome for r in results]})"
+        )
 
     def check(self, where: str) -> None:
         out = self.s.transcript
-        before = self.source[:self.appended]
+        before = self.source[: self.appended]
         if not self.user_floor_exceeded:
             assert user_message_errors(before, out) == [], where
         users = [m for m in before if m.get("role") == "user"]
@@ -131,7 +136,8 @@ def transcripts() -> dict[str, list[dict[str, Any]]]:
 
 
 def test_corpus_is_the_one_the_manifest_lists_and_every_message_loads(
-        transcripts: dict[str, list[dict[str, Any]]]) -> None:
+    transcripts: dict[str, list[dict[str, Any]]],
+) -> None:
     """The replays below run over every listed session (a partial copy of shared/ fails here, not silently),
     and loading a session yields every message it recorded."""
     listed = manifest_sessions()
@@ -142,15 +148,20 @@ def test_corpus_is_the_one_the_manifest_lists_and_every_message_loads(
 def replays() -> list[Any]:
     """Every session at 32K (micro and batch compaction together, the hardest window) and the Claude Code ones
     at 200K (the product's point, checked below) in the fast suite; the other replays are slow."""
-    return [pytest.param(p.stem, limit, id=f"{p.stem}-{limit}",
-                         marks=() if limit == 32_000 or (limit == 200_000 and p.stem.startswith("cc_"))
-                         else pytest.mark.slow)
-            for limit in LIMITS for p in FILES]
+    return [
+        pytest.param(
+            p.stem,
+            limit,
+            id=f"{p.stem}-{limit}",
+            marks=() if limit == 32_000 or (limit == 200_000 and p.stem.startswith("cc_")) else pytest.mark.slow,
+        )
+        for limit in LIMITS
+        for p in FILES
+    ]
 
 
 @pytest.mark.parametrize("name,limit", replays())
-def test_invariants_hold_after_every_hook(name: str, limit: int, transcripts: dict[str, list[dict[str, Any]]]
-                                          ) -> None:
+def test_invariants_hold_after_every_hook(name: str, limit: int, transcripts: dict[str, list[dict[str, Any]]]) -> None:
     source = transcripts[name]
     # The recordings themselves satisfy what we demand of the output (else the checks prove nothing).
     assert role_sequence_errors(source) == []
@@ -188,15 +199,17 @@ def test_invariants_hold_after_every_hook(name: str, limit: int, transcripts: di
         assert run.s.occupancy_pct() < 60
 
 
-@pytest.mark.parametrize("name,most",
-                         [("cc_fa812bfe", 3), ("cc_subagent_a2898e3", 2), ("sweplay_openhands_largest", 3)])
+@pytest.mark.parametrize(
+    "name,most", [("cc_fa812bfe", 3), ("cc_subagent_a2898e3", 2), ("sweplay_openhands_largest", 3)]
+)
 def test_batch_converges_at_a_32k_window(name: str, most: int, transcripts: dict[str, list[dict[str, Any]]]) -> None:
     """Issue 8.7: at 32K, cc_fa812bfe did 6 full batch compactions (10 with prunes); a session with large user
     messages (cc_subagent_a2898e3: 12 requests) batched again and again and never settled."""
     session = Session(config(32_000), session_id=name)
     prompts: list[int] = []
     stats = replay(transcripts[name], session, on_request=lambda _i, s: prompts.append(s.tokens))
-    summarized = sum(n for outcome, n in stats.batch_outcomes.items()
-                     if outcome in ("compacted", "user_floor_exceeded", "fallback"))
+    summarized = sum(
+        n for outcome, n in stats.batch_outcomes.items() if outcome in ("compacted", "user_floor_exceeded", "fallback")
+    )
     assert summarized <= most, dict(stats.batch_outcomes)
     assert max(prompts) <= 32_000

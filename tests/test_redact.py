@@ -36,8 +36,10 @@ SLACK = fake("xoxb-", "2468013579-1357924680-Gh7Jk2Lm9Np4Qr6St8Vw")
 GOOGLE = fake("AIza", "SyD4x9Kq2Lm7Np3Rs8Tv1Wx6Yz0Ab5Cd9Ef")
 STRIPE_SECRET = fake("sk_live_", "51H8aBcDeFgHiJkLmNoPqRsTuV")
 STRIPE_RESTRICTED = fake("rk_live_", "51H8zYxWvUtSrQpOnMlKjIhGfE")
-JWT = ("eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkphbmUifQ."
-       "Sfl4KxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c")
+JWT = (
+    "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkphbmUifQ."
+    "Sfl4KxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c"
+)
 OPAQUE = "9f8e7d6c5b4a39281706f5e4d3c2b1a0"
 PEM_BODY = "MIIEpAIBAAKCAQEA7d3h9Jx2mQ\nb7TzK1pV8wQ3rN6sY0cL5uF2gH9jD4kA"
 PEM = f"-----BEGIN RSA PRIVATE KEY-----\n{PEM_BODY}\n-----END RSA PRIVATE KEY-----"
@@ -47,60 +49,126 @@ SECRETS = [
     ("openai-project", f"using key {OPENAI} for the call", OPENAI, ["using key ", " for the call"]),
     ("openai-legacy", f"OpenAI({OPENAI_LEGACY!r})", OPENAI_LEGACY, ["OpenAI('", "')"]),
     ("anthropic", f"x-api-key {ANTHROPIC} sent", ANTHROPIC, ["x-api-key ", " sent"]),
-    ("github-pat", f"git push https://{GITHUB_PAT}@github.com/o/r.git", GITHUB_PAT, ["git push https://",
-                                                                                     "@github.com/o/r.git"]),
+    (
+        "github-pat",
+        f"git push https://{GITHUB_PAT}@github.com/o/r.git",
+        GITHUB_PAT,
+        ["git push https://", "@github.com/o/r.git"],
+    ),
     ("github-oauth", f"gh auth returned {GITHUB_OAUTH}.", GITHUB_OAUTH, ["gh auth returned ", "."]),
     ("github-server", f"[{GITHUB_SERVER}]", GITHUB_SERVER, ["[", "]"]),
     ("github-fine-grained", f"token: {GITHUB_FINE}", GITHUB_FINE, ["token: "]),
-    ("aws-access-key-id", f"aws configure set aws_access_key_id {AWS_ID} --profile ci", AWS_ID,
-     ["aws configure set aws_access_key_id ", " --profile ci"]),
-    ("aws-secret-assignment", f"aws_secret_access_key = {AWS_SECRET}\nregion = eu-west-1", AWS_SECRET,
-     ["aws_secret_access_key = ", "\nregion = eu-west-1"]),
-    ("aws-secret-json", f'{{"SecretAccessKey": "{AWS_SECRET}", "Expiration": "soon"}}', AWS_SECRET,
-     ['{"SecretAccessKey": "', '", "Expiration": "soon"}']),
+    (
+        "aws-access-key-id",
+        f"aws configure set aws_access_key_id {AWS_ID} --profile ci",
+        AWS_ID,
+        ["aws configure set aws_access_key_id ", " --profile ci"],
+    ),
+    (
+        "aws-secret-assignment",
+        f"aws_secret_access_key = {AWS_SECRET}\nregion = eu-west-1",
+        AWS_SECRET,
+        ["aws_secret_access_key = ", "\nregion = eu-west-1"],
+    ),
+    (
+        "aws-secret-json",
+        f'{{"SecretAccessKey": "{AWS_SECRET}", "Expiration": "soon"}}',
+        AWS_SECRET,
+        ['{"SecretAccessKey": "', '", "Expiration": "soon"}'],
+    ),
     ("slack", f"SLACK hook uses {SLACK} today", SLACK, ["SLACK hook uses ", " today"]),
     ("google", f"maps?key={GOOGLE}&q=x", GOOGLE, ["maps?key=", "&q=x"]),
     ("stripe-secret", f"stripe.api_key = '{STRIPE_SECRET}'", STRIPE_SECRET, ["stripe.api_key = '", "'"]),
     ("stripe-restricted", f"restricted {STRIPE_RESTRICTED} key", STRIPE_RESTRICTED, ["restricted ", " key"]),
     ("jwt", f"cookie session {JWT}; Path=/", JWT, ["cookie session ", "; Path=/"]),
-    ("bearer-header", f"curl -H 'Authorization: Bearer {OPAQUE}' https://api.example.com/v1",
-     OPAQUE, ["curl -H 'Authorization: Bearer ", "' https://api.example.com/v1"]),
-    ("basic-header", "Authorization: Basic dXNlcjpodW50ZXIyaHVudGVyMg==\nAccept: */*",
-     "dXNlcjpodW50ZXIyaHVudGVyMg==", ["Authorization: Basic ", "\nAccept: */*"]),
-    ("bearer-json-header", f'{{"headers": {{"Authorization": "Bearer {OPAQUE}"}}}}', OPAQUE,
-     ['{"headers": {"Authorization": "Bearer ', '"}}']),
+    (
+        "bearer-header",
+        f"curl -H 'Authorization: Bearer {OPAQUE}' https://api.example.com/v1",
+        OPAQUE,
+        ["curl -H 'Authorization: Bearer ", "' https://api.example.com/v1"],
+    ),
+    (
+        "basic-header",
+        "Authorization: Basic dXNlcjpodW50ZXIyaHVudGVyMg==\nAccept: */*",
+        "dXNlcjpodW50ZXIyaHVudGVyMg==",
+        ["Authorization: Basic ", "\nAccept: */*"],
+    ),
+    (
+        "bearer-json-header",
+        f'{{"headers": {{"Authorization": "Bearer {OPAQUE}"}}}}',
+        OPAQUE,
+        ['{"headers": {"Authorization": "Bearer ', '"}}'],
+    ),
     ("lone-bearer", f"sent bearer {OPAQUE} upstream", OPAQUE, ["sent bearer ", " upstream"]),
-    ("url-password", "DATABASE_URL=postgres://admin:Zx81-kq!pw@db.internal:5432/app", "Zx81-kq!pw",
-     ["DATABASE_URL=postgres://admin:", "@db.internal:5432/app"]),
+    (
+        "url-password",
+        "DATABASE_URL=postgres://admin:Zx81-kq!pw@db.internal:5432/app",
+        "Zx81-kq!pw",
+        ["DATABASE_URL=postgres://admin:", "@db.internal:5432/app"],
+    ),
     ("url-password-at-sign", "redis://:p@ss9word@cache:6379/0", "p@ss9word", ["redis://:", "@cache:6379/0"]),
-    ("env-password", "DB_USER=app\nDB_PASSWORD=correcthorse42\nDB_HOST=db", "correcthorse42",
-     ["DB_USER=app\nDB_PASSWORD=", "\nDB_HOST=db"]),
+    (
+        "env-password",
+        "DB_USER=app\nDB_PASSWORD=correcthorse42\nDB_HOST=db",
+        "correcthorse42",
+        ["DB_USER=app\nDB_PASSWORD=", "\nDB_HOST=db"],
+    ),
     ("env-quoted", 'export PASSWORD="s3cr3t value"', "s3cr3t value", ['export PASSWORD="', '"']),
-    ("yaml-api-key", 'openai:\n  api_key: "abcd1234efgh5678"\n  model: gpt', "abcd1234efgh5678",
-     ['openai:\n  api_key: "', '"\n  model: gpt']),
-    ("yaml-unquoted", "database:\n  password: hunter2hunter2\n  port: 5432", "hunter2hunter2",
-     ["database:\n  password: ", "\n  port: 5432"]),
+    (
+        "yaml-api-key",
+        'openai:\n  api_key: "abcd1234efgh5678"\n  model: gpt',
+        "abcd1234efgh5678",
+        ['openai:\n  api_key: "', '"\n  model: gpt'],
+    ),
+    (
+        "yaml-unquoted",
+        "database:\n  password: hunter2hunter2\n  port: 5432",
+        "hunter2hunter2",
+        ["database:\n  password: ", "\n  port: 5432"],
+    ),
     ("django-secret", "SECRET_KEY=django-insecure-7k$2m!x9q", "django-insecure-7k$2m!x9q", ["SECRET_KEY="]),
-    ("query-token", "GET /callback?token=a8f3k29dk3&state=ok", "a8f3k29dk3", ["GET /callback?token=",
-                                                                            "&state=ok"]),
-    ("json-client-secret", '{"client_id": "web-app", "client_secret": "GOCSPX-f8Kq2mZ"}', "GOCSPX-f8Kq2mZ",
-     ['{"client_id": "web-app", "client_secret": "', '"}']),
-    ("json-number-password", '{"user": "bob", "password": 73194682}', "73194682",
-     ['{"user": "bob", "password": ']),
-    ("shell-token", "export GITHUB_TOKEN=not-a-prefixed-token-9d8f7", "not-a-prefixed-token-9d8f7",
-     ["export GITHUB_TOKEN="]),
-    ("cli-flag", "mysql --user root --password Zq9xW2vB --host db", "Zq9xW2vB",
-     ["mysql --user root --password ", " --host db"]),
+    ("query-token", "GET /callback?token=a8f3k29dk3&state=ok", "a8f3k29dk3", ["GET /callback?token=", "&state=ok"]),
+    (
+        "json-client-secret",
+        '{"client_id": "web-app", "client_secret": "GOCSPX-f8Kq2mZ"}',
+        "GOCSPX-f8Kq2mZ",
+        ['{"client_id": "web-app", "client_secret": "', '"}'],
+    ),
+    ("json-number-password", '{"user": "bob", "password": 73194682}', "73194682", ['{"user": "bob", "password": ']),
+    (
+        "shell-token",
+        "export GITHUB_TOKEN=not-a-prefixed-token-9d8f7",
+        "not-a-prefixed-token-9d8f7",
+        ["export GITHUB_TOKEN="],
+    ),
+    (
+        "cli-flag",
+        "mysql --user root --password Zq9xW2vB --host db",
+        "Zq9xW2vB",
+        ["mysql --user root --password ", " --host db"],
+    ),
     ("dotted-key", "spring.datasource.password=Tr0ub4dor&3", "Tr0ub4dor", ["spring.datasource.password="]),
     ("ruby-hash", "{ :password => 'letmein123' }", "letmein123", ["{ :password => '", "' }"]),
-    ("python-environ", 'os.environ["DB_PASSWORD"] = "hunter2hunter2"', "hunter2hunter2",
-     ['os.environ["DB_PASSWORD"] = "', '"']),
+    (
+        "python-environ",
+        'os.environ["DB_PASSWORD"] = "hunter2hunter2"',
+        "hunter2hunter2",
+        ['os.environ["DB_PASSWORD"] = "', '"'],
+    ),
     ("http-api-key-header", "X-Api-Key: 5f1e2d3c4b5a69788796a5b4", "5f1e2d3c4b5a69788796a5b4", ["X-Api-Key: "]),
     ("pem", f"key file:\n{PEM}\nthat was it", "MIIEpAIBAAKCAQEA7d3h9Jx2mQ", ["key file:\n", "\nthat was it"]),
-    ("pem-json-escaped", json.dumps({"private_key": PEM + "\n", "type": "service_account"}),
-     "b7TzK1pV8wQ3rN6sY0cL5uF2gH9jD4kA", ['{"private_key": "', '"type": "service_account"}']),
-    ("pem-cut-short", "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmU\n(output truncated)",
-     "b3BlbnNzaC1rZXktdjEAAAAABG5vbmU", ["\n(output truncated)"]),
+    (
+        "pem-json-escaped",
+        json.dumps({"private_key": PEM + "\n", "type": "service_account"}),
+        "b7TzK1pV8wQ3rN6sY0cL5uF2gH9jD4kA",
+        ['{"private_key": "', '"type": "service_account"}'],
+    ),
+    (
+        "pem-cut-short",
+        "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmU\n(output truncated)",
+        "b3BlbnNzaC1rZXktdjEAAAAABG5vbmU",
+        ["\n(output truncated)"],
+    ),
 ]
 
 NOT_SECRETS = [
@@ -113,7 +181,7 @@ NOT_SECRETS = [
     "token = tokens[-1]",
     "password = getpass.getpass()",
     "api_key = os.environ['OPENAI_API_KEY']",
-    'const token = await getToken();',
+    "const token = await getToken();",
     "pad_token = tokenizer.eos_token",
     "eos_token=2",
     "self.password = password",
@@ -172,16 +240,20 @@ def test_never_fails_and_is_stable_on_assignment_soup(text: str) -> None:
 
 
 def test_redact_message_content_parts_and_arguments() -> None:
-    arguments = json.dumps({
-        "command": f"curl -H 'Authorization: Bearer {OPAQUE}' https://api.example.com",
-        "env": {"API_KEY": OPENAI, "DB_PASSWORD": "correcthorse42"},
-        "password": 73194682,
-        "file_content": json.dumps({"token": 918273645, "secret": "inner-s3cret"}),
-    })
+    arguments = json.dumps(
+        {
+            "command": f"curl -H 'Authorization: Bearer {OPAQUE}' https://api.example.com",
+            "env": {"API_KEY": OPENAI, "DB_PASSWORD": "correcthorse42"},
+            "password": 73194682,
+            "file_content": json.dumps({"token": 918273645, "secret": "inner-s3cret"}),
+        }
+    )
     message = {
         "role": "assistant",
-        "content": [{"type": "text", "text": f"Using {GITHUB_PAT} now"},
-                    {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}],
+        "content": [
+            {"type": "text", "text": f"Using {GITHUB_PAT} now"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+        ],
         "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "Bash", "arguments": arguments}}],
         "_tokens": 321,
     }
@@ -211,8 +283,9 @@ def test_real_transcript_tool_output_is_fast_and_untouched() -> None:
     if not TRANSCRIPT.exists():
         pytest.skip(f"shared transcripts not found at {TRANSCRIPT}")
     messages = [json.loads(line) for line in TRANSCRIPT.read_text().splitlines()]
-    outputs = sorted((m["content"] for m in messages if m["role"] == "tool" and isinstance(m["content"], str)),
-                     key=len, reverse=True)
+    outputs = sorted(
+        (m["content"] for m in messages if m["role"] == "tool" and isinstance(m["content"], str)), key=len, reverse=True
+    )
     text = "\n".join(outputs)[:40_000]
     assert len(text) == 40_000
     timings = []
@@ -236,8 +309,13 @@ def test_key_tail_without_begin_line_is_redacted_and_json_stays_valid():
 
 def test_tool_call_arguments_given_as_objects_are_redacted_too():
     key = "sk-proj-" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z"
-    msg = {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "c", "type": "function", "function": {"name": "http", "arguments": {"api_key": key, "url": "x"}}}]}
+    msg = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "c", "type": "function", "function": {"name": "http", "arguments": {"api_key": key, "url": "x"}}}
+        ],
+    }
     out = redact_message(msg)
     args = out["tool_calls"][0]["function"]["arguments"]
     assert isinstance(args, str) and key not in args and json.loads(args)["url"] == "x"

@@ -20,8 +20,15 @@ RESULT = {"role": "tool", "tool_call_id": "c1", "content": "  2 failed\n"}
 
 
 def test_content_text_is_the_content_alone_with_placeholders_for_media() -> None:
-    message = {"role": "user", "content": [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {}},
-                                           {"type": "input_audio"}, "raw"]}
+    message = {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "look"},
+            {"type": "image_url", "image_url": {}},
+            {"type": "input_audio"},
+            "raw",
+        ],
+    }
     assert content_text(message) == "look\n[image]\n[audio]\nraw"
     assert message_text(ASSISTANT) == "Running the tests."
     assert messages.content_text is content_text  # still importable where callers always found it
@@ -29,7 +36,8 @@ def test_content_text_is_the_content_alone_with_placeholders_for_media() -> None
 
 def test_search_text_holds_content_call_names_arguments_and_author() -> None:
     assert message_text(ASSISTANT, tool_calls=True, name=True) == (
-        'Running the tests.\nBash\n{"command": "pytest -x"}\nbuilder')
+        'Running the tests.\nBash\n{"command": "pytest -x"}\nbuilder'
+    )
     assert search_text(ASSISTANT) == message_text(ASSISTANT, tool_calls=True, name=True)
 
 
@@ -39,7 +47,8 @@ def test_prompt_text_labels_roles_calls_and_results() -> None:
         "SYSTEM: be brief\n\n"
         "ASSISTANT: Running the tests.\n\n"
         'TOOL CALL [c1] Bash({"command": "pytest -x"})\n\n'
-        "TOOL RESULT [c1]: 2 failed")
+        "TOOL RESULT [c1]: 2 failed"
+    )
     assert render_exchange is exchange_text  # the summarizers' name for it
 
 
@@ -51,8 +60,11 @@ def test_a_message_with_nothing_to_say_adds_no_empty_block() -> None:
 
 def test_object_arguments_search_as_ascii_json_and_reach_a_model_as_written() -> None:
     arguments: dict[str, Any] = {"path": "café.txt"}
-    message = {"role": "assistant", "content": None,
-               "tool_calls": [{"id": "c2", "function": {"name": "Read", "arguments": arguments}}]}
+    message = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "c2", "function": {"name": "Read", "arguments": arguments}}],
+    }
     assert message_text(message, tool_calls=True) == f"Read\n{json.dumps(arguments)}"
     assert "caf\\u00e9" in message_text(message, tool_calls=True)
     assert exchange_text([message]) == 'TOOL CALL [c2] Read({"path": "café.txt"})'
@@ -65,7 +77,6 @@ def test_empty_or_missing_arguments_add_nothing_to_search() -> None:
 
 
 def test_calls_that_are_not_objects_are_skipped_by_every_reader() -> None:
-    message = {"role": "assistant", "content": "ok",
-               "tool_calls": ["junk", {"id": "c4", "function": "junk"}, CALL]}
+    message = {"role": "assistant", "content": "ok", "tool_calls": ["junk", {"id": "c4", "function": "junk"}, CALL]}
     assert message_text(message, tool_calls=True) == 'ok\nBash\n{"command": "pytest -x"}'
     assert exchange_text([message]) == 'ASSISTANT: ok\n\nTOOL CALL [c1] Bash({"command": "pytest -x"})'

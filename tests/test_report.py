@@ -54,22 +54,50 @@ def tl(ts: str, kind: str, record: dict, level: str = "INFO", logger: str = "mic
 
 def micro(ts, sid, outcome, before, after, exch, pt, saved, dur, summ, occ, mode="turn", limit=LIMIT, **extra):
     record = {
-        "event": "micro_compaction", "session_id": sid, "outcome": outcome, "mode": mode,
-        "messages_before": 20, "messages_after": 20, "tokens_before": before, "tokens_after": after,
-        "tokens_delta": after - before, "exchange_tokens": exch, "rolling_summary_tokens": 100, "cursor": 5,
-        "passes_total": pt, "tokens_saved_total": saved, "duration_ms": dur, "summarizer_ms": summ,
-        "engine_ms": dur - summ, "threshold_tokens": T if limit else None, "context_limit": limit,
-        "occupancy_pct": occ, "aux_model": "extractive", **extra,
+        "event": "micro_compaction",
+        "session_id": sid,
+        "outcome": outcome,
+        "mode": mode,
+        "messages_before": 20,
+        "messages_after": 20,
+        "tokens_before": before,
+        "tokens_after": after,
+        "tokens_delta": after - before,
+        "exchange_tokens": exch,
+        "rolling_summary_tokens": 100,
+        "cursor": 5,
+        "passes_total": pt,
+        "tokens_saved_total": saved,
+        "duration_ms": dur,
+        "summarizer_ms": summ,
+        "engine_ms": dur - summ,
+        "threshold_tokens": T if limit else None,
+        "context_limit": limit,
+        "occupancy_pct": occ,
+        "aux_model": "extractive",
+        **extra,
     }
     return tl(ts, "micro", record)
 
 
 def batch(ts, sid, outcome, before, after, total, **extra):
     record = {
-        "event": "batch_compaction", "session_id": sid, "outcome": outcome, "tokens_before": before,
-        "tokens_after": after, "tokens_delta": after - before, "messages_before": 40, "messages_after": 12,
-        "duration_ms": 500, "summarizer": "extractive", "reason": "threshold", "threshold_tokens": T,
-        "context_limit": LIMIT, "occupancy_pct": round(100 * after / T, 1), "compactions_total": total, **extra,
+        "event": "batch_compaction",
+        "session_id": sid,
+        "outcome": outcome,
+        "tokens_before": before,
+        "tokens_after": after,
+        "tokens_delta": after - before,
+        "messages_before": 40,
+        "messages_after": 12,
+        "duration_ms": 500,
+        "summarizer": "extractive",
+        "reason": "threshold",
+        "threshold_tokens": T,
+        "context_limit": LIMIT,
+        "occupancy_pct": round(100 * after / T, 1),
+        "compactions_total": total,
+        **extra,
     }
     return tl(ts, "batch", record)
 
@@ -88,14 +116,18 @@ NEWER = [
     micro("10:04:00", "beta", "absorbed", 3500, 3490, 600, 2, -15, 180, 170, 34.9),
     micro("10:05:00", "alpha", "absorbed", 6500, 6400, 400, 3, 70, 300, 250, 64.0),
     batch("10:05:30", "alpha", "pruned", 6400, 6000, 0, micro_passes_since_last=3),
-    micro("10:06:00", "alpha", "defrag", 7000, 6800, 0, 4, 270, 400, 390, 68.0, mode="defrag",
-          defrag_method="model"),
+    micro("10:06:00", "alpha", "defrag", 7000, 6800, 0, 4, 270, 400, 390, 68.0, mode="defrag", defrag_method="model"),
     batch("10:06:30", "beta", "compacted", 10100, 4000, 1, micro_passes_since_last=2),
     micro("10:07:00", "beta", "absorbed", 4200, 4150, 700, 3, 35, 90, 80, 41.5),
     batch("10:07:30", "alpha", "cooldown", 7100, 7100, 0, micro_passes_since_last=1),
     batch("10:08:00", "alpha", "fallback", 9000, 3000, 1, micro_passes_since_last=1),
-    tl("10:08:30", "micro", {"event": "micro_compaction", "session_id": "gamma", "outcome": "absorbed"},
-       level="DEBUG", logger="somelib.echo"),
+    tl(
+        "10:08:30",
+        "micro",
+        {"event": "micro_compaction", "session_id": "gamma", "outcome": "absorbed"},
+        level="DEBUG",
+        logger="somelib.echo",
+    ),
     micro("10:09:00", "gamma", "absorbed", 2000, 2030, 150, 1, -30, 60, 50, None, limit=None),
     micro("10:10:00", "gamma", "no_reclaim", 2500, 2500, 120, 1, -30, 10, 0, None, mode="request", limit=None),
     "2024-05-01 10:10:30,000 INFO microcompact.telemetry: micro compaction telemetry: [1, 2]",
@@ -117,8 +149,12 @@ def logs(tmp_path: Path) -> list[Path]:
 
 def consoles(width: int = 220) -> tuple[Console, Console, io.StringIO, io.StringIO]:
     out, err = io.StringIO(), io.StringIO()
-    return (Console(file=out, width=width, color_system=None), Console(file=err, width=width, color_system=None),
-            out, err)
+    return (
+        Console(file=out, width=width, color_system=None),
+        Console(file=err, width=width, color_system=None),
+        out,
+        err,
+    )
 
 
 def run(logfiles, per_session=False, as_json=False, plot=None, width=220) -> tuple[int, str, str]:
@@ -144,8 +180,12 @@ def test_headroom(logs):
     assert (b["attempts"], b["compactions"], b["pruned"], b["still_over_threshold"]) == (4, 2, 1, 0)
     assert b["outcomes"] == {"compacted": 1, "cooldown": 1, "fallback": 1, "pruned": 1}
     assert b["tokens_freed"] == 400 + 6100 + 6000
-    assert b["micro_passes_per_compaction"] == {"mean": 1.5, "median": 1.5, "values": [2, 1],
-                                                "source": "micro_passes_since_last"}
+    assert b["micro_passes_per_compaction"] == {
+        "mean": 1.5,
+        "median": 1.5,
+        "values": [2, 1],
+        "source": "micro_passes_since_last",
+    }
 
 
 def test_activity(logs):
@@ -170,8 +210,14 @@ def test_tokens(logs):
     assert t["exchanges_absorbed"] == 7 and t["partial_absorbs"] == 0
     assert t["mean_exchange_tokens"] == 407.1
     assert t["marker_overhead"] == {"sessions": 3, "median": 30, "max": 40, "total": 95}
-    assert t["payback"] == {"median_pass": 3.5, "paid_back": 2, "not_paid_back": 1, "no_overhead": 0,
-                            "start_missing": 0, "no_absorb": 0}
+    assert t["payback"] == {
+        "median_pass": 3.5,
+        "paid_back": 2,
+        "not_paid_back": 1,
+        "no_overhead": 0,
+        "start_missing": 0,
+        "no_absorb": 0,
+    }
 
 
 def test_totals_agree_with_the_per_session_rows(logs):
@@ -195,17 +241,51 @@ def test_per_session_sorted_by_passes(logs):
     rows = build_report(logs)["per_session"]
     assert [s["session_id"] for s in rows] == ["alpha", "beta", "gamma"]
     alpha, beta, gamma = rows
-    assert {k: alpha[k] for k in ("passes", "absorbed", "failures", "tokens_saved", "occupancy_max",
-                                  "batch_compactions", "batch_pruned", "batch_attempts", "marker_overhead",
-                                  "payback_pass", "payback_status")} == {
-        "passes": 5, "absorbed": 3, "failures": 1, "tokens_saved": 270, "occupancy_max": 68.0,
-        "batch_compactions": 1, "batch_pruned": 1, "batch_attempts": 3, "marker_overhead": 40,
-        "payback_pass": 4, "payback_status": "paid_back"}
+    assert {
+        k: alpha[k]
+        for k in (
+            "passes",
+            "absorbed",
+            "failures",
+            "tokens_saved",
+            "occupancy_max",
+            "batch_compactions",
+            "batch_pruned",
+            "batch_attempts",
+            "marker_overhead",
+            "payback_pass",
+            "payback_status",
+        )
+    } == {
+        "passes": 5,
+        "absorbed": 3,
+        "failures": 1,
+        "tokens_saved": 270,
+        "occupancy_max": 68.0,
+        "batch_compactions": 1,
+        "batch_pruned": 1,
+        "batch_attempts": 3,
+        "marker_overhead": 40,
+        "payback_pass": 4,
+        "payback_status": "paid_back",
+    }
     assert alpha["occupancy_series"] == [50.4, 55.0, 59.9, 64.0, 68.0]
-    assert (beta["passes"], beta["tokens_saved"], beta["occupancy_max"], beta["batch_compactions"],
-            beta["marker_overhead"], beta["payback_pass"]) == (3, 35, 41.5, 1, 25, 3)
-    assert (gamma["passes"], gamma["tokens_saved"], gamma["occupancy_max"], gamma["marker_overhead"],
-            gamma["payback_pass"], gamma["payback_status"]) == (2, -30, None, 30, None, "not_paid_back")
+    assert (
+        beta["passes"],
+        beta["tokens_saved"],
+        beta["occupancy_max"],
+        beta["batch_compactions"],
+        beta["marker_overhead"],
+        beta["payback_pass"],
+    ) == (3, 35, 41.5, 1, 25, 3)
+    assert (
+        gamma["passes"],
+        gamma["tokens_saved"],
+        gamma["occupancy_max"],
+        gamma["marker_overhead"],
+        gamma["payback_pass"],
+        gamma["payback_status"],
+    ) == (2, -30, None, 30, None, "not_paid_back")
     assert gamma["occupancy_series"] == [None, None]
 
 
@@ -220,14 +300,17 @@ def test_gzipped_rotated_log(tmp_path, logs):
     assert build_report([logs[0], gz])["tokens"] == build_report(logs)["tokens"]
 
 
-@pytest.mark.parametrize("values, expected", [
-    (list(range(1, 21)), 19),  # ceil(0.95 * 20) = 19th
-    (list(range(1, 11)), 10),  # ceil(9.5) = 10th
-    (list(range(100, 0, -1)), 95),  # unsorted input; ceil(95.0) = 95th
-    ([7, 3], 7),  # ceil(1.9) = 2nd
-    ([5], 5),
-    ([], None),
-])
+@pytest.mark.parametrize(
+    "values, expected",
+    [
+        (list(range(1, 21)), 19),  # ceil(0.95 * 20) = 19th
+        (list(range(1, 11)), 10),  # ceil(9.5) = 10th
+        (list(range(100, 0, -1)), 95),  # unsorted input; ceil(95.0) = 95th
+        ([7, 3], 7),  # ceil(1.9) = 2nd
+        ([5], 5),
+        ([], None),
+    ],
+)
 def test_p95_is_nearest_rank(values, expected):
     assert percentile_nearest_rank(values, 95) == expected
 
@@ -242,9 +325,14 @@ def test_no_batch_compaction_and_passes_per_batch_fallback(tmp_path):
     # A batch line without micro_passes_since_last: committed micro passes / batch compactions.
     old_batch = batch("10:01:00", "s", "compacted", 900, 300, 1)
     assert "micro_passes_since_last" not in old_batch
-    both = write(tmp_path / "b.log", [micro("10:00:00", "s", "absorbed", 100, 90, 50, 1, 10, 5, 4, 1.0),
-                                      micro("10:00:30", "s", "absorbed", 100, 80, 50, 2, 30, 5, 4, 1.0),
-                                      old_batch])
+    both = write(
+        tmp_path / "b.log",
+        [
+            micro("10:00:00", "s", "absorbed", 100, 90, 50, 1, 10, 5, 4, 1.0),
+            micro("10:00:30", "s", "absorbed", 100, 80, 50, 2, 30, 5, 4, 1.0),
+            old_batch,
+        ],
+    )
     pb = build_report([both])["headroom"]["batch"]["micro_passes_per_compaction"]
     assert pb == {"mean": 2.0, "median": None, "values": [], "source": "committed_passes/batch_compactions"}
 
@@ -272,10 +360,13 @@ def test_human_output(logs):
     assert "7, mean size 407.1 tokens" in out
     assert "median 30 tokens, max 40 (3 session(s))" in out
     assert "median 3.5 (2 of 3 paid back, 1 not yet)" in out
-    table = out[out.index("Per session"):]
+    table = out[out.index("Per session") :]
     assert table.index("alpha") < table.index("beta") < table.index("gamma")
-    rows = {cells[0]: cells[1:] for cells in (line.replace("│", " ").split() for line in table.splitlines())
-            if cells and cells[0] in ("alpha", "beta", "gamma")}
+    rows = {
+        cells[0]: cells[1:]
+        for cells in (line.replace("│", " ").split() for line in table.splitlines())
+        if cells and cells[0] in ("alpha", "beta", "gamma")
+    }
     # passes, absorbed, failures, tokens saved, occupancy max, batch compactions, payback pass
     assert rows["alpha"] == ["5", "3", "1", "270", "68.0%", "1", "4"]
     assert rows["beta"] == ["3", "3", "0", "35", "41.5%", "1", "3"]
@@ -312,10 +403,13 @@ def test_missing_and_unreadable_files_warned_and_skipped(tmp_path, logs):
 
 
 def test_exit_1_without_micro_telemetry(tmp_path):
-    noise = write(tmp_path / "agent.log", [
-        "2024-05-01 10:00:00,000 INFO microcompact.batch: Batch compaction: 40 -> 12 messages",
-        batch("10:00:01", "s", "compacted", 9000, 3000, 1, micro_passes_since_last=None),
-    ])
+    noise = write(
+        tmp_path / "agent.log",
+        [
+            "2024-05-01 10:00:00,000 INFO microcompact.batch: Batch compaction: 40 -> 12 messages",
+            batch("10:00:01", "s", "compacted", 9000, 3000, 1, micro_passes_since_last=None),
+        ],
+    )
     code, out, err = run([noise])
     assert code == 1 and out == ""
     assert "no micro-compaction telemetry found in" in err and str(noise) in err
@@ -336,7 +430,10 @@ def test_lines_without_timestamps_keep_file_order(tmp_path):
     r = build_report([write(tmp_path / "raw.log", raw)])
     assert r["lines"]["micro"] == 10 and r["lines"]["ignored"] == 2  # the truncated and the non-object lines
     assert [(s["session_id"], s["payback_pass"]) for s in r["per_session"]] == [
-        ("alpha", 4), ("beta", 3), ("gamma", None)]
+        ("alpha", 4),
+        ("beta", 3),
+        ("gamma", None),
+    ]
 
 
 def test_default_log_is_under_microcompact_home(tmp_path, monkeypatch):

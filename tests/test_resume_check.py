@@ -35,9 +35,19 @@ def agent_transcript(seed: int, turns: int = 8) -> list[dict]:
         msgs.append({"role": "user", "content": f"task {seed}.{t}: " + "please fix it " * rng.randint(5, 40)})
         for k in range(rng.randint(1, 3)):
             cid = f"call_{seed}_{t}_{k}"
-            msgs.append({"role": "assistant", "content": f"looking {k}", "tool_calls": [
-                {"id": cid, "type": "function",
-                 "function": {"name": "Bash", "arguments": json.dumps({"cmd": f"ls {k}"})}}]})
+            msgs.append(
+                {
+                    "role": "assistant",
+                    "content": f"looking {k}",
+                    "tool_calls": [
+                        {
+                            "id": cid,
+                            "type": "function",
+                            "function": {"name": "Bash", "arguments": json.dumps({"cmd": f"ls {k}"})},
+                        }
+                    ],
+                }
+            )
             msgs.append({"role": "tool", "tool_call_id": cid, "content": "file.py\n" * rng.randint(20, 400)})
         msgs.append({"role": "assistant", "content": f"done {t}"})
     return msgs
@@ -78,7 +88,7 @@ def test_resuming_with_another_transcript_is_refused_naming_the_first_difference
     assert "resuming session" not in res.output
     assert stored_rows(db) == before  # nothing written
     # A shorter or a completely different transcript: refused too.
-    shorter = a[:next(i for i in range(5, len(a)) if a[i]["role"] == "user")]  # a valid prefix: whole turns
+    shorter = a[: next(i for i in range(5, len(a)) if a[i]["role"] == "user")]  # a valid prefix: whole turns
     for other in (shorter, agent_transcript(2)):
         res = run(write_jsonl(tmp_path / "c.jsonl", other), "--context-limit", 20000, "--db", db, "--session", "S")
         assert res.exit_code == 2 and "another transcript" in res.output, res.output
@@ -108,8 +118,7 @@ def test_an_interrupted_replay_resumes_only_from_its_own_prefix(tmp_path):
         replay(msgs, s, start=resume_start(s, msgs))
         s.close()
         assert len(st.export("S", include_absorbed=True)) > rows
-        assert sorted(m["_src"] for m in st.export("S", include_absorbed=True) if "_src" in m) == \
-            list(range(len(msgs)))
+        assert sorted(m["_src"] for m in st.export("S", include_absorbed=True) if "_src" in m) == list(range(len(msgs)))
         # A session no replay wrote is not taken for a replay's.
         agent = Session.open(st, "agent", cfg, counter=TokenCounter(EstimateCounter()))
         agent.extend(msgs[:3])

@@ -33,12 +33,13 @@ def _no_redaction(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def planted_turn(n: int, text: str, padding: int = 0) -> list[dict[str, Any]]:
     """One exchange carrying ``text`` in a command, a tool output and the final answer."""
-    call = {"id": f"c{n}", "type": "function",
-            "function": {"name": "Bash", "arguments": json.dumps({"command": text})}}
-    return [{"role": "user", "content": f"request {n}: show the config"},
-            {"role": "assistant", "content": f"Let me check config {n}.", "tool_calls": [call]},
-            {"role": "tool", "tool_call_id": f"c{n}", "content": f"{text}\n{'ok ' * padding}exit code 0"},
-            {"role": "assistant", "content": f"Found it: {text}"}]
+    call = {"id": f"c{n}", "type": "function", "function": {"name": "Bash", "arguments": json.dumps({"command": text})}}
+    return [
+        {"role": "user", "content": f"request {n}: show the config"},
+        {"role": "assistant", "content": f"Let me check config {n}.", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": f"c{n}", "content": f"{text}\n{'ok ' * padding}exit code 0"},
+        {"role": "assistant", "content": f"Found it: {text}"},
+    ]
 
 
 def leaked(text: str, rows: list[tuple[str, str, str]] = SECRET_FORMATS) -> list[str]:
@@ -50,8 +51,10 @@ def counter() -> TokenCounter:
     return TokenCounter(EstimateCounter())
 
 
-MICRO = {"compression": {"micro_compact": True, "protect_first_n": 1, "target_ratio": 0.05},
-         "model": {"context_length": 20_000}}  # a 500-token tail: each exchange leaves it a few turns later
+MICRO = {
+    "compression": {"micro_compact": True, "protect_first_n": 1, "target_ratio": 0.05},
+    "model": {"context_length": 20_000},
+}  # a 500-token tail: each exchange leaves it a few turns later
 FILLER_TURNS = 12
 
 
@@ -75,8 +78,12 @@ def micro_markers(rows: list[tuple[str, str, str]]) -> str:
 
 
 def batch_marker(rows: list[tuple[str, str, str]]) -> str:
-    cfg = parse_config({"compression": {"protect_first_n": 1, "threshold": 0.5, "target_ratio": 0.05},
-                        "model": {"context_length": 4096}})
+    cfg = parse_config(
+        {
+            "compression": {"protect_first_n": 1, "threshold": 0.5, "target_ratio": 0.05},
+            "model": {"context_length": 4096},
+        }
+    )
     s = Session(cfg, counter=counter())
     s.append({"role": "system", "content": "be brief"})
     for n, (_, text, _) in enumerate(rows):
@@ -89,7 +96,7 @@ def batch_marker(rows: list[tuple[str, str, str]]) -> str:
 
 # The extractive summarizer keeps the newest few items per section: a batch over the whole table would
 # show only some rows, so the table is compacted in groups.
-GROUPS = [SECRET_FORMATS[i:i + 6] for i in range(0, len(SECRET_FORMATS), 6)]
+GROUPS = [SECRET_FORMATS[i : i + 6] for i in range(0, len(SECRET_FORMATS), 6)]
 
 
 def test_micro_markers_hold_no_secret() -> None:
@@ -113,21 +120,22 @@ def test_batch_marker_would_hold_them_without_redaction(monkeypatch: pytest.Monk
 
 
 def http_requests(server: ChatServer) -> str:
-    summarizer = OpenAISummarizer("test-model", base_url=server.base_url, api_key_env="MICROCOMPACT_NO_KEY",
-                                  timeout=5.0)
+    summarizer = OpenAISummarizer(
+        "test-model", base_url=server.base_url, api_key_env="MICROCOMPACT_NO_KEY", timeout=5.0
+    )
     run_micro(Session(parse_config(MICRO), summarizer, counter=counter()), SECRET_FORMATS)
     assert server.requests, "the summarizer should have been called"
     return json.dumps(server.requests, ensure_ascii=False)
 
 
-def test_http_summarizer_requests_hold_no_secret(chat_server: ChatServer,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_http_summarizer_requests_hold_no_secret(chat_server: ChatServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MICROCOMPACT_NO_KEY", raising=False)
     assert leaked(http_requests(chat_server)) == []
 
 
-def test_http_summarizer_requests_would_hold_them_without_redaction(chat_server: ChatServer,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_http_summarizer_requests_would_hold_them_without_redaction(
+    chat_server: ChatServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("MICROCOMPACT_NO_KEY", raising=False)
     _no_redaction(monkeypatch)
     assert len(leaked(http_requests(chat_server))) >= len(SECRET_FORMATS) - 2

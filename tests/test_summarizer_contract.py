@@ -32,9 +32,17 @@ def _no_key(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def exchange(call_id: str, command: str, output: str, text: str) -> list[dict[str, Any]]:
     return [
-        {"role": "assistant", "content": text,
-         "tool_calls": [{"id": call_id, "type": "function",
-                         "function": {"name": "Bash", "arguments": json.dumps({"command": command})}}]},
+        {
+            "role": "assistant",
+            "content": text,
+            "tool_calls": [
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": "Bash", "arguments": json.dumps({"command": command})},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": call_id, "content": output},
     ]
 
@@ -45,14 +53,24 @@ def digest_answer(request: dict[str, Any]) -> str:
     return f"### Decisions\n- {request['model']} read {hashlib.sha256(sent.encode()).hexdigest()[:16]}"
 
 
-EXCHANGE = exchange("call_migrate", "alembic upgrade head", "Running upgrade 41c -> 7fa, add index on users.email",
-                    "Applying the pending migration.")
+EXCHANGE = exchange(
+    "call_migrate",
+    "alembic upgrade head",
+    "Running upgrade 41c -> 7fa, add index on users.email",
+    "Applying the pending migration.",
+)
 
 
 def test_the_summary_is_the_models_answer_to_the_request_carrying_every_fact(chat_server: ChatServer) -> None:
     chat_server.responder = digest_answer
-    summarizer = OpenAISummarizer("summarizer-small", base_url=chat_server.base_url, api_key_env=KEY_ENV,
-                                  timeout=2.0, max_output_tokens=300, temperature=0.1)
+    summarizer = OpenAISummarizer(
+        "summarizer-small",
+        base_url=chat_server.base_url,
+        api_key_env=KEY_ENV,
+        timeout=2.0,
+        max_output_tokens=300,
+        temperature=0.1,
+    )
     previous = "### Decisions\n- keep the API stable"
 
     summary = summarizer.merge(previous, EXCHANGE)
@@ -62,8 +80,13 @@ def test_the_summary_is_the_models_answer_to_the_request_carrying_every_fact(cha
     assert (request["model"], request["max_tokens"], request["temperature"]) == ("summarizer-small", 300, 0.1)
     system, user = request["messages"]
     assert system == {"role": "system", "content": MERGE_PROMPT}
-    for fact in ("keep the API stable", "call_migrate", "alembic upgrade head", "Running upgrade 41c -> 7fa",
-                 "Applying the pending migration."):
+    for fact in (
+        "keep the API stable",
+        "call_migrate",
+        "alembic upgrade head",
+        "Running upgrade 41c -> 7fa",
+        "Applying the pending migration.",
+    ):
         assert fact in user["content"], fact
 
 
@@ -79,8 +102,9 @@ def test_a_slow_model_within_the_timeout_still_gives_its_answer(chat_server: Cha
 
 def test_make_summarizer_gives_a_working_summarizer_of_the_kind_asked_for(chat_server: ChatServer) -> None:
     chat_server.responder = digest_answer
-    remote = make_summarizer("openai", model="ops-model", base_url=chat_server.base_url, api_key_env=KEY_ENV,
-                             timeout=2.0)
+    remote = make_summarizer(
+        "openai", model="ops-model", base_url=chat_server.base_url, api_key_env=KEY_ENV, timeout=2.0
+    )
     assert remote.merge("", EXCHANGE) == digest_answer(chat_server.requests[0])
     assert chat_server.requests[0]["model"] == "ops-model"
 
@@ -96,18 +120,30 @@ def test_make_summarizer_gives_a_working_summarizer_of_the_kind_asked_for(chat_s
 def test_the_extractive_summarizer_compacts_a_session_offline_and_names_itself_in_telemetry() -> None:
     """The default summarizer, through a Session: the exchange's command and result end up in the marker, and
     the pass record names the summarizer (``aux_model``), which ``microcompact report`` shows per pass."""
-    config = parse_config({"compression": {"micro_compact": True, "protect_first_n": 1,
-                                           "micro_compact_max_exchange_tokens": 4000},
-                           "model": {"context_length": 20_000}})
+    config = parse_config(
+        {
+            "compression": {"micro_compact": True, "protect_first_n": 1, "micro_compact_max_exchange_tokens": 4000},
+            "model": {"context_length": 20_000},
+        }
+    )
     session = Session(config, counter=TokenCounter(EstimateCounter()), session_id="contract")
-    session.extend([{"role": "system", "content": "You are a coding agent."},
-                    {"role": "user", "content": "apply the pending migration"},
-                    *EXCHANGE, {"role": "assistant", "content": "Migration applied."}])
+    session.extend(
+        [
+            {"role": "system", "content": "You are a coding agent."},
+            {"role": "user", "content": "apply the pending migration"},
+            *EXCHANGE,
+            {"role": "assistant", "content": "Migration applied."},
+        ]
+    )
     results = []
     for n in range(8):  # enough later turns (about 300 tokens each) to push the first exchange out of the tail
-        session.extend([{"role": "user", "content": f"next task {n}"},
-                        *exchange(f"call_{n}", f"pytest -k case_{n}", f"case_{n} passed " * 80, f"Testing {n}."),
-                        {"role": "assistant", "content": f"task {n} done"}])
+        session.extend(
+            [
+                {"role": "user", "content": f"next task {n}"},
+                *exchange(f"call_{n}", f"pytest -k case_{n}", f"case_{n} passed " * 80, f"Testing {n}."),
+                {"role": "assistant", "content": f"task {n} done"},
+            ]
+        )
         results += session.finalize_turn()
     absorbed = [r for r in results if r.outcome == "absorbed"]
     assert absorbed and {r.record["aux_model"] for r in absorbed} == {"extractive"}

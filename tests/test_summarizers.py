@@ -56,9 +56,13 @@ def first_run(transcript: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def tool_exchange(call_id: str, name: str, arguments: dict[str, Any], result: str, text: str = "") -> list[dict]:
     return [
-        {"role": "assistant", "content": text,
-         "tool_calls": [{"id": call_id, "type": "function",
-                         "function": {"name": name, "arguments": json.dumps(arguments)}}]},
+        {
+            "role": "assistant",
+            "content": text,
+            "tool_calls": [
+                {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+            ],
+        },
         {"role": "tool", "tool_call_id": call_id, "content": result},
     ]
 
@@ -81,8 +85,9 @@ def sections_of(summary: str) -> dict[str, list[str]]:
 def test_extractive_is_deterministic(first_run: list[dict[str, Any]]) -> None:
     first = ExtractiveSummarizer().merge("", first_run)
     assert ExtractiveSummarizer().merge("", copy.deepcopy(first_run)) == first
-    assert ExtractiveSummarizer().batch(first, first_run, focus="credo") == \
-        ExtractiveSummarizer().batch(first, first_run, focus="credo")
+    assert ExtractiveSummarizer().batch(first, first_run, focus="credo") == ExtractiveSummarizer().batch(
+        first, first_run, focus="credo"
+    )
 
 
 def test_extractive_picks_up_facts_of_a_real_exchange(first_run: list[dict[str, Any]]) -> None:
@@ -105,15 +110,26 @@ def test_extractive_picks_up_facts_of_a_real_exchange(first_run: list[dict[str, 
 
 
 def test_extractive_reads_tracebacks_exit_codes_questions_and_requirements() -> None:
-    traceback = ('Traceback (most recent call last):\n  File "app.py", line 3, in <module>\n    main()\n'
-                 "KeyError: 'user_id'\nExit code: 1")
+    traceback = (
+        'Traceback (most recent call last):\n  File "app.py", line 3, in <module>\n    main()\n'
+        "KeyError: 'user_id'\nExit code: 1"
+    )
     exchange = [
-        *tool_exchange("c1", "run_shell", {"cmd": "python app.py"}, traceback,
-                       text="The config must stay backwards compatible. Should I keep the old flag?"),
+        *tool_exchange(
+            "c1",
+            "run_shell",
+            {"cmd": "python app.py"},
+            traceback,
+            text="The config must stay backwards compatible. Should I keep the old flag?",
+        ),
         *tool_exchange("c2", "grep", {"pattern": "user_id", "path": "src"}, "src/a.py:1\nsrc/b.py:2"),
-        *tool_exchange("c3", "Edit", {"file_path": "src/app.py"},
-                       "<tool_use_error>String not found</tool_use_error>",
-                       text="I'll use a default instead because the key is optional."),
+        *tool_exchange(
+            "c3",
+            "Edit",
+            {"file_path": "src/app.py"},
+            "<tool_use_error>String not found</tool_use_error>",
+            text="I'll use a default instead because the key is optional.",
+        ),
     ]
     sections = sections_of(ExtractiveSummarizer().merge("", exchange))
     assert "`python app.py` → exit 1: KeyError: 'user_id'" in sections["Commands and results"]
@@ -145,8 +161,12 @@ def test_section_caps_bound_growth_over_200_merges() -> None:
     summary = ""
     for i in range(200):
         exchange = tool_exchange(
-            f"c{i}", "Bash", {"command": f"make step-{i}"}, f"error: step {i} broke\nexit code 2",
-            text=f"I'll retry step {i} with a smaller batch. Is step {i} still needed?")
+            f"c{i}",
+            "Bash",
+            {"command": f"make step-{i}"},
+            f"error: step {i} broke\nexit code 2",
+            text=f"I'll retry step {i} with a smaller batch. Is step {i} still needed?",
+        )
         exchange += tool_exchange(f"r{i}", "Read", {"path": f"src/module_{i}.py"}, "x = 1")
         summary = summarizer.merge(summary, exchange)
     sections = sections_of(summary)
@@ -164,12 +184,14 @@ def test_batch_uses_the_fixed_sections_and_updates_the_previous_summary(transcri
     first = summarizer.batch("", transcript[: end // 2])
     assert [s for s in sections_of(first)] == [s for s in BATCH_SECTIONS if s in sections_of(first)]
     assert sections_of(first)["Goal"][0].startswith("Work on bead spotter-a0y.")
-    second = summarizer.batch(first, transcript[end // 2: end + 3], focus="git push")
+    second = summarizer.batch(first, transcript[end // 2 : end + 3], focus="git push")
     sections = sections_of(second)
     assert sections["Goal"][0].startswith("Work on bead spotter-a0y.")  # kept from the previous summary
     assert "continue until all are done" in sections["Goal"]
-    assert "`git push 2>&1`: fatal: The current branch spotter-a0y has no upstream branch." in \
-        sections["Blocked (exact errors)"]
+    assert (
+        "`git push 2>&1`: fatal: The current branch spotter-a0y has no upstream branch."
+        in sections["Blocked (exact errors)"]
+    )
     third = summarizer.batch(second, tool_exchange("z1", "Bash", {"command": "mix test"}, "31 tests, 0 failures"))
     assert sections_of(third)["Active state"] == ["Last command: `mix test` → 31 tests, 0 failures"]  # replaced
     assert "Ran `mix test`" in sections_of(third)["Completed actions"]
@@ -188,14 +210,17 @@ def test_batch_focus_keeps_matching_bullets_when_capped() -> None:
 @settings(max_examples=150, deadline=None)
 @given(
     sections=st.lists(
-        st.tuples(st.text(alphabet="abcdefgh ", min_size=1, max_size=12),
-                  st.lists(st.text(alphabet="abcdefghij /.-`", min_size=1, max_size=150), max_size=12)),
-        min_size=1, max_size=6),
+        st.tuples(
+            st.text(alphabet="abcdefgh ", min_size=1, max_size=12),
+            st.lists(st.text(alphabet="abcdefghij /.-`", min_size=1, max_size=150), max_size=12),
+        ),
+        min_size=1,
+        max_size=6,
+    ),
     target=st.integers(min_value=0, max_value=400),
 )
 def test_shorten_summary_is_strictly_shorter_and_fits(sections: list[tuple[str, list[str]]], target: int) -> None:
-    summary = "\n\n".join(f"### {h.strip() or 'x'}\n" + "\n".join(f"- {b}" for b in bullets)
-                          for h, bullets in sections)
+    summary = "\n\n".join(f"### {h.strip() or 'x'}\n" + "\n".join(f"- {b}" for b in bullets) for h, bullets in sections)
     out = shorten_summary(summary, target, estimate)
     if estimate(summary) <= target:
         assert out == summary
@@ -205,8 +230,11 @@ def test_shorten_summary_is_strictly_shorter_and_fits(sections: list[tuple[str, 
 
 
 def test_shorten_summary_drops_oldest_bullets_first_and_keeps_headings() -> None:
-    summary = ("### Commands and results\n" + "\n".join(f"- `step {i}` → ok, all fine here" for i in range(20))
-               + "\n\n### Errors\n- `make` → exit 2: boom")
+    summary = (
+        "### Commands and results\n"
+        + "\n".join(f"- `step {i}` → ok, all fine here" for i in range(20))
+        + "\n\n### Errors\n- `make` → exit 2: boom"
+    )
     out = shorten_summary(summary, estimate(summary) - 20, estimate)
     assert "### Commands and results" in out and "### Errors" in out
     assert "`step 0`" not in out and "`step 19`" in out
@@ -239,9 +267,17 @@ def test_prepare_exchange_cuts_a_huge_tool_output(transcript: list[dict[str, Any
     outputs = [m["content"] for m in transcript if m["role"] == "tool" and isinstance(m["content"], str)]
     huge = f"DB_PASSWORD=correcthorse42\n{chr(10).join(outputs)}"[:40_000]
     exchange = [
-        {"role": "assistant", "content": f"Using {OPENAI_KEY} to call the API.",
-         "tool_calls": [{"id": "c1", "type": "function",
-                         "function": {"name": "Bash", "arguments": json.dumps({"command": "cat big.log"})}}]},
+        {
+            "role": "assistant",
+            "content": f"Using {OPENAI_KEY} to call the API.",
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "Bash", "arguments": json.dumps({"command": "cat big.log"})},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "c1", "content": huge, "_tokens": 11_000},
     ]
     before = copy.deepcopy(exchange)
@@ -263,8 +299,11 @@ def test_prepare_exchange_cuts_a_huge_tool_output(transcript: list[dict[str, Any
 def test_prepare_exchange_cuts_only_the_outsized_pieces() -> None:
     big_args = json.dumps({"file_path": "src/big.py", "content": "x = 1\n" * 8_000})
     exchange = [
-        {"role": "assistant", "content": "Writing the generated module.",
-         "tool_calls": [{"id": "w1", "type": "function", "function": {"name": "Write", "arguments": big_args}}]},
+        {
+            "role": "assistant",
+            "content": "Writing the generated module.",
+            "tool_calls": [{"id": "w1", "type": "function", "function": {"name": "Write", "arguments": big_args}}],
+        },
         {"role": "tool", "tool_call_id": "w1", "content": "File created successfully at: src/big.py"},
     ]
     prepared = prepare_exchange(exchange, 1_000, estimate)
@@ -278,30 +317,45 @@ def test_prepare_exchange_cuts_only_the_outsized_pieces() -> None:
 
 
 def test_render_exchange_labels() -> None:
-    exchange = [{"role": "user", "content": "fix it"}, *tool_exchange("c9", "Read", {"path": "a.py"}, "x = 1",
-                                                                       text="Reading a.py.")]
-    assert render_exchange(exchange) == ('USER: fix it\n\nASSISTANT: Reading a.py.\n\n'
-                                         'TOOL CALL [c9] Read({"path": "a.py"})\n\nTOOL RESULT [c9]: x = 1')
+    exchange = [
+        {"role": "user", "content": "fix it"},
+        *tool_exchange("c9", "Read", {"path": "a.py"}, "x = 1", text="Reading a.py."),
+    ]
+    assert render_exchange(exchange) == (
+        'USER: fix it\n\nASSISTANT: Reading a.py.\n\nTOOL CALL [c9] Read({"path": "a.py"})\n\nTOOL RESULT [c9]: x = 1'
+    )
 
 
 # --------------------------------------------------------------------------- OpenAI-compatible summarizer
 
 
 def openai_summarizer(server: ChatServer, **options: Any) -> OpenAISummarizer:
-    options = {"model": "summarizer-small", "base_url": server.base_url, "api_key_env": KEY_ENV,
-               "timeout": 2.0, **options}
+    options = {
+        "model": "summarizer-small",
+        "base_url": server.base_url,
+        "api_key_env": KEY_ENV,
+        "timeout": 2.0,
+        **options,
+    }
     return OpenAISummarizer(**options)
 
 
-EXCHANGE = tool_exchange("c1", "Bash", {"command": f"OPENAI_API_KEY={OPENAI_KEY} ./deploy.sh"},
-                         "deployed with password=correcthorse42\nexit code 0", text="Deploying now.")
+EXCHANGE = tool_exchange(
+    "c1",
+    "Bash",
+    {"command": f"OPENAI_API_KEY={OPENAI_KEY} ./deploy.sh"},
+    "deployed with password=correcthorse42\nexit code 0",
+    text="Deploying now.",
+)
 
 
 def test_openai_success_request_shape(chat_server: ChatServer) -> None:
     summarizer = openai_summarizer(chat_server, max_output_tokens=300, temperature=0.1)
     assert isinstance(summarizer, Summarizer) and summarizer.name == "summarizer-small"
-    chat_server.responder = lambda request: ("Here is the updated summary:\n```markdown\n"
-                                             "### Decisions\n- keep the API stable\n- deployed via ./deploy.sh\n```")
+    chat_server.responder = lambda request: (
+        "Here is the updated summary:\n```markdown\n"
+        "### Decisions\n- keep the API stable\n- deployed via ./deploy.sh\n```"
+    )
     out = summarizer.merge("### Decisions\n- keep the API stable", EXCHANGE)
     assert out == "### Decisions\n- keep the API stable\n- deployed via ./deploy.sh"  # the model's summary, unwrapped
     (request,) = chat_server.requests
@@ -330,13 +384,16 @@ def test_openai_latency_within_timeout_is_fine(chat_server: ChatServer) -> None:
     assert openai_summarizer(chat_server, timeout=2.0).merge("", EXCHANGE).startswith("### Summary")
 
 
-@pytest.mark.parametrize("fault, error", [
-    (429, SummarizerRateLimited),
-    (500, SummarizerUnavailable),
-    ("quota", SummarizerAuthError),
-    ("malformed", SummarizerBadOutput),
-    ("empty", SummarizerBadOutput),
-])
+@pytest.mark.parametrize(
+    "fault, error",
+    [
+        (429, SummarizerRateLimited),
+        (500, SummarizerUnavailable),
+        ("quota", SummarizerAuthError),
+        ("malformed", SummarizerBadOutput),
+        ("empty", SummarizerBadOutput),
+    ],
+)
 def test_openai_faults_map_to_summarizer_errors(chat_server: ChatServer, fault: Any, error: type) -> None:
     chat_server.add_faults(fault)
     with pytest.raises(error):
@@ -345,16 +402,16 @@ def test_openai_faults_map_to_summarizer_errors(chat_server: ChatServer, fault: 
     assert openai_summarizer(chat_server).merge("", EXCHANGE)  # the next call works again
 
 
-def test_openai_401_without_key_names_the_env_var(chat_server: ChatServer,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_openai_401_without_key_names_the_env_var(chat_server: ChatServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(KEY_ENV, raising=False)
     chat_server.add_faults(401)
     with pytest.raises(SummarizerAuthError, match=KEY_ENV):
         openai_summarizer(chat_server).merge("", EXCHANGE)
 
 
-def test_openai_401_with_rejected_key_names_the_env_var(chat_server: ChatServer,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_openai_401_with_rejected_key_names_the_env_var(
+    chat_server: ChatServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv(KEY_ENV, "local-test-key")
     chat_server.add_faults(401)
     with pytest.raises(SummarizerAuthError, match=f"{KEY_ENV} was rejected"):
@@ -378,8 +435,10 @@ def test_openai_connection_refused_is_unavailable() -> None:
 
 
 def test_openai_strips_think_blocks_and_preamble(chat_server: ChatServer) -> None:
-    chat_server.responder = lambda _: ("<think>The user wants a summary. Long reasoning...</think>\n"
-                                       "Here is the updated summary:\n### Decisions\n- deploy on Fridays")
+    chat_server.responder = lambda _: (
+        "<think>The user wants a summary. Long reasoning...</think>\n"
+        "Here is the updated summary:\n### Decisions\n- deploy on Fridays"
+    )
     assert openai_summarizer(chat_server).merge("", EXCHANGE) == "### Decisions\n- deploy on Fridays"
     chat_server.responder = lambda _: "<think>reasoning cut off by max_tokens"
     with pytest.raises(SummarizerBadOutput):

@@ -91,17 +91,33 @@ def test_an_id_reused_by_a_later_message_is_valid() -> None:
     assert check_tool_pairing(msgs) == (msgs, [])
 
 
-@pytest.mark.parametrize("message, problem", [
-    ({"role": "assistant", "content": None, "tool_calls": [{"id": "a", "type": "function", "function": "ls"}]},
-     "tool_calls[0].function must be an object, got str"),
-    ({"role": "assistant", "content": None, "tool_calls": [{"id": "a", "function": {"arguments": "{}"}}]},
-     "tool_calls[0].function needs a non-empty string 'name'"),
-    ({"role": "assistant", "content": None, "tool_calls": [{"id": "a", "function": {"name": "f", "arguments": {}}}]},
-     "tool_calls[0].function.arguments must be a string"),
-    ({"role": "user", "content": ["hi"]}, "content[0] must be an object, got str"),
-    ({"role": "user", "content": [{"text": "hi"}]}, "content[0] needs a string 'type'"),
-    ({"role": "user", "content": [{"type": "text", "text": 7}]}, "content[0] is a text part without a string 'text'"),
-])
+@pytest.mark.parametrize(
+    "message, problem",
+    [
+        (
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "a", "type": "function", "function": "ls"}]},
+            "tool_calls[0].function must be an object, got str",
+        ),
+        (
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "a", "function": {"arguments": "{}"}}]},
+            "tool_calls[0].function needs a non-empty string 'name'",
+        ),
+        (
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "a", "function": {"name": "f", "arguments": {}}}],
+            },
+            "tool_calls[0].function.arguments must be a string",
+        ),
+        ({"role": "user", "content": ["hi"]}, "content[0] must be an object, got str"),
+        ({"role": "user", "content": [{"text": "hi"}]}, "content[0] needs a string 'type'"),
+        (
+            {"role": "user", "content": [{"type": "text", "text": 7}]},
+            "content[0] is a text part without a string 'text'",
+        ),
+    ],
+)
 def test_malformed_structure_is_named(message: dict[str, Any], problem: str) -> None:
     errors = message_shape_errors(message)
     assert errors and errors[0].startswith(problem)
@@ -153,8 +169,10 @@ def test_non_finite_numbers_are_refused_with_the_line(tmp_path: Path, literal: s
 
 def test_non_finite_number_in_a_json_array_names_its_line(tmp_path: Path) -> None:
     p = tmp_path / "t.json"
-    p.write_text('[\n{"role": "user", "content": "NaN \\" Infinity"},\n{"role": "assistant", "content": "x",'
-                 ' "_ts": NaN}\n]\n', encoding="utf-8")
+    p.write_text(
+        '[\n{"role": "user", "content": "NaN \\" Infinity"},\n{"role": "assistant", "content": "x", "_ts": NaN}\n]\n',
+        encoding="utf-8",
+    )
     with pytest.raises(TranscriptError, match=r"NaN is not a JSON number \(line 3\)"):
         load_transcript(p)
 
@@ -172,7 +190,7 @@ def test_lone_surrogate_is_refused_at_input_with_the_line(tmp_path: Path) -> Non
 
 def test_a_surrogate_pair_is_text(tmp_path: Path) -> None:
     p = write_lines(tmp_path / "t.jsonl", ['{"role": "user", "content": "smile \\ud83d\\ude00"}'])
-    assert load_transcript(p)[0]["content"] == "smile \U0001F600"
+    assert load_transcript(p)[0]["content"] == "smile \U0001f600"
 
 
 @pytest.mark.parametrize("depth", [jsoninput.MAX_DEPTH + 1, 900, 100_000])

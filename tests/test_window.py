@@ -78,13 +78,17 @@ def test_head_never_holds_a_marker():
 
 def test_config_scales_piece_and_head_budgets_with_the_window():
     from microcompact.config import parse_config
+
     small = parse_config({"model": {"context_length": 32_000}})
     assert small.piece_budget_tokens() == 2_000 and small.head_budget_tokens() == 1_600
     large = parse_config({"model": {"context_length": 200_000}})
     assert large.piece_budget_tokens() == 8_000  # the default, unchanged for large windows
-    explicit = parse_config({"compression": {"micro_compact_max_exchange_tokens": 8_000,
-                                             "protect_first_max_tokens": 50},
-                             "model": {"context_length": 32_000}})
+    explicit = parse_config(
+        {
+            "compression": {"micro_compact_max_exchange_tokens": 8_000, "protect_first_max_tokens": 50},
+            "model": {"context_length": 32_000},
+        }
+    )
     assert explicit.piece_budget_tokens() == 8_000 and explicit.head_budget_tokens() == 50  # explicit wins
     # overrides (the CLI's --context-limit) keep the budget derived
     assert parse_config({}).with_overrides(model={"context_length": 32_000}).piece_budget_tokens() == 2_000
@@ -95,14 +99,21 @@ def test_window_of_is_the_head_tail_and_budgets_a_pass_works_in():
     never on a tool result) and the budgets they came from."""
     from microcompact.config import parse_config
     from microcompact.window import Window, protected_head, protected_tail
-    config = parse_config({"compression": {"protect_first_n": 2, "min_tail_messages": 1, "target_ratio": 0.001,
-                                           "threshold": 1.0},
-                           "model": {"context_length": 40_000}})  # a 40-token tail
+
+    config = parse_config(
+        {
+            "compression": {"protect_first_n": 2, "min_tail_messages": 1, "target_ratio": 0.001, "threshold": 1.0},
+            "model": {"context_length": 40_000},
+        }
+    )  # a 40-token tail
     msgs = [S, U, A("x"), T("x"), A(), U, A("y"), T("y"), A(), U, A()]
     tokens = [10] * len(msgs)
     w = Window.of(msgs, tokens, config)
     assert (w.head, w.tail) == (4, 6)  # head over x's result; tail back from 7 (a result) to its call
     assert w.head == protected_head(msgs, tokens, config) and w.tail == protected_tail(msgs, tokens, config, w.head)
     assert (w.head_budget, w.tail_budget, w.piece_budget) == (
-        config.head_budget_tokens(), config.tail_budget_tokens(), config.piece_budget_tokens())
+        config.head_budget_tokens(),
+        config.tail_budget_tokens(),
+        config.piece_budget_tokens(),
+    )
     assert w.in_tail(6) and not w.in_tail(5)

@@ -21,11 +21,26 @@ from .session import Session
 from .store import SessionBusy, StoreError, open_store
 
 __all__ = [
-    "Config", "ConfigError", "load_config", "parse_config",
-    "MARKER_PREFIX", "TranscriptError", "is_marker", "marker_kind", "role_sequence_errors", "to_api",
-    "tool_pairing_errors", "user_message_errors",
-    "MicroCompactor", "Outcome", "RollingSummary", "micro_compact", "Session",
-    "SessionBusy", "StoreError", "open_store",
+    "Config",
+    "ConfigError",
+    "load_config",
+    "parse_config",
+    "MARKER_PREFIX",
+    "TranscriptError",
+    "is_marker",
+    "marker_kind",
+    "role_sequence_errors",
+    "to_api",
+    "tool_pairing_errors",
+    "user_message_errors",
+    "MicroCompactor",
+    "Outcome",
+    "RollingSummary",
+    "micro_compact",
+    "Session",
+    "SessionBusy",
+    "StoreError",
+    "open_store",
 ]
 
 __version__ = "0.1.0"

@@ -50,8 +50,11 @@ class BackgroundPasses:
     def _work(self, snapshot: Ledger, mode: str) -> Job:
         planned = self.micro.plan(snapshot, mode)
         condensed = None
-        if (isinstance(planned, Planned) and planned.summary is not None
-                and self.micro.needs_defrag(self.micro.counter.count_text(planned.summary))):
+        if (
+            isinstance(planned, Planned)
+            and planned.summary is not None
+            and self.micro.needs_defrag(self.micro.counter.count_text(planned.summary))
+        ):
             condensed = self.micro.condense(planned.summary)
         return planned, condensed
 
@@ -87,8 +90,10 @@ class BackgroundPasses:
                 else:
                     self.discarded += 1
                     self._due += 1
-                    log.info("Micro-compaction: background pass discarded, the transcript changed under it; "
-                             "retrying on the current transcript")
+                    log.info(
+                        "Micro-compaction: background pass discarded, the transcript changed under it; "
+                        "retrying on the current transcript"
+                    )
         except Exception:
             log.exception("Micro-compaction: background pass failed unexpectedly; transcript left as it was")
         if self._due:

@@ -30,8 +30,11 @@ from .session import Session
 from .store import StoreError, default_store_path, open_store
 from .telemetry import setup_file_logging
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="Keep long agent transcripts inside the context window without losing what the user said.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Keep long agent transcripts inside the context window without losing what the user said.",
+)
 # Tables are wide; when stdout is not a terminal (CI logs, files) do not squeeze them into 80 columns.
 out = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True)
@@ -50,7 +53,9 @@ def sparkline(values: list[float], width: int = 48, top: float = 100.0) -> str:
     if not values:
         return ""
     n = len(values)
-    buckets = [max(values[i * n // width:max(i * n // width + 1, (i + 1) * n // width)]) for i in range(min(width, n))]
+    buckets = [
+        max(values[i * n // width : max(i * n // width + 1, (i + 1) * n // width)]) for i in range(min(width, n))
+    ]
     top = max(top, max(buckets))
     return "".join(SPARK[min(len(SPARK) - 1, int(v / top * (len(SPARK) - 1) + 0.5))] for v in buckets)
 
@@ -78,21 +83,34 @@ def _create_private(path: Path) -> None:
     path.touch(mode=0o600)
 
 
-def _configure(config_path: Path | None, context_limit: int | None, summarizer: str | None,
-               model: str | None, base_url: str | None, api_key_env: str | None, every: int | None,
-               micro: bool | None) -> Config:
+def _configure(
+    config_path: Path | None,
+    context_limit: int | None,
+    summarizer: str | None,
+    model: str | None,
+    base_url: str | None,
+    api_key_env: str | None,
+    every: int | None,
+    micro: bool | None,
+) -> Config:
     """The config for a replay: explicit flags > the config file > defaults (replay's default is micro on)."""
     config = load_config(config_path)
     if micro is None:
         # The library's default is off; replay's is on, unless the config file says micro_compact itself.
         micro = config.compression.micro_compact if "micro_compact" in config.compression.model_fields_set else True
     compression = {"micro_compact": micro, "micro_compact_every_n_turns": every}
-    aux = {"model": model, "base_url": base_url, "api_key_env": api_key_env,
-           "provider": summarizer if summarizer else None}
-    return config.with_overrides(source="command-line options (--context-limit, --every, --summarizer, --model, "
-                                        "--base-url, --api-key-env)",
-                                 compression=compression, **{"auxiliary.compression": aux},
-                                 model={"context_length": context_limit})
+    aux = {
+        "model": model,
+        "base_url": base_url,
+        "api_key_env": api_key_env,
+        "provider": summarizer if summarizer else None,
+    }
+    return config.with_overrides(
+        source="command-line options (--context-limit, --every, --summarizer, --model, --base-url, --api-key-env)",
+        compression=compression,
+        **{"auxiliary.compression": aux},
+        model={"context_length": context_limit},
+    )
 
 
 @app.command("replay")
@@ -104,37 +122,73 @@ def replay_cmd(
     model: Annotated[str | None, typer.Option("--model", help="Summarizer model name (openai).")] = None,
     base_url: Annotated[str | None, typer.Option("--base-url", help="OpenAI-compatible endpoint.")] = None,
     api_key_env: Annotated[str | None, typer.Option("--api-key-env", help="Env var holding the API key.")] = None,
-    every: Annotated[int | None, typer.Option("--every", help="Turn-end passes every N turns (long-turn pieces before "
-                                                              "requests are not gated).")] = None,
+    every: Annotated[
+        int | None,
+        typer.Option("--every", help="Turn-end passes every N turns (long-turn pieces before requests are not gated)."),
+    ] = None,
     out_file: Annotated[Path | None, typer.Option("--out", help="Write the final transcript (JSONL).")] = None,
-    log_file: Annotated[Path | None, typer.Option("--log", help="Log file (default "
-                                                                "$MICROCOMPACT_HOME/logs/agent.log).")] = None,
+    log_file: Annotated[
+        Path | None, typer.Option("--log", help="Log file (default $MICROCOMPACT_HOME/logs/agent.log).")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a machine-readable summary.")] = False,
-    micro_flag: Annotated[bool | None, typer.Option("--micro/--no-micro", help="Replay with / without micro-compaction "
-                                                       "(default: compression.micro_compact of --config when the file "
-                                                       "sets it, else on). Everywhere an explicit flag beats the "
-                                                       "config file, which beats the "
-                                                       "default.", show_default=False)] = None,
-    repair: Annotated[bool, typer.Option("--repair", help="Repair known recording defects (orphan tool results, calls "
-                                                           "with no result, duplicate call ids), reporting each on "
-                                                           "stderr with its line.")] = False,
-    session_id: Annotated[str | None, typer.Option("--session", help="Session id (default: derived from the "
-                                                                     "file).")] = None,
-    db: Annotated[str | None, typer.Option("--db", help="Store the session here (SQLite file or postgresql:// DSN); "
-                                                            "run again to resume after an interruption.")] = None,
-    compare_policies: Annotated[bool, typer.Option("--compare", help="Replay under every policy side by side, with "
-                                                                     "costs.")] = False,
-    pricing: Annotated[str | None, typer.Option("--pricing", help="With --compare: cost model, anthropic | openai | "
-                                                                  "FILE.yaml.  [default: anthropic]")] = None,
-    every_n: Annotated[int | None, typer.Option("--every-n", help="With --compare: N for the micro-every-N policy.  "
-                                                                  "[default: 5]")] = None,
-    reclaim: Annotated[int | None, typer.Option("--reclaim", help="With --compare: reclaim gate tokens for "
-                                                                  "micro-reclaim-gate.  [default: 4096]")] = None,
-    assume_gap: Annotated[float | None, typer.Option("--assume-gap", help="With --compare: seconds between model "
-                                                                          "requests when the transcript has no "
-                                                                          "timestamps.  [default: 30]")] = None,
-    plot: Annotated[Path | None, typer.Option("--plot", help="With --compare: draw occupancy per request "
-                                                             "(PNG).")] = None,
+    micro_flag: Annotated[
+        bool | None,
+        typer.Option(
+            "--micro/--no-micro",
+            help="Replay with / without micro-compaction "
+            "(default: compression.micro_compact of --config when the file "
+            "sets it, else on). Everywhere an explicit flag beats the "
+            "config file, which beats the "
+            "default.",
+            show_default=False,
+        ),
+    ] = None,
+    repair: Annotated[
+        bool,
+        typer.Option(
+            "--repair",
+            help="Repair known recording defects (orphan tool results, calls "
+            "with no result, duplicate call ids), reporting each on "
+            "stderr with its line.",
+        ),
+    ] = False,
+    session_id: Annotated[
+        str | None, typer.Option("--session", help="Session id (default: derived from the file).")
+    ] = None,
+    db: Annotated[
+        str | None,
+        typer.Option(
+            "--db",
+            help="Store the session here (SQLite file or postgresql:// DSN); "
+            "run again to resume after an interruption.",
+        ),
+    ] = None,
+    compare_policies: Annotated[
+        bool, typer.Option("--compare", help="Replay under every policy side by side, with costs.")
+    ] = False,
+    pricing: Annotated[
+        str | None,
+        typer.Option(
+            "--pricing", help="With --compare: cost model, anthropic | openai | FILE.yaml.  [default: anthropic]"
+        ),
+    ] = None,
+    every_n: Annotated[
+        int | None, typer.Option("--every-n", help="With --compare: N for the micro-every-N policy.  [default: 5]")
+    ] = None,
+    reclaim: Annotated[
+        int | None,
+        typer.Option("--reclaim", help="With --compare: reclaim gate tokens for micro-reclaim-gate.  [default: 4096]"),
+    ] = None,
+    assume_gap: Annotated[
+        float | None,
+        typer.Option(
+            "--assume-gap",
+            help="With --compare: seconds between model requests when the transcript has no timestamps.  [default: 30]",
+        ),
+    ] = None,
+    plot: Annotated[
+        Path | None, typer.Option("--plot", help="With --compare: draw occupancy per request (PNG).")
+    ] = None,
 ) -> None:
     """Replay a recorded transcript through the engine and report what happened.
 
@@ -155,8 +209,12 @@ def replay_cmd(
         err.print(escape(line), highlight=False, soft_wrap=True)
     if compare_policies:
         if cfg.auxiliary.compression.kind == "openai":
-            err.print(f"note: --compare replays under {len(POLICIES)} policies, each with its own summarizer calls: "
-                      f"about {len(POLICIES)} times the model calls of one replay", highlight=False, soft_wrap=True)
+            err.print(
+                f"note: --compare replays under {len(POLICIES)} policies, each with its own summarizer calls: "
+                f"about {len(POLICIES)} times the model calls of one replay",
+                highlight=False,
+                soft_wrap=True,
+            )
         _compare(transcript, messages, cfg, prices, compare_opts, as_json, log_file)
         return
     handler = _open_log(log_file)
@@ -171,11 +229,17 @@ def replay_cmd(
                 err.print(f"resuming session {escape(sid)} from message {start} of {len(messages)}", highlight=False)
         else:
             session = Session(cfg, session_id=sid)
-        with Progress(TextColumn("replaying"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=err, transient=True, disable=len(messages) < 200 or not err.is_terminal) as progress:
+        with Progress(
+            TextColumn("replaying"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err,
+            transient=True,
+            disable=len(messages) < 200 or not err.is_terminal,
+        ) as progress:
             task = progress.add_task("replay", total=len(messages), completed=start)
-            stats = replay(messages, session, on_message=lambda i: progress.update(task, completed=i + 1),
-                           start=start)
+            stats = replay(messages, session, on_message=lambda i: progress.update(task, completed=i + 1), start=start)
         session.close()
         if store is not None:
             store.close()
@@ -193,8 +257,9 @@ def replay_cmd(
     summary = summary_json(stats, session)
     if out_file:
         try:
-            write_atomically(out_file, (json.dumps(as_read(m, messages), ensure_ascii=False) + "\n"
-                                        for m in session.transcript))
+            write_atomically(
+                out_file, (json.dumps(as_read(m, messages), ensure_ascii=False) + "\n" for m in session.transcript)
+            )
         except (OSError, ValueError) as exc:
             _fail(f"cannot write {out_file}: {getattr(exc, 'strerror', None) or exc}; nothing was written")
     if as_json:
@@ -229,12 +294,18 @@ class CompareOptions:
     plot: Path | None = None
 
 
-def _compare_options(on: bool, pricing: str | None, every_n: int | None, reclaim: int | None,
-                     assume_gap: float | None, plot: Path | None) -> CompareOptions:
+def _compare_options(
+    on: bool, pricing: str | None, every_n: int | None, reclaim: int | None, assume_gap: float | None, plot: Path | None
+) -> CompareOptions:
     """The --compare options, range-checked before anything long runs; given without --compare, an error
     (a flag that silently does nothing misleads)."""
-    given = {"--pricing": pricing, "--every-n": every_n, "--reclaim": reclaim, "--assume-gap": assume_gap,
-             "--plot": plot}
+    given = {
+        "--pricing": pricing,
+        "--every-n": every_n,
+        "--reclaim": reclaim,
+        "--assume-gap": assume_gap,
+        "--plot": plot,
+    }
     if not on:
         for flag, value in given.items():
             if value is not None:
@@ -271,15 +342,22 @@ def _check_writable_target(flag: str, path: Path) -> None:
         _fail(f"{flag} {path}: is a folder, give a file name")
 
 
-def _compare(path: Path, messages: list, cfg: Config, prices, opts: CompareOptions, as_json: bool,
-             log_file: Path | None) -> None:
+def _compare(
+    path: Path, messages: list, cfg: Config, prices, opts: CompareOptions, as_json: bool, log_file: Path | None
+) -> None:
     if cfg.model.context_length is None:
         _fail("--compare needs the model's context window: --context-limit N (or model.context_length)")
     handler = _open_log(log_file)
     try:
         with err.status("replaying under 5 policies...", spinner="dots") if err.is_terminal else _nullcontext():
-            result = compare(messages, cfg, prices, every_n=opts.every_n, reclaim_tokens=opts.reclaim,
-                             assumed_gap_seconds=opts.assume_gap)
+            result = compare(
+                messages,
+                cfg,
+                prices,
+                every_n=opts.every_n,
+                reclaim_tokens=opts.reclaim,
+                assumed_gap_seconds=opts.assume_gap,
+            )
     finally:
         logging.getLogger("microcompact").removeHandler(handler)
         handler.close()
@@ -291,26 +369,38 @@ def _compare(path: Path, messages: list, cfg: Config, prices, opts: CompareOptio
             _fail("--plot needs matplotlib: pip install 'microcompact[plot]' (or pip install matplotlib)")
         except (OSError, ValueError) as exc:
             _fail(f"cannot write the plot {plot}: {getattr(exc, 'strerror', None) or exc}")
-    public = {**result, "policies": [{k: v for k, v in row.items() if not k.startswith("_")}
-                                     for row in result["policies"]]}
+    public = {
+        **result,
+        "policies": [{k: v for k, v in row.items() if not k.startswith("_")} for row in result["policies"]],
+    }
     if as_json:
         sys.stdout.write(json.dumps(public, indent=2) + "\n")
         return
     out.print(compare_table(path, result))
-    out.print("columns: peak/final % = occupancy, % of the batch threshold; batch = compactions + prunes (p); "
-              "stall = the largest single summarization (tokens read); calls = summarizer calls; cache read/write, "
-              "uncached = prompt tokens; policies: every-turn, every-N, reclaim, cache-aware are micro-every-turn, "
-              "micro-every-N, micro-reclaim-gate, micro-cache-aware. --json has every figure under its full name.")
-    out.print(f"timing: {result['timing']}; micro-every-N uses N={result['every_n']}, micro-reclaim-gate "
-              f"{result['reclaim_tokens']:,} tokens; cost includes summarizer calls at the main model's prices "
-              "unless the pricing file sets summarizer_input/summarizer_output.", soft_wrap=True)
+    out.print(
+        "columns: peak/final % = occupancy, % of the batch threshold; batch = compactions + prunes (p); "
+        "stall = the largest single summarization (tokens read); calls = summarizer calls; cache read/write, "
+        "uncached = prompt tokens; policies: every-turn, every-N, reclaim, cache-aware are micro-every-turn, "
+        "micro-every-N, micro-reclaim-gate, micro-cache-aware. --json has every figure under its full name."
+    )
+    out.print(
+        f"timing: {result['timing']}; micro-every-N uses N={result['every_n']}, micro-reclaim-gate "
+        f"{result['reclaim_tokens']:,} tokens; cost includes summarizer calls at the main model's prices "
+        "unless the pricing file sets summarizer_input/summarizer_output.",
+        soft_wrap=True,
+    )
     if plot:
         out.print(f"plot written to {plot}")
 
 
 # Short policy names for the table (the full names are in --json and in the column legend's order).
-SHORT_POLICY = {"batch-only": "batch-only", "micro-every-turn": "every-turn", "micro-every-N": "every-N",
-                "micro-reclaim-gate": "reclaim", "micro-cache-aware": "cache-aware"}
+SHORT_POLICY = {
+    "batch-only": "batch-only",
+    "micro-every-turn": "every-turn",
+    "micro-every-N": "every-N",
+    "micro-reclaim-gate": "reclaim",
+    "micro-cache-aware": "cache-aware",
+}
 
 
 def tokens_short(n: int) -> str:
@@ -333,20 +423,37 @@ def money_short(amount: float) -> str:
 def compare_table(path: Path, result: dict) -> Table:
     """The --compare table, narrow enough for 100 columns (short names; --json has the full ones)."""
     p = result["pricing"]
-    table = Table(title=f"{escape(path.name)}: policies ({p['name']} pricing, cache TTL {p['ttl_seconds']:g} s)",
-                  title_justify="left")
-    for col in ("policy", "peak\n%", "final\n%", "batch", "stall", "calls", "cache\nread", "cache\nwrite",
-                "un-\ncached",
-                "cost $"):
+    table = Table(
+        title=f"{escape(path.name)}: policies ({p['name']} pricing, cache TTL {p['ttl_seconds']:g} s)",
+        title_justify="left",
+    )
+    for col in (
+        "policy",
+        "peak\n%",
+        "final\n%",
+        "batch",
+        "stall",
+        "calls",
+        "cache\nread",
+        "cache\nwrite",
+        "un-\ncached",
+        "cost $",
+    ):
         table.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
     for row in result["policies"]:
         final = row["final_occupancy"]
-        table.add_row(SHORT_POLICY.get(row["policy"], row["policy"]), f"{row['peak_occupancy']}",
-                      "-" if final is None else f"{final}",
-                      f"{row['batch_compactions']}+{row['batch_prunes']}p",
-                      tokens_short(row["largest_summarization_tokens"]), str(row["summarizer_calls"]),
-                      tokens_short(row["cached_read_tokens"]), tokens_short(row["cache_write_tokens"]),
-                      tokens_short(row["uncached_tokens"]), money_short(row["cost"]["total"]))
+        table.add_row(
+            SHORT_POLICY.get(row["policy"], row["policy"]),
+            f"{row['peak_occupancy']}",
+            "-" if final is None else f"{final}",
+            f"{row['batch_compactions']}+{row['batch_prunes']}p",
+            tokens_short(row["largest_summarization_tokens"]),
+            str(row["summarizer_calls"]),
+            tokens_short(row["cached_read_tokens"]),
+            tokens_short(row["cache_write_tokens"]),
+            tokens_short(row["uncached_tokens"]),
+            money_short(row["cost"]["total"]),
+        )
     return table
 
 
@@ -368,18 +475,31 @@ def _print_replay(path: Path, s: dict, stats, session: Session) -> None:
     table.add_row("summarizer / tokenizer", f"{s['summarizer']} / {s['tokenizer']}")
     table.add_row("messages in -> out", f"{s['messages_in']} -> {s['messages_out']}")
     table.add_row("turns / model requests", f"{s['turns']} / {s['model_requests']}")
-    table.add_row("micro passes", f"{s['passes']}  " + ", ".join(f"{k}={v}" for k, v in s["outcomes"].items())
-                  + (f"  (saved {s['tokens_saved_total']:,} tokens)" if s["passes"] else ""))
-    table.add_row("batch", f"{s['batch_compactions']} compactions (freed {s['tokens_freed_by_batch']:,} tokens), "
-                  f"{s['batch_prunes']} prunes (freed {s['tokens_freed_by_prunes']:,} tokens)")
-    table.add_row("tokens: uncompacted -> final", f"{s['uncompacted_tokens']:,} -> {s['final_tokens']:,} "
-                  f"(saved {s['tokens_saved']:,} in all)")
+    table.add_row(
+        "micro passes",
+        f"{s['passes']}  "
+        + ", ".join(f"{k}={v}" for k, v in s["outcomes"].items())
+        + (f"  (saved {s['tokens_saved_total']:,} tokens)" if s["passes"] else ""),
+    )
+    table.add_row(
+        "batch",
+        f"{s['batch_compactions']} compactions (freed {s['tokens_freed_by_batch']:,} tokens), "
+        f"{s['batch_prunes']} prunes (freed {s['tokens_freed_by_prunes']:,} tokens)",
+    )
+    table.add_row(
+        "tokens: uncompacted -> final",
+        f"{s['uncompacted_tokens']:,} -> {s['final_tokens']:,} (saved {s['tokens_saved']:,} in all)",
+    )
     table.add_row("peak prompt tokens", f"{s['peak_tokens']:,}")
     if occ["max"] is not None:
-        table.add_row("occupancy % of threshold", f"min {occ['min']}  median {occ['median']}  max {occ['max']}  "
-                      f"final {occ['final']}")
-    table.add_row("largest single summarization",
-                  f"{max(s['largest_pass_tokens'], s['largest_batch_input_tokens'] or 0):,} tokens read")
+        table.add_row(
+            "occupancy % of threshold",
+            f"min {occ['min']}  median {occ['median']}  max {occ['max']}  final {occ['final']}",
+        )
+    table.add_row(
+        "largest single summarization",
+        f"{max(s['largest_pass_tokens'], s['largest_batch_input_tokens'] or 0):,} tokens read",
+    )
     table.add_row("summarizer time", f"{s['summarizer_ms_total'] / 1000:.2f} s")
     out.print(table)
     threshold = s["threshold_tokens"]
@@ -389,10 +509,14 @@ def _print_replay(path: Path, s: dict, stats, session: Session) -> None:
         top = max(100.0, max(raw))
         out.print(f"occupancy per model request (full height = {top:.0f}% of the threshold):")
         out.print(f"  without compaction  {sparkline(raw, top=top)}  peak {max(raw):.0f}%", soft_wrap=True)
-        label = "with micro" if session.micro.active else \
-            "batch only" if session.config.compression.enabled else "engine off"
-        out.print(f"  {label:<18}  {sparkline(got, top=top)}  "
-                  f"peak {max(got):.0f}%", soft_wrap=True)
+        label = (
+            "with micro"
+            if session.micro.active
+            else "batch only"
+            if session.config.compression.enabled
+            else "engine off"
+        )
+        out.print(f"  {label:<18}  {sparkline(got, top=top)}  peak {max(got):.0f}%", soft_wrap=True)
 
 
 # Store bookkeeping, not transcript content: left out of exported transcripts.
@@ -414,12 +538,14 @@ def as_read(message: dict, originals: list[dict]) -> dict:
     return clean
 
 
-sessions_app = typer.Typer(help="Sessions in the store: list, show, search absorbed originals, export.",
-                           no_args_is_help=True)
+sessions_app = typer.Typer(
+    help="Sessions in the store: list, show, search absorbed originals, export.", no_args_is_help=True
+)
 app.add_typer(sessions_app, name="sessions")
 
-DbOption = Annotated[str | None, typer.Option("--db", help="SQLite file or postgresql:// DSN "
-                                                              "(default $MICROCOMPACT_HOME/sessions.db).")]
+DbOption = Annotated[
+    str | None, typer.Option("--db", help="SQLite file or postgresql:// DSN (default $MICROCOMPACT_HOME/sessions.db).")
+]
 
 
 def _store(db: str | None):
@@ -439,7 +565,7 @@ def _sqlite_path(db: str | None) -> str:
     if db is None:
         return str(default_store_path())
     if db.startswith("sqlite:///"):
-        return db[len("sqlite:///"):] if db.startswith("sqlite:////") else db[len("sqlite://"):]
+        return db[len("sqlite:///") :] if db.startswith("sqlite:////") else db[len("sqlite://") :]
     return db
 
 
@@ -458,15 +584,24 @@ def sessions_list(db: DbOption = None) -> None:
         table.add_column(col, justify="left" if col in ("session", "created", "updated") else "right")
     for r in rows:
         c = r["counts"]
-        table.add_row(escape(str(r["id"])), str(r["created_at"])[:19], str(r["updated_at"])[:19], str(c["active"]),
-                      str(c["absorbed"]), str(c["superseded"]), str(r["markers"]))
+        table.add_row(
+            escape(str(r["id"])),
+            str(r["created_at"])[:19],
+            str(r["updated_at"])[:19],
+            str(c["active"]),
+            str(c["absorbed"]),
+            str(c["superseded"]),
+            str(r["markers"]),
+        )
     out.print(table if rows else "no sessions stored")
 
 
 @sessions_app.command("show")
-def sessions_show(session_id: str, db: DbOption = None,
-                  full: Annotated[bool, typer.Option("--full", help="Print whole messages, not one line each.")] = False
-                  ) -> None:
+def sessions_show(
+    session_id: str,
+    db: DbOption = None,
+    full: Annotated[bool, typer.Option("--full", help="Print whole messages, not one line each.")] = False,
+) -> None:
     """The active transcript of a session (what the model is sent), one line per message."""
     with _store(db) as store:
         _require_session(store, session_id)
@@ -481,17 +616,23 @@ def sessions_show(session_id: str, db: DbOption = None,
         line = text if full else " ".join(text.split())[:120]
         if calls:
             line = f"{line} [calls: {calls}]".strip()
-        table.add_row(str(m.get("_pos")), str(m.get("_row")), f"{m['role']}{' (' + kind + ' marker)' if kind else ''}",
-                      escape(line))
+        table.add_row(
+            str(m.get("_pos")),
+            str(m.get("_row")),
+            f"{m['role']}{' (' + kind + ' marker)' if kind else ''}",
+            escape(line),
+        )
     out.print(table)
 
 
 @sessions_app.command("search")
-def sessions_search(session_id: str, query: str, db: DbOption = None,
-                    limit: Annotated[int, typer.Option("--limit")] = 20,
-                    active: Annotated[bool, typer.Option("--include-active", help="Search active messages "
-                                                                                  "too.")] = False
-                    ) -> None:
+def sessions_search(
+    session_id: str,
+    query: str,
+    db: DbOption = None,
+    limit: Annotated[int, typer.Option("--limit")] = 20,
+    active: Annotated[bool, typer.Option("--include-active", help="Search active messages too.")] = False,
+) -> None:
     """Full-text search over what compaction absorbed: nothing summarized is lost for good."""
     with _store(db) as store:
         _require_session(store, session_id)
@@ -503,28 +644,39 @@ def sessions_search(session_id: str, query: str, db: DbOption = None,
     for col in ("row", "pos", "role", "state", "absorbed by", "snippet"):
         table.add_column(col, overflow="fold")
     for h in hits:
-        table.add_row(str(h["row"]), str(h["position"]), h["role"], h["state"], str(h.get("absorbed_by") or ""),
-                      escape(h["snippet"]))
+        table.add_row(
+            str(h["row"]),
+            str(h["position"]),
+            h["role"],
+            h["state"],
+            str(h.get("absorbed_by") or ""),
+            escape(h["snippet"]),
+        )
     out.print(table)
 
 
 @sessions_app.command("export")
-def sessions_export(session_id: str, db: DbOption = None,
-                    include_absorbed: Annotated[bool, typer.Option("--include-absorbed", help="Also the originals "
-                                                                                              "compaction absorbed, in "
-                                                                                              "position "
-                                                                                              "order.")] = False,
-                    expand: Annotated[int | None, typer.Option("--expand", help="Only the originals the marker with "
-                                                                                "this row id stands for.")] = None
-                    ) -> None:
+def sessions_export(
+    session_id: str,
+    db: DbOption = None,
+    include_absorbed: Annotated[
+        bool, typer.Option("--include-absorbed", help="Also the originals compaction absorbed, in position order.")
+    ] = False,
+    expand: Annotated[
+        int | None, typer.Option("--expand", help="Only the originals the marker with this row id stands for.")
+    ] = None,
+) -> None:
     """The session as JSONL on stdout (replayable)."""
     if expand is not None and not 0 <= expand < 2**63:
         _fail(f"--expand must be a marker's row id (0 to {2**63 - 1}), got {expand}")
     with _store(db) as store:
         _require_session(store, session_id)
         try:
-            messages = store.expand(session_id, expand) if expand is not None else \
-                store.export(session_id, include_absorbed=include_absorbed)
+            messages = (
+                store.expand(session_id, expand)
+                if expand is not None
+                else store.export(session_id, include_absorbed=include_absorbed)
+            )
         except (ValueError, StoreError) as exc:
             _fail(str(exc))
     for m in messages:
@@ -533,8 +685,9 @@ def sessions_export(session_id: str, db: DbOption = None,
 
 @app.command("report")
 def report_cmd(
-    logfiles: Annotated[list[Path] | None, typer.Argument(help="Log files (default "
-                                                               "$MICROCOMPACT_HOME/logs/agent.log).")] = None,
+    logfiles: Annotated[
+        list[Path] | None, typer.Argument(help="Log files (default $MICROCOMPACT_HOME/logs/agent.log).")
+    ] = None,
     per_session: Annotated[bool, typer.Option("--per-session", help="Add the per-session table.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
     plot: Annotated[Path | None, typer.Option("--plot", help="Draw occupancy per pass for each session (PNG).")] = None,
@@ -550,15 +703,26 @@ def report_cmd(
 @app.command("import")
 def import_cmd(
     file: Annotated[Path, typer.Argument(help="A recorded session (its format detected, or named by --from).")],
-    fmt: Annotated[str, typer.Option("--from", help="auto (detect from the file's start, the default) | "
-                                                    "claude-code | swe-agent | adp | openai")] = "auto",
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--from", help="auto (detect from the file's start, the default) | claude-code | swe-agent | adp | openai"
+        ),
+    ] = "auto",
     out_file: Annotated[Path | None, typer.Option("--out", help="Output JSONL (default: stdout).")] = None,
-    record: Annotated[int | None, typer.Option("--record", help="adp files: which record (0-based; default the "
-                                                                "largest).")] = None,
-    repair: Annotated[bool, typer.Option("--repair", help="openai files: repair recording defects (orphan tool "
-                                                          "results, "
-                                                           "calls with no result, duplicate call ids), each reported "
-                                                           "with its line, instead of refusing the file.")] = False,
+    record: Annotated[
+        int | None, typer.Option("--record", help="adp files: which record (0-based; default the largest).")
+    ] = None,
+    repair: Annotated[
+        bool,
+        typer.Option(
+            "--repair",
+            help="openai files: repair recording defects (orphan tool "
+            "results, "
+            "calls with no result, duplicate call ids), each reported "
+            "with its line, instead of refusing the file.",
+        ),
+    ] = False,
 ) -> None:
     """Convert a recorded agent session into the JSONL that replay reads."""
     from .importers import run_import

@@ -19,8 +19,12 @@ POLICIES = ("batch-only", "micro-every-turn", "micro-every-N", "micro-reclaim-ga
 
 
 def policy_config(base: Config, policy: str, *, every_n: int, reclaim_tokens: int, ttl_seconds: float) -> Config:
-    micro: dict[str, Any] = {"micro_compact": True, "micro_compact_every_n_turns": 1,
-                             "micro_compact_min_reclaim_tokens": 0, "micro_compact_cache_ttl_seconds": None}
+    micro: dict[str, Any] = {
+        "micro_compact": True,
+        "micro_compact_every_n_turns": 1,
+        "micro_compact_min_reclaim_tokens": 0,
+        "micro_compact_cache_ttl_seconds": None,
+    }
     if policy == "batch-only":
         micro = {"micro_compact": False}
     elif policy == "micro-every-N":
@@ -36,8 +40,9 @@ def policy_config(base: Config, policy: str, *, every_n: int, reclaim_tokens: in
     return Config.model_validate(data)
 
 
-def run_policy(messages: list[Message], config: Config, pricing: Pricing, policy: str,
-               times: list[float]) -> dict[str, Any]:
+def run_policy(
+    messages: list[Message], config: Config, pricing: Pricing, policy: str, times: list[float]
+) -> dict[str, Any]:
     clock = SimClock()
     session = Session(config, session_id=policy, clock=clock)
     model = CacheModel(pricing)
@@ -95,17 +100,34 @@ def plot_compare(result: dict[str, Any], path: str) -> None:
     plt.close(fig)
 
 
-def compare(messages: list[Message], base: Config, pricing: Pricing, *, every_n: int = 5,
-            reclaim_tokens: int = 4096, assumed_gap_seconds: float = 30.0,
-            policies: tuple[str, ...] = POLICIES) -> dict[str, Any]:
+def compare(
+    messages: list[Message],
+    base: Config,
+    pricing: Pricing,
+    *,
+    every_n: int = 5,
+    reclaim_tokens: int = 4096,
+    assumed_gap_seconds: float = 30.0,
+    policies: tuple[str, ...] = POLICIES,
+) -> dict[str, Any]:
     times, recorded = request_times(messages, assumed_gap_seconds)
-    rows = [run_policy(messages, policy_config(base, p, every_n=every_n, reclaim_tokens=reclaim_tokens,
-                                               ttl_seconds=pricing.ttl_seconds), pricing, p, times)
-            for p in policies]
+    rows = [
+        run_policy(
+            messages,
+            policy_config(base, p, every_n=every_n, reclaim_tokens=reclaim_tokens, ttl_seconds=pricing.ttl_seconds),
+            pricing,
+            p,
+            times,
+        )
+        for p in policies
+    ]
     return {
         "pricing": pricing.model_dump(),
-        "timing": ("timestamps recorded in the transcript" if recorded
-                   else f"assumed: {assumed_gap_seconds:g} s between model requests (no timestamps recorded)"),
+        "timing": (
+            "timestamps recorded in the transcript"
+            if recorded
+            else f"assumed: {assumed_gap_seconds:g} s between model requests (no timestamps recorded)"
+        ),
         "context_limit": base.model.context_length,
         "threshold_tokens": base.threshold_tokens(),
         "every_n": every_n,

@@ -46,12 +46,26 @@ class Pricing(BaseModel):
 
 PRESETS: dict[str, Pricing] = {
     # Anthropic-style (Claude Sonnet list prices): writes 1.25x input, reads 0.1x input, 5-minute TTL.
-    "anthropic": Pricing(name="anthropic", input=3.00, cached_read=0.30, cache_write=3.75, output=15.00,
-                         ttl_seconds=300, write_premium=True),
+    "anthropic": Pricing(
+        name="anthropic",
+        input=3.00,
+        cached_read=0.30,
+        cache_write=3.75,
+        output=15.00,
+        ttl_seconds=300,
+        write_premium=True,
+    ),
     # OpenAI-style (GPT-4o list prices): automatic caching, reads at half price, no write premium; caches
     # are typically cleared after 5-10 minutes of inactivity (we take 5).
-    "openai": Pricing(name="openai", input=2.50, cached_read=1.25, cache_write=2.50, output=10.00,
-                      ttl_seconds=300, write_premium=False),
+    "openai": Pricing(
+        name="openai",
+        input=2.50,
+        cached_read=1.25,
+        cache_write=2.50,
+        output=10.00,
+        ttl_seconds=300,
+        write_premium=False,
+    ),
 }
 
 
@@ -88,11 +102,16 @@ class CostTally:
 
     def cost(self, p: Pricing) -> dict[str, float]:
         m = 1_000_000
-        main = (self.cached_read_tokens * p.cached_read + self.cache_write_tokens * p.cache_write
-                + self.uncached_tokens * p.input + self.output_tokens * p.output) / m
-        summ = (self.summarizer_input_tokens * (p.summarizer_input if p.summarizer_input is not None else p.input)
-                + self.summarizer_output_tokens * (p.summarizer_output if p.summarizer_output is not None
-                                                   else p.output)) / m
+        main = (
+            self.cached_read_tokens * p.cached_read
+            + self.cache_write_tokens * p.cache_write
+            + self.uncached_tokens * p.input
+            + self.output_tokens * p.output
+        ) / m
+        summ = (
+            self.summarizer_input_tokens * (p.summarizer_input if p.summarizer_input is not None else p.input)
+            + self.summarizer_output_tokens * (p.summarizer_output if p.summarizer_output is not None else p.output)
+        ) / m
         return {"main": round(main, 6), "summarizer": round(summ, 6), "total": round(main + summ, 6)}
 
     def as_dict(self) -> dict[str, Any]:

@@ -66,8 +66,9 @@ def _check_text(text: str, where: str) -> None:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
         bad = ord(text[exc.start])
-        raise TranscriptError(f"{where}: a string holds a lone UTF-16 surrogate (\\u{bad:04x}), "
-                              "which is not text") from None
+        raise TranscriptError(
+            f"{where}: a string holds a lone UTF-16 surrogate (\\u{bad:04x}), which is not text"
+        ) from None
 
 
 _CONSTANT = re.compile(r'"(?:[^"\\]|\\.)*"|(NaN|-?Infinity)')

@@ -153,13 +153,13 @@ def marker_body(message: Message) -> str:
     start = text.find(MARKER_HEADING)
     if start < 0:
         return ""
-    body = text[start + len(MARKER_HEADING):]
+    body = text[start + len(MARKER_HEADING) :]
     end = body.rfind(MARKER_END)
     if end >= 0:
         body = body[:end]
     body = body.strip()
     if body.startswith(_MICRO_TAG):
-        body = body[len(_MICRO_TAG):].lstrip("\n")
+        body = body[len(_MICRO_TAG) :].lstrip("\n")
     return body
 
 
@@ -209,8 +209,10 @@ def validate_message(message: Any, where: str) -> None:
                 raise TranscriptError(f"{where}: tool_calls[{j}] needs an id")
     bad = _non_finite_number(message)
     if bad is not None:
-        raise TranscriptError(f"{where}: {bad[0]} is {bad[1]!r}, which JSON cannot hold (no store or provider "
-                              "accepts it); use null or a string")
+        raise TranscriptError(
+            f"{where}: {bad[0]} is {bad[1]!r}, which JSON cannot hold (no store or provider "
+            "accepts it); use null or a string"
+        )
 
 
 # --------------------------------------------------------------------------- invariants
@@ -230,8 +232,9 @@ def tool_pairing_errors(messages: Sequence[Message]) -> list[str]:
         if role == "tool":
             tcid = str(m.get("tool_call_id"))
             if tcid not in open_calls:
-                errors.append(f"message {i}: tool result {tcid!r} has no matching call in the assistant "
-                              f"message before it")
+                errors.append(
+                    f"message {i}: tool result {tcid!r} has no matching call in the assistant message before it"
+                )
             else:
                 open_calls.discard(tcid)
             continue
@@ -299,8 +302,9 @@ def user_message_errors(before: Sequence[Message], after: Sequence[Message]) -> 
         reach = nxt
     if len(originals) not in reach:
         i = max(reach)
-        errors.append(f"user message {i} of the input (of {len(originals)}) is missing or out of order: "
-                      f"{originals[i][:80]!r}")
+        errors.append(
+            f"user message {i} of the input (of {len(originals)}) is missing or out of order: {originals[i][:80]!r}"
+        )
     return errors
 
 
@@ -368,8 +372,10 @@ def message_shape_errors(message: Message) -> list[str]:
         elif not isinstance(fn.get("name"), str) or not fn["name"]:
             errors.append(f"tool_calls[{j}].function needs a non-empty string 'name'")
         elif fn.get("arguments") is not None and not isinstance(fn["arguments"], str):
-            errors.append(f"tool_calls[{j}].function.arguments must be a string of JSON text "
-                          "(microcompact import --from openai converts it)")
+            errors.append(
+                f"tool_calls[{j}].function.arguments must be a string of JSON text "
+                "(microcompact import --from openai converts it)"
+            )
         if isinstance(tc, dict) and not isinstance(tc.get("id"), str):
             errors.append(f"tool_calls[{j}].id must be a string")
     return errors
@@ -403,8 +409,13 @@ def check_tool_pairing(messages: Sequence[Message]) -> tuple[list[Message], list
 
     def close() -> None:
         for original, _new in pending:
-            defects.append((caller, f"tool call {original!r} has no result (an interrupted call?)",
-                            f"added the tool result {INTERRUPTED_RESULT!r}"))
+            defects.append(
+                (
+                    caller,
+                    f"tool call {original!r} has no result (an interrupted call?)",
+                    f"added the tool result {INTERRUPTED_RESULT!r}",
+                )
+            )
         for _original, new in pending:
             out.append({"role": "tool", "tool_call_id": new, "content": INTERRUPTED_RESULT})
         pending.clear()

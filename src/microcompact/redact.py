@@ -126,12 +126,16 @@ _AWS_SECRET_ESCAPED_LINE = re.compile(r"\\n[ \t]*(?P<key>[A-Za-z0-9+/]{40})(?=[ 
 _AWS_SECRET_FIELD = re.compile(r",(?P<key>[A-Za-z0-9+/]{40})(?=,|\r?\n|\\[rn]|\"|$)")
 # ``.pgpass`` lines: host:port:database:user:password.
 _PGPASS = re.compile(
-    r":(?:[0-9]{1,5}|\*):[^:\s\"\\]+:[^:\s\"\\]+:(?P<pw>[^\s\"\\]+)(?=\r?\n|\\[rn]|\"|$)")  # host checked apart
+    r":(?:[0-9]{1,5}|\*):[^:\s\"\\]+:[^:\s\"\\]+:(?P<pw>[^\s\"\\]+)(?=\r?\n|\\[rn]|\"|$)"
+)  # host checked apart
 _MAX_HOST = 255
 _STRIPE = re.compile(r"(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}")
 # Prefixes that also start ordinary words: the body must look random and the prefix start a word.
-_CHECKED_TOKENS = (re.compile(r"sk-[A-Za-z0-9_-]{20,}"), re.compile(r"hf_[A-Za-z0-9]{30,}"),
-                   re.compile(r"key-[0-9a-z]{32}(?![0-9A-Za-z])"))  # the last: Mailgun
+_CHECKED_TOKENS = (
+    re.compile(r"sk-[A-Za-z0-9_-]{20,}"),
+    re.compile(r"hf_[A-Za-z0-9]{30,}"),
+    re.compile(r"key-[0-9a-z]{32}(?![0-9A-Za-z])"),
+)  # the last: Mailgun
 
 _URL_PASSWORD = re.compile(r"(?P<head>://[^\s:/@'\"<>]{0,128}:)(?P<pw>[^\s/'\"<>]{1,256})(?=@[^\s@/'\"<>])")
 
@@ -211,9 +215,17 @@ def redact_text(text: str) -> str:
     lowered = text.lower()
     if len(lowered) != len(text):  # a few non-ASCII letters grow when lowercased; keep indexes aligned
         lowered = "".join(c.lower() if c.isascii() else c for c in text)
-    edits = sorted([*_header_edits(text, lowered), *_assignment_edits(text, lowered), *_flag_edits(text, lowered),
-                    *_command_edits(text, lowered), *_credential_file_edits(text, lowered),
-                    *_url_signature_edits(lowered), *_aws_secret_edits(text, lowered)])
+    edits = sorted(
+        [
+            *_header_edits(text, lowered),
+            *_assignment_edits(text, lowered),
+            *_flag_edits(text, lowered),
+            *_command_edits(text, lowered),
+            *_credential_file_edits(text, lowered),
+            *_url_signature_edits(lowered),
+            *_aws_secret_edits(text, lowered),
+        ]
+    )
     return _apply(text, edits)
 
 
@@ -337,7 +349,7 @@ def _redact_docker_auth(match: re.Match[str]) -> str:
     if ":" not in decoded or match.string[match.start() - 1 : match.start()] != '"':  # the key is "auth"
         return match.group()
     whole, start = match.group(), match.start()
-    return whole[: match.start("value") - start] + REDACTED + whole[match.end("value") - start:]
+    return whole[: match.start("value") - start] + REDACTED + whole[match.end("value") - start :]
 
 
 def _keep_prefix(match: re.Match[str]) -> str:
@@ -397,7 +409,7 @@ def _assignment_edits(text: str, lowered: str) -> Iterator[Edit]:
                 yield value.start("quoted"), value.end("quoted"), REDACTED
             continue
         end = _password_tail_end(text, value.end("bare")) if not value["after"] else value.end("bare")
-        bare = text[value.start("bare"):end]
+        bare = text[value.start("bare") : end]
         covered = max(covered, end)
         if _is_code_value(name, bare, value["after"], m["sep"], env_style=env_style and "=" in m["sep"]):
             continue
@@ -441,8 +453,12 @@ def _command_edits(text: str, lowered: str) -> Iterator[Edit]:
             for pattern in patterns:
                 for m in pattern.finditer(text, start, end):
                     pw = m["pw"]
-                    if _is_flag(text, m.start()) and len(pw) >= _MIN_SECRET_LEN and not _is_placeholder(pw) \
-                            and not pw.isdigit():
+                    if (
+                        _is_flag(text, m.start())
+                        and len(pw) >= _MIN_SECRET_LEN
+                        and not _is_placeholder(pw)
+                        and not pw.isdigit()
+                    ):
                         yield m.start("pw"), m.end("pw"), REDACTED
 
 
@@ -476,7 +492,7 @@ def _credential_file_edits(text: str, lowered: str) -> Iterator[Edit]:
             yield m.start("pw"), m.end("pw"), REDACTED
     if "machine" in lowered:
         for m in _NETRC.finditer(lowered):
-            if _starts_word(lowered, m.start()) and not _is_placeholder(text[m.start("pw"):m.end("pw")]):
+            if _starts_word(lowered, m.start()) and not _is_placeholder(text[m.start("pw") : m.end("pw")]):
                 yield m.start("pw"), m.end("pw"), REDACTED
 
 
@@ -487,7 +503,7 @@ def _pgpass_host(text: str, end: int) -> bool:
     starts = [i + len(b) for b in (" ", "\t", "\n", "\\n", '"', "'", "`") if (i := text.rfind(b, floor, end)) >= 0]
     if not starts and floor > 0:
         return False  # no word start within a host name's length
-    host = text[max(starts, default=0):end]
+    host = text[max(starts, default=0) : end]
     return bool(host) and ":" not in host and "\\" not in host
 
 
@@ -499,7 +515,7 @@ def _url_signature_edits(lowered: str) -> Iterator[Edit]:
 
 def _is_url_signature(lowered: str, start: int, value_start: int) -> bool:
     """The parameter found at ``start`` is one of the signed-URL names (preceded by ``?``/``&`` or its prefix)."""
-    window = lowered[max(0, start - 12):value_start]
+    window = lowered[max(0, start - 12) : value_start]
     return any(window.endswith(name) for name in _URL_SIGNATURE_NAMES)
 
 

@@ -27,8 +27,10 @@ from .messages import (
 )
 from .session import Session
 
-REPAIR_HINT = ("replay --repair drops orphan tool results, adds a result for interrupted calls and renames "
-               "duplicate tool-call ids, reporting each")
+REPAIR_HINT = (
+    "replay --repair drops orphan tool results, adds a result for interrupted calls and renames "
+    "duplicate tool-call ids, reporting each"
+)
 
 
 def iter_transcript(path: str | Path) -> Iterator[Message]:
@@ -186,44 +188,64 @@ def resume_start(session: Session, messages: list[Message], source: str = "this 
         if not isinstance(src, int) or isinstance(src, bool):
             other += 1
         elif src in originals:
-            raise ResumeMismatch(f"{where} holds recorded message {src} twice (two replays wrote it at once, "
-                                 "or it is damaged); replay into a new session (--session NAME)")
+            raise ResumeMismatch(
+                f"{where} holds recorded message {src} twice (two replays wrote it at once, "
+                "or it is damaged); replay into a new session (--session NAME)"
+            )
         else:
             originals[src] = m
     if not originals:
         if other:
-            raise ResumeMismatch(f"{where} holds {other} message(s) that no replay wrote; replay into another "
-                                 "session (--session NAME) instead of mixing the two")
+            raise ResumeMismatch(
+                f"{where} holds {other} message(s) that no replay wrote; replay into another "
+                "session (--session NAME) instead of mixing the two"
+            )
         return 0
     count = len(originals)
     if sorted(originals) != list(range(count)):
         missing = next(i for i in range(count) if i not in originals)
-        raise ResumeMismatch(f"{where} is missing recorded message {missing}; replay into a new session "
-                             "(--session NAME)")
+        raise ResumeMismatch(
+            f"{where} is missing recorded message {missing}; replay into a new session (--session NAME)"
+        )
     if count > len(messages):
-        raise ResumeMismatch(f"{where} holds {count} recorded messages but {source} has only {len(messages)}: "
-                             "the session was made from another transcript; replay into another session "
-                             "(--session NAME)")
+        raise ResumeMismatch(
+            f"{where} holds {count} recorded messages but {source} has only {len(messages)}: "
+            "the session was made from another transcript; replay into another session "
+            "(--session NAME)"
+        )
     for i in range(count):
         if message_digest(originals[i]) != message_digest(messages[i]):
-            raise ResumeMismatch(f"{where} was made from another transcript: its message {i} (counting from 0, "
-                                 f"role {originals[i].get('role')}) differs from message {i} of {source} "
-                                 f"(role {messages[i].get('role')}); replay into another session (--session "
-                                 "NAME) instead of mixing the two")
+            raise ResumeMismatch(
+                f"{where} was made from another transcript: its message {i} (counting from 0, "
+                f"role {originals[i].get('role')}) differs from message {i} of {source} "
+                f"(role {messages[i].get('role')}); replay into another session (--session "
+                "NAME) instead of mixing the two"
+            )
     return count
 
 
-def replay(messages: list[Message], session: Session, on_message: Callable[[int], None] | None = None, *,
-           clock: SimClock | None = None, times: list[float] | None = None,
-           on_request: Callable[[int, Session], None] | None = None, start: int = 0) -> ReplayStats:
+def replay(
+    messages: list[Message],
+    session: Session,
+    on_message: Callable[[int], None] | None = None,
+    *,
+    clock: SimClock | None = None,
+    times: list[float] | None = None,
+    on_request: Callable[[int, Session], None] | None = None,
+    start: int = 0,
+) -> ReplayStats:
     """Drive ``session`` over ``messages[start:]`` (``start`` > 0 resumes a stored session). With ``clock``
     and ``times``, the simulated wall clock is set to each message's time first; ``on_request(i, session)``
     sees the prompt of every model request."""
     stats = ReplayStats(messages_in=len(messages))
     last_user = max((i for i in range(start) if messages[i].get("role") == "user"), default=-1)
     in_turn = any(messages[i].get("role") == "assistant" for i in range(last_user + 1, start))
-    if in_turn and start and session.ledger.messages and \
-            session.ledger.messages[-1].get("_row") == session.finalized_row:
+    if (
+        in_turn
+        and start
+        and session.ledger.messages
+        and session.ledger.messages[-1].get("_row") == session.finalized_row
+    ):
         in_turn = False  # the interrupted run finalized this turn already: running it again would add a pass
     raw_total = 0
     for i in range(start, len(messages)):
@@ -264,8 +286,11 @@ COMPACTED = BATCH_COMPACTIONS
 
 def batch_freed(batches: list[dict[str, Any]], outcomes: Collection[str]) -> int:
     """Tokens the batch events with these outcomes removed (before minus after, summed)."""
-    return sum(max(0, int(b.get("tokens_before", 0)) - int(b.get("tokens_after", 0)))
-               for b in batches if b.get("outcome") in outcomes)
+    return sum(
+        max(0, int(b.get("tokens_before", 0)) - int(b.get("tokens_after", 0)))
+        for b in batches
+        if b.get("outcome") in outcomes
+    )
 
 
 def summary_json(stats: ReplayStats, session: Session) -> dict[str, Any]:
@@ -302,9 +327,9 @@ def summary_json(stats: ReplayStats, session: Session) -> dict[str, Any]:
         "tokens_freed_by_batch": batch_freed(stats.batches, COMPACTED),
         "tokens_freed_by_prunes": batch_freed(stats.batches, {Outcome.PRUNED}),
         "batch_outcomes": dict(sorted(stats.batch_outcomes.items())),
-        "micro_passes_per_batch": [b.get("micro_passes_since_last") for b in stats.batches
-                                   if b["outcome"] in COMPACTED]
-                                  if session.micro.active else None,
+        "micro_passes_per_batch": [b.get("micro_passes_since_last") for b in stats.batches if b["outcome"] in COMPACTED]
+        if session.micro.active
+        else None,
         "largest_batch_input_tokens": session.batch.largest_input_tokens,
         "largest_pass_tokens": session.micro.largest_pass_tokens,
         "summarizer_ms_total": round(session.micro.summarizer_ms_total + session.batch.summarizer_ms_total, 1),

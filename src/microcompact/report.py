@@ -244,9 +244,9 @@ DEFINITIONS = {
     "counter_saved": "sum over sessions of the last tokens_saved_total seen (the engine's running counter)",
     "failures": "outcomes summarize_failed, exchange_skipped, defrag_failed, store_failed",
     "marker_overhead": "tokens_delta of a session's first absorbed pass when positive, else 0; null when the "
-                       "session began before the logs (passes_total > 1 on that line)",
+    "session began before the logs (passes_total > 1 on that line)",
     "payback_pass": "first pass index after the first absorbed one at which the session's cumulative "
-                    "-tokens_delta is >= 0; only for sessions with a positive marker overhead",
+    "-tokens_delta is >= 0; only for sessions with a positive marker overhead",
     "batch_compactions": "batch lines with outcome compacted, user_floor_exceeded or fallback (pruned apart)",
     "occupancy": "occupancy_pct of micro lines (% of the batch threshold after the pass), nulls left out",
     "median": "statistics.median (mean of the two middle values for an even count)",
@@ -303,8 +303,9 @@ def build_report(paths: list[Path]) -> Report:
     }
 
 
-def _group_by_session(telemetry: list[tuple[str, dict[str, Any]]],
-                      ) -> tuple[dict[str, _Session], list[dict[str, Any]], list[dict[str, Any]]]:
+def _group_by_session(
+    telemetry: list[tuple[str, dict[str, Any]]],
+) -> tuple[dict[str, _Session], list[dict[str, Any]], list[dict[str, Any]]]:
     """Records per session (for per-session figures) and all micro/batch records (for the totals)."""
     sessions: dict[str, _Session] = {}
     micro: list[dict[str, Any]] = []
@@ -365,8 +366,9 @@ def _batch_summary(batch: list[dict[str, Any]], committed: int) -> dict[str, Any
         "pruned": batch_outcomes["pruned"],
         "outcomes": _sorted_counts(batch_outcomes),
         "still_over_threshold": sum(1 for r in batch if r.get("still_over_threshold")),
-        "tokens_freed": sum(-(_num(r.get("tokens_delta")) or 0) for r in batch
-                            if r.get("outcome") in BATCH_COMPACTED | {Outcome.PRUNED}),
+        "tokens_freed": sum(
+            -(_num(r.get("tokens_delta")) or 0) for r in batch if r.get("outcome") in BATCH_COMPACTED | {Outcome.PRUNED}
+        ),
         "micro_passes_per_compaction": _passes_per_compaction(compactions, committed),
     }
 
@@ -375,23 +377,39 @@ def _passes_per_compaction(compactions: list[dict[str, Any]], committed: int) ->
     """Micro passes per batch compaction: from the lines' own counter when logged, else an average."""
     since = [v for v in (_num(r.get("micro_passes_since_last")) for r in compactions) if v is not None]
     if since:
-        return {"mean": _round(sum(since) / len(since), 1), "median": median(since), "values": since,
-                "source": "micro_passes_since_last"}
+        return {
+            "mean": _round(sum(since) / len(since), 1),
+            "median": median(since),
+            "values": since,
+            "source": "micro_passes_since_last",
+        }
     if compactions:
-        return {"mean": _round(committed / len(compactions), 1), "median": None, "values": [],
-                "source": "committed_passes/batch_compactions"}
+        return {
+            "mean": _round(committed / len(compactions), 1),
+            "median": None,
+            "values": [],
+            "source": "committed_passes/batch_compactions",
+        }
     return {"mean": None, "median": None, "values": [], "source": None}
 
 
 # --------------------------------------------------------------------------- activity
 
 
-def _activity(session_count: int, per_session: list[dict[str, Any]], micro: list[dict[str, Any]],
-              outcomes: Counter[str], committed: int) -> dict[str, Any]:
+def _activity(
+    session_count: int,
+    per_session: list[dict[str, Any]],
+    micro: list[dict[str, Any]],
+    outcomes: Counter[str],
+    committed: int,
+) -> dict[str, Any]:
     """How much micro-compaction ran, how it ended, and what a pass costs in time."""
     durations = [v for v in (_num(r.get("duration_ms")) for r in micro) if v is not None]
-    both = [(d, s) for d, s in ((_num(r.get("duration_ms")), _num(r.get("summarizer_ms"))) for r in micro)
-            if d is not None and s is not None]
+    both = [
+        (d, s)
+        for d, s in ((_num(r.get("duration_ms")), _num(r.get("summarizer_ms"))) for r in micro)
+        if d is not None and s is not None
+    ]
     return {
         "sessions": session_count,
         "sessions_with_micro": sum(1 for s in per_session if s["passes"]),
@@ -480,10 +498,14 @@ def _row(table: Table, *cells: str) -> None:
 def render_report(report: Report, per_session: bool, console: Console) -> None:
     """The human report: a header, Headroom, Activity and Tokens tables, and the per-session table."""
     files, lines = report["files"], report["lines"]
-    console.print(f"microcompact report: {len(files['read'])} file(s) read "
-                  f"({', '.join(files['read']) or 'none'}); {lines['micro']} micro and {lines['batch']} batch "
-                  f"telemetry lines, {lines['ignored']} ignored lines",
-                  markup=False, highlight=False, soft_wrap=True)
+    console.print(
+        f"microcompact report: {len(files['read'])} file(s) read "
+        f"({', '.join(files['read']) or 'none'}); {lines['micro']} micro and {lines['batch']} batch "
+        f"telemetry lines, {lines['ignored']} ignored lines",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
     console.print(_headroom_table(report["headroom"]))
     console.print(_activity_table(report["activity"]))
     console.print(_tokens_table(report["tokens"]))
@@ -497,19 +519,29 @@ def _headroom_table(head: dict[str, Any]) -> Table:
     occ = head["occupancy_pct"]
     if occ["samples"]:
         extra = f"; {occ['unknown']} unknown" if occ["unknown"] else ""
-        _row(t, "occupancy % of threshold", f"min {_fmt(occ['min'])}  median {_fmt(occ['median'])}  "
-             f"max {_fmt(occ['max'])}  ({occ['samples']} passes{extra})")
+        _row(
+            t,
+            "occupancy % of threshold",
+            f"min {_fmt(occ['min'])}  median {_fmt(occ['median'])}  "
+            f"max {_fmt(occ['max'])}  ({occ['samples']} passes{extra})",
+        )
     else:
         _row(t, "occupancy % of threshold", "unknown: no pass knew the context limit (set model.context_length)")
     if head["threshold_tokens"]:
         _row(t, "batch threshold", ", ".join(f"{v:,}" for v in head["threshold_tokens"]) + " tokens")
     b = head["batch"]
     if b["compactions"]:
-        _row(t, "batch compactions",
-             f"{b['compactions']} (+{b['pruned']} pruned), freed {_fmt(b['tokens_freed'])} tokens")
+        _row(
+            t,
+            "batch compactions",
+            f"{b['compactions']} (+{b['pruned']} pruned), freed {_fmt(b['tokens_freed'])} tokens",
+        )
         pb = b["micro_passes_per_compaction"]
-        how = "from micro_passes_since_last" if pb["source"] == "micro_passes_since_last" else \
-            "committed passes / compactions"
+        how = (
+            "from micro_passes_since_last"
+            if pb["source"] == "micro_passes_since_last"
+            else "committed passes / compactions"
+        )
         med = f"median {_fmt(pb['median'])}, " if pb["median"] is not None else ""
         _row(t, "micro passes per batch compaction", f"{med}mean {_fmt(pb['mean'])} ({how})")
     else:
@@ -537,18 +569,31 @@ def _tokens_table(tok: dict[str, Any]) -> Table:
     """Tokens saved, exchanges absorbed, and the marker's overhead and payback."""
     t = _section("Tokens")
     counter = tok["counter_saved"]
-    agree = "the engine's counters agree" if counter == tok["net_saved"] else (
-        f"the engine's counters say {_fmt(counter)}: some session began before these logs or was resumed")
+    agree = (
+        "the engine's counters agree"
+        if counter == tok["net_saved"]
+        else (f"the engine's counters say {_fmt(counter)}: some session began before these logs or was resumed")
+    )
     _row(t, "net tokens saved", f"{tok['net_saved']:,} (sum of -tokens_delta over committed passes; {agree})")
     partial = f", {tok['partial_absorbs']} partial" if tok["partial_absorbs"] else ""
-    _row(t, "exchanges absorbed", f"{tok['exchanges_absorbed']:,}{partial}, mean size "
-         f"{_fmt(tok['mean_exchange_tokens'])} tokens")
+    _row(
+        t,
+        "exchanges absorbed",
+        f"{tok['exchanges_absorbed']:,}{partial}, mean size {_fmt(tok['mean_exchange_tokens'])} tokens",
+    )
     mo, pay = tok["marker_overhead"], tok["payback"]
     if mo["sessions"]:
-        _row(t, "first-pass marker overhead", f"median {_fmt(mo['median'])} tokens, max {_fmt(mo['max'])} "
-             f"({mo['sessions']} session(s))")
-        _row(t, "overhead paid back at pass", f"median {_fmt(pay['median_pass'])} ({pay['paid_back']} of "
-             f"{mo['sessions']} paid back, {pay['not_paid_back']} not yet)")
+        _row(
+            t,
+            "first-pass marker overhead",
+            f"median {_fmt(mo['median'])} tokens, max {_fmt(mo['max'])} ({mo['sessions']} session(s))",
+        )
+        _row(
+            t,
+            "overhead paid back at pass",
+            f"median {_fmt(pay['median_pass'])} ({pay['paid_back']} of "
+            f"{mo['sessions']} paid back, {pay['not_paid_back']} not yet)",
+        )
     else:
         _row(t, "first-pass marker overhead", "none (no first absorbed pass grew the transcript)")
     return t
@@ -557,15 +602,39 @@ def _tokens_table(tok: dict[str, Any]) -> Table:
 def _per_session_table(sessions: list[dict[str, Any]]) -> Table:
     """One row per session, in the report's order (most passes first)."""
     t = Table(title="Per session (by passes)", title_justify="left", title_style="bold")
-    for col in ("session", "passes", "absorbed", "failures", "tokens saved", "occupancy max",
-                "batch compactions", "payback pass"):
+    for col in (
+        "session",
+        "passes",
+        "absorbed",
+        "failures",
+        "tokens saved",
+        "occupancy max",
+        "batch compactions",
+        "payback pass",
+    ):
         t.add_column(col, justify="left" if col == "session" else "right")
     for s in sessions:
-        payback = _fmt(s["payback_pass"]) if s["payback_status"] == "paid_back" else {
-            "not_paid_back": "not yet", "no_overhead": "no overhead", "start_missing": "start not logged",
-            "no_absorb": "—"}.get(s["payback_status"], "—")
-        _row(t, s["session_id"], f"{s['passes']:,}", f"{s['absorbed']:,}", f"{s['failures']:,}",
-             f"{s['tokens_saved']:,}", _fmt(s["occupancy_max"], "%"), f"{s['batch_compactions']:,}", payback)
+        payback = (
+            _fmt(s["payback_pass"])
+            if s["payback_status"] == "paid_back"
+            else {
+                "not_paid_back": "not yet",
+                "no_overhead": "no overhead",
+                "start_missing": "start not logged",
+                "no_absorb": "—",
+            }.get(s["payback_status"], "—")
+        )
+        _row(
+            t,
+            s["session_id"],
+            f"{s['passes']:,}",
+            f"{s['absorbed']:,}",
+            f"{s['failures']:,}",
+            f"{s['tokens_saved']:,}",
+            _fmt(s["occupancy_max"], "%"),
+            f"{s['batch_compactions']:,}",
+            payback,
+        )
     return t
 
 
@@ -602,13 +671,24 @@ def plot_report(report: Report, path: Path) -> None:
             continue
         xs = list(range(1, len(series) + 1))
         ys = [math.nan if v is None else v for v in series]
-        ax.plot(xs, ys, linewidth=1.2, marker="." if len(series) <= 50 else None,
-                label=f"session {s['session_id']}" if drawn < 12 else None)
+        ax.plot(
+            xs,
+            ys,
+            linewidth=1.2,
+            marker="." if len(series) <= 50 else None,
+            label=f"session {s['session_id']}" if drawn < 12 else None,
+        )
         drawn += 1
     ax.axhline(100.0, linestyle="--", color="black", linewidth=1, label="threshold (100%)")
     if not drawn:
-        ax.text(0.5, 0.5, "occupancy unknown (no context limit in the telemetry)", transform=ax.transAxes,
-                ha="center", va="center")
+        ax.text(
+            0.5,
+            0.5,
+            "occupancy unknown (no context limit in the telemetry)",
+            transform=ax.transAxes,
+            ha="center",
+            va="center",
+        )
     ax.set_xlabel("pass index within session")
     ax.set_ylabel("occupancy, % of the batch threshold")
     ax.set_title("micro-compaction: occupancy per pass")
@@ -623,26 +703,40 @@ def plot_report(report: Report, path: Path) -> None:
 # --------------------------------------------------------------------------- the command
 
 
-def run_report(logfiles: list[Path] | None, per_session: bool, as_json: bool, plot: Path | None,
-               console: Console, err_console: Console) -> int:
+def run_report(
+    logfiles: list[Path] | None,
+    per_session: bool,
+    as_json: bool,
+    plot: Path | None,
+    console: Console,
+    err_console: Console,
+) -> int:
     """``microcompact report``: 0 on success, 1 without micro telemetry, 2 when --plot cannot be done."""
     if plot is not None and not matplotlib_available():
-        err_console.print(f"[red]error:[/red] {PLOT_INSTALL_HINT} (or pip install 'microcompact[plot]')",
-                          highlight=False)
+        err_console.print(
+            f"[red]error:[/red] {PLOT_INSTALL_HINT} (or pip install 'microcompact[plot]')", highlight=False
+        )
         return 2
     paths = list(logfiles) if logfiles else [default_log()]
     report = build_report(paths)
     for skipped in report["files"]["skipped"]:
-        err_console.print(f"[yellow]warning:[/yellow] cannot read {escape(skipped['path'])}: "
-                          f"{escape(skipped['error'])}; skipped", highlight=False, soft_wrap=True)
+        err_console.print(
+            f"[yellow]warning:[/yellow] cannot read {escape(skipped['path'])}: {escape(skipped['error'])}; skipped",
+            highlight=False,
+            soft_wrap=True,
+        )
     if not report["activity"]["passes"]:
         read = report["files"]["read"]
         where = f"in {escape(', '.join(read))}" if read else "(no log file could be read)"
         batch = report["lines"]["batch"]
         also = f" ({batch} batch compaction line(s) were found)" if batch else ""
-        err_console.print(f"[red]error:[/red] no micro-compaction telemetry found {where}{also}. "
-                          "Micro-compaction may be off: set `compression.micro_compact: true` in the config "
-                          "(and log to the file read here).", highlight=False, soft_wrap=True)
+        err_console.print(
+            f"[red]error:[/red] no micro-compaction telemetry found {where}{also}. "
+            "Micro-compaction may be off: set `compression.micro_compact: true` in the config "
+            "(and log to the file read here).",
+            highlight=False,
+            soft_wrap=True,
+        )
         return 1
     if plot is not None:
         try:

@@ -48,11 +48,20 @@ def summarizer_for(config: Config, counter: TokenCounter | None = None) -> Summa
         return make_summarizer("extractive", count_text=counter.count_text if counter else None)
     if not aux.model:
         from .config import ConfigError
-        raise ConfigError("auxiliary.compression.model: required when provider is "
-                          f"{aux.provider!r} (the model name the endpoint serves)")
-    return make_summarizer("openai", model=aux.model, base_url=aux.base_url, api_key_env=aux.api_key_env,
-                           timeout=aux.timeout, max_output_tokens=aux.max_output_tokens,
-                           temperature=aux.temperature)
+
+        raise ConfigError(
+            "auxiliary.compression.model: required when provider is "
+            f"{aux.provider!r} (the model name the endpoint serves)"
+        )
+    return make_summarizer(
+        "openai",
+        model=aux.model,
+        base_url=aux.base_url,
+        api_key_env=aux.api_key_env,
+        timeout=aux.timeout,
+        max_output_tokens=aux.max_output_tokens,
+        temperature=aux.temperature,
+    )
 
 
 # The store's bookkeeping on a message: meaningful only on rows it handed out itself (Session.open).
@@ -96,11 +105,20 @@ class Session:
     :class:`~microcompact.store.SessionBusy`. Reading the store (list, search, export) needs no lease.
     """
 
-    def __init__(self, config: Config | None = None, summarizer: Summarizer | None = None, *,
-                 session_id: str | None = None, counter: TokenCounter | None = None,
-                 messages: Iterable[Message] = (), commit: CommitHook | None = None,
-                 clock: Callable[[], float] = time.time, store: SessionStore | None = None,
-                 _stored: bool = False, _lease: str | None = None) -> None:
+    def __init__(
+        self,
+        config: Config | None = None,
+        summarizer: Summarizer | None = None,
+        *,
+        session_id: str | None = None,
+        counter: TokenCounter | None = None,
+        messages: Iterable[Message] = (),
+        commit: CommitHook | None = None,
+        clock: Callable[[], float] = time.time,
+        store: SessionStore | None = None,
+        _stored: bool = False,
+        _lease: str | None = None,
+    ) -> None:
         self._lock = threading.RLock()
         self.config = config or Config()
         self.session_id = session_id or uuid.uuid4().hex[:12]
@@ -120,10 +138,12 @@ class Session:
         if store is not None and not _stored:
             self._start_new(store)
         self.ledger = Ledger(self.counter, initial)
-        self.micro = MicroCompactor(self.config, self.summarizer, self.counter, session_id=self.session_id,
-                                    commit=commit, wall_clock=clock)
-        self.batch = BatchCompactor(self.config, self.summarizer, self.counter, session_id=self.session_id,
-                                    commit=commit)
+        self.micro = MicroCompactor(
+            self.config, self.summarizer, self.counter, session_id=self.session_id, commit=commit, wall_clock=clock
+        )
+        self.batch = BatchCompactor(
+            self.config, self.summarizer, self.counter, session_id=self.session_id, commit=commit
+        )
         self._micro_passes_at_last_batch = 0
         self.background = BackgroundPasses(self.micro) if self.config.compression.micro_compact_background else None
         # Messages appended but not yet written to the store (each is written once, in order).
@@ -134,13 +154,17 @@ class Session:
         # whether the turn that ends the stored transcript was finalized before the interruption.
         self.finalized_row: int | None = None
         if not self.micro.active and not self.config.threshold_tokens():
-            log.warning("Session %s: compaction is inactive (compression.micro_compact is off and "
-                        "model.context_length is unknown, so batch compaction never triggers)", self.session_id)
+            log.warning(
+                "Session %s: compaction is inactive (compression.micro_compact is off and "
+                "model.context_length is unknown, so batch compaction never triggers)",
+                self.session_id,
+            )
 
     def _start_new(self, store: SessionStore) -> None:
         """A new session in ``store``: refuse an existing one (resume it with ``open``), take the lease."""
-        exists = ValueError(f"session {self.session_id!r} already exists in the store: resume it with "
-                            "Session.open(store, session_id)")
+        exists = ValueError(
+            f"session {self.session_id!r} already exists in the store: resume it with Session.open(store, session_id)"
+        )
         if store.load_active(self.session_id):
             raise exists
         self._lease = _take_lease(store, self.session_id)
@@ -152,8 +176,14 @@ class Session:
             raise
 
     @classmethod
-    def open(cls, store: SessionStore, session_id: str, config: Config | None = None,
-             summarizer: Summarizer | None = None, **kwargs: Any) -> Session:
+    def open(
+        cls,
+        store: SessionStore,
+        session_id: str,
+        config: Config | None = None,
+        summarizer: Summarizer | None = None,
+        **kwargs: Any,
+    ) -> Session:
         """Resume ``session_id`` from ``store`` (or start it): active messages are loaded, and the engine
         recovers its cursor and rolling summary from the last marker, so no work is redone. Exchanges
         skipped after repeated failures stay skipped.
@@ -166,8 +196,16 @@ class Session:
             log.warning("Session store is read-only: session %s is loaded, but nothing will be written", session_id)
         lease = _take_lease(store, session_id)
         try:
-            session = cls(config, summarizer, session_id=session_id, messages=store.load_active(session_id),
-                          store=store, _stored=True, _lease=lease, **kwargs)
+            session = cls(
+                config,
+                summarizer,
+                session_id=session_id,
+                messages=store.load_active(session_id),
+                store=store,
+                _stored=True,
+                _lease=lease,
+                **kwargs,
+            )
             session.micro.state.skipped |= store.skipped(session_id)
             session._skips_saved = set(session.micro.state.skipped)
             meta = store.session_meta(session_id)
@@ -205,8 +243,12 @@ class Session:
                 self.store.append(self.session_id, self._unflushed)
         except Exception as exc:
             self._flush_failed = True
-            log.error("Session store: could not write %d message(s), will retry (%s: %s)", len(self._unflushed),
-                      type(exc).__name__, exc)
+            log.error(
+                "Session store: could not write %d message(s), will retry (%s: %s)",
+                len(self._unflushed),
+                type(exc).__name__,
+                exc,
+            )
             return False
         self._flush_failed = False
         self._unflushed = []
@@ -219,12 +261,11 @@ class Session:
         assert self.store is not None
         known = {m.get("_row") for m in self.ledger.messages}
         extra = [m for m in self.store.load_active(self.session_id) if m["_row"] not in known]
-        if not extra or len(extra) > len(self._unflushed) or \
-                to_api(extra) != to_api(self._unflushed[:len(extra)]):
+        if not extra or len(extra) > len(self._unflushed) or to_api(extra) != to_api(self._unflushed[: len(extra)]):
             return
         for stored, pending in zip(extra, self._unflushed, strict=False):  # extra is a prefix
             pending["_pos"], pending["_row"] = stored["_pos"], stored["_row"]
-        self._unflushed = self._unflushed[len(extra):]
+        self._unflushed = self._unflushed[len(extra) :]
 
     def _resync(self) -> None:
         """Memory disagrees with the store (a pass committed whose acknowledgement was lost, or another
@@ -232,10 +273,9 @@ class Session:
         assert self.store is not None
         stored = self.store.load_active(self.session_id)
         self.ledger = Ledger(self.counter, stored + self._unflushed)
-        self._unflushed = self.ledger.messages[len(stored):]
+        self._unflushed = self.ledger.messages[len(stored) :]
         self.micro.recover(self.ledger.messages)
-        log.warning("Session store: the in-memory transcript was stale; reloaded %d stored message(s)",
-                    len(stored))
+        log.warning("Session store: the in-memory transcript was stale; reloaded %d stored message(s)", len(stored))
 
     def _commit_to_store(self, event: Any, messages: list[Message]) -> None:
         """The engines' commit hook: flush first, then write the event in one transaction (raises on failure,
@@ -343,8 +383,7 @@ class Session:
 
     def _batch(self, **kwargs: Any) -> BatchResult:
         since = self.micro.state.passes_total - self._micro_passes_at_last_batch
-        result = self.batch.compact(self.ledger, micro_passes_since_last=since if self.micro.active else None,
-                                    **kwargs)
+        result = self.batch.compact(self.ledger, micro_passes_since_last=since if self.micro.active else None, **kwargs)
         if result.changed:
             # Micro state continues from the new marker; the old rolling summary went into the batch one.
             self.micro.recover(self.ledger.messages)
@@ -413,4 +452,3 @@ class Session:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-

@@ -20,9 +20,24 @@ telemetry_log = logging.getLogger(TELEMETRY_LOGGER)
 
 # Fields a micro-compaction line always has; values are numbers, short identifiers or null.
 MICRO_FIELDS = (
-    "event", "session_id", "outcome", "messages_before", "messages_after", "tokens_before", "tokens_after",
-    "tokens_delta", "exchange_tokens", "rolling_summary_tokens", "cursor", "passes_total",
-    "tokens_saved_total", "duration_ms", "threshold_tokens", "context_limit", "occupancy_pct", "aux_model",
+    "event",
+    "session_id",
+    "outcome",
+    "messages_before",
+    "messages_after",
+    "tokens_before",
+    "tokens_after",
+    "tokens_delta",
+    "exchange_tokens",
+    "rolling_summary_tokens",
+    "cursor",
+    "passes_total",
+    "tokens_saved_total",
+    "duration_ms",
+    "threshold_tokens",
+    "context_limit",
+    "occupancy_pct",
+    "aux_model",
 )
 
 
@@ -49,7 +64,7 @@ def parse_line(line: str) -> tuple[str, dict[str, Any]] | None:
         pos = line.find(tag)
         if pos >= 0:
             try:
-                record = json.loads(line[pos + len(tag):])
+                record = json.loads(line[pos + len(tag) :])
             except ValueError:
                 return None
             return (kind, record) if isinstance(record, dict) else None
@@ -83,8 +98,9 @@ def degrade_quietly(handler: logging.StreamHandler) -> logging.StreamHandler:
         failed.append(exc or OSError("write failed"))
         reason = getattr(exc, "strerror", None) or exc
         with contextlib.suppress(OSError, ValueError):
-            sys.stderr.write(f"warning: cannot write the log file {name} ({reason}); "
-                             "logging to it stops, the session goes on\n")
+            sys.stderr.write(
+                f"warning: cannot write the log file {name} ({reason}); logging to it stops, the session goes on\n"
+            )
 
     plain_flush, plain_close = handler.flush, handler.close
 

@@ -86,8 +86,9 @@ def _package_ranks(encoding: str) -> dict[bytes, int]:
         raise TokenizerUnavailable(f"rank file for {encoding} not available: {exc}") from exc
     digest = hashlib.sha256(raw).hexdigest()
     if digest != EXPECTED_SHA256[encoding]:
-        raise TokenizerUnavailable(f"rank file for {encoding} has sha256 {digest}, expected "
-                                   f"{EXPECTED_SHA256[encoding]}")
+        raise TokenizerUnavailable(
+            f"rank file for {encoding} has sha256 {digest}, expected {EXPECTED_SHA256[encoding]}"
+        )
     ranks: dict[bytes, int] = {}
     for line in raw.splitlines():
         if line:
@@ -116,8 +117,12 @@ def _load_encoding(encoding: str) -> Any:
             spec = getattr(openai_public, encoding)()
         finally:
             openai_public.load_tiktoken_bpe = original
-        enc = tiktoken.Encoding(spec["name"], pat_str=spec["pat_str"], mergeable_ranks=spec["mergeable_ranks"],
-                                special_tokens=spec["special_tokens"])
+        enc = tiktoken.Encoding(
+            spec["name"],
+            pat_str=spec["pat_str"],
+            mergeable_ranks=spec["mergeable_ranks"],
+            special_tokens=spec["special_tokens"],
+        )
         _enc_cache[encoding] = enc
         return enc
 

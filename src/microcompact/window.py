@@ -24,8 +24,9 @@ if TYPE_CHECKING:
     from .config import Config
 
 
-def head_end(messages: Sequence[Message], protect_first_n: int, tokens: Sequence[int] | None = None,
-             budget: int | None = None) -> int:
+def head_end(
+    messages: Sequence[Message], protect_first_n: int, tokens: Sequence[int] | None = None, budget: int | None = None
+) -> int:
     """Index of the first message after the protected head.
 
     The head is the leading system/developer message(s) plus ``protect_first_n`` messages, extended so it
@@ -64,8 +65,9 @@ def protected_head(messages: Sequence[Message], tokens: Sequence[int], config: C
 
 def protected_tail(messages: Sequence[Message], tokens: Sequence[int], config: Config, head: int) -> int:
     """:func:`tail_start` as the engines use it."""
-    return tail_start(messages, tokens, config.tail_budget_tokens(),
-                      min_messages=config.compression.min_tail_messages, floor=head)
+    return tail_start(
+        messages, tokens, config.tail_budget_tokens(), min_messages=config.compression.min_tail_messages, floor=head
+    )
 
 
 @dataclass(frozen=True)
@@ -84,17 +86,22 @@ class Window:
     def of(cls, messages: Sequence[Message], tokens: Sequence[int], config: Config) -> Window:
         """The window of ``messages`` (with their token counts) under ``config``."""
         h = protected_head(messages, tokens, config)
-        return cls(head=h, tail=protected_tail(messages, tokens, config, h),
-                   head_budget=config.head_budget_tokens(), tail_budget=config.tail_budget_tokens(),
-                   piece_budget=config.piece_budget_tokens())
+        return cls(
+            head=h,
+            tail=protected_tail(messages, tokens, config, h),
+            head_budget=config.head_budget_tokens(),
+            tail_budget=config.tail_budget_tokens(),
+            piece_budget=config.piece_budget_tokens(),
+        )
 
     def in_tail(self, index: int) -> bool:
         """True when ``messages[index]`` is in the protected tail (never rewritten there)."""
         return index >= self.tail
 
 
-def tail_start(messages: Sequence[Message], tokens: Sequence[int], budget: int, *, min_messages: int = 3,
-               floor: int = 0) -> int:
+def tail_start(
+    messages: Sequence[Message], tokens: Sequence[int], budget: int, *, min_messages: int = 3, floor: int = 0
+) -> int:
     """Index of the first message of the protected tail.
 
     Walks back from the end while the token budget lasts, always keeping at least ``min_messages`` and never
@@ -131,8 +138,9 @@ def iteration_end(messages: Sequence[Message], start: int) -> int | None:
     return end if not pending else None
 
 
-def bounded_exchange(messages: Sequence[Message], tokens: Sequence[int], start: int, limit: int,
-                     budget: int) -> tuple[int, int]:
+def bounded_exchange(
+    messages: Sequence[Message], tokens: Sequence[int], start: int, limit: int, budget: int
+) -> tuple[int, int]:
     """(end, tokens) of the exchange at ``start``, looking no further than ``limit`` (the tail's start)
     and no further than needed to know it exceeds ``budget``: a pass never walks a long turn to its end.
     """

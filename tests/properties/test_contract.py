@@ -21,10 +21,12 @@ from microcompact.properties import (
 from strategies import micro_configs, transcripts
 
 Message = dict[str, Any]
-PASSES = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                        HealthCheck.data_too_large])
-FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                     HealthCheck.data_too_large])
+PASSES = settings(
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+FAST = settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 
 
 @FAST
@@ -37,10 +39,18 @@ def test_allowed_cuts_are_those_every_rule_allows(msgs: list[Message]) -> None:
 
 
 def test_contract_errors_collect_every_broken_rule() -> None:
-    call = {"role": "assistant", "content": None,
-            "tool_calls": [{"id": "x", "type": "function", "function": {"name": "Bash", "arguments": "{}"}}]}
-    before = [{"role": "system", "content": "s"}, {"role": "user", "content": "u1"}, call,
-              {"role": "tool", "tool_call_id": "x", "content": "ok"}, {"role": "user", "content": "u2"}]
+    call = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "x", "type": "function", "function": {"name": "Bash", "arguments": "{}"}}],
+    }
+    before = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "u1"},
+        call,
+        {"role": "tool", "tool_call_id": "x", "content": "ok"},
+        {"role": "user", "content": "u2"},
+    ]
     assert contract_errors(before, before, head=1, tail=4) == []
     broken = [before[0], render_micro_marker("s"), before[3], before[4]]  # user u1 and the call absorbed
     errors = contract_errors(before, broken, head=1, tail=4)

@@ -16,8 +16,9 @@ from microcompact.window import Window
 from strategies import micro_configs, transcripts
 
 Message = dict[str, Any]
-PASSES = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                        HealthCheck.data_too_large])
+PASSES = settings(
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 S: Message = {"role": "system", "content": "s"}
 U: Message = {"role": "user", "content": "u"}
 A: Message = {"role": "assistant", "content": "a"}
@@ -42,8 +43,7 @@ def test_errors_report_a_changed_or_lost_head_message() -> None:
 
 @PASSES
 @given(transcripts(), micro_configs())
-def test_the_head_ends_on_an_allowed_cut_and_passes_leave_it_alone(msgs: list[Message], cfg: dict[str, Any]
-                                                                   ) -> None:
+def test_the_head_ends_on_an_allowed_cut_and_passes_leave_it_alone(msgs: list[Message], cfg: dict[str, Any]) -> None:
     config = parse_config(cfg)
     ledger = Ledger(TokenCounter(EstimateCounter()), msgs)
     window = Window.of(ledger.messages, ledger.tokens, config)

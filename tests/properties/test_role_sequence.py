@@ -13,13 +13,17 @@ from microcompact.properties import ROLE_SEQUENCE, TOOL_PAIRING
 from strategies import transcripts
 
 Message = dict[str, Any]
-FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                     HealthCheck.data_too_large])
+FAST = settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 S: Message = {"role": "system", "content": "s"}
 U: Message = {"role": "user", "content": "u"}
 A: Message = {"role": "assistant", "content": "a"}
-CALL: Message = {"role": "assistant", "content": None,
-                 "tool_calls": [{"id": "x", "type": "function", "function": {"name": "Bash", "arguments": "{}"}}]}
+CALL: Message = {
+    "role": "assistant",
+    "content": None,
+    "tool_calls": [{"id": "x", "type": "function", "function": {"name": "Bash", "arguments": "{}"}}],
+}
 RESULT: Message = {"role": "tool", "tool_call_id": "x", "content": "ok"}
 
 
@@ -57,8 +61,7 @@ def transcript_and_cuts(draw: st.DrawFn) -> tuple[list[Message], int, int]:
 
 @FAST
 @given(transcript_and_cuts())
-def test_a_span_between_allowed_cuts_becomes_a_marker_without_role_errors(case: tuple[list[Message], int, int]
-                                                                          ) -> None:
+def test_a_span_between_allowed_cuts_becomes_a_marker_without_role_errors(case: tuple[list[Message], int, int]) -> None:
     msgs, start, end = case
     assert role_sequence_errors(msgs) == []
     folded = [*msgs[:start], render_micro_marker("summary"), *msgs[end:]]

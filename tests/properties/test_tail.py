@@ -15,8 +15,9 @@ from microcompact.window import tail_start
 from strategies import micro_configs, transcripts
 
 Message = dict[str, Any]
-PASSES = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                        HealthCheck.data_too_large])
+PASSES = settings(
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 U: Message = {"role": "user", "content": "u"}
 A: Message = {"role": "assistant", "content": "a"}
 

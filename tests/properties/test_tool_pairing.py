@@ -12,8 +12,9 @@ from microcompact.properties import TOOL_PAIRING
 from strategies import transcripts
 
 Message = dict[str, Any]
-FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                     HealthCheck.data_too_large])
+FAST = settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 
 
 def call(cid: str) -> dict[str, Any]:

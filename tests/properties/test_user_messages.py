@@ -13,8 +13,9 @@ from microcompact.properties import USER_MESSAGES, absorbable
 from strategies import transcripts
 
 Message = dict[str, Any]
-FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                     HealthCheck.data_too_large])
+FAST = settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 
 
 def test_a_user_message_is_never_absorbable_but_a_cut_may_pass_it() -> None:
@@ -26,8 +27,11 @@ def test_a_user_message_is_never_absorbable_but_a_cut_may_pass_it() -> None:
 
 
 def test_errors_report_a_missing_or_changed_user_message() -> None:
-    before = [{"role": "user", "content": "u1"}, {"role": "assistant", "content": "a"},
-              {"role": "user", "content": "u2"}]
+    before = [
+        {"role": "user", "content": "u1"},
+        {"role": "assistant", "content": "a"},
+        {"role": "user", "content": "u2"},
+    ]
     assert USER_MESSAGES.errors(before, before) == []
     dropped = [before[0], render_micro_marker("summary")]
     assert USER_MESSAGES.errors(before, dropped) == user_message_errors(before, dropped) != []
@@ -46,8 +50,7 @@ def transcript_and_span(draw: st.DrawFn) -> tuple[list[Message], int, int]:
 
 @FAST
 @given(transcript_and_span())
-def test_folding_a_span_keeps_every_user_message_iff_the_rule_keeps_them(case: tuple[list[Message], int, int]
-                                                                        ) -> None:
+def test_folding_a_span_keeps_every_user_message_iff_the_rule_keeps_them(case: tuple[list[Message], int, int]) -> None:
     """Replace [start, end) with a marker, keeping what the rule says may not be absorbed: nothing user-visible
     is lost. Absorbing the user messages too loses them, and the checker says so."""
     msgs, start, end = case

@@ -48,9 +48,24 @@ from .registry import (
 )
 
 __all__ = [
-    "AUTO", "FORMATS", "NO_RESULT", "REGISTRY", "TS_KEY", "ImportFormat", "ImportReport", "Importer",
-    "detect_format", "import_report", "import_transcript", "is_auto", "register", "repair", "resolve_format",
-    "run_import", "to_epoch", "write_jsonl",
+    "AUTO",
+    "FORMATS",
+    "NO_RESULT",
+    "REGISTRY",
+    "TS_KEY",
+    "ImportFormat",
+    "ImportReport",
+    "Importer",
+    "detect_format",
+    "import_report",
+    "import_transcript",
+    "is_auto",
+    "register",
+    "repair",
+    "resolve_format",
+    "run_import",
+    "to_epoch",
+    "write_jsonl",
 ]
 
 # Detection order: specific shapes first; openai (any chat message) is the catch-all, so it goes last.

@@ -46,8 +46,15 @@ def _adp_items(rec: Any) -> list[Any] | None:
     return None
 
 
-_ADP_ROLES = {"system": "system", "user": "user", "human": "user", "assistant": "assistant", "ai": "assistant",
-              "gpt": "assistant", "tool": "tool"}
+_ADP_ROLES = {
+    "system": "system",
+    "user": "user",
+    "human": "user",
+    "assistant": "assistant",
+    "ai": "assistant",
+    "gpt": "assistant",
+    "tool": "tool",
+}
 
 
 def import_adp(path: Path, record: int | None = None, **_: Any) -> ImportReport:
@@ -63,8 +70,10 @@ def import_adp(path: Path, record: int | None = None, **_: Any) -> ImportReport:
     data = _load_records(path)
     record = _pick_record(path, data, record)
     report.record, report.records = record, len(data)
-    out = [_adp_message(item, f"{path}: record {record}: message {i}", report)
-           for i, item in enumerate(_adp_items(data[record]) or ())]
+    out = [
+        _adp_message(item, f"{path}: record {record}: message {i}", report)
+        for i, item in enumerate(_adp_items(data[record]) or ())
+    ]
     return finish(report, out)
 
 
@@ -87,8 +96,9 @@ def _pick_record(path: Path, data: list[Any], record: int | None) -> int:
     if record is None:
         return max(range(len(data)), key=lambda r: _record_chars(data[r]))
     if not 0 <= record < len(data):
-        raise TranscriptError(f"{path}: record {record} out of range (the file holds {len(data)} records, "
-                              f"0 to {len(data) - 1})")
+        raise TranscriptError(
+            f"{path}: record {record} out of range (the file holds {len(data)} records, 0 to {len(data) - 1})"
+        )
     return record
 
 
@@ -99,8 +109,7 @@ def _adp_role(item: dict[str, Any], where: str, report: ImportReport) -> str:
         raise TranscriptError(f"{where}: message has no 'role' (keys: {', '.join(sorted(item)) or 'none'})")
     role = _ADP_ROLES.get(str(raw_role))
     if role is None:
-        raise TranscriptError(f"{where}: unknown role {raw_role!r} (expected one of "
-                              f"{', '.join(sorted(_ADP_ROLES))})")
+        raise TranscriptError(f"{where}: unknown role {raw_role!r} (expected one of {', '.join(sorted(_ADP_ROLES))})")
     if raw_role != role:
         report.notes[f"role_{raw_role}_as_{role}"] += 1
     return role

@@ -144,8 +144,7 @@ def _line_message(rec: dict[str, Any], where: str) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------- assistant lines
 
 
-def _add_assistant_line(merge: _Merge, rec: dict[str, Any], msg: dict[str, Any], lineno: int,
-                        where: str) -> None:
+def _add_assistant_line(merge: _Merge, rec: dict[str, Any], msg: dict[str, Any], lineno: int, where: str) -> None:
     """Merge one assistant line's blocks into the message its ``message.id`` names."""
     if msg.get("model") == "<synthetic>" or rec.get("isApiErrorMessage"):
         merge.report.notes["synthetic_assistant_line_skipped"] += 1
@@ -192,9 +191,13 @@ def _add_assistant_block(merge: _Merge, a: _CCAssistant, b: dict[str, Any], wher
             report.repairs["duplicate_tool_call_dropped"] += 1
             return
         merge.call_owner[tcid] = a.key
-        a.calls.append({"id": tcid, "type": "function",
-                        "function": {"name": str(b["name"]),
-                                     "arguments": json.dumps(b.get("input") or {}, ensure_ascii=False)}})
+        a.calls.append(
+            {
+                "id": tcid,
+                "type": "function",
+                "function": {"name": str(b["name"]), "arguments": json.dumps(b.get("input") or {}, ensure_ascii=False)},
+            }
+        )
     else:
         report.notes[f"assistant_{t}_block_dropped"] += 1
 
@@ -320,8 +323,11 @@ def import_claude_code(path: Path, **_: Any) -> ImportReport:
         else:
             _add_user_line(merge, rec, msg["content"], lineno, where)
     finish(report, _lay_out(merge))
-    report.compact_summary_indices = [i for i, m in enumerate(report.messages)
-                                      if isinstance(m.get(META_KEY), dict) and m[META_KEY].get("compact_summary")]
+    report.compact_summary_indices = [
+        i
+        for i, m in enumerate(report.messages)
+        if isinstance(m.get(META_KEY), dict) and m[META_KEY].get("compact_summary")
+    ]
     return report
 
 

@@ -11,8 +11,9 @@ from .common import write_jsonl
 from .registry import detect_format, import_report, is_auto
 
 
-def run_import(fmt: str, path: str | Path, out: str | Path | None, console: Any, record: int | None = None,
-               repair: bool = False) -> int:
+def run_import(
+    fmt: str, path: str | Path, out: str | Path | None, console: Any, record: int | None = None, repair: bool = False
+) -> int:
     """The ``microcompact import`` command: convert, write, report; returns the exit code.
 
     Messages go to ``out``, or to stdout when ``out`` is None or ``-`` (then the report goes to stderr
@@ -45,8 +46,12 @@ def run_import(fmt: str, path: str | Path, out: str | Path | None, console: Any,
     if report.defects and not repair:
         where, problem, _ = report.defects[0]
         more = f" (and {len(report.defects) - 1} more defect(s))" if len(report.defects) > 1 else ""
-        _say(console, f"{where}: {problem}{more}; import --repair drops orphan tool results, adds a result for "
-                      "interrupted calls and renames duplicate tool-call ids, reporting each", prefix="error")
+        _say(
+            console,
+            f"{where}: {problem}{more}; import --repair drops orphan tool results, adds a result for "
+            "interrupted calls and renames duplicate tool-call ids, reporting each",
+            prefix="error",
+        )
         return 2
     for where, problem, action in report.defects:
         _say(console, f"repaired {where}: {problem}: {action}")

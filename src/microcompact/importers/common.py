@@ -69,18 +69,22 @@ class ImportReport:
         roles = self.roles()
         role_text = ", ".join(f"{r} {roles[r]}" for r in ("system", "user", "assistant", "tool") if roles[r])
         where = f" (record {self.record} of {self.records})" if self.record is not None else ""
-        lines = [f"{self.source}{where}: {len(self.messages)} messages ({role_text}), "
-                 f"{self.tool_call_count()} tool calls"]
+        lines = [
+            f"{self.source}{where}: {len(self.messages)} messages ({role_text}), {self.tool_call_count()} tool calls"
+        ]
         if self.repairs:
-            lines.append(f"repairs ({self.repair_total}): " + ", ".join(
-                f"{k} {v}" for k, v in sorted(self.repairs.items())))
+            lines.append(
+                f"repairs ({self.repair_total}): " + ", ".join(f"{k} {v}" for k, v in sorted(self.repairs.items()))
+            )
         else:
             lines.append("repairs: none")
         if self.notes:
             lines.append("skipped/converted: " + ", ".join(f"{k} {v}" for k, v in sorted(self.notes.items())))
         if self.compact_summary_indices:
-            lines.append("agent's own compaction summary at message index "
-                         + ", ".join(str(i) for i in self.compact_summary_indices))
+            lines.append(
+                "agent's own compaction summary at message index "
+                + ", ".join(str(i) for i in self.compact_summary_indices)
+            )
         return lines
 
 
@@ -180,13 +184,19 @@ def normalize_tool_calls(calls: Any, where: str, report: ImportReport) -> list[d
         args = fn.get("arguments")
         if not isinstance(args, str):
             report.repairs["tool_call_arguments_serialized"] += 1
-        out.append({"id": str(tc["id"]), "type": "function",
-                    "function": {"name": str(fn["name"]), "arguments": args_string(args)}})
+        out.append(
+            {
+                "id": str(tc["id"]),
+                "type": "function",
+                "function": {"name": str(fn["name"]), "arguments": args_string(args)},
+            }
+        )
     return out
 
 
-def take_ts(source: dict[str, Any], target: Message,
-             keys: Iterable[str] = ("_ts", "timestamp", "created_at", "created")) -> None:
+def take_ts(
+    source: dict[str, Any], target: Message, keys: Iterable[str] = ("_ts", "timestamp", "created_at", "created")
+) -> None:
     """Copy the first usable timestamp of ``source`` to ``target['_ts']`` (numbers before 1973 are not times)."""
     for key in keys:
         if key in source:
@@ -216,8 +226,7 @@ def repair(messages: list[Message], report: ImportReport) -> list[Message]:
 
     def close() -> None:
         for tcid in open_calls:
-            out.append({"role": "tool", "tool_call_id": tcid, "content": NO_RESULT,
-                        META_KEY: {"placeholder": True}})
+            out.append({"role": "tool", "tool_call_id": tcid, "content": NO_RESULT, META_KEY: {"placeholder": True}})
             report.repairs["missing_tool_result_added"] += 1
         open_calls.clear()
 

@@ -53,8 +53,7 @@ def detect_format(path: str | Path) -> str:
     for fmt in REGISTRY.values():
         if fmt.sniff(head):
             return fmt.name
-    raise TranscriptError(f"{p}: cannot tell its format from its start; give --from with one of: "
-                          f"{', '.join(REGISTRY)}")
+    raise TranscriptError(f"{p}: cannot tell its format from its start; give --from with one of: {', '.join(REGISTRY)}")
 
 
 def import_report(path: str | Path, fmt: str, record: int | None = None) -> ImportReport:

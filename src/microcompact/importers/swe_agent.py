@@ -18,8 +18,9 @@ from .common import (
 from .sniffing import key_paths
 
 # Keys of one step of a .traj file's ``trajectory`` (the first keys of the file after ``environment``).
-_STEP_KEYS = frozenset({"trajectory[].action", "trajectory[].observation", "trajectory[].response",
-                        "trajectory[].thought"})
+_STEP_KEYS = frozenset(
+    {"trajectory[].action", "trajectory[].observation", "trajectory[].response", "trajectory[].thought"}
+)
 
 
 def import_swe_agent(path: Path, **_: Any) -> ImportReport:

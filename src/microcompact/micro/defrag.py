@@ -41,8 +41,19 @@ class Defrag:
 
         def _clean(self, text: str, limit: int) -> str: ...
 
-        def _finish(self, ledger: Ledger, outcome: str, t0: float, summarizer_ms: float, *, exchange_tokens: int,
-                    mode: str, tokens_before: int, messages_before: int, **extra: Any) -> PassResult: ...
+        def _finish(
+            self,
+            ledger: Ledger,
+            outcome: str,
+            t0: float,
+            summarizer_ms: float,
+            *,
+            exchange_tokens: int,
+            mode: str,
+            tokens_before: int,
+            messages_before: int,
+            **extra: Any,
+        ) -> PassResult: ...
 
     def needs_defrag(self, text_tokens: int) -> bool:
         """True when the rolling summary is over the defrag threshold."""
@@ -83,16 +94,38 @@ class Defrag:
         new = done.new or ""
         event = Rewrite(st.marker_index, render_micro_marker(new), new)
         if not self._commit(event, ledger.messages):
-            return self._finish(ledger, Outcome.STORE_FAILED, t0, done.summarizer_ms, exchange_tokens=0, mode="defrag",
-                                tokens_before=tokens_before, messages_before=messages_before)
+            return self._finish(
+                ledger,
+                Outcome.STORE_FAILED,
+                t0,
+                done.summarizer_ms,
+                exchange_tokens=0,
+                mode="defrag",
+                tokens_before=tokens_before,
+                messages_before=messages_before,
+            )
         apply_event(ledger, event)
         self._set_summary(new)
         st.passes_total += 1
         st.tokens_saved_total += tokens_before - ledger.total
-        log.info("Micro-compaction defrag: rolling summary re-summarized (%d -> %d tokens, %s)",
-                 done.old_tokens, st.text_tokens, done.method)
-        return self._finish(ledger, done.outcome, t0, done.summarizer_ms, exchange_tokens=0, mode="defrag",
-                            tokens_before=tokens_before, messages_before=messages_before,
-                            defrag_method=done.method, summary_tokens_before=done.old_tokens, error=done.error,
-                            summarizer_input_tokens=done.old_tokens,
-                            summarizer_output_tokens=st.text_tokens if done.method == "model" else 0)
+        log.info(
+            "Micro-compaction defrag: rolling summary re-summarized (%d -> %d tokens, %s)",
+            done.old_tokens,
+            st.text_tokens,
+            done.method,
+        )
+        return self._finish(
+            ledger,
+            done.outcome,
+            t0,
+            done.summarizer_ms,
+            exchange_tokens=0,
+            mode="defrag",
+            tokens_before=tokens_before,
+            messages_before=messages_before,
+            defrag_method=done.method,
+            summary_tokens_before=done.old_tokens,
+            error=done.error,
+            summarizer_input_tokens=done.old_tokens,
+            summarizer_output_tokens=st.text_tokens if done.method == "model" else 0,
+        )

@@ -36,9 +36,17 @@ class MicroCompactor(Scheduling, Passes, Defrag):
     """Runs micro-compaction passes over a :class:`Ledger` (the transcript it owns) and never raises into
     the caller: a failing pass degrades the feature, never the session."""
 
-    def __init__(self, config: Config, summarizer: Summarizer, counter: TokenCounter, *, session_id: str = "",
-                 commit: CommitHook | None = None, clock: Callable[[], float] = time.perf_counter,
-                 wall_clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        config: Config,
+        summarizer: Summarizer,
+        counter: TokenCounter,
+        *,
+        session_id: str = "",
+        commit: CommitHook | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
         self.config = config
         self.cfg = config.compression
         self.summarizer = summarizer

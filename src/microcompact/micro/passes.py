@@ -29,8 +29,9 @@ from .state import PassResult, Planned, RollingSummary
 log = logging.getLogger("microcompact")
 
 
-def commit_or_log(commit: Callable[[Any, list[Message]], None] | None, event: Any, msgs: list[Message],
-                  failure: str) -> bool:
+def commit_or_log(
+    commit: Callable[[Any, list[Message]], None] | None, event: Any, msgs: list[Message], failure: str
+) -> bool:
     """Hand ``event`` to the caller's commit hook (the store); a failure is logged and reported, not raised."""
     if commit is None:
         return True
@@ -60,8 +61,7 @@ class Passes:
 
         def sync(self, ledger: Ledger, head: int | None = None) -> None: ...
 
-        def select_span(self, ledger: Ledger, mode: str, window: Window | None = None
-                        ) -> tuple[Span | None, str]: ...
+        def select_span(self, ledger: Ledger, mode: str, window: Window | None = None) -> tuple[Span | None, str]: ...
 
         def _set_summary(self, text: str) -> None: ...
 
@@ -86,24 +86,40 @@ class Passes:
         span, reason = self.select_span(ledger, mode, window)
         if span is None:
             if reason == Outcome.NO_RECLAIM:
-                return self._finish(ledger, Outcome.NO_RECLAIM, t0, 0.0, exchange_tokens=0, mode=mode,
-                                    tokens_before=ledger.total, messages_before=len(msgs))
+                return self._finish(
+                    ledger,
+                    Outcome.NO_RECLAIM,
+                    t0,
+                    0.0,
+                    exchange_tokens=0,
+                    mode=mode,
+                    tokens_before=ledger.total,
+                    messages_before=len(msgs),
+                )
             return None
         if self.auth_error is not None:
             return None  # credentials or quota were refused earlier in this session: never retried
         kept = set(span.kept)
         absorbed = tuple(i for i in range(span.start, span.end) if i not in kept)
-        prepared = prepare_exchange([msgs[i] for i in absorbed], window.piece_budget,
-                                    self.counter.count_text)
+        prepared = prepare_exchange([msgs[i] for i in absorbed], window.piece_budget, self.counter.count_text)
         # What the summarizer reads: the exchange as bounded by prepare_exchange, plus the running summary.
         read = min(span.tokens, window.piece_budget) + st.text_tokens
-        planned = Planned(mode=mode, span=span, absorbed=absorbed, key=span_key(msgs, span.start), t0=t0,
-                          read=read, base_summary=st.text, marker_index=st.marker_index,
-                          identity=tuple(msgs[i] for i in range(span.start, span.end)))
+        planned = Planned(
+            mode=mode,
+            span=span,
+            absorbed=absorbed,
+            key=span_key(msgs, span.start),
+            t0=t0,
+            read=read,
+            base_summary=st.text,
+            marker_index=st.marker_index,
+            identity=tuple(msgs[i] for i in range(span.start, span.end)),
+        )
         s0 = self.clock()
         try:
-            planned.summary = self._clean(self.summarizer.merge(st.text, prepared),
-                                          limit=st.text_tokens + span.tokens + 256)
+            planned.summary = self._clean(
+                self.summarizer.merge(st.text, prepared), limit=st.text_tokens + span.tokens + 256
+            )
         except Exception as exc:
             planned.error = exc
         planned.summarizer_ms = (self.clock() - s0) * 1000
@@ -125,8 +141,16 @@ class Passes:
         st, span, mode, t0 = self.state, planned.span, planned.mode, planned.t0
         self.largest_pass_tokens = max(self.largest_pass_tokens, planned.read)
         if planned.error is not None or planned.summary is None:
-            return self._failed(ledger, planned.key, span, planned.error or SummarizerBadOutput("no summary"), t0,
-                                planned.summarizer_ms, mode, planned.read)
+            return self._failed(
+                ledger,
+                planned.key,
+                span,
+                planned.error or SummarizerBadOutput("no summary"),
+                t0,
+                planned.summarizer_ms,
+                mode,
+                planned.read,
+            )
         summary, summarizer_ms = planned.summary, planned.summarizer_ms
         tokens_before, messages_before = ledger.total, len(ledger.messages)
         st.failures.pop(planned.key, None)
@@ -138,11 +162,29 @@ class Passes:
         gate = self.cfg.micro_compact_min_reclaim_tokens
         if gate and st.marker_index is not None and tokens_before - tokens_after < gate:
             st.gate_floor = (planned.key, span.tokens)
-            return self._finish(ledger, Outcome.NO_RECLAIM, t0, summarizer_ms, exchange_tokens=span.tokens, mode=mode,
-                                tokens_before=tokens_before, messages_before=messages_before, **call)
+            return self._finish(
+                ledger,
+                Outcome.NO_RECLAIM,
+                t0,
+                summarizer_ms,
+                exchange_tokens=span.tokens,
+                mode=mode,
+                tokens_before=tokens_before,
+                messages_before=messages_before,
+                **call,
+            )
         if not self._commit(event, ledger.messages):
-            return self._finish(ledger, Outcome.STORE_FAILED, t0, summarizer_ms, exchange_tokens=span.tokens, mode=mode,
-                                tokens_before=tokens_before, messages_before=messages_before, **call)
+            return self._finish(
+                ledger,
+                Outcome.STORE_FAILED,
+                t0,
+                summarizer_ms,
+                exchange_tokens=span.tokens,
+                mode=mode,
+                tokens_before=tokens_before,
+                messages_before=messages_before,
+                **call,
+            )
         apply_event(ledger, event)
         st.marker_index = event.marker_index_after
         st.cursor = st.marker_index + 1
@@ -151,43 +193,104 @@ class Passes:
         st.passes_total += 1
         st.tokens_saved_total += tokens_before - ledger.total
         log.info("Micro-compaction: %d -> %d messages", messages_before, len(ledger.messages))
-        return self._finish(ledger, Outcome.ABSORBED, t0, summarizer_ms, exchange_tokens=span.tokens, mode=mode,
-                            tokens_before=tokens_before, messages_before=messages_before, partial=span.partial, **call)
+        return self._finish(
+            ledger,
+            Outcome.ABSORBED,
+            t0,
+            summarizer_ms,
+            exchange_tokens=span.tokens,
+            mode=mode,
+            tokens_before=tokens_before,
+            messages_before=messages_before,
+            partial=span.partial,
+            **call,
+        )
 
-    def _failed(self, ledger: Ledger, key: str, span: Span, exc: Exception, t0: float, summarizer_ms: float,
-                mode: str, read: int) -> PassResult:
+    def _failed(
+        self,
+        ledger: Ledger,
+        key: str,
+        span: Span,
+        exc: Exception,
+        t0: float,
+        summarizer_ms: float,
+        mode: str,
+        read: int,
+    ) -> PassResult:
         st = self.state
         if isinstance(exc, SummarizerAuthError):
             self.auth_error = str(exc)[:200]
-            log.error("Micro-compaction: summarizer refused credentials or quota (%s); no further summarizer "
-                      "calls in this session", self.auth_error)
-            return self._finish(ledger, Outcome.AUTH_FAILED, t0, summarizer_ms, exchange_tokens=span.tokens, mode=mode,
-                                tokens_before=ledger.total, messages_before=len(ledger.messages),
-                                error=type(exc).__name__, summarizer_input_tokens=read, summarizer_output_tokens=0)
+            log.error(
+                "Micro-compaction: summarizer refused credentials or quota (%s); no further summarizer "
+                "calls in this session",
+                self.auth_error,
+            )
+            return self._finish(
+                ledger,
+                Outcome.AUTH_FAILED,
+                t0,
+                summarizer_ms,
+                exchange_tokens=span.tokens,
+                mode=mode,
+                tokens_before=ledger.total,
+                messages_before=len(ledger.messages),
+                error=type(exc).__name__,
+                summarizer_input_tokens=read,
+                summarizer_output_tokens=0,
+            )
         st.failures[key] = st.failures.get(key, 0) + 1
         outcome = Outcome.SUMMARIZE_FAILED
-        log.warning("Micro-compaction: summarizer failed on exchange at cursor %d (%s: %s)", span.start,
-                    type(exc).__name__, str(exc)[:200])
+        log.warning(
+            "Micro-compaction: summarizer failed on exchange at cursor %d (%s: %s)",
+            span.start,
+            type(exc).__name__,
+            str(exc)[:200],
+        )
         if st.failures[key] >= self.cfg.micro_compact_max_failures:
-            log.info("Micro-compaction: skipping exchange at cursor %d after %d consecutive failures",
-                     span.start, st.failures[key])
+            log.info(
+                "Micro-compaction: skipping exchange at cursor %d after %d consecutive failures",
+                span.start,
+                st.failures[key],
+            )
             st.failures.pop(key, None)
             st.skipped.add(key)
             st.cursor = span.end
             outcome = Outcome.EXCHANGE_SKIPPED
-        return self._finish(ledger, outcome, t0, summarizer_ms, exchange_tokens=span.tokens, mode=mode,
-                            tokens_before=ledger.total, messages_before=len(ledger.messages),
-                            error=type(exc).__name__, summarizer_input_tokens=read, summarizer_output_tokens=0)
+        return self._finish(
+            ledger,
+            outcome,
+            t0,
+            summarizer_ms,
+            exchange_tokens=span.tokens,
+            mode=mode,
+            tokens_before=ledger.total,
+            messages_before=len(ledger.messages),
+            error=type(exc).__name__,
+            summarizer_input_tokens=read,
+            summarizer_output_tokens=0,
+        )
 
     def _commit(self, event: Event, msgs: list[Message]) -> bool:
-        return commit_or_log(self.commit, event, msgs, "Micro-compaction: store commit failed, pass rolled back "
-                                                      "in memory")
+        return commit_or_log(
+            self.commit, event, msgs, "Micro-compaction: store commit failed, pass rolled back in memory"
+        )
 
     def _clean(self, text: str, limit: int) -> str:
         return clean_summary(text, limit, self.counter.count_text)
 
-    def _finish(self, ledger: Ledger, outcome: str, t0: float, summarizer_ms: float, *, exchange_tokens: int,
-                mode: str, tokens_before: int, messages_before: int, **extra: Any) -> PassResult:
+    def _finish(
+        self,
+        ledger: Ledger,
+        outcome: str,
+        t0: float,
+        summarizer_ms: float,
+        *,
+        exchange_tokens: int,
+        mode: str,
+        tokens_before: int,
+        messages_before: int,
+        **extra: Any,
+    ) -> PassResult:
         st = self.state
         self.summarizer_ms_total += summarizer_ms
         duration_ms = (self.clock() - t0) * 1000
@@ -219,4 +322,3 @@ class Passes:
         record.update({k: v for k, v in extra.items() if v is not None})
         emit("micro", record)
         return PassResult(outcome, record)
-

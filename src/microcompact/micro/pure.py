@@ -11,8 +11,14 @@ from .engine import MicroCompactor
 from .state import RollingSummary
 
 
-def micro_compact(messages: list[Message], summarizer: Summarizer, *, config: Config | None = None,
-                  state: RollingSummary | None = None, counter: TokenCounter | None = None) -> list[Message]:
+def micro_compact(
+    messages: list[Message],
+    summarizer: Summarizer,
+    *,
+    config: Config | None = None,
+    state: RollingSummary | None = None,
+    counter: TokenCounter | None = None,
+) -> list[Message]:
     """One pass in the history-processor shape: a message list in, a new message list out.
 
     The caller's dicts are never changed. Pass the same ``state`` on every call to keep the cursor and

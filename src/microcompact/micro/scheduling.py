@@ -43,8 +43,7 @@ class Scheduling:
 
         def sync(self, ledger: Ledger, head: int | None = None) -> None: ...
 
-        def select_span(self, ledger: Ledger, mode: str, window: Window | None = None
-                        ) -> tuple[Span | None, str]: ...
+        def select_span(self, ledger: Ledger, mode: str, window: Window | None = None) -> tuple[Span | None, str]: ...
 
     def finalize_turn(self, ledger: Ledger, completed: bool = True) -> list[PassResult]:
         """After a turn: advance the cadence counter and, when due, run one pass (plus defrag if needed)."""
@@ -99,8 +98,7 @@ class Scheduling:
     def _cache_warm(self) -> bool:
         """True while the provider's prompt cache still holds the last request (within the TTL)."""
         ttl = self.cfg.micro_compact_cache_ttl_seconds
-        return (ttl is not None and self.last_request_at is not None
-                and self.wall_clock() - self.last_request_at <= ttl)
+        return ttl is not None and self.last_request_at is not None and self.wall_clock() - self.last_request_at <= ttl
 
     def _worth_a_cache_break(self, ledger: Ledger) -> bool:
         """Occupancy past ``micro_compact_max_occupancy_pct``, or a pending span that meets the reclaim gate."""

@@ -38,8 +38,9 @@ def runs_into_tail(msgs: Sequence[Message], end: int, limit: int) -> bool:
     return end == limit and limit < len(msgs) and USER_MESSAGES.may_absorb(msgs[limit])
 
 
-def select_span(msgs: Sequence[Message], tokens: Sequence[int], window: Window, state: RollingSummary,
-                config: Config, mode: str) -> tuple[Span | None, str]:
+def select_span(
+    msgs: Sequence[Message], tokens: Sequence[int], window: Window, state: RollingSummary, config: Config, mode: str
+) -> tuple[Span | None, str]:
     """The span the next pass would absorb, or (None, reason).
 
     At the end of a turn (``mode="turn"``) that is the oldest whole exchange, or, when it is larger than
@@ -76,8 +77,9 @@ def select_span(msgs: Sequence[Message], tokens: Sequence[int], window: Window, 
     return span, ""
 
 
-def _iteration_units(msgs: Sequence[Message], tokens: Sequence[int], start: int, limit: int, want: int, *,
-                     across_turns: bool) -> tuple[list[tuple[int, int, bool]], int]:
+def _iteration_units(
+    msgs: Sequence[Message], tokens: Sequence[int], start: int, limit: int, want: int, *, across_turns: bool
+) -> tuple[list[tuple[int, int, bool]], int]:
     """Completed iterations (and, ``across_turns``, the user messages between them) from ``start`` until
     ``want`` tokens of iterations are found or the tail is reached: ``[(start, end, is_user)]``, tokens."""
     tail = Tail(limit)
@@ -107,15 +109,22 @@ def _iteration_units(msgs: Sequence[Message], tokens: Sequence[int], start: int,
     return units, available
 
 
-def piece(msgs: Sequence[Message], tokens: Sequence[int], start: int, limit: int, budget: int, *,
-          across_turns: bool, minimum: int) -> tuple[Span | None, str]:
+def piece(
+    msgs: Sequence[Message],
+    tokens: Sequence[int],
+    start: int,
+    limit: int,
+    budget: int,
+    *,
+    across_turns: bool,
+    minimum: int,
+) -> tuple[Span | None, str]:
     """The oldest completed iterations from ``start`` up to ``budget`` tokens (at least one).
 
     With ``across_turns`` the piece may pass user messages, which stay where they are (``Span.kept``).
     Nothing is returned unless at least ``minimum`` tokens of iterations are available before ``limit``.
     """
-    units, available = _iteration_units(msgs, tokens, start, limit, max(minimum, budget + 1),
-                                        across_turns=across_turns)
+    units, available = _iteration_units(msgs, tokens, start, limit, max(minimum, budget + 1), across_turns=across_turns)
     if available == 0:
         return None, "no completed iteration outside the tail"
     if available < minimum:
@@ -136,8 +145,15 @@ def piece(msgs: Sequence[Message], tokens: Sequence[int], start: int, limit: int
     return Span(start, end, total, tuple(kept), partial=True), ""
 
 
-def grow_for_gate(msgs: Sequence[Message], tokens: Sequence[int], span: Span, limit: int, cap: int, need: int,
-                  gate_floor: tuple[str, int] | None) -> tuple[Span | None, str]:
+def grow_for_gate(
+    msgs: Sequence[Message],
+    tokens: Sequence[int],
+    span: Span,
+    limit: int,
+    cap: int,
+    need: int,
+    gate_floor: tuple[str, int] | None,
+) -> tuple[Span | None, str]:
     """Extend the span with following whole exchanges (passing the user messages between them, which stay)
     until it can meet the reclaim gate ``need`` and beats the last span the gate refused."""
     key = span_key(msgs, span.start)

@@ -52,26 +52,37 @@ def absorbable(message: Message) -> bool:
 def allows_cut(messages: Sequence[Message], index: int, *, head: int = 0, tail: int | None = None) -> bool:
     """True when every rule allows a cut before ``messages[index]``, given the head's end and tail's start."""
     end = len(messages) if tail is None else tail
-    return (Head(head).allows_cut(messages, index) and Tail(end).allows_cut(messages, index)
-            and TOOL_PAIRING.allows_cut(messages, index) and ROLE_SEQUENCE.allows_cut(messages, index)
-            and USER_MESSAGES.allows_cut(messages, index) and MARKERS.allows_cut(messages, index))
+    return (
+        Head(head).allows_cut(messages, index)
+        and Tail(end).allows_cut(messages, index)
+        and TOOL_PAIRING.allows_cut(messages, index)
+        and ROLE_SEQUENCE.allows_cut(messages, index)
+        and USER_MESSAGES.allows_cut(messages, index)
+        and MARKERS.allows_cut(messages, index)
+    )
 
 
-def allowed_cuts(messages: Sequence[Message], start: int, stop: int, *, head: int = 0,
-                 tail: int | None = None) -> list[int]:
+def allowed_cuts(
+    messages: Sequence[Message], start: int, stop: int, *, head: int = 0, tail: int | None = None
+) -> list[int]:
     """Every index in ``start..stop`` (inclusive) where all rules allow a cut."""
     return [i for i in range(start, stop + 1) if allows_cut(messages, i, head=head, tail=tail)]
 
 
-def contract_errors(before: Sequence[Message], after: Sequence[Message], *, head: int | None = None,
-                    tail: int | None = None) -> list[str]:
+def contract_errors(
+    before: Sequence[Message], after: Sequence[Message], *, head: int | None = None, tail: int | None = None
+) -> list[str]:
     """Everything a pass broke going from ``before`` to ``after`` (empty when the contract holds).
 
     With ``head`` (the head's end) and ``tail`` (the tail's start in ``before``), the protected ends are
     checked too.
     """
-    errors = (TOOL_PAIRING.errors(before, after) + ROLE_SEQUENCE.errors(before, after)
-              + USER_MESSAGES.errors(before, after) + MARKERS.errors(before, after))
+    errors = (
+        TOOL_PAIRING.errors(before, after)
+        + ROLE_SEQUENCE.errors(before, after)
+        + USER_MESSAGES.errors(before, after)
+        + MARKERS.errors(before, after)
+    )
     if head is not None:
         errors += Head(head).errors(before, after)
     if tail is not None:

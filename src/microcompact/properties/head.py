@@ -36,5 +36,6 @@ class Head:
         """Head messages of ``before`` not at the same place, unchanged, in ``after``."""
         if len(after) < self.end:
             return [f"head: {len(after)} messages left of a {self.end}-message head"]
-        return [f"message {i}: head message changed"
-                for i in range(self.end) if _public(after[i]) != _public(before[i])]
+        return [
+            f"message {i}: head message changed" for i in range(self.end) if _public(after[i]) != _public(before[i])
+        ]

@@ -32,5 +32,8 @@ class Tail:
         size = len(before) - self.start
         if size > len(after):
             return [f"tail: {size} protected messages, {len(after)} left"]
-        return [f"message {self.start + k}: tail message changed"
-                for k in range(size) if _public(after[len(after) - size + k]) != _public(before[self.start + k])]
+        return [
+            f"message {self.start + k}: tail message changed"
+            for k in range(size)
+            if _public(after[len(after) - size + k]) != _public(before[self.start + k])
+        ]

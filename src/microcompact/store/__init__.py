@@ -60,13 +60,34 @@ def open_store(url_or_path: str | Path | None = None, **options: Any) -> SQLiteS
     if text.startswith(("postgresql://", "postgres://")):
         return PostgresStore(text, **options)
     if text.startswith("sqlite:///"):
-        text = text[len("sqlite:///"):] if text.startswith("sqlite:////") else text[len("sqlite://"):]
+        text = text[len("sqlite:///") :] if text.startswith("sqlite:////") else text[len("sqlite://") :]
     return SQLiteStore(text, **options)
 
 
 __all__ = [
-    "ABSORBED_BY_KEY", "BODY_HEAD_CHARS", "BODY_TAIL_CHARS", "DEFAULT_BUSY_TIMEOUT", "DEFAULT_LEASE_TTL",
-    "POS_KEY", "ROW_KEY", "SCHEMA_VERSION", "STATE_KEY", "STATES", "PostgresStore", "SessionBusy",
-    "SessionStore", "SQLiteStore", "StoreConflict", "StoreCorrupt", "StoreError", "StoreFull", "StoreLocked",
-    "StoreReadOnly", "_SQLStore", "default_store_path", "open_store", "search_text", "sqlite_has_fts5",
+    "ABSORBED_BY_KEY",
+    "BODY_HEAD_CHARS",
+    "BODY_TAIL_CHARS",
+    "DEFAULT_BUSY_TIMEOUT",
+    "DEFAULT_LEASE_TTL",
+    "POS_KEY",
+    "ROW_KEY",
+    "SCHEMA_VERSION",
+    "STATE_KEY",
+    "STATES",
+    "PostgresStore",
+    "SessionBusy",
+    "SessionStore",
+    "SQLiteStore",
+    "StoreConflict",
+    "StoreCorrupt",
+    "StoreError",
+    "StoreFull",
+    "StoreLocked",
+    "StoreReadOnly",
+    "_SQLStore",
+    "default_store_path",
+    "open_store",
+    "search_text",
+    "sqlite_has_fts5",
 ]

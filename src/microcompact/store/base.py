@@ -71,8 +71,9 @@ class _SQLBase:
     def _insert_rows(self, cur: Any, session_id: str, items: Sequence[tuple[int, _Encoded]]) -> list[int]:
         raise NotImplementedError
 
-    def _search(self, cur: Any, session_id: str, terms: list[str], query: str, states: tuple[str, ...],
-                limit: int) -> list[tuple[Any, ...]]:
+    def _search(
+        self, cur: Any, session_id: str, terms: list[str], query: str, states: tuple[str, ...], limit: int
+    ) -> list[tuple[Any, ...]]:
         raise NotImplementedError
 
     def describe(self) -> str:
@@ -93,22 +94,29 @@ class _SQLBase:
         when it does not exist. Every write of a session's messages, passes and progress starts here."""
         self._fence(cur, session_id)
         if create:
-            self._exec(cur, f"INSERT INTO sessions (id) VALUES (?) ON CONFLICT (id) DO UPDATE "
-                            f"SET updated_at = {self.NOW}", (session_id,))
+            self._exec(
+                cur,
+                f"INSERT INTO sessions (id) VALUES (?) ON CONFLICT (id) DO UPDATE SET updated_at = {self.NOW}",
+                (session_id,),
+            )
             return True
         self._exec(cur, f"UPDATE sessions SET updated_at = {self.NOW} WHERE id = ?", (session_id,))
         return cur.rowcount == 1
 
     def _busy(self, session_id: str, holder: str) -> SessionBusy:
-        return SessionBusy(f"{self.describe()}: session {session_id!r} is being written by another writer "
-                           f"({holder}); a second writer is refused so the two cannot mix. Wait for it to "
-                           "finish, or use another session id (a crashed writer's lease is taken over "
-                           "automatically)")
+        return SessionBusy(
+            f"{self.describe()}: session {session_id!r} is being written by another writer "
+            f"({holder}); a second writer is refused so the two cannot mix. Wait for it to "
+            "finish, or use another session id (a crashed writer's lease is taken over "
+            "automatically)"
+        )
 
     def _lost_lease(self, session_id: str) -> SessionBusy:
-        return SessionBusy(f"{self.describe()}: this writer lost its lease on session {session_id!r} (it was "
-                           "taken over after missed heartbeats or a lost connection); its writes are refused "
-                           "so the two writers cannot mix. Reopen the session to continue from the store")
+        return SessionBusy(
+            f"{self.describe()}: this writer lost its lease on session {session_id!r} (it was "
+            "taken over after missed heartbeats or a lost connection); its writes are refused "
+            "so the two writers cannot mix. Reopen the session to continue from the store"
+        )
 
     # -------------------------------------------------------------- leases (one writer per session)
 
@@ -147,8 +155,12 @@ class _SQLBase:
             try:
                 self._drop_lease(session_id, held)
             except StoreError as exc:
-                log.warning("%s: could not release the lease on session %r (%s); it lapses when this process "
-                            "exits", self.describe(), session_id, exc)
+                log.warning(
+                    "%s: could not release the lease on session %r (%s); it lapses when this process exits",
+                    self.describe(),
+                    session_id,
+                    exc,
+                )
 
     @staticmethod
     def _check_id(session_id: str) -> None:

@@ -80,8 +80,9 @@ class _Encoded:
         self.is_marker = self.kind is not None
 
 
-def _decode(row_id: int, position: int, role: str, content: str | None, extra: str | None, is_marker: Any,
-            kind: str | None) -> Message:
+def _decode(
+    row_id: int, position: int, role: str, content: str | None, extra: str | None, is_marker: Any, kind: str | None
+) -> Message:
     msg: Message = {"role": role}
     if content is not None:
         msg["content"] = json.loads(content)
@@ -133,6 +134,6 @@ def _snippet(body: str, terms: Sequence[str], width: int = 80) -> str:
         i = low.find(t.lower())
         if i >= 0:
             start, end = max(0, i - width // 2), min(len(body), i + len(t) + width // 2)
-            text = body[start:i] + "[" + body[i:i + len(t)] + "]" + body[i + len(t):end]
+            text = body[start:i] + "[" + body[i : i + len(t)] + "]" + body[i + len(t) : end]
             return ("…" if start else "") + " ".join(text.split()) + ("…" if end < len(body) else "")
     return " ".join(body[:width].split())

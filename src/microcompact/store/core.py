@@ -41,8 +41,11 @@ class _SQLStore(_CompactionWrites):
         meta_json = _json(meta or {}, "session meta")
 
         def txn(cur: Any) -> bool:
-            self._exec(cur, "INSERT INTO sessions (id, meta) VALUES (?, ?) ON CONFLICT (id) DO NOTHING",
-                       (session_id, meta_json))
+            self._exec(
+                cur,
+                "INSERT INTO sessions (id, meta) VALUES (?, ?) ON CONFLICT (id) DO NOTHING",
+                (session_id, meta_json),
+            )
             return cur.rowcount == 1
 
         return self._txn(txn, write=True, op="create the session")
@@ -60,10 +63,17 @@ class _SQLStore(_CompactionWrites):
             GROUP BY s.id
             ORDER BY s.created_at, s.id"""
         rows = self._txn(lambda cur: self._exec(cur, sql).fetchall(), write=False, op="list the sessions")
-        return [{"id": r[0], "created_at": _timestamp(r[1]), "updated_at": _timestamp(r[2]),
-                 "meta": json.loads(r[3]) if r[3] else {},
-                 "counts": {"active": int(r[4]), "absorbed": int(r[5]), "superseded": int(r[6])},
-                 "markers": int(r[7])} for r in rows]
+        return [
+            {
+                "id": r[0],
+                "created_at": _timestamp(r[1]),
+                "updated_at": _timestamp(r[2]),
+                "meta": json.loads(r[3]) if r[3] else {},
+                "counts": {"active": int(r[4]), "absorbed": int(r[5]), "superseded": int(r[6])},
+                "markers": int(r[7]),
+            }
+            for r in rows
+        ]
 
     # -------------------------------------------------------------- messages
 
@@ -87,8 +97,7 @@ class _SQLStore(_CompactionWrites):
         seen: set[int] = set()
         for i, m in enumerate(msgs):
             if isinstance(m, dict) and ROW_KEY in m:
-                raise ValueError(f"message {i} is already stored (row {m[ROW_KEY]}); each message is "
-                                 "written once")
+                raise ValueError(f"message {i} is already stored (row {m[ROW_KEY]}); each message is written once")
             if id(m) in seen:
                 raise ValueError(f"message {i} appears twice in one append")
             seen.add(id(m))
@@ -96,8 +105,9 @@ class _SQLStore(_CompactionWrites):
 
         def txn(cur: Any) -> tuple[int, list[int]]:
             self._touch_session(cur, session_id, create=True)
-            top = self._exec(cur, "SELECT MAX(position) FROM messages WHERE session_id = ?",
-                             (session_id,)).fetchone()[0]
+            top = self._exec(cur, "SELECT MAX(position) FROM messages WHERE session_id = ?", (session_id,)).fetchone()[
+                0
+            ]
             start = 0 if top is None else int(top) + 1
             ids = self._insert_rows(cur, session_id, [(start + i, e) for i, e in enumerate(encoded)])
             return start, ids
@@ -115,15 +125,20 @@ class _SQLStore(_CompactionWrites):
 
         def txn(cur: Any) -> None:
             self._touch_session(cur, session_id, create=True)
-            self._exec(cur, "INSERT INTO skipped_exchanges (session_id, key) VALUES (?, ?) "
-                            "ON CONFLICT (session_id, key) DO NOTHING", (session_id, _clean_text(str(key))))
+            self._exec(
+                cur,
+                "INSERT INTO skipped_exchanges (session_id, key) VALUES (?, ?) "
+                "ON CONFLICT (session_id, key) DO NOTHING",
+                (session_id, _clean_text(str(key))),
+            )
 
         self._txn(txn, write=True, op="remember a skipped exchange")
 
     def skipped(self, session_id: str) -> set[str]:
         sql = "SELECT key FROM skipped_exchanges WHERE session_id = ?"
-        rows = self._txn(lambda cur: self._exec(cur, sql, (session_id,)).fetchall(), write=False,
-                         op="read the skipped exchanges")
+        rows = self._txn(
+            lambda cur: self._exec(cur, sql, (session_id,)).fetchall(), write=False, op="read the skipped exchanges"
+        )
         return {r[0] for r in rows}
 
     # -------------------------------------------------------------- session progress (meta)
@@ -144,14 +159,16 @@ class _SQLStore(_CompactionWrites):
     def session_meta(self, session_id: str) -> dict[str, Any]:
         """The session's meta ({} for an unknown session)."""
         sql = f"SELECT {'meta' if self.backend == 'sqlite' else 'meta::text'} FROM sessions WHERE id = ?"
-        rows = self._txn(lambda cur: self._exec(cur, sql, (session_id,)).fetchall(), write=False,
-                         op="read the session's progress")
+        rows = self._txn(
+            lambda cur: self._exec(cur, sql, (session_id,)).fetchall(), write=False, op="read the session's progress"
+        )
         return json.loads(rows[0][0]) if rows and rows[0][0] else {}
 
     # -------------------------------------------------------------- recall
 
-    def search(self, session_id: str, query: str, limit: int = 20, include_active: bool = False
-               ) -> list[dict[str, Any]]:
+    def search(
+        self, session_id: str, query: str, limit: int = 20, include_active: bool = False
+    ) -> list[dict[str, Any]]:
         """Full-text search over the session's absorbed originals (plus active rows with ``include_active``).
 
         Terms are words and "quoted phrases"; a hit contains all of them. Each hit: ``row``, ``position``,
@@ -163,10 +180,23 @@ class _SQLStore(_CompactionWrites):
         if not terms or limit <= 0:
             return []
         states = ("absorbed", "active") if include_active else ("absorbed",)
-        rows = self._txn(lambda cur: self._search(cur, session_id, terms, query, states, int(limit)), write=False,
-                         op="search the session")
-        return [{"row": int(r[0]), "position": int(r[1]), "role": r[2], "state": r[3], "snippet": r[4],
-                 "absorbed_by": None if r[5] is None else int(r[5]), "is_marker": bool(r[6])} for r in rows]
+        rows = self._txn(
+            lambda cur: self._search(cur, session_id, terms, query, states, int(limit)),
+            write=False,
+            op="search the session",
+        )
+        return [
+            {
+                "row": int(r[0]),
+                "position": int(r[1]),
+                "role": r[2],
+                "state": r[3],
+                "snippet": r[4],
+                "absorbed_by": None if r[5] is None else int(r[5]),
+                "is_marker": bool(r[6]),
+            }
+            for r in rows
+        ]
 
     def expand(self, session_id: str, marker_row: int) -> list[Message]:
         """The originals a marker stands for, in position order: what it absorbed, and what every marker
@@ -201,11 +231,14 @@ class _SQLStore(_CompactionWrites):
         replaced, ``_absorbed_by``."""
         if not include_absorbed:
             return self.load_active(session_id)
-        sql = (f"SELECT {self.COLS}, m.state, m.absorbed_by FROM messages m WHERE m.session_id = ? "
-               "ORDER BY m.position, m.id")
+        sql = (
+            f"SELECT {self.COLS}, m.state, m.absorbed_by FROM messages m WHERE m.session_id = ? "
+            "ORDER BY m.position, m.id"
+        )
         out = []
-        rows = self._txn(lambda cur: self._exec(cur, sql, (session_id,)).fetchall(), write=False,
-                         op="export the session")
+        rows = self._txn(
+            lambda cur: self._exec(cur, sql, (session_id,)).fetchall(), write=False, op="export the session"
+        )
         for r in rows:
             msg = _decode(*r[:7])
             msg[STATE_KEY] = r[7]

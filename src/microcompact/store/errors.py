@@ -38,6 +38,9 @@ class StoreCorrupt(StoreError):
 def _driver_error(exc: BaseException) -> str:
     """What a driver error may say in our messages and logs: its class and code, never its text (a database's
     error text can quote the statement's parameters: message content, secrets)."""
-    code = getattr(exc, "sqlstate", None) or getattr(exc, "sqlite_errorname", None) or \
-        getattr(exc, "sqlite_errorcode", None)
+    code = (
+        getattr(exc, "sqlstate", None)
+        or getattr(exc, "sqlite_errorname", None)
+        or getattr(exc, "sqlite_errorcode", None)
+    )
     return f"{type(exc).__module__.split('.')[0]}.{type(exc).__name__}" + (f" {code}" if code else "")

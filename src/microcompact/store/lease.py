@@ -34,7 +34,7 @@ def _process_start(pid: int) -> str:
             data = fh.read()
     except OSError:
         return ""
-    fields = data[data.rfind(b")") + 2:].split()
+    fields = data[data.rfind(b")") + 2 :].split()
     return fields[19].decode("ascii", "replace") if len(fields) > 19 else ""
 
 
@@ -54,7 +54,7 @@ def _process_alive(pid: int, start: str) -> bool:
         return _signal_zero(pid)
     except OSError:
         return _signal_zero(pid)
-    fields = data[data.rfind(b")") + 2:].split()
+    fields = data[data.rfind(b")") + 2 :].split()
     if not fields or fields[0] in (b"Z", b"X"):
         return False
     return not start or len(fields) <= 19 or fields[19].decode("ascii", "replace") == start
@@ -88,8 +88,9 @@ class _SQLiteLeases(_SQLBase):
     def _lease_row(self, cur: Any, session_id: str) -> tuple[Any, ...] | None:
         if not self._has_leases:
             return None
-        return cur.execute("SELECT token, host, pid, pid_start, expires_at FROM session_leases WHERE session_id = ?",
-                           (session_id,)).fetchone()
+        return cur.execute(
+            "SELECT token, host, pid, pid_start, expires_at FROM session_leases WHERE session_id = ?", (session_id,)
+        ).fetchone()
 
     @staticmethod
     def _holder(row: tuple[Any, ...]) -> str:
@@ -114,11 +115,13 @@ class _SQLiteLeases(_SQLBase):
             if row is not None and not why:
                 raise self._busy(session_id, self._holder(row))
             now = time.time()
-            cur.execute("INSERT INTO session_leases (session_id, token, host, pid, pid_start, acquired_at, expires_at) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (session_id) DO UPDATE SET token = excluded.token, "
-                        "host = excluded.host, pid = excluded.pid, pid_start = excluded.pid_start, "
-                        "acquired_at = excluded.acquired_at, expires_at = excluded.expires_at",
-                        (session_id, token, host, pid, start, now, now + self.lease_ttl))
+            cur.execute(
+                "INSERT INTO session_leases (session_id, token, host, pid, pid_start, acquired_at, expires_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (session_id) DO UPDATE SET token = excluded.token, "
+                "host = excluded.host, pid = excluded.pid, pid_start = excluded.pid_start, "
+                "acquired_at = excluded.acquired_at, expires_at = excluded.expires_at",
+                (session_id, token, host, pid, start, now, now + self.lease_ttl),
+            )
             return f"{self._holder(row)}: {why}" if row is not None else ""
 
         taken_over = self._txn(txn, write=True, op="take the session's writer lease")
@@ -127,8 +130,13 @@ class _SQLiteLeases(_SQLBase):
         self._start_heartbeat()
 
     def _drop_lease(self, session_id: str, token: str) -> None:
-        self._txn(lambda cur: cur.execute("DELETE FROM session_leases WHERE session_id = ? AND token = ?",
-                                          (session_id, token)), write=True, op="release the session's writer lease")
+        self._txn(
+            lambda cur: cur.execute(
+                "DELETE FROM session_leases WHERE session_id = ? AND token = ?", (session_id, token)
+            ),
+            write=True,
+            op="release the session's writer lease",
+        )
 
     def _fence(self, cur: Any, session_id: str) -> None:
         row = self._lease_row(cur, session_id)
@@ -144,9 +152,12 @@ class _SQLiteLeases(_SQLBase):
         if self._heartbeat is not None and self._heartbeat.is_alive():
             return
         self._stop_heartbeat.clear()
-        self._heartbeat = threading.Thread(target=_heartbeat_loop, args=(weakref.ref(self), self._stop_heartbeat,
-                                                                          self.lease_ttl / 3),
-                                           name="microcompact-lease", daemon=True)
+        self._heartbeat = threading.Thread(
+            target=_heartbeat_loop,
+            args=(weakref.ref(self), self._stop_heartbeat, self.lease_ttl / 3),
+            name="microcompact-lease",
+            daemon=True,
+        )
         self._heartbeat.start()
 
     def renew_leases(self) -> None:
@@ -160,8 +171,10 @@ class _SQLiteLeases(_SQLBase):
             def txn(cur: Any) -> list[str]:
                 lost = []
                 for session_id, token in held.items():
-                    cur.execute("UPDATE session_leases SET expires_at = ? WHERE session_id = ? AND token = ?",
-                                (time.time() + self.lease_ttl, session_id, token))
+                    cur.execute(
+                        "UPDATE session_leases SET expires_at = ? WHERE session_id = ? AND token = ?",
+                        (time.time() + self.lease_ttl, session_id, token),
+                    )
                     if cur.rowcount != 1:
                         lost.append(session_id)
                 return lost
@@ -174,8 +187,12 @@ class _SQLiteLeases(_SQLBase):
             for session_id in lost:
                 if session_id not in self._lost:
                     self._lost.add(session_id)
-                    log.error("%s: the writer lease of session %r was taken over by another writer; this "
-                              "store's writes to it are refused from now on", self.path, session_id)
+                    log.error(
+                        "%s: the writer lease of session %r was taken over by another writer; this "
+                        "store's writes to it are refused from now on",
+                        self.path,
+                        session_id,
+                    )
 
 
 def _heartbeat_loop(store_ref: weakref.ref[_SQLiteLeases], stop: threading.Event, every: float) -> None:
@@ -207,10 +224,13 @@ class _AdvisoryLeases(_SQLBase):
             cur.execute("SELECT pg_try_advisory_lock(%s)", (key,))
             if cur.fetchone()[0]:
                 return None
-            cur.execute("SELECT a.application_name, a.client_addr::text, a.backend_start FROM pg_locks l "
-                        "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted "
-                        "AND l.classid::bigint = %s AND l.objid::bigint = %s AND l.objsubid = 1 "
-                        "AND l.pid <> pg_backend_pid() LIMIT 1", ((key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF))
+            cur.execute(
+                "SELECT a.application_name, a.client_addr::text, a.backend_start FROM pg_locks l "
+                "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted "
+                "AND l.classid::bigint = %s AND l.objid::bigint = %s AND l.objsubid = 1 "
+                "AND l.pid <> pg_backend_pid() LIMIT 1",
+                ((key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF),
+            )
             return cur.fetchone() or ()
 
         holder = self._txn(txn, write=False, op="take the session's writer lease")
@@ -224,8 +244,11 @@ class _AdvisoryLeases(_SQLBase):
         key = self._lease_key(session_id)
         if self._conn is None or self._conn.closed:
             return  # the server released it with the connection
-        self._txn(lambda cur: cur.execute("SELECT pg_advisory_unlock(%s)", (key,)), write=False,
-                  op="release the session's writer lease")
+        self._txn(
+            lambda cur: cur.execute("SELECT pg_advisory_unlock(%s)", (key,)),
+            write=False,
+            op="release the session's writer lease",
+        )
 
     def _fence(self, cur: Any, session_id: str) -> None:
         if session_id in self._leases:

@@ -46,8 +46,14 @@ class PostgresStore(_AdvisoryLeases, _PostgresSchema, _SQLStore):
     META_MERGE = "(meta::jsonb || ?::jsonb)::json"
     COLS = "m.id, m.position, m.role, m.content::text, m.extra::text, m.is_marker, m.marker_kind"
 
-    def __init__(self, dsn: str, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT, read_only: bool = False,
-                 connect_timeout: int = 10) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+        read_only: bool = False,
+        connect_timeout: int = 10,
+    ) -> None:
         super().__init__()
         self._pg = _psycopg()
         self.dsn = dsn
@@ -72,8 +78,10 @@ class PostgresStore(_AdvisoryLeases, _PostgresSchema, _SQLStore):
             return "PostgreSQL"
         host = parts.get("host") or parts.get("hostaddr") or "localhost"
         port = parts.get("port") or "5432"
-        return f"postgresql://{parts.get('user') or ''}{'@' if parts.get('user') else ''}{host}:{port}/" \
-               f"{parts.get('dbname') or ''}"
+        return (
+            f"postgresql://{parts.get('user') or ''}{'@' if parts.get('user') else ''}{host}:{port}/"
+            f"{parts.get('dbname') or ''}"
+        )
 
     def describe(self) -> str:
         return self._where
@@ -88,12 +96,16 @@ class PostgresStore(_AdvisoryLeases, _PostgresSchema, _SQLStore):
             raise StoreError(f"{self._where}: cannot connect to PostgreSQL: {str(exc).strip()}") from None
         host, pid, _ = _this_writer()
         try:
-            conn.execute("SELECT set_config('lock_timeout', %s, false), set_config('application_name', %s, false)",
-                         (f"{int(self.busy_timeout * 1000)}ms", f"microcompact pid {pid}@{host}"[:63]))
+            conn.execute(
+                "SELECT set_config('lock_timeout', %s, false), set_config('application_name', %s, false)",
+                (f"{int(self.busy_timeout * 1000)}ms", f"microcompact pid {pid}@{host}"[:63]),
+            )
             # A writer's host that vanishes without closing its connection releases its leases within ~1 min.
-            conn.execute("SELECT set_config('tcp_keepalives_idle', '30', false), "
-                         "set_config('tcp_keepalives_interval', '10', false), "
-                         "set_config('tcp_keepalives_count', '3', false)")
+            conn.execute(
+                "SELECT set_config('tcp_keepalives_idle', '30', false), "
+                "set_config('tcp_keepalives_interval', '10', false), "
+                "set_config('tcp_keepalives_count', '3', false)"
+            )
             if self.read_only:
                 conn.execute("SELECT set_config('default_transaction_read_only', 'on', false)")
             row = conn.execute("SELECT current_schema()").fetchone()
@@ -101,8 +113,12 @@ class PostgresStore(_AdvisoryLeases, _PostgresSchema, _SQLStore):
             for session_id in [s for s in self._leases if s not in self._lost]:
                 if not conn.execute("SELECT pg_try_advisory_lock(%s)", (self._lease_key(session_id),)).fetchone()[0]:
                     self._lost.add(session_id)
-                    log.error("%s: reconnected, but another writer took session %r meanwhile; this store's writes "
-                              "to it are refused from now on", self._where, session_id)
+                    log.error(
+                        "%s: reconnected, but another writer took session %r meanwhile; this store's writes "
+                        "to it are refused from now on",
+                        self._where,
+                        session_id,
+                    )
             conn.commit()
         except pg.Error as exc:
             conn.close()
@@ -115,8 +131,9 @@ class PostgresStore(_AdvisoryLeases, _PostgresSchema, _SQLStore):
                 self._conn.close()
         self._conn = None
 
-    def _txn(self, fn: Callable[[Any], T], write: bool, op: str = "access the store",
-             check_read_only: bool = True) -> T:
+    def _txn(
+        self, fn: Callable[[Any], T], write: bool, op: str = "access the store", check_read_only: bool = True
+    ) -> T:
         pg = self._pg
         with self._lock:
             self._require_open()
@@ -141,11 +158,14 @@ class PostgresStore(_AdvisoryLeases, _PostgresSchema, _SQLStore):
                     else:
                         self._rollback(conn)
                     if broken and committing:
-                        raise StoreError(f"{self._where}: {op}: the connection was lost while committing; the "
-                                         f"outcome of this write is unknown ({_driver_error(exc)})") from None
+                        raise StoreError(
+                            f"{self._where}: {op}: the connection was lost while committing; the "
+                            f"outcome of this write is unknown ({_driver_error(exc)})"
+                        ) from None
                     if broken and attempt == 1 and isinstance(exc, pg.OperationalError):
-                        log.warning("%s: %s: connection lost (%s); reconnecting once", self._where, op,
-                                    _driver_error(exc))
+                        log.warning(
+                            "%s: %s: connection lost (%s); reconnecting once", self._where, op, _driver_error(exc)
+                        )
                         continue
                     raise self._translate(exc, op) from None
                 except BaseException:
@@ -166,16 +186,20 @@ class PostgresStore(_AdvisoryLeases, _PostgresSchema, _SQLStore):
         text = _driver_error(exc)
         w = f"{self._where}: {op} failed"
         if state in ("55P03", "57014"):
-            return StoreLocked(f"{w}: the session or table is locked by another connection (waited "
-                               f"{self.busy_timeout:g} s, the lock timeout): {text}")
+            return StoreLocked(
+                f"{w}: the session or table is locked by another connection (waited "
+                f"{self.busy_timeout:g} s, the lock timeout): {text}"
+            )
         if state == "25006":
-            return StoreReadOnly(f"{w}: the database is read-only (read_only=True, a standby, or "
-                                 f"default_transaction_read_only): {text}")
+            return StoreReadOnly(
+                f"{w}: the database is read-only (read_only=True, a standby, or default_transaction_read_only): {text}"
+            )
         if state == "53100":
             return StoreFull(f"{w}: the PostgreSQL server's disk is full: {text}")
         if state in ("23505", "40001", "40P01"):
-            return StoreConflict(f"{w}: a write conflicts with the stored session ({text}): two writers on "
-                                 "one session?")
+            return StoreConflict(
+                f"{w}: a write conflicts with the stored session ({text}): two writers on one session?"
+            )
         if isinstance(exc, self._pg.OperationalError) and not state:
             return StoreError(f"{w}: lost the connection to PostgreSQL: {text}")
         return StoreError(f"{w}: {text}")
@@ -202,8 +226,10 @@ class PostgresStore(_AdvisoryLeases, _PostgresSchema, _SQLStore):
     def _insert_rows(self, cur: Any, session_id: str, items: Sequence[tuple[int, _Encoded]]) -> list[int]:
         if not items:
             return []
-        sql = ("INSERT INTO messages (session_id, position, role, content, extra, body, is_marker, marker_kind) "
-               "VALUES (%s, %s, %s, %s::json, %s::json, %s, %s, %s) RETURNING id")
+        sql = (
+            "INSERT INTO messages (session_id, position, role, content, extra, body, is_marker, marker_kind) "
+            "VALUES (%s, %s, %s, %s::json, %s::json, %s, %s, %s) RETURNING id"
+        )
         params = [(session_id, pos, e.role, e.content, e.extra, e.body, e.is_marker, e.kind) for pos, e in items]
         if len(params) == 1:
             cur.execute(sql, params[0])
@@ -216,8 +242,9 @@ class PostgresStore(_AdvisoryLeases, _PostgresSchema, _SQLStore):
                 break
         return ids
 
-    def _search(self, cur: Any, session_id: str, terms: list[str], query: str, states: tuple[str, ...],
-                limit: int) -> list[tuple[Any, ...]]:
+    def _search(
+        self, cur: Any, session_id: str, terms: list[str], query: str, states: tuple[str, ...], limit: int
+    ) -> list[tuple[Any, ...]]:
         sql = """
             SELECT m.id, m.position, m.role, m.state,
                    ts_headline('simple', m.body, q, 'StartSel=[, StopSel=], MaxWords=24, MinWords=8, MaxFragments=2'),

@@ -61,25 +61,33 @@ class _PostgresSchema(_SQLBase):
             # One migrator at a time, and the lock comes before any catalog lookup: a lookup made before
             # waiting would leave this connection a cached "no such table" after the other one created it.
             cur.execute("SELECT pg_advisory_xact_lock(%s)", (_PG_MIGRATION_LOCK,))
-        cur.execute("SELECT to_regclass('schema_version') IS NOT NULL, to_regclass('sessions') IS NOT NULL, "
-                    "to_regclass('messages') IS NOT NULL")
+        cur.execute(
+            "SELECT to_regclass('schema_version') IS NOT NULL, to_regclass('sessions') IS NOT NULL, "
+            "to_regclass('messages') IS NOT NULL"
+        )
         has_version, has_sessions, has_messages = cur.fetchone()
         version = 0
         if has_version:
             cur.execute("SELECT MAX(version) FROM schema_version")
             version = int(cur.fetchone()[0] or 0)
         elif has_sessions or has_messages:
-            raise StoreError(f"{self._where}: the database has sessions/messages tables that are not a "
-                             "microcompact store (no schema_version)")
+            raise StoreError(
+                f"{self._where}: the database has sessions/messages tables that are not a "
+                "microcompact store (no schema_version)"
+            )
         if version > SCHEMA_VERSION:
-            raise StoreError(f"{self._where}: store schema version {version} is newer than this microcompact "
-                             f"supports (version {SCHEMA_VERSION}); upgrade microcompact to open it")
+            raise StoreError(
+                f"{self._where}: store schema version {version} is newer than this microcompact "
+                f"supports (version {SCHEMA_VERSION}); upgrade microcompact to open it"
+            )
         if version == SCHEMA_VERSION:
             return
         if self.read_only:
-            raise StoreReadOnly(f"{self._where}: the store is opened read-only but its schema needs "
-                                f"{'creating' if version == 0 else 'migrating'} (version {version} -> "
-                                f"{SCHEMA_VERSION})")
+            raise StoreReadOnly(
+                f"{self._where}: the store is opened read-only but its schema needs "
+                f"{'creating' if version == 0 else 'migrating'} (version {version} -> "
+                f"{SCHEMA_VERSION})"
+            )
         for target in range(version + 1, SCHEMA_VERSION + 1):
             for stmt in _PG_MIGRATIONS[target - 1]:
                 cur.execute(stmt)

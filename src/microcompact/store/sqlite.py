@@ -56,8 +56,15 @@ class SQLiteStore(_SQLiteLeases, _SQLiteSchema, _SQLStore):
     META_MERGE = "json_patch(meta, ?)"
     COLS = "m.id, m.position, m.role, m.content, m.extra, m.is_marker, m.marker_kind"
 
-    def __init__(self, path: str | Path | None = None, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
-                 read_only: bool = False, fts: bool = True, lease_ttl: float = DEFAULT_LEASE_TTL) -> None:
+    def __init__(
+        self,
+        path: str | Path | None = None,
+        *,
+        busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+        read_only: bool = False,
+        fts: bool = True,
+        lease_ttl: float = DEFAULT_LEASE_TTL,
+    ) -> None:
         super().__init__()
         self.path = str(path) if path is not None else str(default_store_path())
         self.busy_timeout = float(busy_timeout)
@@ -74,11 +81,13 @@ class SQLiteStore(_SQLiteLeases, _SQLiteSchema, _SQLStore):
         try:
             if read_only:
                 target = "file:" + quote(str(Path(self.path).resolve())) + "?mode=ro"
-                conn = sqlite3.connect(target, uri=True, timeout=self.busy_timeout, isolation_level=None,
-                                       check_same_thread=False)
+                conn = sqlite3.connect(
+                    target, uri=True, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
+                )
             else:
-                conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None,
-                                       check_same_thread=False)
+                conn = sqlite3.connect(
+                    self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
+                )
         except sqlite3.Error as exc:
             raise self._translate(exc, "open the database") from None
         self._conn = conn
@@ -119,17 +128,20 @@ class SQLiteStore(_SQLiteLeases, _SQLiteSchema, _SQLStore):
             if not self.read_only and self.path != ":memory:":
                 mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
                 if str(mode).lower() != "wal":
-                    log.warning("%s: WAL journal mode unavailable (got %s); concurrent readers will block",
-                                self.path, mode)
+                    log.warning(
+                        "%s: WAL journal mode unavailable (got %s); concurrent readers will block", self.path, mode
+                    )
                 conn.execute("PRAGMA synchronous = NORMAL")
         except sqlite3.Error as exc:
             raise self._translate(exc, "set up the connection") from None
         version = self._version(conn, names)
         if version < SCHEMA_VERSION:
             if self.read_only:
-                raise StoreReadOnly(f"{self.path}: the store is opened read-only but its schema needs "
-                                    f"{'creating' if version == 0 else 'migrating'} (version {version} -> "
-                                    f"{SCHEMA_VERSION})")
+                raise StoreReadOnly(
+                    f"{self.path}: the store is opened read-only but its schema needs "
+                    f"{'creating' if version == 0 else 'migrating'} (version {version} -> "
+                    f"{SCHEMA_VERSION})"
+                )
             self._txn(self._migrate, write=True, op="create or migrate the schema")
             names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
         self._setup_fts(want_fts, "messages_fts" in names)
@@ -169,11 +181,14 @@ class SQLiteStore(_SQLiteLeases, _SQLiteSchema, _SQLStore):
         text = _driver_error(exc)
         p = f"{self.path}: {op} failed"
         if primary in (5, 6) or "database is locked" in low:
-            return StoreLocked(f"{p}: the database is locked by another connection (waited "
-                               f"{self.busy_timeout:g} s, the busy timeout): {text}")
+            return StoreLocked(
+                f"{p}: the database is locked by another connection (waited "
+                f"{self.busy_timeout:g} s, the busy timeout): {text}"
+            )
         if primary == 8 or "readonly" in low or "read-only" in low:
-            return StoreReadOnly(f"{p}: the database is read-only (file permissions, a read-only mount or "
-                                 f"read_only=True): {text}")
+            return StoreReadOnly(
+                f"{p}: the database is read-only (file permissions, a read-only mount or read_only=True): {text}"
+            )
         if primary == 13 or "disk is full" in low:
             return StoreFull(f"{p}: the disk or the database size limit is full: {text}")
         if primary == 26 or "not a database" in low:
@@ -181,8 +196,9 @@ class SQLiteStore(_SQLiteLeases, _SQLiteSchema, _SQLStore):
         if primary == 11 or "malformed" in low:
             return StoreCorrupt(f"{p}: the database file is corrupt ({text})")
         if primary == 19:
-            return StoreConflict(f"{p}: a write conflicts with the stored session ({text}): two writers on "
-                                 "one session?")
+            return StoreConflict(
+                f"{p}: a write conflicts with the stored session ({text}): two writers on one session?"
+            )
         if primary == 14:
             return StoreError(f"{p}: cannot open the database file ({text})")
         if primary == 10:
@@ -201,19 +217,24 @@ class SQLiteStore(_SQLiteLeases, _SQLiteSchema, _SQLStore):
         return "+" + column  # unary plus: SQLite will not use an index for this term
 
     def _insert_rows(self, cur: Any, session_id: str, items: Sequence[tuple[int, _Encoded]]) -> list[int]:
-        sql = ("INSERT INTO messages (session_id, position, role, content, extra, body, is_marker, marker_kind) "
-               "VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
+        sql = (
+            "INSERT INTO messages (session_id, position, role, content, extra, body, is_marker, marker_kind) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+        )
         ids = []
         for pos, e in items:
             cur.execute(sql, (session_id, pos, e.role, e.content, e.extra, e.body, int(e.is_marker), e.kind))
             ids.append(int(cur.lastrowid))
         if self._fts and ids:
-            cur.executemany("INSERT INTO messages_fts (rowid, body) VALUES (?, ?)",
-                            [(i, e.body) for i, (_, e) in zip(ids, items, strict=True)])
+            cur.executemany(
+                "INSERT INTO messages_fts (rowid, body) VALUES (?, ?)",
+                [(i, e.body) for i, (_, e) in zip(ids, items, strict=True)],
+            )
         return ids
 
-    def _search(self, cur: Any, session_id: str, terms: list[str], query: str, states: tuple[str, ...],
-                limit: int) -> list[tuple[Any, ...]]:
+    def _search(
+        self, cur: Any, session_id: str, terms: list[str], query: str, states: tuple[str, ...], limit: int
+    ) -> list[tuple[Any, ...]]:
         state_sql = "m.state IN (SELECT value FROM json_each(?))"
         if self._fts:
             match = " AND ".join('"' + t.replace('"', '""') + '"' for t in terms)

@@ -96,13 +96,17 @@ class _SQLiteSchema(_SQLBase):
                 raise self._translate(exc, "read the schema version") from None
             version = int(row[0] or 0)
         elif names & _OUR_TABLES:
-            raise StoreError(f"{self.path}: a SQLite database but not a microcompact store (it has tables "
-                             f"{', '.join(sorted(names & _OUR_TABLES))} but no schema_version)")
+            raise StoreError(
+                f"{self.path}: a SQLite database but not a microcompact store (it has tables "
+                f"{', '.join(sorted(names & _OUR_TABLES))} but no schema_version)"
+            )
         else:
             version = 0
         if version > SCHEMA_VERSION:
-            raise StoreError(f"{self.path}: store schema version {version} is newer than this microcompact "
-                             f"supports (version {SCHEMA_VERSION}); upgrade microcompact to open it")
+            raise StoreError(
+                f"{self.path}: store schema version {version} is newer than this microcompact "
+                f"supports (version {SCHEMA_VERSION}); upgrade microcompact to open it"
+            )
         return version
 
     def _migrate(self, cur: Any) -> None:
@@ -118,19 +122,30 @@ class _SQLiteSchema(_SQLBase):
     def _setup_fts(self, want: bool, exists: bool) -> None:
         available = sqlite_has_fts5()
         if exists and not available:
-            raise StoreError(f"{self.path}: the store has an FTS5 search index but this Python's SQLite "
-                             f"({sqlite3.sqlite_version}) was built without FTS5")
+            raise StoreError(
+                f"{self.path}: the store has an FTS5 search index but this Python's SQLite "
+                f"({sqlite3.sqlite_version}) was built without FTS5"
+            )
         if not exists and available and want and not self.read_only:
+
             def build(cur: Any) -> None:
                 if not cur.execute("SELECT 1 FROM sqlite_master WHERE name = 'messages_fts'").fetchone():
                     cur.execute(_FTS_DDL)
                     cur.execute("INSERT INTO messages_fts (messages_fts) VALUES ('rebuild')")
+
             self._txn(build, write=True, op="build the search index")
             exists = True
         self._fts = exists
         self.search_backend = "fts5" if exists else "like"
         if not exists:
-            why = ("this SQLite was built without FTS5" if not available else
-                   "the store was created without it" + (" and is opened read-only" if self.read_only else ""))
-            log.warning("%s: full-text search index unavailable (%s); search() falls back to LIKE "
-                        "(substring match, no ranking, slower)", self.path, why)
+            why = (
+                "this SQLite was built without FTS5"
+                if not available
+                else "the store was created without it" + (" and is opened read-only" if self.read_only else "")
+            )
+            log.warning(
+                "%s: full-text search index unavailable (%s); search() falls back to LIKE "
+                "(substring match, no ranking, slower)",
+                self.path,
+                why,
+            )

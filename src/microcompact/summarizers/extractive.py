@@ -45,9 +45,7 @@ _ERROR_RESULT = re.compile(r"^\s*(?:<tool_use_error>|Error\b|ERROR\b)")
 _TOOL_ERROR_TAG = re.compile(r"</?tool_use_error>")
 _CODE_FENCE = re.compile(r"```.*?(?:```|\Z)", re.DOTALL)
 _SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+|\n+")
-_REQUIREMENT = re.compile(
-    r"(?i)\b(?:must|required?|requirements?|never|always|do not|don't|should not|shouldn't)\b"
-)
+_REQUIREMENT = re.compile(r"(?i)\b(?:must|required?|requirements?|never|always|do not|don't|should not|shouldn't)\b")
 # Users state preferences more softly than the assistant restates hard requirements.
 _USER_CONSTRAINT = re.compile(r"(?i)\b(?:make sure|ensure|prefer|avoid|instead of|only)\b")
 _DECISION = re.compile(
@@ -77,8 +75,9 @@ class _Facts:
         if verb == "mentioned" and any(known.endswith("/" + path.lstrip("./")) for known in self.files):
             return
         if verb != "mentioned":
-            for known in [k for k, verbs in self.files.items()
-                          if verbs == ["mentioned"] and path.endswith("/" + k.lstrip("./"))]:
+            for known in [
+                k for k, verbs in self.files.items() if verbs == ["mentioned"] and path.endswith("/" + k.lstrip("./"))
+            ]:
                 del self.files[known]
         verbs = self.files.setdefault(path, [])
         if verb not in verbs:
@@ -145,8 +144,15 @@ class ExtractiveSummarizer:
             new["Completed actions"] = [_answer_line(messages)]
         return self._update(summary, new, BATCH_SECTIONS, replace=("Active state",), focus=focus)
 
-    def _update(self, summary: str, new: dict[str, list[str]], order: tuple[str, ...], *,
-                replace: tuple[str, ...] = (), focus: str | None = None) -> str:
+    def _update(
+        self,
+        summary: str,
+        new: dict[str, list[str]],
+        order: tuple[str, ...],
+        *,
+        replace: tuple[str, ...] = (),
+        focus: str | None = None,
+    ) -> str:
         """``summary`` with ``new`` bullets merged into its sections (created as needed, in ``order``)."""
         sections = parse_sections(summary)
         by_name = {s.name: s for s in sections}
@@ -215,7 +221,7 @@ def _keep_newest(items: list[str], limit: int, terms: list[str]) -> list[str]:
     favoured = set([i for i, item in enumerate(items) if _mentions(item, terms)][-limit:])
     others = [i for i in range(len(items)) if i not in favoured]
     room = limit - len(favoured)
-    kept = favoured | set(others[len(others) - room:] if room else ())
+    kept = favoured | set(others[len(others) - room :] if room else ())
     return [items[i] for i in sorted(kept)]
 
 
@@ -370,8 +376,7 @@ def _exit_code(result: str) -> int | None:
 
 def _outcome(result: str, exit_code: int | None, failed: bool) -> str:
     status = f"exit {exit_code}" if exit_code is not None else ("error" if failed else "")
-    last = next((line for line in reversed(result.splitlines()) if line.strip()
-                 and not _EXIT_CODE.search(line)), "")
+    last = next((line for line in reversed(result.splitlines()) if line.strip() and not _EXIT_CODE.search(line)), "")
     last = clip(last, 100)
     if status and last:
         return f"{status}: {last}"
@@ -405,8 +410,11 @@ def describe_tool_result(call: dict[str, Any] | None, result: str) -> str:
     compaction's cheap phase puts these where old outputs were; the originals stay in the store.
     """
     parsed = _parse_call(call) if call else _Call("tool", {})
-    target = (_first_arg(parsed.args, _PATH_KEYS) or _first_arg(parsed.args, _SHELL_KEYS)
-              or _first_arg(parsed.args, _PATTERN_KEYS + _URL_KEYS))
+    target = (
+        _first_arg(parsed.args, _PATH_KEYS)
+        or _first_arg(parsed.args, _SHELL_KEYS)
+        or _first_arg(parsed.args, _PATTERN_KEYS + _URL_KEYS)
+    )
     lines = len(result.splitlines())
     facts = [f"{lines} line{'s' if lines != 1 else ''}" if lines > 1 else f"{len(result)} chars"]
     code = _exit_code(result)

@@ -31,8 +31,15 @@ class OpenAISummarizer:
     the model's output is redacted too.
     """
 
-    def __init__(self, model: str, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY",
-                 timeout: float = 60.0, max_output_tokens: int = 1024, temperature: float = 0.1) -> None:
+    def __init__(
+        self,
+        model: str,
+        base_url: str | None = None,
+        api_key_env: str = "OPENAI_API_KEY",
+        timeout: float = 60.0,
+        max_output_tokens: int = 1024,
+        temperature: float = 0.1,
+    ) -> None:
         import openai  # imported here so the offline extractive path never pays for the SDK
 
         self.name = model
@@ -42,8 +49,7 @@ class OpenAISummarizer:
         self.temperature = temperature
         key = os.environ.get(api_key_env)
         self._key_missing = not key
-        self._client = openai.OpenAI(api_key=key or _PLACEHOLDER_KEY, base_url=base_url, timeout=timeout,
-                                     max_retries=0)
+        self._client = openai.OpenAI(api_key=key or _PLACEHOLDER_KEY, base_url=base_url, timeout=timeout, max_retries=0)
 
     def merge(self, summary: str, exchange: list[dict]) -> str:
         return self._complete(MERGE_PROMPT, merge_request(summary, render_exchange(exchange)))
@@ -78,15 +84,17 @@ class OpenAISummarizer:
             return SummarizerTimeout(f"{self.model}: no answer within the timeout")
         if isinstance(exc, openai.RateLimitError):
             if _is_quota_error(exc):
-                return SummarizerAuthError(f"{self.model}: quota exhausted for the key in {self.api_key_env} "
-                                           f"(insufficient_quota)")
+                return SummarizerAuthError(
+                    f"{self.model}: quota exhausted for the key in {self.api_key_env} (insufficient_quota)"
+                )
             return SummarizerRateLimited(f"{self.model}: rate limited (429)")
         if isinstance(exc, (openai.AuthenticationError, openai.PermissionDeniedError)):
             if self._key_missing:
-                return SummarizerAuthError(f"{self.model}: the endpoint requires an API key ({exc.status_code}); "
-                                           f"set {self.api_key_env} (it is unset, so a placeholder key was sent)")
-            return SummarizerAuthError(f"{self.model}: the key in {self.api_key_env} was rejected "
-                                       f"({exc.status_code})")
+                return SummarizerAuthError(
+                    f"{self.model}: the endpoint requires an API key ({exc.status_code}); "
+                    f"set {self.api_key_env} (it is unset, so a placeholder key was sent)"
+                )
+            return SummarizerAuthError(f"{self.model}: the key in {self.api_key_env} was rejected ({exc.status_code})")
         if isinstance(exc, (openai.InternalServerError, openai.APIConnectionError)):
             return SummarizerUnavailable(f"{self.model}: endpoint unavailable ({_describe(exc)})")
         if isinstance(exc, openai.APIResponseValidationError):

@@ -93,7 +93,7 @@ def _cut_middle(text: str, keep_tokens: int, tokens: int, count_text: CountText)
         head = keep_chars // 2
         tail = keep_chars - head
         note = OMISSION_NOTE.format(count=len(text) - keep_chars)
-        out = f"{text[:head]}\n{note}\n{text[len(text) - tail:]}"
+        out = f"{text[:head]}\n{note}\n{text[len(text) - tail :]}"
         if keep_chars == 0 or count_text(out) <= keep_tokens + note_tokens:
             return out
         keep_chars = int(keep_chars * 0.85)

@@ -48,8 +48,7 @@ def _system_prompt(name: str, **values: object) -> str:
 
 MERGE_PROMPT = _system_prompt("merge_system.md")
 CONDENSE_PROMPT = _system_prompt("condense_system.md")
-BATCH_PROMPT = _system_prompt("batch_system.md",
-                              section_headings="\n".join(f"### {name}" for name in BATCH_SECTIONS))
+BATCH_PROMPT = _system_prompt("batch_system.md", section_headings="\n".join(f"### {name}" for name in BATCH_SECTIONS))
 
 
 def merge_request(summary: str, transcript: str) -> str:
@@ -65,5 +64,6 @@ def condense_request(summary: str, target_tokens: int) -> str:
 def batch_request(summary: str, transcript: str, focus: str | None) -> str:
     """The user message of a batch compaction: previous summary, optional focus, transcript."""
     focus_block = render("batch_focus.txt", focus=focus.strip()) + "\n\n" if focus else ""
-    return render("batch_request.txt", summary=summary.strip() or EMPTY_BATCH_SUMMARY, focus=focus_block,
-                  transcript=transcript)
+    return render(
+        "batch_request.txt", summary=summary.strip() or EMPTY_BATCH_SUMMARY, focus=focus_block, transcript=transcript
+    )

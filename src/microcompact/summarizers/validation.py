@@ -37,8 +37,9 @@ def shorten_summary(summary: str, target_tokens: int, count_text: CountText) -> 
         candidate = render_sections(sections)
     if len(candidate) < len(summary) and count_text(candidate) <= target_tokens:
         return candidate
-    return _truncate(candidate if len(candidate) < len(summary) else summary, target_tokens, count_text,
-                     shorter_than=len(summary))
+    return _truncate(
+        candidate if len(candidate) < len(summary) else summary, target_tokens, count_text, shorter_than=len(summary)
+    )
 
 
 def _drop_oldest(sections: list[Section], target_tokens: int, count_text: CountText) -> str:
@@ -55,6 +56,7 @@ def _drop_oldest(sections: list[Section], target_tokens: int, count_text: CountT
 
 def _truncate(text: str, target_tokens: int, count_text: CountText, *, shorter_than: int) -> str:
     """The longest prefix of ``text`` that fits with the note; without the note if that is too long."""
+
     def with_note(prefix: str) -> str:
         return f"{prefix.rstrip()}\n{SHORTENED_NOTE}".lstrip("\n")
 
