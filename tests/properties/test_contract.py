@@ -18,14 +18,14 @@ from microcompact.properties import (
     allowed_cuts,
     contract_errors,
 )
-from strategies import micro_configs, transcripts
+from strategies import examples, micro_configs, transcripts
 
 Message = dict[str, Any]
 PASSES = settings(
-    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+    max_examples=examples(20), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
 FAST = settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+    max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
 
 

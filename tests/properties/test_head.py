@@ -13,11 +13,11 @@ from microcompact.messages import render_micro_marker
 from microcompact.properties import TOOL_PAIRING, Head, allowed_cuts
 from microcompact.tokens import EstimateCounter, Ledger, TokenCounter
 from microcompact.window import Window
-from strategies import micro_configs, transcripts
+from strategies import examples, micro_configs, transcripts
 
 Message = dict[str, Any]
 PASSES = settings(
-    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+    max_examples=examples(20), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
 S: Message = {"role": "system", "content": "s"}
 U: Message = {"role": "user", "content": "u"}

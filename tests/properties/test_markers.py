@@ -15,11 +15,11 @@ from microcompact.messages import (
 )
 from microcompact.properties import MARKERS, absorbable
 from microcompact.window import bounded_exchange, exchange_start
-from strategies import micro_configs, transcripts
+from strategies import examples, micro_configs, transcripts
 
 Message = dict[str, Any]
 PASSES = settings(
-    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+    max_examples=examples(20), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
 U: Message = {"role": "user", "content": "u"}
 A: Message = {"role": "assistant", "content": "a"}

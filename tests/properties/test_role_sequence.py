@@ -10,11 +10,11 @@ from hypothesis import strategies as st
 from microcompact import role_sequence_errors as exported_checker
 from microcompact.messages import render_micro_marker, role_sequence_errors
 from microcompact.properties import ROLE_SEQUENCE, TOOL_PAIRING
-from strategies import transcripts
+from strategies import examples, transcripts
 
 Message = dict[str, Any]
 FAST = settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+    max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
 S: Message = {"role": "system", "content": "s"}
 U: Message = {"role": "user", "content": "u"}

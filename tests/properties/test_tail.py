@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 from microcompact.messages import render_micro_marker
 from microcompact.properties import TOOL_PAIRING, Tail, allowed_cuts
 from microcompact.window import tail_start
-from strategies import micro_configs, transcripts
+from strategies import examples, micro_configs, transcripts
 
 Message = dict[str, Any]
 PASSES = settings(
-    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+    max_examples=examples(20), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
 U: Message = {"role": "user", "content": "u"}
 A: Message = {"role": "assistant", "content": "a"}

@@ -9,11 +9,11 @@ from hypothesis import HealthCheck, given, settings
 from microcompact import tool_pairing_errors as exported_checker
 from microcompact.messages import tool_pairing_errors
 from microcompact.properties import TOOL_PAIRING
-from strategies import transcripts
+from strategies import examples, transcripts
 
 Message = dict[str, Any]
 FAST = settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+    max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
 
 

@@ -10,11 +10,11 @@ from hypothesis import strategies as st
 from microcompact import user_message_errors as exported_checker
 from microcompact.messages import render_micro_marker, user_message_errors
 from microcompact.properties import USER_MESSAGES, absorbable
-from strategies import transcripts
+from strategies import examples, transcripts
 
 Message = dict[str, Any]
 FAST = settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+    max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
 
 
