@@ -1085,6 +1085,47 @@ def test_batch_invariants_on_generated_transcripts(data: st.DataObject, messages
     assert set(checked.outcomes()) <= CHANGED | {"nothing_to_compact", "low_yield"}
 
 
+@settings(max_examples=examples(80), **COMMON)
+@given(messages=transcripts(max_turns=10), cfg=batch_configs(micro=False), cap=st.sampled_from([8, 1, 2]))
+def test_batch_output_is_chronological_with_users_verbatim_and_pairs_whole(messages: list[dict[str, Any]],
+                                                                          cfg: Config, cap: int) -> None:
+    """Property (issue 8.8): after a forced batch, user messages are the originals, individual (one output
+    message per original, none joined) and in order; tool calls and results stay paired; each marker stands
+    between the same two kept user messages as the work it summarizes (``Echo`` names the calls it got)."""
+    cfg = cfg.with_overrides(compression={"batch_max_calls": cap})
+    ledger = Ledger(counter(), messages)
+    h, t = bounds(cfg, ledger)
+    summ = Echo()
+    b = BatchCompactor(cfg, summ, counter())
+    Checked(b, cfg)
+    result = b.compact(ledger, force=True)
+    out = ledger.messages
+    if result.outcome not in CHANGED or result.outcome == "pruned":
+        return
+    folded = result.record.get("users_folded") or 0
+    originals = [strip(m) for m in messages if m.get("role") == "user"]
+    middle_users = [i for i in range(h, t) if messages[i].get("role") == "user"]
+    dropped = [strip(messages[i]) for i in middle_users[:folded]]
+    assert [strip(m) for m in out if m.get("role") == "user"] == [m for m in originals if m not in dropped] or \
+        folded and len([m for m in out if m.get("role") == "user"]) == len(originals) - folded
+    if not role_sequence_errors(messages):
+        assert role_sequence_errors(out) == []
+    user_at = {i for i in middle_users[folded:]}
+    kept_positions = [i for i in range(h, t) if i in user_at]
+    where = {tc["id"]: i for i, m in enumerate(messages) for tc in m.get("tool_calls") or ()}
+    n_tail = len(messages) - t
+    new_middle = out[h:len(out) - n_tail]
+    for k, m in enumerate(new_middle):
+        if not (is_marker(m) and marker_body(m).startswith("### Completed actions\n- call ")):
+            continue  # (a capped run: the deterministic summary)
+        ids = [i for i in marker_body(m).partition(": ")[2].split() if i in where]
+        before_users = sum(1 for x in new_middle[:k] if not is_marker(x))
+        low = kept_positions[before_users - 1] if before_users else h - 1
+        high = kept_positions[before_users] if before_users < len(kept_positions) else t
+        assert all(low < where[i] < high for i in ids), f"marker {k} holds work from elsewhere: {ids}"
+    assert result.record["summarizer_calls"] <= cap
+
+
 @settings(max_examples=examples(40), **COMMON)
 @given(messages=transcripts(max_turns=8), cfg=batch_configs(micro=True))
 def test_micro_batch_micro_keeps_one_rolling_summary(messages: list[dict[str, Any]], cfg: Config) -> None:
@@ -1190,6 +1231,21 @@ def test_real_transcripts_keep_every_invariant(path: Path, micro: bool) -> None:
     for r in checked.results:
         if r.changed and r.record["tokens_after"] > cfg.threshold_tokens():
             assert r.record["still_over_threshold"]
+
+
+@pytest.mark.parametrize("path", real_transcripts(), ids=lambda p: p.stem)
+def test_real_transcripts_at_32k_keep_every_invariant(path: Path) -> None:
+    """A 32K window, micro on (the small-window case of issue 8.7): every batch in time order (check_batch),
+    at most batch_max_calls summarizer calls each."""
+    messages = load_transcript(path)
+    cfg = config(32_000, protect_first_n=3, micro_compact=True)
+    s, checked = run_generated(messages, cfg, ExtractiveSummarizer(counter().count_text), set(), None,
+                               unique_lines=False)
+    if not checked.folded:
+        assert user_message_errors(messages, s.transcript) == []
+    assert role_sequence_errors(s.transcript) == [] or role_sequence_errors(messages)
+    for r in checked.results:
+        assert (r.record.get("summarizer_calls") or 0) <= cfg.compression.batch_max_calls
 
 
 def test_replay_longest_without_micro_via_cli(longest: list[dict[str, Any]], tmp_path: Path,
