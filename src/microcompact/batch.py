@@ -5,11 +5,13 @@ Two phases, cheapest first:
 1. **Prune** (no model): old tool outputs in the middle become one-line stubs, identical older outputs
    are de-duplicated, oversized tool-call arguments are shortened while staying valid JSON. If that alone
    frees enough, stop.
-2. **Summarize**: every message of the middle except user messages is absorbed, in one summarizer call,
-   into a batch marker (the same marker format as micro-compaction) that updates the previous summary.
-   User messages stay verbatim; the ones left adjacent are joined into one user message. Only when they
-   alone exceed ``batch_user_floor_ratio`` of the threshold are the oldest folded into the summary, and
-   the outcome says so (``user_floor_exceeded``).
+2. **Summarize**, in time order: the middle is split at its kept user messages into runs of work; each run
+   (with the earlier markers in it as its previous summary) becomes its own batch marker (the same marker
+   format as micro-compaction) at the run's place, one summarizer call per run, at most
+   ``batch_max_calls`` (older runs: the deterministic extractive summary). User messages stay verbatim and
+   individual. Only when they (with a marker frame per run, and earlier markers kept as they are) exceed
+   ``batch_user_floor_ratio`` of the threshold are the oldest folded into the run they sit in, and the
+   outcome says so (``user_floor_exceeded``).
 
 Failures never change the transcript. A failing summarizer backs off (longer after repeated timeouts,
 shorter after malformed output, never retried on authentication or quota errors); when the transcript is
