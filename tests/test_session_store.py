@@ -265,7 +265,7 @@ def inserted_by(event):
         return [event.marker]
     if hasattr(event, "replacements"):
         return [new for _, new in event.replacements]
-    return list(event.new)
+    return [marker for marker, _ in event.markers]  # (a batch keeps its user messages: not new)
 
 
 def drive(session, turns, after_hook=None):

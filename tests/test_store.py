@@ -278,6 +278,53 @@ def test_generic_apply_fits_a_batch_event(store):
     assert rows[row[1]]["_state"] == "superseded" and rows[row[1]]["_absorbed_by"] == ids[1]
 
 
+def test_batch_with_several_runs_round_trips_and_keeps_user_rows(store_factory):
+    """A chronological batch (one marker per run of work between user messages) is one transaction: every
+    marker absorbs exactly its run, the user messages stay the same active rows, and a reopened store gives
+    the identical transcript; a second batch keeps an earlier marker with nothing new around it as it is."""
+    from microcompact.batch import BatchCompactor
+    from microcompact.summarizers import ExtractiveSummarizer
+
+    store = store_factory.open()
+    def turns(first, last):
+        return [m for n in range(first, last) for m in [{"role": "user", "content": f"request {n}"},
+                                                        *exchange(n, 2, "word " * 300)]]
+
+    store.append(SID, [{"role": "system", "content": "You are a coding agent."}, *turns(0, 8)])
+    ledger = ledger_of(store.load_active(SID))
+    counter = TokenCounter(EstimateCounter())
+    cfg = parse_config({"compression": {"tokenizer": "estimate", "protect_first_n": 2, "min_tail_messages": 3},
+                        "model": {"context_length": 20_000}})
+    engine = BatchCompactor(cfg, ExtractiveSummarizer(counter.count_text), counter,
+                            commit=lambda event, msgs: store.archive_and_compact(SID, event, msgs))
+    users_before = {m["_row"]: m["_pos"] for m in ledger.messages if m["role"] == "user"}
+    rows_before = {m["_row"]: m for m in ledger.messages}
+    result = engine.compact(ledger, force=True)
+    assert result.outcome == "compacted" and result.record["runs"] >= 3
+    markers = [m for m in ledger.messages if marker_kind(m) == "batch"]
+    assert len(markers) == result.record["runs"]
+    assert {m["_row"]: m["_pos"] for m in ledger.messages if m["role"] == "user"} == users_before
+    st = states(store, SID)
+    assert all(st[row] == "active" for row in users_before)
+    for k, marker in enumerate(markers):  # each marker stands for the messages between its neighbours
+        at = ledger.messages.index(marker)
+        low, high = ledger.messages[at - 1]["_pos"], ledger.messages[at + 1]["_pos"]
+        run = [m for row, m in rows_before.items() if low < m["_pos"] < high]
+        assert store.expand(SID, marker["_row"]) == strip(run), f"marker {k}"
+    reopened = store_factory.open()
+    assert reopened.load_active(SID) == strip(ledger.messages)
+    assert role_sequence_errors(reopened.load_active(SID)) == []
+    # a second batch after more work: the old markers with nothing new around them are the same rows
+    store.append(SID, turns(8, 16))
+    ledger = ledger_of(store.load_active(SID))
+    old = [m["_row"] for m in ledger.messages if marker_kind(m) == "batch"]
+    again = engine.compact(ledger, force=True)
+    assert again.outcome == "compacted"
+    now = [m["_row"] for m in ledger.messages if marker_kind(m) == "batch"]
+    assert old[:-1] == now[:len(old) - 1]  # (the newest old marker may take in new work of its run)
+    assert store_factory.open().load_active(SID) == strip(ledger.messages)
+
+
 # --------------------------------------------------------------------------- recall: search and expand
 
 

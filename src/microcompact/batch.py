@@ -5,11 +5,13 @@ Two phases, cheapest first:
 1. **Prune** (no model): old tool outputs in the middle become one-line stubs, identical older outputs
    are de-duplicated, oversized tool-call arguments are shortened while staying valid JSON. If that alone
    frees enough, stop.
-2. **Summarize**: every message of the middle except user messages is absorbed, in one summarizer call,
-   into a batch marker (the same marker format as micro-compaction) that updates the previous summary.
-   User messages stay verbatim; the ones left adjacent are joined into one user message. Only when they
-   alone exceed ``batch_user_floor_ratio`` of the threshold are the oldest folded into the summary, and
-   the outcome says so (``user_floor_exceeded``).
+2. **Summarize**, in time order: the middle is split at its kept user messages into runs of work; each run
+   (with the earlier markers in it as its previous summary) becomes its own batch marker (the same marker
+   format as micro-compaction) at the run's place, one summarizer call per run, at most
+   ``batch_max_calls`` (older runs: the deterministic extractive summary). User messages stay verbatim and
+   individual. Only when they (with a marker frame per run, and earlier markers kept as they are) exceed
+   ``batch_user_floor_ratio`` of the threshold are the oldest folded into the run they sit in, and the
+   outcome says so (``user_floor_exceeded``).
 
 Failures never change the transcript. A failing summarizer backs off (longer after repeated timeouts,
 shorter after malformed output, never retried on authentication or quota errors); when the transcript is
@@ -34,7 +36,6 @@ from .messages import (
     Message,
     content_text,
     is_marker,
-    join_user_messages,
     marker_body,
     marker_kind,
     render_marker,
@@ -63,6 +64,10 @@ log = logging.getLogger("microcompact")
 
 # Room assumed for a batch summary's growth when predicting what a compaction would free.
 SUMMARY_ALLOWANCE_TOKENS = 200
+# Once the user floor is exceeded, the oldest user messages are folded until what stays verbatim is this share
+# of the floor: kept markers accumulate between batches, and folding just under the floor would fold again
+# at every batch.
+FOLD_TARGET = 0.6
 FALLBACK_NOTE = "- {count} earlier messages ({tokens:,} tokens) compacted; no facts could be extracted from them."
 OMITTED_MESSAGES = "[... {count} messages ({tokens:,} tokens) omitted by microcompact: the summarizer's input limit ...]"
 
@@ -220,6 +225,66 @@ class Backoff:
         self.until, self.timeouts = 0.0, 0
 
 
+# ---------------------------------------------------------------------------------------------- runs
+
+
+def split_runs(msgs: list[Message], start: int, end: int, kept: set[int]) -> list[list[int]]:
+    """``[start, end)`` split at the ``kept`` indexes (verbatim user messages) into the runs of work between
+    them, oldest first; no run is empty."""
+    runs: list[list[int]] = []
+    current: list[int] = []
+    for i in range(start, end):
+        if i in kept:
+            if current:
+                runs.append(current)
+            current = []
+        else:
+            current.append(i)
+    if current:
+        runs.append(current)
+    return runs
+
+
+class _Run:
+    """One run of work between two kept user messages: what its batch marker summarizes, and the result."""
+
+    def __init__(self, indexes: list[int], msgs: list[Message]) -> None:
+        self.indexes = indexes
+        self.material = [msgs[i] for i in indexes if not is_marker(msgs[i])]
+        # Earlier markers in the run are its previous summary (batch ones first): they are in time here.
+        markers = sorted((i for i in indexes if is_marker(msgs[i])), key=lambda i: marker_kind(msgs[i]) != "batch")
+        self.previous = "\n\n".join(marker_body(msgs[i]) for i in markers)
+        # An earlier batch marker with nothing new around it stays as it is: no call, no new row.
+        self.untouched = len(indexes) == 1 and marker_kind(msgs[indexes[0]]) == "batch"
+        self.summary: str | None = None
+        self.outcome: str = Outcome.COMPACTED
+        self.error: str | None = None
+        self.used = ""  # the summarizer that wrote the summary ("" when old markers were kept as they are)
+        self.capped = False  # beyond batch_max_calls: the deterministic summary, no model call
+        self.input_tokens = 0
+
+
+def chronological_event(msgs: list[Message], h: int, t: int, runs: list[_Run]) -> BatchCompact:
+    """The middle rewritten in time order: kept messages where they were, each summarized run's marker at
+    the place of its run."""
+    first = {run.indexes[0]: run for run in runs if not run.untouched}
+    covered = {i for run in first.values() for i in run.indexes}
+    new: list[Message] = []
+    sources: list[tuple[int, ...]] = []
+    kept: list[int] = []
+    for i in range(h, t):
+        if i in first:
+            run = first[i]
+            assert run.summary is not None
+            new.append(render_marker(run.summary, "batch"))
+            sources.append(tuple(run.indexes))
+        elif i not in covered:
+            new.append(msgs[i])
+            sources.append((i,))
+            kept.append(i)
+    return BatchCompact(h, t, tuple(new), tuple(sources), tuple(kept))
+
+
 # ---------------------------------------------------------------------------------------------- engine
 
 
@@ -332,74 +397,130 @@ class BatchCompactor:
         others = [i for i in range(h, t) if msgs[i].get("role") != "user"]
         if not any(not is_marker(msgs[i]) for i in others):
             return self._done(ledger, Outcome.NOTHING_TO_COMPACT, t0, before_tokens, before_messages, reason=reason)
-        # The user floor: verbatim user messages alone must leave room to continue.
+        # The user floor: verbatim user messages, with the batch marker each gap between them needs to stay in
+        # time order, must leave room to continue.
         folded: list[int] = []
         threshold = self.config.threshold_tokens()
         if threshold:
             floor = self.cfg.batch_user_floor_ratio * threshold
-            user_tokens = sum(tokens[i] for i in users)
             last_user = next((i for i in range(len(msgs) - 1, -1, -1) if msgs[i].get("role") == "user"), None)
-            while users and user_tokens > floor and users[0] != last_user:  # the current request stays verbatim
+            # Over the floor, fold down to FOLD_TARGET of it, so that the next batch does not fold again at once.
+            limit = floor
+            while users and users[0] != last_user and \
+                    self._kept_cost(msgs, tokens, h, t, users) > limit:  # the current request stays verbatim
                 folded.append(users.pop(0))
-                user_tokens -= tokens[folded[-1]]
+                limit = FOLD_TARGET * floor
             if folded:
-                log.warning("Batch compaction: verbatim user messages exceed %.0f%% of the threshold; folding the "
-                            "oldest %d into the summary", 100 * self.cfg.batch_user_floor_ratio, len(folded))
-        previous = "\n\n".join(marker_body(msgs[i]) for i in sorted(others, key=lambda i: marker_kind(msgs[i]) != "batch")
-                               if is_marker(msgs[i]))
-        absorbed = sorted([i for i in others] + folded)
-        material = [msgs[i] for i in absorbed if not is_marker(msgs[i])]
-        shortfall = self._shortfall(tokens, absorbed, previous)
+                log.warning("Batch compaction: verbatim user messages exceed %.0f%% of the threshold (with one "
+                            "marker per run of work between them); folding the oldest %d into the summary",
+                            100 * self.cfg.batch_user_floor_ratio, len(folded))
+        runs = [_Run(run, msgs) for run in split_runs(msgs, h, t, set(users))]
+        todo = [run for run in runs if not run.untouched]
+        absorbed = [i for run in todo for i in run.indexes]
+        shortfall = self._shortfall(tokens, absorbed, sum(self.counter.count_text(r.previous) for r in todo),
+                                    len(todo))
         if shortfall and reason != "on_demand":
             # Too little to summarize for the call to matter (the middle is mostly verbatim user messages, or
             # micro passes already did the work): wait until enough has piled up instead of re-batching.
             return self._done(ledger, Outcome.LOW_YIELD, t0, before_tokens, before_messages, reason=reason,
                               pause_tokens=shortfall)
-        bounded = self.bound_input(material)
-        input_tokens = self.counter.count_text(render_exchange(bounded)) + self.counter.count_text(previous)
-        self.largest_input_tokens = max(self.largest_input_tokens, input_tokens)
-        summary, outcome, error, used = self._call(previous, bounded, focus, input_tokens)
-        if summary is None:
+        calls, failed = self._summarize_runs(todo, focus)
+        input_tokens = sum(r.input_tokens for r in todo)
+        if failed is not None:
+            outcome, error, used = failed
             return self._finish(ledger, outcome, t0, before_tokens, before_messages, reason=reason, error=error,
                                 summarizer=used, summarizer_input_tokens=input_tokens if error else 0,
-                                summarizer_output_tokens=0)
-        fallback = outcome == Outcome.FALLBACK
+                                summarizer_output_tokens=0, runs=len(todo), summarizer_calls=calls)
+        fallback = any(r.outcome == Outcome.FALLBACK for r in todo)
+        outcome = Outcome.FALLBACK if fallback else Outcome.COMPACTED
         if folded:  # every fold of user messages is reported as such, whichever summarizer wrote the summary
             outcome = Outcome.USER_FLOOR_EXCEEDED
-        new: list[Message] = []
-        if users:
-            joined = join_user_messages([msgs[i] for i in users])
-            if len(users) > 1:
-                joined[META_KEY] = {"joined": len(users)}
-            new.append(joined)
-        new.append(render_marker(summary, "batch"))
-        event = BatchCompact(h, t, tuple(new), tuple(absorbed), tuple(users), summary)
+        event = chronological_event(msgs, h, t, runs)
         if not self._commit(event, msgs):
-            return self._finish(ledger, Outcome.STORE_FAILED, t0, before_tokens, before_messages, reason=reason)
+            return self._finish(ledger, Outcome.STORE_FAILED, t0, before_tokens, before_messages, reason=reason,
+                                runs=len(todo), summarizer_calls=calls)
         apply_event(ledger, event)
         self.compactions += 1
-        log.info("Batch compaction: %d -> %d messages, %d -> %d tokens (%s)", before_messages, len(ledger.messages),
-                 before_tokens, ledger.total, reason)
+        log.info("Batch compaction: %d -> %d messages, %d -> %d tokens, %d runs, %d summarizer calls (%s)",
+                 before_messages, len(ledger.messages), before_tokens, ledger.total, len(todo), calls, reason)
+        names = {r.used for r in todo if r.used and not r.capped} or {self.fallback.name}
+        capped = sum(1 for r in todo if r.capped)
         return self._done(ledger, outcome, t0, before_tokens, before_messages, reason=reason,
                           absorbed=len(absorbed), users_folded=len(folded), input_tokens=input_tokens,
-                          summarizer=used, error=error, summarizer_input_tokens=input_tokens,
-                          fallback=True if fallback else None,
-                          summarizer_output_tokens=self.counter.count_text(summary))
+                          summarizer="+".join(sorted(names)),
+                          error=next((r.error for r in todo if r.error), None), summarizer_input_tokens=input_tokens,
+                          fallback=True if fallback else None, runs=len(todo), summarizer_calls=calls,
+                          capped_runs=capped or None,
+                          summarizer_output_tokens=sum(self.counter.count_text(r.summary or "") for r in todo))
 
-    def _shortfall(self, tokens: list[int], absorbed: list[int], previous: str) -> int:
+    def _summarize_runs(self, todo: list[_Run], focus: str | None) -> tuple[int, tuple[str, str | None, str] | None]:
+        """A summary for every run, newest first: the newest ``batch_max_calls`` runs with new material by the
+        summarizer, older ones (and runs of old markers only) deterministically, without a model call.
+
+        The summarizer's input limit is shared by the runs in proportion to their size, so the calls read
+        together no more than one call over the whole middle would. Returns (summarizer calls, failure): the
+        failure is (outcome, error, summarizer) when a run got no summary; then nothing may be written.
+        """
+        budget = self.config.auxiliary.compression.max_input_tokens
+        sizes = {id(r): self.counter.count_text(render_exchange(r.material)) for r in todo}
+        called = [r for r in todo if r.material][-self.cfg.batch_max_calls:]
+        total = sum(sizes[id(r)] for r in called)
+        calls, capped = 0, 0
+        for run in reversed(todo):
+            if not run.material:  # old markers only (a micro marker, or several): kept as they are, as one
+                run.summary = run.previous
+                continue
+            size = sizes[id(run)]
+            share = budget if total <= budget or run not in called else \
+                max(int(budget * size / total), min(size, budget // (2 * len(called))))
+            bounded = self.bound_input(run.material, share)
+            run.input_tokens = self.counter.count_text(render_exchange(bounded)) + \
+                self.counter.count_text(run.previous)
+            self.largest_input_tokens = max(self.largest_input_tokens, run.input_tokens)
+            if calls >= self.cfg.batch_max_calls:
+                run.summary = self._fallback_text(run.previous, bounded, focus, run.input_tokens)
+                run.used, run.capped = self.fallback.name, True
+                capped += 1
+                continue
+            summary, outcome, error, used = self._call(run.previous, bounded, focus, run.input_tokens)
+            calls += 1
+            if summary is None:
+                return calls, (outcome, error, used)
+            run.summary, run.outcome, run.error, run.used = summary, outcome, error, used
+        if capped:
+            log.info("Batch compaction: %d older runs of work beyond batch_max_calls=%d summarized by the "
+                     "deterministic extractive summary", capped, self.cfg.batch_max_calls)
+        return calls, None
+
+    def _kept_cost(self, msgs: list[Message], tokens: list[int], h: int, t: int, users: list[int]) -> int:
+        """What the middle would still hold after a compaction keeping ``users`` verbatim, at least: the users,
+        an earlier batch marker kept as it is, and for every other run of work the frame of its marker (what
+        keeping time order costs; a chat of one-line turns would otherwise need more markers than it has text)."""
+        frame = self.counter.count_message(render_marker("", "batch"))
+        cost = sum(tokens[i] for i in users)
+        for run in split_runs(msgs, h, t, set(users)):
+            if len(run) == 1 and marker_kind(msgs[run[0]]) == "batch":
+                cost += tokens[run[0]]
+            else:
+                cost += frame
+        return cost
+
+    def _shortfall(self, tokens: list[int], absorbed: list[int], previous_tokens: int, markers: int) -> int:
         """How many tokens short of ``batch_min_free_ratio`` of the threshold a compaction of ``absorbed``
-        would free (0 when it frees enough). The new summary is assumed to be as long as the previous one
-        plus a little, so markers free nothing."""
+        would free (0 when it frees enough). The new summaries are assumed to be as long as the previous ones
+        plus a little (and each further marker its frame), so markers free nothing."""
         threshold = self.config.threshold_tokens()
         if not threshold:
             return 0
         need = int(self.cfg.batch_min_free_ratio * threshold)
-        expected = sum(tokens[i] for i in absorbed) - self.counter.count_text(previous) - SUMMARY_ALLOWANCE_TOKENS
+        frames = max(0, markers - 1) * self.counter.count_message(render_marker("", "batch"))
+        expected = sum(tokens[i] for i in absorbed) - previous_tokens - SUMMARY_ALLOWANCE_TOKENS - frames
         return max(0, need - expected)
 
-    def bound_input(self, material: list[Message]) -> list[Message]:
-        """Redacted copies within the summarizer's input limit; whole messages cut head-and-tail with a note."""
-        budget = self.config.auxiliary.compression.max_input_tokens
+    def bound_input(self, material: list[Message], budget: int | None = None) -> list[Message]:
+        """Redacted copies within ``budget`` (the summarizer's input limit by default); whole messages cut
+        head-and-tail with a note."""
+        budget = budget or self.config.auxiliary.compression.max_input_tokens
         prepared = prepare_exchange(material, budget, self.counter.count_text)
         counts = [self.counter.count_text(render_exchange([m])) for m in prepared]
         if sum(counts) <= budget * 1.05:

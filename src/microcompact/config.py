@@ -70,6 +70,8 @@ class CompressionConfig(_Strict):
     prune_max_argument_tokens: int = Field(1000, ge=50, le=10_000_000)
     batch_user_floor_ratio: float = Field(0.5, gt=0.0, le=1.0)
     batch_min_free_ratio: float = Field(0.10, ge=0.0, lt=1.0)
+    batch_max_calls: int = Field(8, ge=1, le=1000, description="summarizer calls per batch compaction; older "
+                                 "runs of work get the deterministic extractive summary")
     min_tail_messages: int = Field(3, ge=1, le=1000)
 
     @field_validator("micro_compact_every_n_turns", mode="before")

@@ -101,18 +101,40 @@ class Prune:
 
 @dataclass(frozen=True)
 class BatchCompact:
-    """Batch: replace the middle ``[start, end)`` by ``new`` (a joined user message, if any, then the marker).
+    """Batch: replace the middle ``[start, end)`` by ``new``, in chronological order.
 
-    ``absorbed`` indexes are summarized away; ``superseded`` ones (user messages) are carried verbatim
-    into the joined user message.
+    ``new`` interleaves the messages the batch keeps (user messages, an earlier batch marker with nothing
+    new around it: the very same message dicts) with the new batch markers, one per run of work between two
+    kept messages, each where its run was. ``sources[j]`` holds the indexes ``new[j]`` stands for: ``(i,)``
+    for a kept message (``i`` in ``kept``), the indexes it summarizes for a new marker. Concatenated, the
+    sources are exactly ``start .. end - 1`` in order, so nothing is lost, doubled or moved across a kept one.
     """
 
     start: int
     end: int
     new: tuple[Message, ...]
-    absorbed: tuple[int, ...]
-    superseded: tuple[int, ...]
-    summary: str
+    sources: tuple[tuple[int, ...], ...]
+    kept: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if len(self.sources) != len(self.new):
+            raise ValueError("BatchCompact: one sources entry per new message")
+        if [i for src in self.sources for i in src] != list(range(self.start, self.end)):
+            raise ValueError("BatchCompact: sources must cover the middle once, in order")
+        kept = set(self.kept)
+        if not kept <= {src[0] for src in self.sources if len(src) == 1}:
+            raise ValueError("BatchCompact: a kept index must stand alone in sources")
+
+    @property
+    def markers(self) -> list[tuple[Message, tuple[int, ...]]]:
+        """(new marker, indexes it absorbs) for every message of ``new`` that is not kept, in order."""
+        kept = set(self.kept)
+        return [(m, src) for m, src in zip(self.new, self.sources) if not (len(src) == 1 and src[0] in kept)]
+
+    @property
+    def absorbed(self) -> tuple[int, ...]:
+        """Indexes summarized away (into one of the new markers)."""
+        return tuple(i for _, src in self.markers for i in src)
 
 
 MicroEvent = Absorb | Rewrite

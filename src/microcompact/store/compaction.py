@@ -81,48 +81,62 @@ class _CompactionWrites(_SQLBase):
 
         ``Prune``: each replaced message (an old tool output, a call with oversized arguments) is absorbed by
         its stub, inserted at the same position, so the original stays searchable and expandable.
-        ``BatchCompact``: the middle's non-user rows (old markers included) are absorbed by the new batch
-        marker; its user rows are superseded by the joined user message; the new rows take the lowest
-        positions the middle frees, in order.
+        ``BatchCompact``: each new batch marker absorbs the rows of its run (old markers included) and takes
+        the lowest position they free, so it sits where its run was; the kept rows (user messages, an
+        untouched earlier marker) are only checked: they stay active at their positions, same rows, same ids.
         """
         if isinstance(event, Prune):
-            pairs = [(_row_of(messages[i], f"message {i}"), new) for i, new in event.replacements]
-            rows = [r for r, _ in pairs]
-            inserted = [new for _, new in pairs]
-        else:
-            absorb_rows = [_row_of(messages[i], f"message {i}") for i in event.absorbed]
-            user_rows = [_row_of(messages[i], f"message {i}") for i in event.superseded]
-            rows = absorb_rows + user_rows
-            inserted = list(event.new)
-        if any(not isinstance(m, dict) or ROW_KEY in m for m in inserted):
+            return self._archive_prune(session_id, event, messages)
+        groups = [([_row_of(messages[i], f"message {i}") for i in src], marker) for marker, src in event.markers]
+        kept_rows = [_row_of(messages[i], f"message {i}") for i in event.kept]
+        if not groups:
+            raise ValueError("BatchCompact event writes no batch marker")
+        if any(not isinstance(m, dict) or ROW_KEY in m for _, m in groups):
             raise ValueError("the event's new messages are already stored; build new message dicts")
+        rows = [r for group, _ in groups for r in group] + kept_rows
         if len(set(rows)) != len(rows):
             raise ValueError("the event references the same stored row twice")
-        indexes = [i for i, _ in event.replacements] if isinstance(event, Prune) else \
-            list(event.absorbed) + list(event.superseded)
+        indexes = list(event.absorbed) + list(event.kept)
         expected_pos = {_row_of(messages[i], "message"): messages[i].get(POS_KEY) for i in indexes}
 
         def txn(cur: Any) -> tuple[int, list[int], list[int]]:
             if not self._touch_session(cur, session_id, create=False):
                 raise StoreConflict(f"{self.describe()}: session {session_id!r} does not exist")
             found = self._lock_rows(cur, session_id, rows, expected_pos)
-            if isinstance(event, Prune):
-                written = 0
-                ids: list[int] = []
-                positions: list[int] = []
-                for row, new in pairs:
-                    n, new_ids = self._apply(cur, session_id, absorb=[row], insert=[(found[row], new)])
-                    written, ids, positions = written + n, ids + new_ids, positions + [found[row]]
-                return written, ids, positions
-            positions = sorted(found.values())[:len(inserted)]
-            marker_at = len(inserted) - 1
-            written, ids = self._apply(cur, session_id, absorb=absorb_rows,
-                                       supersede=[(r, 0) for r in user_rows] if user_rows else [],
-                                       insert=list(zip(positions, inserted)), absorbed_by=marker_at)
+            written, ids, positions = 0, list[int](), list[int]()
+            for group, marker in groups:  # absorbing a run frees its positions; its marker takes the first
+                position = min(found[r] for r in group)
+                n, new_ids = self._apply(cur, session_id, absorb=group, insert=[(position, marker)])
+                written, ids, positions = written + n, ids + new_ids, positions + [position]
             return written, ids, positions
 
         written, ids, positions = self._txn(txn, write=True, op="store a batch compaction")
-        for m, row, pos in zip(inserted, ids, positions):
+        for (_, m), row, pos in zip(groups, ids, positions):
+            m[POS_KEY], m[ROW_KEY] = pos, row
+        return written
+
+    def _archive_prune(self, session_id: str, event: Prune, messages: Sequence[Message]) -> int:
+        """Each replaced message is absorbed by its replacement, inserted at the same position."""
+        pairs = [(_row_of(messages[i], f"message {i}"), new) for i, new in event.replacements]
+        rows = [r for r, _ in pairs]
+        if any(not isinstance(m, dict) or ROW_KEY in m for _, m in pairs):
+            raise ValueError("the event's new messages are already stored; build new message dicts")
+        if len(set(rows)) != len(rows):
+            raise ValueError("the event references the same stored row twice")
+        expected_pos = {_row_of(messages[i], "message"): messages[i].get(POS_KEY) for i, _ in event.replacements}
+
+        def txn(cur: Any) -> tuple[int, list[int], list[int]]:
+            if not self._touch_session(cur, session_id, create=False):
+                raise StoreConflict(f"{self.describe()}: session {session_id!r} does not exist")
+            found = self._lock_rows(cur, session_id, rows, expected_pos)
+            written, ids, positions = 0, list[int](), list[int]()
+            for row, new in pairs:
+                n, new_ids = self._apply(cur, session_id, absorb=[row], insert=[(found[row], new)])
+                written, ids, positions = written + n, ids + new_ids, positions + [found[row]]
+            return written, ids, positions
+
+        written, ids, positions = self._txn(txn, write=True, op="store a batch compaction")
+        for (_, m), row, pos in zip(pairs, ids, positions):
             m[POS_KEY], m[ROW_KEY] = pos, row
         return written
 
@@ -157,7 +171,7 @@ class _CompactionWrites(_SQLBase):
 
         ``absorb``: rows summarized away ('absorbed', ``absorbed_by`` -> the inserted row ``insert[absorbed_by]``).
         ``supersede``: (row, i) pairs, rows replaced by the inserted row ``insert[i]`` ('superseded'): old
-        markers, or user rows replaced by one joined user message in a future batch event.
+        markers.
         ``insert``: (position, message) pairs inserted as active rows (the positions must be free once the
         rows above left the active state). The caller has locked the session and validated the rows.
         Statements: one UPDATE per target state, one INSERT per new row, one UPDATE per replacing row.
