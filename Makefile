@@ -27,9 +27,10 @@ test: $(STAMP)
 test-all: $(STAMP)
 	$(BIN)/python -m pytest --hypothesis-profile=ci
 
-# Lint and types (CI runs this before the tests). The format check joins `lint` once the tree is formatted.
+# Lint, format and types (CI runs this before the tests).
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
 format-check: $(STAMP)

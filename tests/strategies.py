@@ -47,10 +47,48 @@ def examples(n: int) -> int:
     share = settings.default.max_examples / 100
     return max(min(n, FAST_FLOOR), round(n * share * SCALE))
 
+
 WORDS = [
-    "def", "return", "import", "self", "None", "error", "file", "line", "test", "passed", "failed", "config",
-    "token", "value", "path", "src/app.py", "README.md", "ok", "the", "a", "of", "and", "=", "{", "}", "(", ")",
-    "TODO", "fix", "build", "warning:", "42", "0x1f", "user_id", "résumé", "数据", "🙂", "->", "#", "assert",
+    "def",
+    "return",
+    "import",
+    "self",
+    "None",
+    "error",
+    "file",
+    "line",
+    "test",
+    "passed",
+    "failed",
+    "config",
+    "token",
+    "value",
+    "path",
+    "src/app.py",
+    "README.md",
+    "ok",
+    "the",
+    "a",
+    "of",
+    "and",
+    "=",
+    "{",
+    "}",
+    "(",
+    ")",
+    "TODO",
+    "fix",
+    "build",
+    "warning:",
+    "42",
+    "0x1f",
+    "user_id",
+    "résumé",
+    "数据",
+    "🙂",
+    "->",
+    "#",
+    "assert",
 ]
 
 TOOL_NAMES = ["Bash", "Read", "Edit", "Grep", "Write", "WebFetch"]
@@ -65,8 +103,10 @@ SIZE_TIERS = {
 TIER_WEIGHTS = ["tiny"] * 3 + ["small"] * 5 + ["medium"] * 2 + ["large"]
 LONG_TURN_TIERS = ["tiny"] * 3 + ["small"] * 6 + ["medium"]
 
-FAKE_MARKER = (f"{MARKER_PREFIX}\n\n{MARKER_HEADING}\n\n(rolling summary, updated turn by turn)\n\n"
-               f"- quoted from an old log, not a real summary\n\n{MARKER_END}")
+FAKE_MARKER = (
+    f"{MARKER_PREFIX}\n\n{MARKER_HEADING}\n\n(rolling summary, updated turn by turn)\n\n"
+    f"- quoted from an old log, not a real summary\n\n{MARKER_END}"
+)
 
 STEP_TAG = re.compile(r"\bs(\d+):")
 USER_TAG = re.compile(r"\bu(\d+):")
@@ -153,8 +193,14 @@ def user_message(draw: st.DrawFn, ids: _Ids) -> Message:
     return {"role": "user", "content": body}
 
 
-_ARG_KEYS = {"Bash": "command", "Read": "path", "Edit": "path", "Grep": "pattern", "Write": "file_path",
-             "WebFetch": "url"}
+_ARG_KEYS = {
+    "Bash": "command",
+    "Read": "path",
+    "Edit": "path",
+    "Grep": "pattern",
+    "Write": "file_path",
+    "WebFetch": "url",
+}
 
 
 def _call(cid: str, name: str, arg: str) -> dict[str, Any]:
@@ -177,8 +223,10 @@ def iteration(draw: st.DrawFn, ids: _Ids, tiers: list[str] = TIER_WEIGHTS) -> li
         msg = {"role": "assistant", "content": [{"type": "text", "text": text}]}
     if not n_calls:
         return [msg]
-    calls = [_call(ids.next_call(), draw(st.sampled_from(TOOL_NAMES)), draw(words_text(1, 40, False)))
-             for _ in range(n_calls)]
+    calls = [
+        _call(ids.next_call(), draw(st.sampled_from(TOOL_NAMES)), draw(words_text(1, 40, False)))
+        for _ in range(n_calls)
+    ]
     msg["tool_calls"] = calls
     results = [{"role": "tool", "tool_call_id": c["id"], "content": draw(tool_output(tiers))} for c in calls]
     return [msg, *draw(st.permutations(results))]
@@ -259,8 +307,7 @@ class Scenario:
 def scenarios(draw: st.DrawFn, max_turns: int = 6, long_turns: bool = True, max_extras: int = 8) -> Scenario:
     msgs = draw(transcripts(max_turns=max_turns, long_turns=long_turns))
     extras: dict[int, list[str]] = {}
-    for pos, hook in draw(st.lists(st.tuples(st.integers(0, len(msgs)), st.sampled_from(HOOKS)),
-                                   max_size=max_extras)):
+    for pos, hook in draw(st.lists(st.tuples(st.integers(0, len(msgs)), st.sampled_from(HOOKS)), max_size=max_extras)):
         extras.setdefault(pos, []).append(hook)
     return Scenario(msgs, extras)
 
@@ -278,8 +325,13 @@ TAIL_TOKENS = [1000, 400, 2000, 4000]
 
 def isolated_config_data(tail_tokens: int = 1000, **compression: Any) -> dict[str, Any]:
     """Config data with micro-compaction on, batch compaction out of reach and a ``tail_tokens`` tail."""
-    data = {"micro_compact": True, "threshold": 1.0, "target_ratio": tail_tokens / ISOLATED_LIMIT,
-            "tokenizer": "estimate", **compression}
+    data = {
+        "micro_compact": True,
+        "threshold": 1.0,
+        "target_ratio": tail_tokens / ISOLATED_LIMIT,
+        "tokenizer": "estimate",
+        **compression,
+    }
     return {"compression": data, "model": {"context_length": ISOLATED_LIMIT}}
 
 
@@ -315,6 +367,7 @@ def head_of(messages: list[dict[str, Any]], config: Any, counter: Any) -> int:
     """The protected head's end as the engines compute it (``protect_first_n`` within the head budget),
     for a message list without cached counts (the input as appended)."""
     from microcompact.window import head_end
+
     n = config.compression.protect_first_n
     plain = head_end(messages, n)
     return head_end(messages, n, [counter.count_message(m) for m in messages[:plain]], config.head_budget_tokens())

@@ -14,6 +14,7 @@ Three kinds of tests:
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -23,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chat_server import ChatServer
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
+from chat_server import ChatServer
 from microcompact.batch import (
     SUMMARY_ALLOWANCE_TOKENS,
     BatchCompactor,
@@ -56,17 +57,18 @@ from microcompact.summarizers import BATCH_PROMPT, BATCH_SECTIONS, ExtractiveSum
 from microcompact.telemetry import parse_line
 from microcompact.tokens import EstimateCounter, Ledger, TokenCounter
 from microcompact.window import protected_head, tail_start
-
-from strategies import head_of, same_head, transcripts, units
 from paths import NORMALIZED
+from strategies import head_of, same_head, transcripts, units
 
 TRANSCRIPTS = NORMALIZED
 LONGEST = TRANSCRIPTS / "cc_4d5611e5.jsonl"
 KEY_ENV = "MICROCOMPACT_TEST_BATCH_KEY"
 OPENAI_KEY = "sk-proj-" + "Qw8Er4Ty6Ui2Op0As5Df7Gh3Jk9Lz1Xc"  # fake; concatenated to keep scanners quiet
 CHANGED = {"pruned", "compacted", "user_floor_exceeded", "fallback"}
-COMMON = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                                      HealthCheck.large_base_example])
+COMMON = dict(
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example],
+)
 SCALE = float(os.environ.get("MC_PROPERTY_SCALE", "1"))
 
 
@@ -123,14 +125,14 @@ class Scribe:
         self.batches.append((summary, messages, focus))
         got = units(messages)
         line = f"- batch {len(self.batches)}: {len(messages)} msgs #{self._digest(summary, *got)}"
-        old = [ln for ln in summary.splitlines() if ln.startswith("- ")][-self.keep:]
-        return "\n".join(["### Completed actions"] + old + [line])
+        old = [ln for ln in summary.splitlines() if ln.startswith("- ")][-self.keep :]
+        return "\n".join(["### Completed actions", *old, line])
 
     def merge(self, summary: str, exchange: list[dict]) -> str:
         self.merges.append(exchange)
         line = f"- micro {len(self.merges)}: {len(exchange)} msgs #{self._digest(summary, *units(exchange))}"
-        old = [ln for ln in summary.splitlines() if ln.strip()][-self.keep:]
-        return "\n".join(old + [line])
+        old = [ln for ln in summary.splitlines() if ln.strip()][-self.keep :]
+        return "\n".join([*old, line])
 
     def condense(self, summary: str, target_tokens: int) -> str:
         return "\n".join(summary.splitlines()[-2:])
@@ -148,13 +150,22 @@ class Failing(Scribe):
 
 
 def call(cid: str, name: str = "Bash", **args: Any) -> dict[str, Any]:
-    return {"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(args or {"command": "ls"})}}
+    return {
+        "id": cid,
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(args or {"command": "ls"})},
+    }
 
 
 def iteration(cid: str, output: str, *, name: str = "Bash", text: str | None = None, **args: Any) -> list[dict]:
-    return [{"role": "assistant", "content": text if text is not None else f"running {cid}",
-             "tool_calls": [call(cid, name, **args)]},
-            {"role": "tool", "tool_call_id": cid, "content": output}]
+    return [
+        {
+            "role": "assistant",
+            "content": text if text is not None else f"running {cid}",
+            "tool_calls": [call(cid, name, **args)],
+        },
+        {"role": "tool", "tool_call_id": cid, "content": output},
+    ]
 
 
 def turn(n: int, iterations: int = 2, size: int = 200, user: str | None = None) -> list[dict[str, Any]]:
@@ -193,13 +204,15 @@ def strip(m: dict[str, Any]) -> dict[str, Any]:
 def bounds(config: Config, ledger: Ledger) -> tuple[int, int]:
     cfg = config.compression
     h = protected_head(ledger.messages, ledger.tokens, config)
-    t = tail_start(ledger.messages, ledger.tokens, config.tail_budget_tokens(), min_messages=cfg.min_tail_messages,
-                   floor=h)
+    t = tail_start(
+        ledger.messages, ledger.tokens, config.tail_budget_tokens(), min_messages=cfg.min_tail_messages, floor=h
+    )
     return h, t
 
 
-def check_batch(config: Config, before: list[dict[str, Any]], h: int, t: int, ledger: Ledger,
-                result: BatchResult) -> None:
+def check_batch(
+    config: Config, before: list[dict[str, Any]], h: int, t: int, ledger: Ledger, result: BatchResult
+) -> None:
     """What must hold after one batch compaction (``before``/``h``/``t``: the transcript and bounds before it)."""
     after = ledger.messages
     rec = result.record
@@ -214,7 +227,7 @@ def check_batch(config: Config, before: list[dict[str, Any]], h: int, t: int, le
     # Head and tail untouched (same dicts, same order).
     n_tail = len(before) - t
     assert after[:h] == before[:h], f"{where}: head changed"
-    assert after[len(after) - n_tail:] == before[t:], f"{where}: tail changed"
+    assert after[len(after) - n_tail :] == before[t:], f"{where}: tail changed"
     # Valid conversation: pairing and role sequence, also for strict-alternation providers.
     strict = to_api(after, strict_alternation=True)
     if not role_sequence_errors(before):
@@ -244,14 +257,16 @@ def check_batch(config: Config, before: list[dict[str, Any]], h: int, t: int, le
         return
     # Summarized, in time order: the kept user messages (the same dicts, in order) with at most one batch marker
     # in each gap between them, exactly where the gap held work before; nothing else in the middle.
-    middle = after[h:len(after) - n_tail]
+    middle = after[h : len(after) - n_tail]
     folded_at = set([i for i in range(h, t) if before[i].get("role") == "user"][:folded])
     kept_users = [i for i in range(h, t) if before[i].get("role") == "user" and i not in folded_at]
     assert [m for m in middle if not is_marker(m)] == [before[i] for i in kept_users], where
     assert all(marker_kind(m) == "batch" for m in middle if is_marker(m)), where
-    cuts = [h - 1] + kept_users + [t]
-    gaps_before = [any(before[i].get("role") != "user" or i in folded_at for i in range(a + 1, b))
-                   for a, b in zip(cuts, cuts[1:])]
+    cuts = [h - 1, *kept_users, t]
+    gaps_before = [
+        any(before[i].get("role") != "user" or i in folded_at for i in range(a + 1, b))
+        for a, b in itertools.pairwise(cuts)
+    ]
     gaps_after: list[int] = [0]
     for m in middle:
         if is_marker(m):
@@ -299,7 +314,7 @@ def check_markers(session: Session, where: str = "", *, unique_lines: bool = Tru
     out = session.ledger.messages
     assert marker_count(out, "micro") <= 1, where
     kinds = [marker_kind(m) for m in out]
-    assert not any(a == b == "batch" for a, b in zip(kinds, kinds[1:])), f"{where}: two batch markers in a row"
+    assert not any(a == b == "batch" for a, b in itertools.pairwise(kinds)), f"{where}: two batch markers in a row"
     batch_bodies = [marker_body(m) for m in out if marker_kind(m) == "batch"]
     micro_body = next((marker_body(m) for m in out if marker_kind(m) == "micro"), None)
     if unique_lines:  # (an extractive summary may quote a user message that quotes the marker prefix)
@@ -368,13 +383,14 @@ def test_before_request_runs_batch_at_the_threshold() -> None:
 
 def test_prune_stub_names_tool_target_size_and_exit_status() -> None:
     """Old outputs become ``[Bash] pytest -x (38 lines, exit 1)``; pruning alone was enough, no model call."""
-    pytest_out = "\n".join([f"tests/test_app.py::test_case_{i} FAILED - AssertionError: expected 200, got 500"
-                            for i in range(36)] + ["E   assert 500 == 200", "exit code 1"])
+    pytest_out = "\n".join(
+        [f"tests/test_app.py::test_case_{i} FAILED - AssertionError: expected 200, got 500" for i in range(36)]
+        + ["E   assert 500 == 200", "exit code 1"]
+    )
     assert len(pytest_out.splitlines()) == 38
-    msgs = opening() + [{"role": "user", "content": "fix the tests"}]
+    msgs = [*opening(), {"role": "user", "content": "fix the tests"}]
     msgs += iteration("c1", pytest_out, command="pytest -x")
-    msgs += iteration("c2", "\n".join(f"line {i} of src/app.py" for i in range(412)), name="Read",
-                      path="src/app.py")
+    msgs += iteration("c2", "\n".join(f"line {i} of src/app.py" for i in range(412)), name="Read", path="src/app.py")
     msgs += iteration("c3", "x" * 40_000, command="cat big.log")
     msgs += [{"role": "assistant", "content": "found it"}, {"role": "user", "content": "go on"}]
     msgs += turn(9, iterations=1, size=20)[1:]
@@ -388,16 +404,19 @@ def test_prune_stub_names_tool_target_size_and_exit_status() -> None:
     assert result.outcome == "pruned" and result.record["pruned"] == 3
     assert not summ.batches
     stubs = {m["tool_call_id"]: m["content"] for m in ledger.messages if (m.get(META_KEY) or {}).get("stub")}
-    assert stubs == {"c1": "[Bash] pytest -x (38 lines, exit 1)",
-                     "c2": "[Read] src/app.py (412 lines)",
-                     "c3": "[Bash] cat big.log (40000 chars)"}
+    assert stubs == {
+        "c1": "[Bash] pytest -x (38 lines, exit 1)",
+        "c2": "[Read] src/app.py (412 lines)",
+        "c3": "[Bash] cat big.log (40000 chars)",
+    }
     assert ledger.total <= cfg.threshold_tokens() - 1000
     assert checked.outcomes() == ["pruned"]
 
 
 def test_prune_stub_exact_format_for_a_38_line_failing_run() -> None:
-    out = "\n".join(["=" * 20 + " test session starts " + "=" * 20] + [f"line {i}" for i in range(36)]
-                    + ["exit code 1"])
+    out = "\n".join(
+        ["=" * 20 + " test session starts " + "=" * 20] + [f"line {i}" for i in range(36)] + ["exit code 1"]
+    )
     assert len(out.splitlines()) == 38
     msgs = iteration("c1", out + "\n" + "", command="pytest -x")
     msgs[1]["content"] = out
@@ -427,10 +446,11 @@ def test_prune_never_makes_a_message_longer() -> None:
     msgs = iteration("c1", same, command=cmd) + iteration("c2", same, command=cmd)
     ledger = Ledger(counter(), msgs)
     plan = plan_prune(ledger.messages, ledger.tokens, 0, len(msgs), min_tool_tokens=200, max_argument_tokens=1000)
-    for index, message in (plan.replacements if plan else ()):
+    for index, message in plan.replacements if plan else ():
         assert counter().count_message(message) < ledger.tokens[index], (
             f"stub {message['content']!r} ({counter().count_message(message)} tokens) replaces "
-            f"{ledger.tokens[index]} tokens")
+            f"{ledger.tokens[index]} tokens"
+        )
 
 
 def test_a_stub_that_says_kept_there_points_at_a_whole_output() -> None:
@@ -441,18 +461,24 @@ def test_a_stub_that_says_kept_there_points_at_a_whole_output() -> None:
     replaced = dict(plan.replacements) if plan else {}
     for index, stub in replaced.items():
         if "kept there" in stub["content"]:
-            later = [i for i in range(index + 1, len(msgs)) if msgs[i].get("role") == "tool"
-                     and content_text(msgs[i]) == content_text(msgs[index])]
+            later = [
+                i
+                for i in range(index + 1, len(msgs))
+                if msgs[i].get("role") == "tool" and content_text(msgs[i]) == content_text(msgs[index])
+            ]
             assert any(i not in replaced for i in later), f"{stub['content']!r}: every later copy is a stub too"
 
 
 def test_shortened_arguments_stay_valid_json() -> None:
     body = "def main():\n    print('hello')\n" * 2_000
     args = {"file_path": "src/app.py", "content": body, "mode": 420, "tags": ["a", "b" * 9_000], "nested": {"x": body}}
-    msgs = opening() + [{"role": "user", "content": "write it"},
-            {"role": "assistant", "content": "writing", "tool_calls": [call("w1", "Write", **args)]},
-            {"role": "tool", "tool_call_id": "w1", "content": "ok"},
-            {"role": "assistant", "content": "written"}]
+    msgs = [
+        *opening(),
+        {"role": "user", "content": "write it"},
+        {"role": "assistant", "content": "writing", "tool_calls": [call("w1", "Write", **args)]},
+        {"role": "tool", "tool_call_id": "w1", "content": "ok"},
+        {"role": "assistant", "content": "written"},
+    ]
     msgs += turn(5, iterations=4, size=500)  # fills the tail
     cfg = config(proactive_prune_min_reclaim_tokens=0, prune_max_argument_tokens=200)
     ledger = Ledger(counter(), msgs)
@@ -473,11 +499,14 @@ def test_shortened_arguments_stay_valid_json() -> None:
 
 
 @settings(max_examples=examples(60), **COMMON)
-@given(value=st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
-                          | st.text(max_size=3_000),
-                          lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=8), kids,
-                                                                                    max_size=4), max_leaves=12),
-       max_chars=st.integers(1, 2_000))
+@given(
+    value=st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=3_000),
+        lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=8), kids, max_size=4),
+        max_leaves=12,
+    ),
+    max_chars=st.integers(1, 2_000),
+)
 def test_shorten_arguments_is_always_valid_json(value: Any, max_chars: int) -> None:
     short = shorten_arguments(json.dumps(value), max_chars)
     assert short is not None
@@ -528,9 +557,9 @@ def test_each_run_of_work_gets_its_marker_in_place_and_users_stay_individual() -
     assert len(summ.batches) == result.record["summarizer_calls"] == runs == len(users) + (middle[0]["role"] != "user")
     assert all(previous == "" and focus is None for previous, _, focus in summ.batches)
     out = ledger.messages
-    new_middle = out[h:len(out) - (len(msgs) - t)]
+    new_middle = out[h : len(out) - (len(msgs) - t)]
     assert [strip(m) for m in new_middle if m["role"] == "user"] == users  # individual, verbatim, in order
-    assert all(a["role"] == "user" or b["role"] == "user" for a, b in zip(new_middle, new_middle[1:]))
+    assert all(a["role"] == "user" or b["role"] == "user" for a, b in itertools.pairwise(new_middle))
     # each marker names exactly the calls recorded between the user messages around it
     where = {tc["id"]: i for i, m in enumerate(msgs) for tc in m.get("tool_calls") or ()}
     user_at = [i for i in range(h, t) if msgs[i]["role"] == "user"]
@@ -552,7 +581,7 @@ def test_batch_max_calls_gives_the_oldest_runs_the_extractive_summary(caplog: py
     cfg = config(batch_max_calls=3)
     summ = Echo()
     ledger = Ledger(counter(), build(12, size=150))
-    h, t = bounds(cfg, ledger)
+    _h, _t = bounds(cfg, ledger)
     b = BatchCompactor(cfg, summ, counter())
     Checked(b, cfg)
     result = b.compact(ledger, force=True)
@@ -591,9 +620,13 @@ def test_previous_batch_and_micro_summaries_are_updated_not_repeated() -> None:
 
 
 def test_batch_marker_uses_the_fixed_sections_with_the_extractive_summarizer() -> None:
-    msgs = opening() + [{"role": "user", "content": "make the build pass; never touch vendor/"}]
-    msgs += iteration("c1", "Traceback (most recent call last):\n  File \"x\"\nValueError: bad config\nexit code 1",
-                      command="python -m build", text="I'll run the build because CI is red.")
+    msgs = [*opening(), {"role": "user", "content": "make the build pass; never touch vendor/"}]
+    msgs += iteration(
+        "c1",
+        'Traceback (most recent call last):\n  File "x"\nValueError: bad config\nexit code 1',
+        command="python -m build",
+        text="I'll run the build because CI is red.",
+    )
     msgs += iteration("c2", "ok", name="Edit", path="src/build.py", text="Let me fix src/build.py.")
     msgs += [{"role": "assistant", "content": "Fixed."}]
     msgs += [m for n in range(3, 8) for m in turn(n, iterations=2, size=300)]
@@ -629,17 +662,20 @@ def test_user_floor_folds_the_oldest_user_messages_and_says_so(caplog: pytest.Lo
     kept = [m for m in ledger.messages[h:t] if m["role"] == "user"]
     assert sum(counter().count_message(m) for m in kept) <= 0.5 * cfg.threshold_tokens()
     # the folded ones are summarized in the run they now belong to; the kept ones stay individual, in order
-    assert [m["content"] for m in ledger.messages if m["role"] == "user"] == \
-        [m["content"] for m in msgs if m["role"] == "user" and m not in middle_users[:folded]]
-    assert any("verbatim user messages exceed 50% of the threshold" in r.getMessage()
-               and r.levelno == logging.WARNING for r in caplog.records)
+    assert [m["content"] for m in ledger.messages if m["role"] == "user"] == [
+        m["content"] for m in msgs if m["role"] == "user" and m not in middle_users[:folded]
+    ]
+    assert any(
+        "verbatim user messages exceed 50% of the threshold" in r.getMessage() and r.levelno == logging.WARNING
+        for r in caplog.records
+    )
     assert checked.outcomes() == ["user_floor_exceeded"]
 
 
 def test_user_floor_never_folds_the_latest_user_message() -> None:
     cfg = config()  # floor 5,000 tokens
     request = "Here is the spec, implement it:\n" + "spec line\n" * 2_500  # ~6,000 tokens
-    msgs = opening() + [{"role": "user", "content": request}]
+    msgs = [*opening(), {"role": "user", "content": request}]
     for k in range(40):  # the long turn that follows pushes the request out of the tail
         msgs += iteration(f"k{k}", "out " * 100, command=f"step {k}")
     s = Session(cfg, Scribe(), counter=counter(), messages=msgs)
@@ -669,7 +705,7 @@ def test_input_too_large_for_the_summarizer_is_cut_head_and_tail_with_a_note() -
         else:
             runs[-1].append(m)
     runs = [r for r in runs if r]
-    for (_, seen, _), middle in zip(reversed(summ.batches), runs):  # calls go newest run first
+    for (_, seen, _), middle in zip(reversed(summ.batches), runs, strict=False):  # calls go newest run first
         notes = [m for m in seen if "omitted by microcompact: the summarizer's input limit" in content_text(m)]
         assert len(notes) == 1
         note_at = seen.index(notes[0])
@@ -698,12 +734,20 @@ def test_telemetry_one_sorted_content_free_line_per_attempt(caplog: pytest.LogCa
     lines = [r.getMessage() for r in caplog.records if r.name == "microcompact.telemetry"]
     batch_lines = [ln for ln in lines if ln.startswith("batch compaction telemetry: {")]
     assert len(batch_lines) == 2
-    for line, result in zip(batch_lines, results):
+    for line, result in zip(batch_lines, results, strict=False):
         kind, record = parse_line(line)
         assert kind == "batch" and record == json.loads(json.dumps(result.record))
         assert list(record) == sorted(record)
-        for key in ("outcome", "tokens_before", "tokens_after", "messages_before", "messages_after",
-                    "duration_ms", "summarizer", "reason"):
+        for key in (
+            "outcome",
+            "tokens_before",
+            "tokens_after",
+            "messages_before",
+            "messages_after",
+            "duration_ms",
+            "summarizer",
+            "reason",
+        ):
             assert key in record, key
         assert record["session_id"] == "sess-b" and record["summarizer"] == "scribe"
         assert record["tokens_delta"] == record["tokens_after"] - record["tokens_before"]
@@ -729,15 +773,19 @@ def test_store_commit_failure_leaves_the_transcript_as_it_was() -> None:
 
 def thrash_transcript(system_tokens: int = 10_500) -> list[dict[str, Any]]:
     """A huge system prompt (never compacted) and a small middle: compaction frees little however often it runs."""
-    msgs = [{"role": "system", "content": "rule " * int(system_tokens * 0.8)}, {"role": "user", "content": "go"},
-            {"role": "assistant", "content": "ok"}]
+    msgs = [
+        {"role": "system", "content": "rule " * int(system_tokens * 0.8)},
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": "ok"},
+    ]
     for k in range(12):
         msgs += iteration(f"m{k}", "small output " * 10, command=f"step {k}")
     return msgs
 
 
 def test_a_compaction_that_would_free_too_little_is_not_run_and_waits_for_growth(
-        caplog: pytest.LogCaptureFixture) -> None:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """Convergence (issue 8.7): a batch whose middle holds too little to summarize used to run anyway (twice,
     before the anti-thrash pause), calling the summarizer for nothing. Now it is predicted and skipped, and
     automatic compaction waits until enough has piled up."""
@@ -819,8 +867,9 @@ def test_anti_thrash_pause_holds_when_the_provider_reports_prompt_tokens(how: st
 
 
 @pytest.mark.parametrize("scale,overhead", [(1.0, 3_000), (1.1, 2_000), (1.0, 0)])
-def test_calibration_learns_the_providers_extra_tokens_so_batch_fires_at_the_threshold(scale: float,
-                                                                                        overhead: int) -> None:
+def test_calibration_learns_the_providers_extra_tokens_so_batch_fires_at_the_threshold(
+    scale: float, overhead: int
+) -> None:
     """The provider counts tool schemas and a system prompt we never see: a constant, not a ratio (issue 8.6).
 
     Learned as a ratio, a 3,000-token overhead measured on a small prompt made batch fire at 60% of the
@@ -853,8 +902,11 @@ def test_calibration_keeps_the_constant_when_prompt_sizes_barely_vary() -> None:
 def six_parallel_reads(tokens_each: int = 4_750) -> list[dict[str, Any]]:
     """One iteration of six parallel file reads, ~28.5K tokens of results (the issue's repro)."""
     calls = [call(f"r{k}", "Read", file_path=f"src/module_{k}.py") for k in range(6)]
-    msgs: list[dict[str, Any]] = [system(), {"role": "user", "content": "review the six modules"},
-                                  {"role": "assistant", "content": "reading them", "tool_calls": calls}]
+    msgs: list[dict[str, Any]] = [
+        system(),
+        {"role": "user", "content": "review the six modules"},
+        {"role": "assistant", "content": "reading them", "tool_calls": calls},
+    ]
     for k in range(6):
         lines = [f"{n:5d}\tdef function_{k}_{n}(value): return value + {n}" for n in range(tokens_each // 14)]
         msgs.append({"role": "tool", "tool_call_id": f"r{k}", "content": "\n".join(lines)})
@@ -862,11 +914,13 @@ def six_parallel_reads(tokens_each: int = 4_750) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("micro", [True, False])
-def test_a_request_never_exceeds_the_window_unless_user_messages_alone_do(tmp_path: Path, micro: bool,
-                                                                           caplog: pytest.LogCaptureFixture) -> None:
+def test_a_request_never_exceeds_the_window_unless_user_messages_alone_do(
+    tmp_path: Path, micro: bool, caplog: pytest.LogCaptureFixture
+) -> None:
     """Issue 8.7: six parallel reads (28.5K tokens) in a 32K window made requests larger than the window.
     As a last resort the largest outputs are cut head-and-tail with a note; the originals stay in the store."""
     from microcompact.store import open_store
+
     caplog.set_level(logging.WARNING, logger="microcompact")
     cfg = parse_config({"compression": {"micro_compact": micro}, "model": {"context_length": 32_000}})
     real = TokenCounter()
@@ -887,14 +941,16 @@ def test_a_request_never_exceeds_the_window_unless_user_messages_alone_do(tmp_pa
         assert len(cuts) == 1 and cuts[0].record["cut"] >= 1
         assert role_sequence_errors(s.transcript) == [] and user_message_errors(msgs, s.transcript) == []
         cut = [m for m in s.transcript if (m.get(META_KEY) or {}).get("cut")]
-        assert cut and all("omitted by microcompact: the request was over the context window" in content_text(m)
-                           for m in cut)
+        assert cut and all(
+            "omitted by microcompact: the request was over the context window" in content_text(m) for m in cut
+        )
         for m in cut:  # the start and the end of the output survive
             original = next(o for o in msgs if o.get("tool_call_id") == m["tool_call_id"])
             assert content_text(m)[:200] == original["content"][:200]
             assert content_text(m)[-200:] == original["content"][-200:]
-        assert any("cut" in r.getMessage() and "originals are kept in the store" in r.getMessage()
-                   for r in caplog.records)
+        assert any(
+            "cut" in r.getMessage() and "originals are kept in the store" in r.getMessage() for r in caplog.records
+        )
         s.close()
         everything = store.export("reads", include_absorbed=True)
         for m in msgs[3:-1]:  # nothing lost: every original is in the store, absorbed by its cut copy
@@ -910,8 +966,9 @@ def test_last_resort_never_cuts_user_or_system_messages(caplog: pytest.LogCaptur
     results = s.before_request()
     assert "truncated" not in [r.outcome for r in results]
     assert to_api(s.transcript) == msgs
-    assert any("over the context window" in r.getMessage() and "nothing left to cut" in r.getMessage()
-               for r in caplog.records)
+    assert any(
+        "over the context window" in r.getMessage() and "nothing left to cut" in r.getMessage() for r in caplog.records
+    )
 
 
 # --------------------------------------------------------------------------- Session: micro and batch together
@@ -943,8 +1000,11 @@ def test_micro_continues_from_the_batch_marker_with_a_fresh_rolling_summary() ->
     assert marker_count(out, "micro") == 0
     # the rolling summary went into the batch marker of the run it was in (once): as the previous summary of
     # that run's call, or as the marker itself when micro had already absorbed all of the run
-    assert sum(micro_body_before in previous for previous, _, _ in summ.batches) + \
-        sum(marker_body(m) == micro_body_before for m in out if marker_kind(m) == "batch") == 1
+    assert (
+        sum(micro_body_before in previous for previous, _, _ in summ.batches)
+        + sum(marker_body(m) == micro_body_before for m in out if marker_kind(m) == "batch")
+        == 1
+    )
     assert s.micro.state.cursor == batch_at + 1 and s.micro.state.text == "" and s.micro.state.marker_index is None
     assert result.record["micro_passes_since_last"] == len(summ.merges)
     merges_before = len(summ.merges)
@@ -966,8 +1026,14 @@ def test_micro_continues_from_the_batch_marker_with_a_fresh_rolling_summary() ->
     assert not any(is_marker(m) for m in first_after)
 
 
-def drive(session: Session, messages: list[dict[str, Any]], *, every: Callable[[str], None] | None = None,
-          compact_at: set[int] = frozenset(), focus: str | None = None) -> None:
+def drive(
+    session: Session,
+    messages: list[dict[str, Any]],
+    *,
+    every: Callable[[str], None] | None = None,
+    compact_at: set[int] = frozenset(),
+    focus: str | None = None,
+) -> None:
     """Replay-like driving: requests before assistant messages, turn ends before user messages."""
     in_turn = False
     for i, m in enumerate(messages):
@@ -1012,19 +1078,26 @@ def batch_configs(draw: st.DrawFn, micro: bool | None = None) -> Config:
     }
     aux = {"max_input_tokens": draw(st.sampled_from([32_000, 1000, 3000]))}
     limit = draw(st.sampled_from([4096, 8192, 16384]))
-    return parse_config({"compression": compression, "model": {"context_length": limit},
-                         "auxiliary": {"compression": aux}})
+    return parse_config(
+        {"compression": compression, "model": {"context_length": limit}, "auxiliary": {"compression": aux}}
+    )
 
 
-def run_generated(messages: list[dict[str, Any]], cfg: Config, summarizer: Any, compact_at: set[int],
-                  focus: str | None, unique_lines: bool = True) -> tuple[Session, Checked]:
+def run_generated(
+    messages: list[dict[str, Any]],
+    cfg: Config,
+    summarizer: Any,
+    compact_at: set[int],
+    focus: str | None,
+    unique_lines: bool = True,
+) -> tuple[Session, Checked]:
     s = Session(cfg, summarizer, counter=counter(), session_id="gen")
     checked = Checked(s.batch, cfg)
     appended: list[dict[str, Any]] = []
 
     def every(where: str) -> None:
         out = s.ledger.messages
-        assert role_sequence_errors(out) == [] or role_sequence_errors(messages[:len(appended)]), where
+        assert role_sequence_errors(out) == [] or role_sequence_errors(messages[: len(appended)]), where
         if not checked.folded:
             assert user_message_errors(appended, out) == [], where
         check_markers(s, where, unique_lines=unique_lines)
@@ -1045,8 +1118,9 @@ def run_generated(messages: list[dict[str, Any]], cfg: Config, summarizer: Any, 
 
 @settings(max_examples=examples(50), **COMMON)
 @given(data=st.data(), messages=transcripts(max_turns=8), cfg=batch_configs())
-def test_batch_invariants_on_generated_transcripts(data: st.DataObject, messages: list[dict[str, Any]],
-                                                   cfg: Config) -> None:
+def test_batch_invariants_on_generated_transcripts(
+    data: st.DataObject, messages: list[dict[str, Any]], cfg: Config
+) -> None:
     """Every batch compaction (automatic or forced, micro on or off) keeps head, tail, users, pairs, roles;
     ends under the threshold or says why; in time order; one call per run of work, together covering the
     whole middle."""
@@ -1062,9 +1136,9 @@ def test_batch_invariants_on_generated_transcripts(data: st.DataObject, messages
     # one summarizer call per run of work (newest first), at most batch_max_calls per compaction
     calls = [r.record["summarizer_calls"] for r in summarized]
     assert len(summ.batches) == sum(calls), (len(summ.batches), checked.outcomes())
-    middles = [m for m, r in zip(checked.middles, checked.results) if r in summarized]
+    middles = [m for m, r in zip(checked.middles, checked.results, strict=False) if r in summarized]
     batches = iter(summ.batches)
-    for r, middle, n in zip(summarized, middles, calls):
+    for r, middle, n in zip(summarized, middles, calls, strict=False):
         assert n <= cfg.compression.batch_max_calls and r.record["runs"] >= 1
         got = [next(batches) for _ in range(n)][::-1]  # oldest run first
         seen = [m for _, part, _ in got for m in part]
@@ -1087,8 +1161,9 @@ def test_batch_invariants_on_generated_transcripts(data: st.DataObject, messages
 
 @settings(max_examples=examples(80), **COMMON)
 @given(messages=transcripts(max_turns=10), cfg=batch_configs(micro=False), cap=st.sampled_from([8, 1, 2]))
-def test_batch_output_is_chronological_with_users_verbatim_and_pairs_whole(messages: list[dict[str, Any]],
-                                                                          cfg: Config, cap: int) -> None:
+def test_batch_output_is_chronological_with_users_verbatim_and_pairs_whole(
+    messages: list[dict[str, Any]], cfg: Config, cap: int
+) -> None:
     """Property (issue 8.8): after a forced batch, user messages are the originals, individual (one output
     message per original, none joined) and in order; tool calls and results stay paired; each marker stands
     between the same two kept user messages as the work it summarizes (``Echo`` names the calls it got)."""
@@ -1106,15 +1181,16 @@ def test_batch_output_is_chronological_with_users_verbatim_and_pairs_whole(messa
     originals = [strip(m) for m in messages if m.get("role") == "user"]
     middle_users = [i for i in range(h, t) if messages[i].get("role") == "user"]
     dropped = [strip(messages[i]) for i in middle_users[:folded]]
-    assert [strip(m) for m in out if m.get("role") == "user"] == [m for m in originals if m not in dropped] or \
+    assert [strip(m) for m in out if m.get("role") == "user"] == [m for m in originals if m not in dropped] or (
         folded and len([m for m in out if m.get("role") == "user"]) == len(originals) - folded
+    )
     if not role_sequence_errors(messages):
         assert role_sequence_errors(out) == []
     user_at = {i for i in middle_users[folded:]}
     kept_positions = [i for i in range(h, t) if i in user_at]
     where = {tc["id"]: i for i, m in enumerate(messages) for tc in m.get("tool_calls") or ()}
     n_tail = len(messages) - t
-    new_middle = out[h:len(out) - n_tail]
+    new_middle = out[h : len(out) - n_tail]
     for k, m in enumerate(new_middle):
         if not (is_marker(m) and marker_body(m).startswith("### Completed actions\n- call ")):
             continue  # (a capped run: the deterministic summary)
@@ -1132,7 +1208,7 @@ def test_micro_batch_micro_keeps_one_rolling_summary(messages: list[dict[str, An
     """Micro passes, then a batch, then micro again: at most one micro marker, after the batch markers, at every
     hook; no batch marker's text inside the micro marker, and micro never reads a marker."""
     summ = Scribe()
-    s, checked = run_generated(messages, cfg, summ, set(), None)
+    _s, checked = run_generated(messages, cfg, summ, set(), None)
     note(f"batch outcomes: {checked.outcomes()}, merges: {len(summ.merges)}")
     for exchange in summ.merges:
         assert not any(is_marker(m) for m in exchange)
@@ -1141,16 +1217,25 @@ def test_micro_batch_micro_keeps_one_rolling_summary(messages: list[dict[str, An
 
 @settings(max_examples=examples(30), **COMMON)
 @given(messages=transcripts(max_turns=8), cfg=batch_configs(micro=False))
-def test_failing_summarizer_never_changes_the_transcript_unless_at_risk(messages: list[dict[str, Any]],
-                                                                        cfg: Config) -> None:
+def test_failing_summarizer_never_changes_the_transcript_unless_at_risk(
+    messages: list[dict[str, Any]], cfg: Config
+) -> None:
     """With the model down, only pruning and (near the limit) the extractive fallback change anything."""
     summ = Failing()
-    s, checked = run_generated(messages, cfg, summ, set(), None, unique_lines=False)  # extractive fallback
+    _s, checked = run_generated(messages, cfg, summ, set(), None, unique_lines=False)  # extractive fallback
     for r in checked.results:
         # The fallback always produces a valid, shorter summary (issue 8.8: it used to fail with "summary is
         # longer than everything it summarizes", or an empty summary, as outcome "error").
-        assert r.outcome in {"pruned", "fallback", "user_floor_exceeded", "summarize_failed", "cooldown",
-                             "nothing_to_compact", "low_yield", "truncated"}, r.record
+        assert r.outcome in {
+            "pruned",
+            "fallback",
+            "user_floor_exceeded",
+            "summarize_failed",
+            "cooldown",
+            "nothing_to_compact",
+            "low_yield",
+            "truncated",
+        }, r.record
         if r.outcome == "user_floor_exceeded":  # a fold under the fallback says both
             assert r.record["fallback"] is True and r.record["users_folded"] >= 1
         if r.outcome in ("fallback", "user_floor_exceeded"):
@@ -1174,13 +1259,15 @@ def test_fallback_near_the_limit_always_compacts_even_without_extractable_facts(
 
 @settings(max_examples=examples(200), **COMMON)
 @given(previous=st.text(max_size=400), texts=st.lists(st.text(max_size=60), min_size=1, max_size=6))
-def test_batch_fallback_always_produces_a_valid_summary_no_longer_than_its_input(previous: str,
-                                                                                 texts: list[str]) -> None:
+def test_batch_fallback_always_produces_a_valid_summary_no_longer_than_its_input(
+    previous: str, texts: list[str]
+) -> None:
     """Whatever the middle holds (tiny, empty, nothing extractable), the deterministic summary is usable."""
     b = BatchCompactor(config(), Failing(), counter())
     material = [{"role": "assistant", "content": t} for t in texts]
     bounded = b.bound_input(material)
     from microcompact.summarizers import render_exchange
+
     input_tokens = counter().count_text(render_exchange(bounded)) + counter().count_text(previous)
     text = b._fallback_text(previous, bounded, None, input_tokens)
     assert text.strip() and counter().count_text(text) <= max(input_tokens, 200)
@@ -1239,8 +1326,9 @@ def test_real_transcripts_at_32k_keep_every_invariant(path: Path) -> None:
     at most batch_max_calls summarizer calls each."""
     messages = load_transcript(path)
     cfg = config(32_000, protect_first_n=3, micro_compact=True)
-    s, checked = run_generated(messages, cfg, ExtractiveSummarizer(counter().count_text), set(), None,
-                               unique_lines=False)
+    s, checked = run_generated(
+        messages, cfg, ExtractiveSummarizer(counter().count_text), set(), None, unique_lines=False
+    )
     if not checked.folded:
         assert user_message_errors(messages, s.transcript) == []
     assert role_sequence_errors(s.transcript) == [] or role_sequence_errors(messages)
@@ -1248,8 +1336,9 @@ def test_real_transcripts_at_32k_keep_every_invariant(path: Path) -> None:
         assert (r.record.get("summarizer_calls") or 0) <= cfg.compression.batch_max_calls
 
 
-def test_replay_longest_without_micro_via_cli(longest: list[dict[str, Any]], tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_replay_longest_without_micro_via_cli(
+    longest: list[dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from typer.testing import CliRunner
 
     from microcompact.cli import app
@@ -1257,8 +1346,21 @@ def test_replay_longest_without_micro_via_cli(longest: list[dict[str, Any]], tmp
     monkeypatch.setenv("MICROCOMPACT_HOME", str(tmp_path))  # no developer config.yaml
 
     out_file = tmp_path / "out.jsonl"
-    result = CliRunner().invoke(app, ["replay", str(LONGEST), "--no-micro", "--json", "--context-limit", "40000",
-                                      "--log", str(tmp_path / "agent.log"), "--out", str(out_file)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "replay",
+            str(LONGEST),
+            "--no-micro",
+            "--json",
+            "--context-limit",
+            "40000",
+            "--log",
+            str(tmp_path / "agent.log"),
+            "--out",
+            str(out_file),
+        ],
+    )
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     assert summary["micro_compact"] is False and summary["micro_passes_per_batch"] is None
@@ -1271,7 +1373,7 @@ def test_replay_longest_without_micro_via_cli(longest: list[dict[str, Any]], tmp
     assert role_sequence_errors(final) == []
     kinds = [marker_kind(m) for m in final]
     assert marker_count(final, "batch") >= 1 and marker_count(final, "micro") == 0
-    assert not any(a == b == "batch" for a, b in zip(kinds, kinds[1:]))  # user messages separate the runs
+    assert not any(a == b == "batch" for a, b in itertools.pairwise(kinds))  # user messages separate the runs
     log = (tmp_path / "agent.log").read_text()
     records = [parse_line(line) for line in log.splitlines() if "batch compaction telemetry" in line]
     assert len(records) == sum(summary["batch_outcomes"].values())
@@ -1290,15 +1392,17 @@ def test_replay_longest_without_micro_checks_every_batch(longest: list[dict[str,
 
 
 def test_replay_longest_with_micro_reports_passes_per_batch(longest: list[dict[str, Any]]) -> None:
-    cfg = parse_config({"compression": {"micro_compact": True, "tokenizer": "estimate"},
-                        "model": {"context_length": 30_000}})
+    cfg = parse_config(
+        {"compression": {"micro_compact": True, "tokenizer": "estimate"}, "model": {"context_length": 30_000}}
+    )
     s = Session(cfg, session_id="longest-micro")
     checked = Checked(s.batch, cfg)
     stats = replay(longest, s, on_message=lambda i: check_markers(s, f"message {i}", unique_lines=False))
     summary = summary_json(stats, s)
     per_batch = summary["micro_passes_per_batch"]
     assert isinstance(per_batch, list) and len(per_batch) == len(
-        [r for r in checked.results if r.outcome in ("compacted", "user_floor_exceeded", "fallback")])
+        [r for r in checked.results if r.outcome in ("compacted", "user_floor_exceeded", "fallback")]
+    )
     assert summary["passes"] > 0
     assert user_message_errors(longest, s.transcript) == []
 
@@ -1393,8 +1497,9 @@ def test_malformed_output_backs_off_shorter(chat_server: ChatServer, key: None) 
 
 
 @pytest.mark.parametrize("fault", [401, "quota"])
-def test_auth_and_quota_errors_are_never_retried(chat_server: ChatServer, key: None, fault: Any,
-                                                 caplog: pytest.LogCaptureFixture) -> None:
+def test_auth_and_quota_errors_are_never_retried(
+    chat_server: ChatServer, key: None, fault: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO, logger="microcompact")
     clock = FakeClock()
     b = compactor(chat_server, clock)
@@ -1459,8 +1564,9 @@ def test_fallback_near_the_limit(chat_server: ChatServer, key: None, caplog: pyt
     assert "### " in body and "make step" in body  # facts of the middle, extracted
     assert any("deterministic extractive summary" in r.getMessage() for r in caplog.records)
     # cooling down and at risk again: the fallback without asking the server
-    ledger.splice(len(ledger.messages), len(ledger.messages),
-                  [m for t in range(6) for m in turn(30 + t, iterations=3, size=150)])
+    ledger.splice(
+        len(ledger.messages), len(ledger.messages), [m for t in range(6) for m in turn(30 + t, iterations=3, size=150)]
+    )
     again = b.compact(ledger, prompt_tokens=15_500)
     assert again.outcome == "fallback" and len(chat_server.requests) == 1
     assert checked.outcomes() == ["fallback", "fallback"]
@@ -1470,11 +1576,16 @@ def test_fallback_near_the_limit(chat_server: ChatServer, key: None, caplog: pyt
 
 
 def test_secrets_in_the_middle_never_reach_the_server(chat_server: ChatServer, key: None) -> None:
-    msgs = opening() + [{"role": "user", "content": "deploy it"}]
-    msgs += iteration("s1", f"export OPENAI_API_KEY={OPENAI_KEY}\ndeployed, password=correcthorse42\nexit code 0",
-                      command=f"OPENAI_API_KEY={OPENAI_KEY} ./deploy.sh --password hunter2hunter2")
-    msgs += [{"role": "assistant", "content": f"Used token ghp_{'A1b2C3d4E5f6G7h8I9j0' * 2} to push."},
-             {"role": "user", "content": f"my db url is postgres://admin:s3cretPassw0rd@db:5432/app"}]
+    msgs = [*opening(), {"role": "user", "content": "deploy it"}]
+    msgs += iteration(
+        "s1",
+        f"export OPENAI_API_KEY={OPENAI_KEY}\ndeployed, password=correcthorse42\nexit code 0",
+        command=f"OPENAI_API_KEY={OPENAI_KEY} ./deploy.sh --password hunter2hunter2",
+    )
+    msgs += [
+        {"role": "assistant", "content": f"Used token ghp_{'A1b2C3d4E5f6G7h8I9j0' * 2} to push."},
+        {"role": "user", "content": "my db url is postgres://admin:s3cretPassw0rd@db:5432/app"},
+    ]
     msgs += [m for n in range(14) for m in turn(n, size=200)]
     clock = FakeClock()
     b = compactor(chat_server, clock, batch_user_floor_ratio=0.0001)  # fold the user message too

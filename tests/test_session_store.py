@@ -66,8 +66,10 @@ class Recorder:
         self.calls.append(("merge", tuple(ids)))
         if self.fail_on & set(ids):
             raise RuntimeError("model down")
-        return (summary + "\n- " + (",".join(ids) or "answer") + " (ran it, read the output, nothing surprising, moved "
-                                                                 "on to the next step)").strip()
+        return (
+            summary + "\n- " + (",".join(ids) or "answer") + " (ran it, read the output, nothing surprising, moved "
+            "on to the next step)"
+        ).strip()
 
     def batch(self, summary, messages, focus=None):
         self.calls.append(("batch", tuple(call_ids(messages))))
@@ -97,10 +99,12 @@ def make_turns(n, seed=7):
         msgs = [{"role": "user", "content": f"request {t}: " + "please " * rng.randint(20, 200)}]
         for k in range(rng.randint(1, 4)):
             cid = f"c{t}_{k}"
-            msgs.append({"role": "assistant", "content": f"step {t}.{k}",
-                         "tool_calls": [tool_call(cid, f"cmd{t}x{k}")]})
-            msgs.append({"role": "tool", "tool_call_id": cid,
-                         "content": f"needle{t}q{k} " + "word " * rng.randint(50, 600)})
+            msgs.append(
+                {"role": "assistant", "content": f"step {t}.{k}", "tool_calls": [tool_call(cid, f"cmd{t}x{k}")]}
+            )
+            msgs.append(
+                {"role": "tool", "tool_call_id": cid, "content": f"needle{t}q{k} " + "word " * rng.randint(50, 600)}
+            )
         msgs.append({"role": "assistant", "content": f"done {t}"})
         turns.append(msgs)
     return turns
@@ -112,8 +116,12 @@ def flat_transcript(n, seed=7):
 
 def small_config(**compression):
     """A 12K context (6K threshold, 1.2K tail): micro passes every turn, batch compaction now and then."""
-    base = {"micro_compact": True, "protect_first_n": 3, "micro_compact_max_exchange_tokens": 1000,
-            "micro_compact_defrag_threshold_tokens": 200}
+    base = {
+        "micro_compact": True,
+        "protect_first_n": 3,
+        "micro_compact_max_exchange_tokens": 1000,
+        "micro_compact_defrag_threshold_tokens": 200,
+    }
     base.update(compression)
     return parse_config({"compression": base, "model": {"context_length": 12_000}})
 
@@ -392,6 +400,7 @@ def crash_at(index):
     def on_message(i):
         if i == index:
             raise Crash(i)
+
     return on_message
 
 
@@ -451,15 +460,24 @@ def test_expand_returns_what_the_final_micro_marker_absorbed(store):
     assert all(m["role"] in ("assistant", "tool") for m in originals)
     # The rolling summary names every tool call it absorbed ("- c3_0,c3_1 ..." per pass, since the last
     # batch compaction): exactly the calls among the originals expand() returns.
-    body_ids = {cid for line in marker_body(marker).splitlines() if line.startswith("- ")
-                for cid in line[2:].split(" ")[0].split(",") if cid.startswith("c")}
+    body_ids = {
+        cid
+        for line in marker_body(marker).splitlines()
+        if line.startswith("- ")
+        for cid in line[2:].split(" ")[0].split(",")
+        if cid.startswith("c")
+    }
     assert body_ids == set(call_ids(originals))
     # The expanded originals are the recorded messages, verbatim.
     src = flat_transcript(44, seed=11)
     for m in originals:
         o = src[m["_src"]]
-        assert (m["role"], m.get("content"), m.get("tool_calls"), m.get("tool_call_id")) == \
-            (o["role"], o.get("content"), o.get("tool_calls"), o.get("tool_call_id"))
+        assert (m["role"], m.get("content"), m.get("tool_calls"), m.get("tool_call_id")) == (
+            o["role"],
+            o.get("content"),
+            o.get("tool_calls"),
+            o.get("tool_call_id"),
+        )
     state = {m["_row"]: m["_state"] for m in store.export(SID, include_absorbed=True)}
     assert all(state[m["_row"]] == "absorbed" for m in originals)
 
@@ -470,8 +488,11 @@ def test_search_finds_absorbed_text(store):
     replay(msgs, session)
     session.close()
     active_text = "\n".join(str(m.get("content")) for m in session.transcript)
-    absorbed = [m for m in store.export(SID, include_absorbed=True)
-                if m["_state"] == "absorbed" and m["role"] == "tool" and "needle" in m["content"]]
+    absorbed = [
+        m
+        for m in store.export(SID, include_absorbed=True)
+        if m["_state"] == "absorbed" and m["role"] == "tool" and "needle" in m["content"]
+    ]
     assert len(absorbed) >= 10
     for m in absorbed[:: max(1, len(absorbed) // 8)]:
         word = m["content"].split()[0]
@@ -492,7 +513,7 @@ def test_skipped_exchange_is_not_retried_after_open(store):
     outcomes: Counter[str] = Counter()
     done = 0
     while not outcomes["exchange_skipped"]:  # play turns until the third failure skips the exchange
-        outcomes += drive(s1, turns[done:done + 1])
+        outcomes += drive(s1, turns[done : done + 1])
         done += 1
         assert done < 10, outcomes
     assert outcomes["exchange_skipped"] == 1 and outcomes["summarize_failed"] == 2, outcomes
@@ -503,7 +524,7 @@ def test_skipped_exchange_is_not_retried_after_open(store):
     # Control: the same stored transcript without skip memory would try the exchange again.
     control_summ = Recorder(fail_on={"c1_0"})
     control = Session(micro_config(), control_summ, counter=counter(), messages=store.load_active(SID))
-    drive(control, turns[done:done + 1])
+    drive(control, turns[done : done + 1])
     assert control_summ.mentions("c1_0") >= 1
 
     # A resumed session remembers the skip: never retried, and the other exchanges still get absorbed.
@@ -555,12 +576,24 @@ def _check_crashed_db(db: Path, n_messages: int) -> int:
         tables = {r[0] for r in raw.execute("SELECT name FROM sqlite_master")}
         if "messages_fts" in tables:
             raw.execute("INSERT INTO messages_fts (messages_fts) VALUES ('integrity-check')")
-        dup = raw.execute("SELECT session_id, position, COUNT(*) FROM messages WHERE state = 'active' "
-                          "GROUP BY session_id, position HAVING COUNT(*) > "
-                          "1").fetchall() if "messages" in tables else []
+        dup = (
+            raw.execute(
+                "SELECT session_id, position, COUNT(*) FROM messages WHERE state = 'active' "
+                "GROUP BY session_id, position HAVING COUNT(*) > "
+                "1"
+            ).fetchall()
+            if "messages" in tables
+            else []
+        )
         assert dup == []
-        dangling = raw.execute("SELECT m.id FROM messages m LEFT JOIN messages r ON r.id = m.absorbed_by "
-                               "WHERE m.state != 'active' AND r.id IS NULL").fetchall() if "messages" in tables else []
+        dangling = (
+            raw.execute(
+                "SELECT m.id FROM messages m LEFT JOIN messages r ON r.id = m.absorbed_by "
+                "WHERE m.state != 'active' AND r.id IS NULL"
+            ).fetchall()
+            if "messages" in tables
+            else []
+        )
         assert dangling == []
     finally:
         raw.close()
@@ -586,9 +619,25 @@ def test_sigkill_during_replay_resumes_to_the_same_output(tmp_path):
     env = {**os.environ, "MICROCOMPACT_HOME": str(tmp_path / "home")}
 
     def start(db: Path, out: Path) -> subprocess.Popen:
-        return subprocess.Popen([cli, "replay", str(CRASH_FILE), "--context-limit", "64000", "--db", str(db),
-                                 "--session", "s", "--out", str(out)], env=env, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, text=True)
+        return subprocess.Popen(
+            [
+                cli,
+                "replay",
+                str(CRASH_FILE),
+                "--context-limit",
+                "64000",
+                "--db",
+                str(db),
+                "--session",
+                "s",
+                "--out",
+                str(out),
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
     # An uninterrupted run into a fresh database: the reference output, and when rows get written.
     ref_db, ref_out = tmp_path / "ref.db", tmp_path / "ref.jsonl"
@@ -656,8 +705,10 @@ def test_sigkill_during_replay_resumes_to_the_same_output(tmp_path):
     assert proc.returncode == 0, stderr
     assert out.read_bytes() == reference, f"the last chain ended differently (kills {kills})"
     assert _check_crashed_db(db, n_messages) == n_messages
-    print(f"uninterrupted run {full_run:.2f} s (rows written {first_write:.2f}-{last_write:.2f} s); "
-          f"kills (when, resume point): {kills}; chains completed: {chains + 1}")
+    print(
+        f"uninterrupted run {full_run:.2f} s (rows written {first_write:.2f}-{last_write:.2f} s); "
+        f"kills (when, resume point): {kills}; chains completed: {chains + 1}"
+    )
     assert len(kills) >= 4, kills
     assert mid_run >= 2, f"too few kills landed while the replay was writing: {kills}"
 
@@ -801,8 +852,9 @@ def test_postgres_restarted_mid_session(pg_server, caplog):
             turns = make_turns(40, seed=13)
             outcomes: Counter[str] = Counter()
             for i in range(0, 40, 10):
-                outcomes += drive(session, turns[i:i + 10],
-                                  lambda kind, results, before: check_store_matches(session, st))
+                outcomes += drive(
+                    session, turns[i : i + 10], lambda kind, results, before: check_store_matches(session, st)
+                )
                 if i < 30:
                     pg_server.restart()
             assert "reconnecting once" in caplog.text
@@ -972,8 +1024,9 @@ def test_messages_copied_from_another_session_are_written_as_new(store):
     old = new_session(store, Recorder(), sid="old")
     replay(flat_transcript(6), old)
     old.close()
-    fork = Session(micro_config(), Recorder(), session_id="fork", store=store, counter=counter(),
-                   messages=old.transcript)
+    fork = Session(
+        micro_config(), Recorder(), session_id="fork", store=store, counter=counter(), messages=old.transcript
+    )
     fork.append(dict(old.transcript[-1]))
     assert fork.flush()
     stored = store.load_active("fork")
@@ -1003,10 +1056,21 @@ def test_nan_never_reaches_the_store_and_the_session_goes_on(store):
     with pytest.raises(TranscriptError, match=r"message 7: content\[0\]\.score is nan"):
         session.append(bad)
     with pytest.raises(TranscriptError, match=r"message 1: tool_calls\[0\]\.function\.arguments\.n is inf"):
-        Session(micro_config(), Recorder(), counter=counter(), messages=[
-            {"role": "user", "content": "hi"},
-            {"role": "assistant", "content": None, "tool_calls": [
-                {"id": "c", "type": "function", "function": {"name": "f", "arguments": {"n": float("inf")}}}]}])
+        Session(
+            micro_config(),
+            Recorder(),
+            counter=counter(),
+            messages=[
+                {"role": "user", "content": "hi"},
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {"id": "c", "type": "function", "function": {"name": "f", "arguments": {"n": float("inf")}}}
+                    ],
+                },
+            ],
+        )
     with pytest.raises(ValueError, match="JSON"):  # the store itself never writes what JSON cannot hold
         store.append(SID, [{"role": "user", "content": "x", "weight": float("-inf")}])
     outcomes = drive(session, make_turns(12, seed=4))
@@ -1031,8 +1095,10 @@ def _plant_rejecting_trigger(store, marker, secret):
         conn.commit()
     else:
         raw = sqlite3.connect(store.path)
-        raw.execute(f"CREATE TRIGGER mc_reject BEFORE INSERT ON messages WHEN NEW.body LIKE '%{marker}%' "
-                    f"BEGIN SELECT RAISE(ABORT, 'rejected row: deploy with {secret}'); END")
+        raw.execute(
+            f"CREATE TRIGGER mc_reject BEFORE INSERT ON messages WHEN NEW.body LIKE '%{marker}%' "
+            f"BEGIN SELECT RAISE(ABORT, 'rejected row: deploy with {secret}'); END"
+        )
         raw.commit()
         raw.close()
 
@@ -1054,8 +1120,11 @@ def test_store_failures_never_log_message_content(store, caplog):
         assert secret not in text and marker not in text and "tell nobody" not in text, text
     # What the log says instead: the operation, and the driver's error class (and SQLSTATE).
     assert "append messages failed" in caplog.text
-    assert ("RaiseException P0001" in caplog.text) if isinstance(store, PostgresStore) else \
-        ("IntegrityError" in caplog.text)
+    assert (
+        ("RaiseException P0001" in caplog.text)
+        if isinstance(store, PostgresStore)
+        else ("IntegrityError" in caplog.text)
+    )
     with pytest.raises(StoreError) as info:
         store.append(SID, [{"role": "user", "content": f"{marker} {secret}"}])
     assert secret not in str(info.value) and marker not in str(info.value)

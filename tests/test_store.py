@@ -108,8 +108,13 @@ def stored_session(store, sid=SID, turns=3):
 def test_append_and_load_round_trip(store):
     msgs = [
         {"role": "system", "content": "sys"},
-        {"role": "user", "content": [{"type": "text", "text": "look"},
-                                     {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "look"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+            ],
+        },
         {"role": "assistant", "content": None, "tool_calls": [call("c1"), call("c2", "cat x")]},
         {"role": "tool", "tool_call_id": "c1", "name": "Bash", "content": "naïve ✓ 日本語 \x00 NUL"},
         {"role": "tool", "tool_call_id": "c2", "content": ""},
@@ -264,9 +269,13 @@ def test_generic_apply_fits_a_batch_event(store):
     def txn(cur):
         assert store._touch_session(cur, SID, create=False)
         pos = store._lock_rows(cur, SID, [row[i] for i in (1, 2, 3, 4, 5, 6, 7, 8)], {})
-        return store._apply(cur, SID, absorb=[row[i] for i in (2, 3, 4, 6, 7, 8)],
-                            supersede=[(row[1], 1), (row[5], 1)],
-                            insert=[(pos[row[8]], marker), (pos[row[5]], joined)])
+        return store._apply(
+            cur,
+            SID,
+            absorb=[row[i] for i in (2, 3, 4, 6, 7, 8)],
+            supersede=[(row[1], 1), (row[5], 1)],
+            insert=[(pos[row[8]], marker), (pos[row[5]], joined)],
+        )
 
     written, ids = store._txn(txn, write=True)
     assert written == 6 + 2 + 2
@@ -286,17 +295,29 @@ def test_batch_with_several_runs_round_trips_and_keeps_user_rows(store_factory):
     from microcompact.summarizers import ExtractiveSummarizer
 
     store = store_factory.open()
+
     def turns(first, last):
-        return [m for n in range(first, last) for m in [{"role": "user", "content": f"request {n}"},
-                                                        *exchange(n, 2, "word " * 300)]]
+        return [
+            m
+            for n in range(first, last)
+            for m in [{"role": "user", "content": f"request {n}"}, *exchange(n, 2, "word " * 300)]
+        ]
 
     store.append(SID, [{"role": "system", "content": "You are a coding agent."}, *turns(0, 8)])
     ledger = ledger_of(store.load_active(SID))
     counter = TokenCounter(EstimateCounter())
-    cfg = parse_config({"compression": {"tokenizer": "estimate", "protect_first_n": 2, "min_tail_messages": 3},
-                        "model": {"context_length": 20_000}})
-    engine = BatchCompactor(cfg, ExtractiveSummarizer(counter.count_text), counter,
-                            commit=lambda event, msgs: store.archive_and_compact(SID, event, msgs))
+    cfg = parse_config(
+        {
+            "compression": {"tokenizer": "estimate", "protect_first_n": 2, "min_tail_messages": 3},
+            "model": {"context_length": 20_000},
+        }
+    )
+    engine = BatchCompactor(
+        cfg,
+        ExtractiveSummarizer(counter.count_text),
+        counter,
+        commit=lambda event, msgs: store.archive_and_compact(SID, event, msgs),
+    )
     users_before = {m["_row"]: m["_pos"] for m in ledger.messages if m["role"] == "user"}
     rows_before = {m["_row"]: m for m in ledger.messages}
     result = engine.compact(ledger, force=True)
@@ -321,7 +342,7 @@ def test_batch_with_several_runs_round_trips_and_keeps_user_rows(store_factory):
     again = engine.compact(ledger, force=True)
     assert again.outcome == "compacted"
     now = [m["_row"] for m in ledger.messages if marker_kind(m) == "batch"]
-    assert old[:-1] == now[:len(old) - 1]  # (the newest old marker may take in new work of its run)
+    assert old[:-1] == now[: len(old) - 1]  # (the newest old marker may take in new work of its run)
     assert store_factory.open().load_active(SID) == strip(ledger.messages)
 
 
@@ -348,8 +369,18 @@ def test_search_finds_absorbed_originals(store):
     assert store.search(SID, '"parser.py" line') and not store.search(SID, "parser nothere")
     assert store.search(SID, "cmd0_0")  # tool call arguments are searchable
     assert store.search(SID, "!!! ???") == [] and store.search(SID, "") == []
-    for odd in ('NEAR(a b)', 'foo"bar', "request OR done", "-step", "*", "col:val", "'; DROP TABLE x; --",
-                '"unterminated', "a\x00b", "\\%_"):
+    for odd in (
+        "NEAR(a b)",
+        'foo"bar',
+        "request OR done",
+        "-step",
+        "*",
+        "col:val",
+        "'; DROP TABLE x; --",
+        '"unterminated',
+        "a\x00b",
+        "\\%_",
+    ):
         assert isinstance(store.search(SID, odd, include_active=True), list)  # never a syntax error
     assert store.search("other-session", "ZeroDivisionError") == []
     assert len(store.search(SID, "step", include_active=True, limit=2)) == 2
@@ -434,7 +465,7 @@ def test_concurrent_sessions_in_one_database(store_factory):
             sid = f"worker-{n}"
             msgs = transcript(6)
             for i in range(0, len(msgs), 5):
-                st.append(sid, msgs[i:i + 5])
+                st.append(sid, msgs[i : i + 5])
             ledger = ledger_of(st.load_active(sid))
             e = absorb(ledger, 2, 5, f"summary {n}")
             st.archive_and_compact(sid, e, ledger.messages)
@@ -532,7 +563,7 @@ def test_corrupt_file_names_the_path(tmp_path):
     with SQLiteStore(damaged) as st:
         st.append(SID, transcript(30))
     data = bytearray(damaged.read_bytes())
-    data[4096:len(data)] = b"\xa5" * (len(data) - 4096)
+    data[4096 : len(data)] = b"\xa5" * (len(data) - 4096)
     damaged.write_bytes(bytes(data))
     with pytest.raises(StoreError) as info, SQLiteStore(damaged) as st:
         st.load_active(SID)
@@ -680,9 +711,12 @@ def test_session_commit_hook_keeps_store_and_memory_identical(store_factory):
         st.append(SID, [m for m in msgs if "_row" not in m])  # flush what is not yet stored
         writes.append(st.archive_and_compact(SID, event, msgs))
 
-    cfg = parse_config({"compression": {"micro_compact": True, "protect_first_n": 3,
-                                        "micro_compact_max_exchange_tokens": 4000},
-                        "model": {"context_length": 20_000}})
+    cfg = parse_config(
+        {
+            "compression": {"micro_compact": True, "protect_first_n": 3, "micro_compact_max_exchange_tokens": 4000},
+            "model": {"context_length": 20_000},
+        }
+    )
     session = Session(cfg, counter=TokenCounter(EstimateCounter()), session_id=SID, commit=commit)
     for n in range(12):
         session.append({"role": "user", "content": f"request {n}"})
@@ -701,7 +735,8 @@ def test_session_commit_hook_keeps_store_and_memory_identical(store_factory):
     resumed = Session(cfg, counter=TokenCounter(EstimateCounter()), messages=st.load_active(SID))
     resumed.micro.sync(resumed.ledger)
     assert resumed.micro.state.marker_index == next(
-        i for i, m in enumerate(resumed.transcript) if marker_kind(m) == "micro")
+        i for i, m in enumerate(resumed.transcript) if marker_kind(m) == "micro"
+    )
 
 
 # --------------------------------------------------------------------------- issue 8, item 10 (store part): file modes

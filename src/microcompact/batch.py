@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .config import Config
+from .events import BATCH_CHANGED, BATCH_COMPACTIONS, BatchCompact, CommitHook, Outcome, Prune, apply_event
 from .messages import (
     META_KEY,
     Message,
@@ -40,8 +41,8 @@ from .messages import (
     marker_kind,
     render_marker,
 )
-from .events import BATCH_CHANGED, BATCH_COMPACTIONS, BatchCompact, CommitHook, Outcome, Prune, apply_event
 from .micro import commit_or_log
+from .redact import redact_text
 from .summarizers import (
     ExtractiveSummarizer,
     Summarizer,
@@ -55,7 +56,6 @@ from .summarizers import (
     render_exchange,
     shorten_summary,
 )
-from .redact import redact_text
 from .telemetry import emit, occupancy_pct
 from .tokens import Ledger, TokenCounter
 from .window import protected_head, protected_tail
@@ -69,7 +69,9 @@ SUMMARY_ALLOWANCE_TOKENS = 200
 # at every batch.
 FOLD_TARGET = 0.6
 FALLBACK_NOTE = "- {count} earlier messages ({tokens:,} tokens) compacted; no facts could be extracted from them."
-OMITTED_MESSAGES = "[... {count} messages ({tokens:,} tokens) omitted by microcompact: the summarizer's input limit ...]"
+OMITTED_MESSAGES = (
+    "[... {count} messages ({tokens:,} tokens) omitted by microcompact: the summarizer's input limit ...]"
+)
 
 
 # ---------------------------------------------------------------------------------------------- events
@@ -107,8 +109,9 @@ def shorten_arguments(arguments: str, max_chars: int) -> str | None:
     return json.dumps(cut(value), ensure_ascii=False)
 
 
-def plan_prune(msgs: list[Message], tokens: list[int], start: int, end: int, *, min_tool_tokens: int,
-               max_argument_tokens: int) -> Prune | None:
+def plan_prune(
+    msgs: list[Message], tokens: list[int], start: int, end: int, *, min_tool_tokens: int, max_argument_tokens: int
+) -> Prune | None:
     """Stubs for tool outputs in ``[start, end)``, newest copy of duplicate outputs kept whole."""
     calls: dict[str, dict[str, Any]] = {}
     for i in range(start, end):
@@ -136,20 +139,37 @@ def plan_prune(msgs: list[Message], tokens: list[int], start: int, end: int, *, 
             newest.add(key)
             if len(stub) >= len(text):  # a stub that is not shorter saves nothing and loses the detail
                 continue
-            replacements.append((i, {"role": "tool", "tool_call_id": m.get("tool_call_id"), "content": stub,
-                                     META_KEY: {"stub": True, "original_tokens": tokens[i]}}))
+            replacements.append(
+                (
+                    i,
+                    {
+                        "role": "tool",
+                        "tool_call_id": m.get("tool_call_id"),
+                        "content": stub,
+                        META_KEY: {"stub": True, "original_tokens": tokens[i]},
+                    },
+                )
+            )
         elif m.get("role") == "assistant" and m.get("tool_calls") and tokens[i] > max_argument_tokens:
             new_calls, changed = [], False
             for tc in m["tool_calls"]:
                 fn = dict(tc.get("function") or {})
                 args = fn.get("arguments")
                 short = shorten_arguments(args, max_argument_tokens * 4) if isinstance(args, str) else None
-                if short is not None and len(short) < len(args):
+                if short is not None and isinstance(args, str) and len(short) < len(args):
                     fn["arguments"], changed = short, True
                 new_calls.append({**tc, "function": fn})
             if changed:
-                replacements.append((i, {**{k: v for k, v in m.items() if not k.startswith("_")}, "tool_calls": new_calls,
-                                         META_KEY: {**(m.get(META_KEY) or {}), "shortened": True}}))
+                replacements.append(
+                    (
+                        i,
+                        {
+                            **{k: v for k, v in m.items() if not k.startswith("_")},
+                            "tool_calls": new_calls,
+                            META_KEY: {**(m.get(META_KEY) or {}), "shortened": True},
+                        },
+                    )
+                )
     if not replacements:
         return None
     return Prune(tuple(sorted(replacements, key=lambda r: r[0])))
@@ -157,8 +177,10 @@ def plan_prune(msgs: list[Message], tokens: list[int], start: int, end: int, *, 
 
 # ---------------------------------------------------------------------------------------------- last resort
 
-CUT_NOTE = ("\n[... {chars:,} characters (about {tokens:,} tokens) omitted by microcompact: the request was over the "
-            "context window; the original is kept in the session store ...]\n")
+CUT_NOTE = (
+    "\n[... {chars:,} characters (about {tokens:,} tokens) omitted by microcompact: the request was over the "
+    "context window; the original is kept in the session store ...]\n"
+)
 CUT_MIN_TOKENS = 1024  # smaller messages are never cut
 CUT_KEEP_TOKENS = 512  # a cut message keeps at least this much of its start and end together
 CUT_NOTE_TOKENS = 40
@@ -179,7 +201,7 @@ def cut_message(message: Message, tokens: int, keep_tokens: int) -> Message:
     """``message`` with its text cut to about ``keep_tokens``: its start and its end, and a note between."""
     text = content_text(message)
     keep_chars = max(2, int(len(text) * keep_tokens / max(tokens, 1)))
-    head, tail = text[:keep_chars // 2], text[len(text) - keep_chars // 2:]
+    head, tail = text[: keep_chars // 2], text[len(text) - keep_chars // 2 :]
     omitted = len(text) - len(head) - len(tail)
     note = CUT_NOTE.format(chars=omitted, tokens=max(0, tokens - keep_tokens))
     out = {k: v for k, v in message.items() if k not in _STORE_ONLY_KEYS}
@@ -301,8 +323,16 @@ class BatchResult:
 class BatchCompactor:
     """Threshold-triggered compaction of the whole middle; shares the marker format with micro passes."""
 
-    def __init__(self, config: Config, summarizer: Summarizer, counter: TokenCounter, *, session_id: str = "",
-                 commit: CommitHook | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        config: Config,
+        summarizer: Summarizer,
+        counter: TokenCounter,
+        *,
+        session_id: str = "",
+        commit: CommitHook | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.config = config
         self.cfg = config.compression
         self.summarizer = summarizer
@@ -336,10 +366,11 @@ class BatchCompactor:
         # The pause is in counted tokens (like paused_below), whatever figure triggered the check.
         # Near the limit the pause yields, unless compactions there keep freeing too little as well (a head or
         # tail that cannot shrink): then a summarizer call on every request would help nobody.
-        if self.paused_below is not None and ledger.total < self.paused_below and \
-                not (self._at_risk(tokens) and self.low_yield < 3):
-            return False
-        return True
+        return not (
+            self.paused_below is not None
+            and ledger.total < self.paused_below
+            and not (self._at_risk(tokens) and self.low_yield < 3)
+        )
 
     def _at_risk(self, tokens: int) -> bool:
         """Halfway from the threshold to the context limit: too close to wait for a cooling summarizer."""
@@ -350,8 +381,16 @@ class BatchCompactor:
 
     # ------------------------------------------------------------------ how
 
-    def compact(self, ledger: Ledger, *, force: bool = False, focus: str | None = None, reason: str = "threshold",
-                prompt_tokens: int | None = None, **extra: Any) -> BatchResult:
+    def compact(
+        self,
+        ledger: Ledger,
+        *,
+        force: bool = False,
+        focus: str | None = None,
+        reason: str = "threshold",
+        prompt_tokens: int | None = None,
+        **extra: Any,
+    ) -> BatchResult:
         """Run one batch compaction (prune first). Never raises; the result says what happened.
 
         ``extra`` goes into the telemetry line (e.g. how many micro passes ran since the last one).
@@ -364,8 +403,9 @@ class BatchCompactor:
             return self._compact(ledger, force, focus, reason, t0)
         except Exception as exc:  # never into the caller
             log.exception("Batch compaction failed unexpectedly; transcript left as it was")
-            return self._finish(ledger, Outcome.ERROR, t0, before_tokens, before_messages, reason=reason,
-                                error=type(exc).__name__)
+            return self._finish(
+                ledger, Outcome.ERROR, t0, before_tokens, before_messages, reason=reason, error=type(exc).__name__
+            )
 
     def _compact(self, ledger: Ledger, force: bool, focus: str | None, reason: str, t0: float) -> BatchResult:
         msgs, tokens = ledger.messages, ledger.tokens
@@ -374,24 +414,50 @@ class BatchCompactor:
         threshold = self.config.threshold_tokens() or 0
         h = protected_head(msgs, tokens, self.config)
         t = protected_tail(msgs, tokens, self.config, h)
-        pruned = plan_prune(msgs, tokens, h, t, min_tool_tokens=cfg.prune_min_tool_tokens,
-                            max_argument_tokens=cfg.prune_max_argument_tokens)
+        pruned = plan_prune(
+            msgs,
+            tokens,
+            h,
+            t,
+            min_tool_tokens=cfg.prune_min_tool_tokens,
+            max_argument_tokens=cfg.prune_max_argument_tokens,
+        )
         if pruned is not None and not force and threshold:
             saved = sum(tokens[i] - self.counter.count_message(m) for i, m in pruned.replacements)
             if before_tokens - saved <= threshold - cfg.proactive_prune_min_reclaim_tokens:
                 if not self._commit(pruned, msgs):
                     return self._finish(ledger, Outcome.STORE_FAILED, t0, before_tokens, before_messages, reason=reason)
                 apply_event(ledger, pruned)
-                log.info("Batch compaction: pruned %d old tool outputs, %d -> %d tokens", len(pruned.replacements),
-                         before_tokens, ledger.total)
-                return self._done(ledger, Outcome.PRUNED, t0, before_tokens, before_messages, reason=reason,
-                                  pruned=len(pruned.replacements))
+                log.info(
+                    "Batch compaction: pruned %d old tool outputs, %d -> %d tokens",
+                    len(pruned.replacements),
+                    before_tokens,
+                    ledger.total,
+                )
+                return self._done(
+                    ledger,
+                    Outcome.PRUNED,
+                    t0,
+                    before_tokens,
+                    before_messages,
+                    reason=reason,
+                    pruned=len(pruned.replacements),
+                )
         # Pruning alone is not enough: the summarizer reads the original outputs (bounded), which tell it
         # more than the stubs would, and the whole middle is replaced in one step (or not at all).
         return self._summarize(ledger, h, t, focus, reason, t0, before_tokens, before_messages)
 
-    def _summarize(self, ledger: Ledger, h: int, t: int, focus: str | None, reason: str, t0: float,
-                   before_tokens: int, before_messages: int) -> BatchResult:
+    def _summarize(
+        self,
+        ledger: Ledger,
+        h: int,
+        t: int,
+        focus: str | None,
+        reason: str,
+        t0: float,
+        before_tokens: int,
+        before_messages: int,
+    ) -> BatchResult:
         msgs, tokens = ledger.messages, ledger.tokens
         users = [i for i in range(h, t) if msgs[i].get("role") == "user"]
         others = [i for i in range(h, t) if msgs[i].get("role") != "user"]
@@ -406,52 +472,95 @@ class BatchCompactor:
             last_user = next((i for i in range(len(msgs) - 1, -1, -1) if msgs[i].get("role") == "user"), None)
             # Over the floor, fold down to FOLD_TARGET of it, so that the next batch does not fold again at once.
             limit = floor
-            while users and users[0] != last_user and \
-                    self._kept_cost(msgs, tokens, h, t, users) > limit:  # the current request stays verbatim
+            while (
+                users and users[0] != last_user and self._kept_cost(msgs, tokens, h, t, users) > limit
+            ):  # the current request stays verbatim
                 folded.append(users.pop(0))
                 limit = FOLD_TARGET * floor
             if folded:
-                log.warning("Batch compaction: verbatim user messages exceed %.0f%% of the threshold (with one "
-                            "marker per run of work between them); folding the oldest %d into the summary",
-                            100 * self.cfg.batch_user_floor_ratio, len(folded))
+                log.warning(
+                    "Batch compaction: verbatim user messages exceed %.0f%% of the threshold (with one "
+                    "marker per run of work between them); folding the oldest %d into the summary",
+                    100 * self.cfg.batch_user_floor_ratio,
+                    len(folded),
+                )
         runs = [_Run(run, msgs) for run in split_runs(msgs, h, t, set(users))]
         todo = [run for run in runs if not run.untouched]
         absorbed = [i for run in todo for i in run.indexes]
-        shortfall = self._shortfall(tokens, absorbed, sum(self.counter.count_text(r.previous) for r in todo),
-                                    len(todo))
+        shortfall = self._shortfall(tokens, absorbed, sum(self.counter.count_text(r.previous) for r in todo), len(todo))
         if shortfall and reason != "on_demand":
             # Too little to summarize for the call to matter (the middle is mostly verbatim user messages, or
             # micro passes already did the work): wait until enough has piled up instead of re-batching.
-            return self._done(ledger, Outcome.LOW_YIELD, t0, before_tokens, before_messages, reason=reason,
-                              pause_tokens=shortfall)
+            return self._done(
+                ledger, Outcome.LOW_YIELD, t0, before_tokens, before_messages, reason=reason, pause_tokens=shortfall
+            )
         calls, failed = self._summarize_runs(todo, focus)
         input_tokens = sum(r.input_tokens for r in todo)
         if failed is not None:
             outcome, error, used = failed
-            return self._finish(ledger, outcome, t0, before_tokens, before_messages, reason=reason, error=error,
-                                summarizer=used, summarizer_input_tokens=input_tokens if error else 0,
-                                summarizer_output_tokens=0, runs=len(todo), summarizer_calls=calls)
+            return self._finish(
+                ledger,
+                outcome,
+                t0,
+                before_tokens,
+                before_messages,
+                reason=reason,
+                error=error,
+                summarizer=used,
+                summarizer_input_tokens=input_tokens if error else 0,
+                summarizer_output_tokens=0,
+                runs=len(todo),
+                summarizer_calls=calls,
+            )
         fallback = any(r.outcome == Outcome.FALLBACK for r in todo)
         outcome = Outcome.FALLBACK if fallback else Outcome.COMPACTED
         if folded:  # every fold of user messages is reported as such, whichever summarizer wrote the summary
             outcome = Outcome.USER_FLOOR_EXCEEDED
         event = chronological_event(msgs, h, t, runs)
         if not self._commit(event, msgs):
-            return self._finish(ledger, Outcome.STORE_FAILED, t0, before_tokens, before_messages, reason=reason,
-                                runs=len(todo), summarizer_calls=calls)
+            return self._finish(
+                ledger,
+                Outcome.STORE_FAILED,
+                t0,
+                before_tokens,
+                before_messages,
+                reason=reason,
+                runs=len(todo),
+                summarizer_calls=calls,
+            )
         apply_event(ledger, event)
         self.compactions += 1
-        log.info("Batch compaction: %d -> %d messages, %d -> %d tokens, %d runs, %d summarizer calls (%s)",
-                 before_messages, len(ledger.messages), before_tokens, ledger.total, len(todo), calls, reason)
+        log.info(
+            "Batch compaction: %d -> %d messages, %d -> %d tokens, %d runs, %d summarizer calls (%s)",
+            before_messages,
+            len(ledger.messages),
+            before_tokens,
+            ledger.total,
+            len(todo),
+            calls,
+            reason,
+        )
         names = {r.used for r in todo if r.used and not r.capped} or {self.fallback.name}
         capped = sum(1 for r in todo if r.capped)
-        return self._done(ledger, outcome, t0, before_tokens, before_messages, reason=reason,
-                          absorbed=len(absorbed), users_folded=len(folded), input_tokens=input_tokens,
-                          summarizer="+".join(sorted(names)),
-                          error=next((r.error for r in todo if r.error), None), summarizer_input_tokens=input_tokens,
-                          fallback=True if fallback else None, runs=len(todo), summarizer_calls=calls,
-                          capped_runs=capped or None,
-                          summarizer_output_tokens=sum(self.counter.count_text(r.summary or "") for r in todo))
+        return self._done(
+            ledger,
+            outcome,
+            t0,
+            before_tokens,
+            before_messages,
+            reason=reason,
+            absorbed=len(absorbed),
+            users_folded=len(folded),
+            input_tokens=input_tokens,
+            summarizer="+".join(sorted(names)),
+            error=next((r.error for r in todo if r.error), None),
+            summarizer_input_tokens=input_tokens,
+            fallback=True if fallback else None,
+            runs=len(todo),
+            summarizer_calls=calls,
+            capped_runs=capped or None,
+            summarizer_output_tokens=sum(self.counter.count_text(r.summary or "") for r in todo),
+        )
 
     def _summarize_runs(self, todo: list[_Run], focus: str | None) -> tuple[int, tuple[str, str | None, str] | None]:
         """A summary for every run, newest first: the newest ``batch_max_calls`` runs with new material by the
@@ -463,7 +572,7 @@ class BatchCompactor:
         """
         budget = self.config.auxiliary.compression.max_input_tokens
         sizes = {id(r): self.counter.count_text(render_exchange(r.material)) for r in todo}
-        called = [r for r in todo if r.material][-self.cfg.batch_max_calls:]
+        called = [r for r in todo if r.material][-self.cfg.batch_max_calls :]
         total = sum(sizes[id(r)] for r in called)
         calls, capped = 0, 0
         for run in reversed(todo):
@@ -471,11 +580,13 @@ class BatchCompactor:
                 run.summary = run.previous
                 continue
             size = sizes[id(run)]
-            share = budget if total <= budget or run not in called else \
-                max(int(budget * size / total), min(size, budget // (2 * len(called))))
+            share = (
+                budget
+                if total <= budget or run not in called
+                else max(int(budget * size / total), min(size, budget // (2 * len(called))))
+            )
             bounded = self.bound_input(run.material, share)
-            run.input_tokens = self.counter.count_text(render_exchange(bounded)) + \
-                self.counter.count_text(run.previous)
+            run.input_tokens = self.counter.count_text(render_exchange(bounded)) + self.counter.count_text(run.previous)
             self.largest_input_tokens = max(self.largest_input_tokens, run.input_tokens)
             if calls >= self.cfg.batch_max_calls:
                 run.summary = self._fallback_text(run.previous, bounded, focus, run.input_tokens)
@@ -488,8 +599,12 @@ class BatchCompactor:
                 return calls, (outcome, error, used)
             run.summary, run.outcome, run.error, run.used = summary, outcome, error, used
         if capped:
-            log.info("Batch compaction: %d older runs of work beyond batch_max_calls=%d summarized by the "
-                     "deterministic extractive summary", capped, self.cfg.batch_max_calls)
+            log.info(
+                "Batch compaction: %d older runs of work beyond batch_max_calls=%d summarized by the "
+                "deterministic extractive summary",
+                capped,
+                self.cfg.batch_max_calls,
+            )
         return calls, None
 
     def _kept_cost(self, msgs: list[Message], tokens: list[int], h: int, t: int, users: list[int]) -> int:
@@ -525,7 +640,9 @@ class BatchCompactor:
         counts = [self.counter.count_text(render_exchange([m])) for m in prepared]
         if sum(counts) <= budget * 1.05:
             return prepared
-        head, tail, spent = [], [], 0
+        head: list[Message] = []
+        tail: list[Message] = []
+        spent = 0
         lo, hi = 0, len(prepared) - 1
         while lo <= hi:  # alternate oldest and newest so both ends survive
             side = lo if len(head) <= len(tail) else hi
@@ -538,13 +655,16 @@ class BatchCompactor:
             else:
                 tail.append(prepared[hi])
                 hi -= 1
-        omitted = prepared[lo:hi + 1]
-        note = {"role": "assistant", "content": OMITTED_MESSAGES.format(count=len(omitted),
-                                                                        tokens=sum(counts[lo:hi + 1]))}
+        omitted = prepared[lo : hi + 1]
+        note = {
+            "role": "assistant",
+            "content": OMITTED_MESSAGES.format(count=len(omitted), tokens=sum(counts[lo : hi + 1])),
+        }
         return head + ([note] if omitted else []) + list(reversed(tail))
 
-    def _call(self, previous: str, bounded: list[Message], focus: str | None, input_tokens: int
-              ) -> tuple[str | None, str, str | None, str]:
+    def _call(
+        self, previous: str, bounded: list[Message], focus: str | None, input_tokens: int
+    ) -> tuple[str | None, str, str | None, str]:
         """(summary, outcome, error, summarizer name): the configured model, else the fallback when at risk."""
         name = getattr(self.summarizer, "name", "?")
         blocked = self.backoff.blocked()
@@ -568,7 +688,11 @@ class BatchCompactor:
             text = self._fallback_text(previous, bounded, focus, input_tokens)
             log.warning("Batch compaction: using the deterministic extractive summary (%s)", blocked or error)
             return text, Outcome.FALLBACK, error, self.fallback.name
-        outcome = Outcome.AUTH_FAILED if self.backoff.auth_error else (Outcome.COOLDOWN if error is None else Outcome.SUMMARIZE_FAILED)
+        outcome = (
+            Outcome.AUTH_FAILED
+            if self.backoff.auth_error
+            else (Outcome.COOLDOWN if error is None else Outcome.SUMMARIZE_FAILED)
+        )
         return None, outcome, error or blocked, name
 
     def _fallback_text(self, previous: str, bounded: list[Message], focus: str | None, input_tokens: int) -> str:
@@ -594,8 +718,9 @@ class BatchCompactor:
         return clean_summary(text, max(input_tokens, 200), self.counter.count_text)
 
     def _commit(self, event: Any, msgs: list[Message]) -> bool:
-        return commit_or_log(self.commit, event, msgs, "Batch compaction: store commit failed, transcript left "
-                                                      "as it was")
+        return commit_or_log(
+            self.commit, event, msgs, "Batch compaction: store commit failed, transcript left as it was"
+        )
 
     # ------------------------------------------------------------------ last resort
 
@@ -617,28 +742,40 @@ class BatchCompactor:
         try:
             event = self._plan_cuts(ledger, limit)
             if event is None:  # only user and system messages, markers and small messages are left
-                log.warning("Request over the context window (%d tokens, limit %d) and nothing left to cut",
-                            self.counter.estimate_prompt(ledger.total), limit)
+                log.warning(
+                    "Request over the context window (%d tokens, limit %d) and nothing left to cut",
+                    self.counter.estimate_prompt(ledger.total),
+                    limit,
+                )
                 return None
             if not self._commit(event, ledger.messages):
                 return self._finish(ledger, Outcome.STORE_FAILED, t0, before_tokens, before_messages, reason="window")
             apply_event(ledger, event)
         except Exception as exc:
             log.exception("Last-resort cut failed unexpectedly; transcript left as it was")
-            return self._finish(ledger, Outcome.ERROR, t0, before_tokens, before_messages, reason="window",
-                                error=type(exc).__name__)
-        log.warning("Request over the context window: cut %d message(s) head-and-tail, %d -> %d tokens (the "
-                    "originals are kept in the store)", len(event.replacements), before_tokens, ledger.total)
-        return self._finish(ledger, Outcome.TRUNCATED, t0, before_tokens, before_messages, reason="window",
-                            cut=len(event.replacements))
+            return self._finish(
+                ledger, Outcome.ERROR, t0, before_tokens, before_messages, reason="window", error=type(exc).__name__
+            )
+        log.warning(
+            "Request over the context window: cut %d message(s) head-and-tail, %d -> %d tokens (the "
+            "originals are kept in the store)",
+            len(event.replacements),
+            before_tokens,
+            ledger.total,
+        )
+        return self._finish(
+            ledger, Outcome.TRUNCATED, t0, before_tokens, before_messages, reason="window", cut=len(event.replacements)
+        )
 
     def _plan_cuts(self, ledger: Ledger, limit: int) -> Prune | None:
         """Cuts, largest message first, that bring the prompt under ``limit`` minus a small margin."""
         msgs, tokens = ledger.messages, ledger.tokens
         target = limit - max(CUT_MARGIN_MIN_TOKENS, int(CUT_MARGIN_SHARE * limit))
         excess = self.counter.estimate_prompt(ledger.total) - target
-        candidates = sorted((i for i, m in enumerate(msgs) if _cuttable(m) and tokens[i] > CUT_MIN_TOKENS),
-                            key=lambda i: (-tokens[i], -i))
+        candidates = sorted(
+            (i for i, m in enumerate(msgs) if _cuttable(m) and tokens[i] > CUT_MIN_TOKENS),
+            key=lambda i: (-tokens[i], -i),
+        )
         replacements: list[tuple[int, Message]] = []
         for i in candidates:
             if excess <= 0:
@@ -656,8 +793,9 @@ class BatchCompactor:
 
     # ------------------------------------------------------------------ bookkeeping and telemetry
 
-    def _done(self, ledger: Ledger, outcome: str, t0: float, before_tokens: int, before_messages: int,
-              **extra: Any) -> BatchResult:
+    def _done(
+        self, ledger: Ledger, outcome: str, t0: float, before_tokens: int, before_messages: int, **extra: Any
+    ) -> BatchResult:
         """Anti-thrash: two compactions in a row that free too little pause automatic compaction."""
         threshold = self.config.threshold_tokens()
         freed = before_tokens - ledger.total
@@ -670,9 +808,12 @@ class BatchCompactor:
             self.paused_below = None
         if threshold and self.low_yield >= 2:
             self.paused_below = ledger.total + min_free
-            log.warning("Batch compaction: freed under %.0f%% of the threshold twice in a row; automatic compaction "
-                        "paused until the transcript reaches %d tokens", 100 * self.cfg.batch_min_free_ratio,
-                        self.paused_below)
+            log.warning(
+                "Batch compaction: freed under %.0f%% of the threshold twice in a row; automatic compaction "
+                "paused until the transcript reaches %d tokens",
+                100 * self.cfg.batch_min_free_ratio,
+                self.paused_below,
+            )
         elif threshold and freed >= min_free and ledger.total > threshold:
             # Converge: what stayed (head, tail, verbatim users) keeps it over the threshold, so compacting again
             # at the next request would free little; wait until the transcript has grown meaningfully.
@@ -683,8 +824,9 @@ class BatchCompactor:
             extra["paused_until_tokens"] = self.paused_below
         return self._finish(ledger, outcome, t0, before_tokens, before_messages, **extra)
 
-    def _finish(self, ledger: Ledger, outcome: str, t0: float, before_tokens: int, before_messages: int,
-                **extra: Any) -> BatchResult:
+    def _finish(
+        self, ledger: Ledger, outcome: str, t0: float, before_tokens: int, before_messages: int, **extra: Any
+    ) -> BatchResult:
         threshold = self.config.threshold_tokens()
         record: dict[str, Any] = {
             "event": "batch_compaction",
@@ -704,7 +846,8 @@ class BatchCompactor:
         }
         record.update({k: v for k, v in {**self._extra, **extra}.items() if v is not None})
         if record["tokens_after"] > (threshold or record["tokens_after"]) and outcome in (
-                BATCH_COMPACTIONS | {Outcome.PRUNED}):
+            BATCH_COMPACTIONS | {Outcome.PRUNED}
+        ):
             record["still_over_threshold"] = True
             # Why: what compaction may not touch (head and tail) and what it keeps verbatim (user messages).
             msgs, tokens = ledger.messages, ledger.tokens

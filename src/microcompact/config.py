@@ -42,8 +42,11 @@ class _Strict(BaseModel):
     @classmethod
     def _no_bool_for_numbers(cls, v: Any, info: ValidationInfo) -> Any:
         # pydantic reads true/false as 1/0 for numbers; `protect_first_n: true` is a mistake, not 1.
-        if isinstance(v, bool) and info.field_name and \
-                cls.model_fields[info.field_name].annotation in (int, float, int | None, float | None):
+        if (
+            isinstance(v, bool)
+            and info.field_name
+            and cls.model_fields[info.field_name].annotation in (int, float, int | None, float | None)
+        ):
             raise ValueError("expected a number, not true/false")
         return v
 
@@ -53,8 +56,9 @@ class CompressionConfig(_Strict):
     threshold: float = Field(0.50, gt=0.0, le=1.0, description="batch threshold as a fraction of the context limit")
     target_ratio: float = Field(0.20, gt=0.0, lt=1.0, description="tail budget as a fraction of the threshold")
     protect_first_n: int = Field(3, ge=0, le=1000)
-    protect_first_max_tokens: int | None = Field(None, ge=0, le=100_000_000,
-                                                 description="head budget; unset = head_share of the threshold")
+    protect_first_max_tokens: int | None = Field(
+        None, ge=0, le=100_000_000, description="head budget; unset = head_share of the threshold"
+    )
     tokenizer: Literal["o200k_base", "cl100k_base", "estimate"] = "o200k_base"
     micro_compact: bool = False
     micro_compact_every_n_turns: int = 1
@@ -70,8 +74,13 @@ class CompressionConfig(_Strict):
     prune_max_argument_tokens: int = Field(1000, ge=50, le=10_000_000)
     batch_user_floor_ratio: float = Field(0.5, gt=0.0, le=1.0)
     batch_min_free_ratio: float = Field(0.10, ge=0.0, lt=1.0)
-    batch_max_calls: int = Field(8, ge=1, le=1000, description="summarizer calls per batch compaction; older "
-                                 "runs of work get the deterministic extractive summary")
+    batch_max_calls: int = Field(
+        8,
+        ge=1,
+        le=1000,
+        description="summarizer calls per batch compaction; older "
+        "runs of work get the deterministic extractive summary",
+    )
     min_tail_messages: int = Field(3, ge=1, le=1000)
 
     @field_validator("micro_compact_every_n_turns", mode="before")
@@ -226,8 +235,9 @@ def parse_config(data: Any, source: str = "<config>") -> Config:
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ConfigError(f"invalid configuration in {source}: the top level must be a mapping, "
-                          f"got {type(data).__name__}")
+        raise ConfigError(
+            f"invalid configuration in {source}: the top level must be a mapping, got {type(data).__name__}"
+        )
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
@@ -249,8 +259,9 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"config {p} is not UTF-8 text: byte 0x{raw[exc.start]:02x} at offset {exc.start} "
-                          "cannot be decoded") from None
+        raise ConfigError(
+            f"config {p} is not UTF-8 text: byte 0x{raw[exc.start]:02x} at offset {exc.start} cannot be decoded"
+        ) from None
     try:
         data = yaml.load(text, Loader=_NoAliasLoader)  # a SafeLoader subclass
     except yaml.YAMLError as exc:
@@ -272,6 +283,7 @@ class _NoAliasLoader(yaml.SafeLoader):
         event = self.peek_event()
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
             what = f"aliases (*{event.anchor})" if isinstance(event, yaml.AliasEvent) else f"anchors (&{event.anchor})"
-            raise yaml.composer.ComposerError(None, None, f"YAML {what} are not allowed in a config: write the "
-                                              "values out", event.start_mark)
+            raise yaml.composer.ComposerError(
+                None, None, f"YAML {what} are not allowed in a config: write the values out", event.start_mark
+            )
         return super().compose_node(parent, index)

@@ -44,8 +44,15 @@ class Outcome(StrEnum):
 
 # Micro outcomes that changed the transcript (defrag_failed still rewrites: the deterministic shortening).
 MICRO_COMMITTED = frozenset({Outcome.ABSORBED, Outcome.DEFRAG, Outcome.DEFRAG_FAILED})
-MICRO_FAILURES = frozenset({Outcome.SUMMARIZE_FAILED, Outcome.EXCHANGE_SKIPPED, Outcome.DEFRAG_FAILED,
-                            Outcome.STORE_FAILED, Outcome.AUTH_FAILED})
+MICRO_FAILURES = frozenset(
+    {
+        Outcome.SUMMARIZE_FAILED,
+        Outcome.EXCHANGE_SKIPPED,
+        Outcome.DEFRAG_FAILED,
+        Outcome.STORE_FAILED,
+        Outcome.AUTH_FAILED,
+    }
+)
 # Batch outcomes that summarized the middle into a batch marker (a prune or a last-resort cut is not one).
 BATCH_COMPACTIONS = frozenset({Outcome.COMPACTED, Outcome.USER_FLOOR_EXCEEDED, Outcome.FALLBACK})
 BATCH_CHANGED = BATCH_COMPACTIONS | {Outcome.PRUNED, Outcome.TRUNCATED}
@@ -129,7 +136,9 @@ class BatchCompact:
     def markers(self) -> list[tuple[Message, tuple[int, ...]]]:
         """(new marker, indexes it absorbs) for every message of ``new`` that is not kept, in order."""
         kept = set(self.kept)
-        return [(m, src) for m, src in zip(self.new, self.sources) if not (len(src) == 1 and src[0] in kept)]
+        return [
+            (m, src) for m, src in zip(self.new, self.sources, strict=False) if not (len(src) == 1 and src[0] in kept)
+        ]
 
     @property
     def absorbed(self) -> tuple[int, ...]:

@@ -42,7 +42,7 @@ class _CompactionWrites(_SQLBase):
                 raise ValueError("Absorb event absorbs no message")
             absorbed = [messages[i] for i in event.absorbed]
             replaced = [messages[event.removed_marker]] if event.removed_marker is not None else []
-            absorb_rows = [_row_of(m, f"message {i}") for i, m in zip(event.absorbed, absorbed)]
+            absorb_rows = [_row_of(m, f"message {i}") for i, m in zip(event.absorbed, absorbed, strict=False)]
             supersede_rows = [_row_of(m, f"marker {event.removed_marker}") for m in replaced]
             anchor = absorb_rows[-1]
             expect = absorbed + replaced
@@ -67,8 +67,13 @@ class _CompactionWrites(_SQLBase):
                 raise StoreConflict(f"{self.describe()}: session {session_id!r} does not exist")
             found = self._lock_rows(cur, session_id, rows, expected_pos, markers=supersede_rows)
             position = found[anchor]
-            written, ids = self._apply(cur, session_id, absorb=absorb_rows,
-                                       supersede=[(r, 0) for r in supersede_rows], insert=[(position, marker)])
+            written, ids = self._apply(
+                cur,
+                session_id,
+                absorb=absorb_rows,
+                supersede=[(r, 0) for r in supersede_rows],
+                insert=[(position, marker)],
+            )
             return written, position, ids
 
         written, position, ids = self._txn(txn, write=True, op="store a micro-compaction pass")
@@ -107,11 +112,11 @@ class _CompactionWrites(_SQLBase):
             for group, marker in groups:  # absorbing a run frees its positions; its marker takes the first
                 position = min(found[r] for r in group)
                 n, new_ids = self._apply(cur, session_id, absorb=group, insert=[(position, marker)])
-                written, ids, positions = written + n, ids + new_ids, positions + [position]
+                written, ids, positions = written + n, ids + new_ids, [*positions, position]
             return written, ids, positions
 
         written, ids, positions = self._txn(txn, write=True, op="store a batch compaction")
-        for (_, m), row, pos in zip(groups, ids, positions):
+        for (_, m), row, pos in zip(groups, ids, positions, strict=False):
             m[POS_KEY], m[ROW_KEY] = pos, row
         return written
 
@@ -132,16 +137,17 @@ class _CompactionWrites(_SQLBase):
             written, ids, positions = 0, list[int](), list[int]()
             for row, new in pairs:
                 n, new_ids = self._apply(cur, session_id, absorb=[row], insert=[(found[row], new)])
-                written, ids, positions = written + n, ids + new_ids, positions + [found[row]]
+                written, ids, positions = written + n, ids + new_ids, [*positions, found[row]]
             return written, ids, positions
 
         written, ids, positions = self._txn(txn, write=True, op="store a batch compaction")
-        for (_, m), row, pos in zip(pairs, ids, positions):
+        for (_, m), row, pos in zip(pairs, ids, positions, strict=False):
             m[POS_KEY], m[ROW_KEY] = pos, row
         return written
 
-    def _lock_rows(self, cur: Any, session_id: str, rows: Sequence[int], expected_pos: dict[int, Any],
-                   markers: Sequence[int] = ()) -> dict[int, int]:
+    def _lock_rows(
+        self, cur: Any, session_id: str, rows: Sequence[int], expected_pos: dict[int, Any], markers: Sequence[int] = ()
+    ) -> dict[int, int]:
         """Check (inside the writer's transaction) that ``rows`` are active rows of the session at the
         positions the caller believes; ``markers`` must be marker rows. Returns row -> position."""
         sql = f"SELECT id, session_id, position, state, is_marker FROM messages WHERE {self._ids('id')}"
@@ -150,23 +156,34 @@ class _CompactionWrites(_SQLBase):
         for row in rows:
             r = found.get(row)
             if r is None or r[1] != session_id:
-                raise StoreConflict(f"{where}: row {row} is not a message of session {session_id!r} "
-                                    "(stale in-memory view?)")
+                raise StoreConflict(
+                    f"{where}: row {row} is not a message of session {session_id!r} (stale in-memory view?)"
+                )
             if r[3] != "active":
-                raise StoreConflict(f"{where}: row {row} of session {session_id!r} is already {r[3]}: another "
-                                    "writer compacted this session, or the in-memory transcript is stale")
+                raise StoreConflict(
+                    f"{where}: row {row} of session {session_id!r} is already {r[3]}: another "
+                    "writer compacted this session, or the in-memory transcript is stale"
+                )
             exp = expected_pos.get(row)
             if exp is not None and int(exp) != int(r[2]):
-                raise StoreConflict(f"{where}: row {row} is at position {r[2]} in the store but {exp} in memory "
-                                    "(stale in-memory view)")
+                raise StoreConflict(
+                    f"{where}: row {row} is at position {r[2]} in the store but {exp} in memory (stale in-memory view)"
+                )
         for row in markers:
             if not found[row][4]:
                 raise StoreConflict(f"{where}: row {row} is not a marker; refusing to supersede it")
         return {row: int(found[row][2]) for row in rows}
 
-    def _apply(self, cur: Any, session_id: str, *, absorb: Sequence[int] = (),
-               supersede: Sequence[tuple[int, int]] = (), insert: Sequence[tuple[int, Message]] = (),
-               absorbed_by: int = 0) -> tuple[int, list[int]]:
+    def _apply(
+        self,
+        cur: Any,
+        session_id: str,
+        *,
+        absorb: Sequence[int] = (),
+        supersede: Sequence[tuple[int, int]] = (),
+        insert: Sequence[tuple[int, Message]] = (),
+        absorbed_by: int = 0,
+    ) -> tuple[int, list[int]]:
         """The generic write of any compaction event, inside the caller's transaction.
 
         ``absorb``: rows summarized away ('absorbed', ``absorbed_by`` -> the inserted row ``insert[absorbed_by]``).
@@ -181,12 +198,14 @@ class _CompactionWrites(_SQLBase):
         for state, ids in (("absorbed", list(absorb)), ("superseded", [r for r, _ in supersede])):
             if not ids:
                 continue
-            self._exec(cur, f"UPDATE messages SET state = ?, updated_at = {self.NOW} WHERE {self._ids('id')} "
-                            f"AND {self._by_id_only('session_id')} = ? AND {self._by_id_only('state')} = 'active'",
-                       (state, self._ids_param(ids), session_id))
+            self._exec(
+                cur,
+                f"UPDATE messages SET state = ?, updated_at = {self.NOW} WHERE {self._ids('id')} "
+                f"AND {self._by_id_only('session_id')} = ? AND {self._by_id_only('state')} = 'active'",
+                (state, self._ids_param(ids), session_id),
+            )
             if cur.rowcount != len(ids):
-                raise StoreConflict(f"{self.describe()}: rows of session {session_id!r} changed during the "
-                                    "transaction")
+                raise StoreConflict(f"{self.describe()}: rows of session {session_id!r} changed during the transaction")
         new_ids = self._insert_rows(cur, session_id, encoded)
         links: dict[int, list[int]] = {}
         if absorb:
@@ -194,6 +213,7 @@ class _CompactionWrites(_SQLBase):
         for row, i in supersede:
             links.setdefault(new_ids[i], []).append(row)
         for new_id, rows in links.items():
-            self._exec(cur, f"UPDATE messages SET absorbed_by = ? WHERE {self._ids('id')}",
-                       (new_id, self._ids_param(rows)))
+            self._exec(
+                cur, f"UPDATE messages SET absorbed_by = ? WHERE {self._ids('id')}", (new_id, self._ids_param(rows))
+            )
         return len(absorb) + len(supersede) + len(encoded), new_ids
