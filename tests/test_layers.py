@@ -20,8 +20,7 @@ LAYERS: list[set[str]] = [
     {"events", "tokens"},
     {"window", "properties"},
     {"summarizers"},
-    {"micro"},
-    {"batch"},
+    {"micro", "batch"},
     {"background", "store"},
     {"session"},
     {"replay", "cost", "report", "importers"},
@@ -89,6 +88,13 @@ def test_no_module_imports_from_a_higher_layer() -> None:
             if _layer_of(target) > mine:
                 violations.append(f"{path.relative_to(PACKAGE)} imports {target} (layer {_layer_of(target)} > {mine})")
     assert violations == []
+
+
+def test_the_engines_do_not_import_each_other() -> None:
+    """Micro and batch share the event vocabulary and the window, not each other's code."""
+    for path in sorted((PACKAGE / "micro").rglob("*.py")):
+        assert "batch" not in _internal_imports(path), path
+    assert "micro" not in _internal_imports(PACKAGE / "batch.py")
 
 
 def test_the_store_never_imports_the_engines() -> None:

@@ -31,7 +31,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from .config import Config
-from .events import BATCH_CHANGED, BATCH_COMPACTIONS, BatchCompact, CommitHook, Outcome, Prune, apply_event
+from .events import (
+    BATCH_CHANGED,
+    BATCH_COMPACTIONS,
+    BatchCompact,
+    CommitHook,
+    Outcome,
+    Prune,
+    apply_event,
+    commit_or_log,
+)
 from .messages import (
     META_KEY,
     Message,
@@ -41,7 +50,6 @@ from .messages import (
     marker_kind,
     render_marker,
 )
-from .micro import commit_or_log
 from .redact import redact_text
 from .summarizers import (
     ExtractiveSummarizer,
@@ -58,7 +66,7 @@ from .summarizers import (
 )
 from .telemetry import emit, occupancy_pct
 from .tokens import Ledger, TokenCounter
-from .window import protected_head, protected_tail
+from .window import Window
 
 log = logging.getLogger("microcompact")
 
@@ -412,8 +420,8 @@ class BatchCompactor:
         cfg = self.cfg
         before_tokens, before_messages = ledger.total, len(msgs)
         threshold = self.config.threshold_tokens() or 0
-        h = protected_head(msgs, tokens, self.config)
-        t = protected_tail(msgs, tokens, self.config, h)
+        window = Window.of(msgs, tokens, self.config)
+        h, t = window.head, window.tail
         pruned = plan_prune(
             msgs,
             tokens,
@@ -851,8 +859,8 @@ class BatchCompactor:
             record["still_over_threshold"] = True
             # Why: what compaction may not touch (head and tail) and what it keeps verbatim (user messages).
             msgs, tokens = ledger.messages, ledger.tokens
-            h = protected_head(msgs, tokens, self.config)
-            t = protected_tail(msgs, tokens, self.config, h)
+            window = Window.of(msgs, tokens, self.config)
+            h, t = window.head, window.tail
             record["head_tokens"] = sum(tokens[:h])
             record["tail_tokens"] = sum(tokens[t:])
             record["middle_user_tokens"] = sum(tokens[i] for i in range(h, t) if msgs[i].get("role") == "user")

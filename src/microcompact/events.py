@@ -7,6 +7,7 @@ only :mod:`microcompact.messages`), so the store consumes events without importi
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -175,3 +176,16 @@ def apply_event(transcript: Splicer, event: Event) -> None:
         transcript.splice(event.span.start, event.span.end, [*kept, event.marker])
         if event.removed_marker is not None:
             transcript.splice(event.removed_marker, event.removed_marker + 1, [])
+
+
+def commit_or_log(commit: CommitHook | None, event: Event, msgs: list[Message], failure: str) -> bool:
+    """Hand ``event`` to the caller's commit hook (the store); a failure is logged and reported, not raised:
+    the engine then leaves its in-memory transcript as it was."""
+    if commit is None:
+        return True
+    try:
+        commit(event, msgs)
+        return True
+    except Exception as exc:
+        logging.getLogger("microcompact").error("%s (%s: %s)", failure, type(exc).__name__, exc)
+        return False

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..config import CompressionConfig, Config
-from ..events import Absorb, CommitHook, Event, Outcome, Span, apply_event
+from ..events import Absorb, CommitHook, Event, Outcome, Span, apply_event, commit_or_log
 from ..messages import Message, render_micro_marker
 from ..summarizers import (
     Summarizer,
@@ -27,20 +27,6 @@ from .spans import span_key
 from .state import PassResult, Planned, RollingSummary
 
 log = logging.getLogger("microcompact")
-
-
-def commit_or_log(
-    commit: Callable[[Any, list[Message]], None] | None, event: Any, msgs: list[Message], failure: str
-) -> bool:
-    """Hand ``event`` to the caller's commit hook (the store); a failure is logged and reported, not raised."""
-    if commit is None:
-        return True
-    try:
-        commit(event, msgs)
-        return True
-    except Exception as exc:
-        log.error("%s (%s: %s)", failure, type(exc).__name__, exc)
-        return False
 
 
 class Passes:
