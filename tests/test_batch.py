@@ -17,7 +17,6 @@ import hashlib
 import itertools
 import json
 import logging
-import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -58,7 +57,7 @@ from microcompact.telemetry import parse_line
 from microcompact.tokens import EstimateCounter, Ledger, TokenCounter
 from microcompact.window import protected_head, tail_start
 from paths import NORMALIZED
-from strategies import head_of, same_head, transcripts, units
+from strategies import examples, head_of, same_head, transcripts, units
 
 TRANSCRIPTS = NORMALIZED
 LONGEST = TRANSCRIPTS / "cc_4d5611e5.jsonl"
@@ -69,11 +68,6 @@ COMMON = dict(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example],
 )
-SCALE = float(os.environ.get("MC_PROPERTY_SCALE", "1"))
-
-
-def examples(n: int) -> int:
-    return max(1, int(n * SCALE))
 
 
 def counter() -> TokenCounter:
