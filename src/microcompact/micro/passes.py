@@ -211,19 +211,7 @@ class Passes:
                 "calls in this session",
                 self.auth_error,
             )
-            return self._finish(
-                ledger,
-                Outcome.AUTH_FAILED,
-                t0,
-                summarizer_ms,
-                exchange_tokens=span.tokens,
-                mode=mode,
-                tokens_before=ledger.total,
-                messages_before=len(ledger.messages),
-                error=type(exc).__name__,
-                summarizer_input_tokens=read,
-                summarizer_output_tokens=0,
-            )
+            return self._failure_record(ledger, Outcome.AUTH_FAILED, exc, t0, summarizer_ms, span, mode, read)
         st.failures[key] = st.failures.get(key, 0) + 1
         outcome = Outcome.SUMMARIZE_FAILED
         log.warning(
@@ -242,6 +230,20 @@ class Passes:
             st.skipped.add(key)
             st.cursor = span.end
             outcome = Outcome.EXCHANGE_SKIPPED
+        return self._failure_record(ledger, outcome, exc, t0, summarizer_ms, span, mode, read)
+
+    def _failure_record(
+        self,
+        ledger: Ledger,
+        outcome: Outcome,
+        exc: Exception,
+        t0: float,
+        summarizer_ms: float,
+        span: Span,
+        mode: str,
+        read: int,
+    ) -> PassResult:
+        """The telemetry of a pass whose summarizer call failed: the transcript is unchanged."""
         return self._finish(
             ledger,
             outcome,
