@@ -112,6 +112,9 @@ SECRET_FORMATS: list[tuple[str, str, str]] = [
     ("openai-service-account", "using " + OPENAI_SVCACCT, OPENAI_SVCACCT),
     ("slack-app-token", "SLACK_APP=" + SLACK_APP, SLACK_APP),
     ("basic-auth-header", "Authorization: Basic dXNlcjpwYXNzd29yZDEyMw==", "dXNlcjpwYXNzd29yZDEyMw=="),
+    ("cookie-header", "Cookie: theme=dark; sessionid=q8w7e6r5t4y3u2i1o0p9", "q8w7e6r5t4y3u2i1o0p9"),
+    ("set-cookie-header", "Set-Cookie: auth_token=Zx9Yw8Vu7Ts6Rq5Po4; Path=/; HttpOnly", "Zx9Yw8Vu7Ts6Rq5Po4"),
+    ("curl-cookie", 'curl -H "Cookie: _gh_sess=K7mP2xQ9vL4nB8wR3tY6; logged_in=yes" https://x', "K7mP2xQ9vL4nB8wR3tY6"),
     ("basic-auth-in-url", "https://ci-bot:Zz9Qp4Lm@registry.example.com/v2/", "Zz9Qp4Lm"),
     ("x-api-key-header", "-H 'x-api-key: 5f1e2d3c4b5a69788796a5b4'", "5f1e2d3c4b5a69788796a5b4"),
     ("digitalocean", "doctl auth init -t " + DIGITALOCEAN, DIGITALOCEAN),
@@ -140,6 +143,7 @@ SECRET_FORMATS: list[tuple[str, str, str]] = [
 
 # Ordinary text that looks a little like the formats above and must come through unchanged.
 NOT_SECRETS: list[str] = [
+    "Set-Cookie: theme=dark; Path=/; Max-Age=3600; SameSite=Lax",
     "commit 3f2c1d0e9b8a7f6e5d4c3b2a1f0e9d8c7b6a5f4e",  # a 40-char git SHA is not an AWS key
     "3f2c1d0e9b8a7f6e5d4c3b2a1f0e9d8c7b6a5f4e\n",
     "src/microcompact/redact.py/src/microcompact\n",

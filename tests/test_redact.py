@@ -372,6 +372,8 @@ ADVERSARIAL = {
     "netrc-like": "machine " + "login x password " * 58_000,
     "curl-flags": "curl " + "-u a:" * 200_000,
     "backslashes": 'password="' + "\\" * 1_000_000,
+    "cookie-without-pairs": ("Cookie: " + "a" * 8_200 + "\n") * 120,
+    "repeated-cookie-headers": "cookie:" * 150_000,
 }
 
 

@@ -146,6 +146,11 @@ _AUTH_HEADER = re.compile(
     r"(?P<cred>[a-z0-9._~+/:-]{6,}=*)"
 )
 _BEARER = re.compile(r"bearer[ \t]+(?P<cred>[a-z0-9._~+/-]{16,}=*)")
+# Cookie and Set-Cookie headers: every cookie value of 8 characters or more is a credential (session ids,
+# auth tokens); attributes (Path, Expires, ...) and short preferences (theme=dark) stay.
+_COOKIE_HEADER = re.compile(r"(?<![a-z0-9_-])(?:set-)?cookie(?:\\?[\"'])?[ \t]*:[ \t]*(?P<pairs>[^\r\n\"'\\]{1,8192})")
+_MIN_COOKIE_VALUE = 8
+_COOKIE_ATTRIBUTES = frozenset({"path", "domain", "expires", "max-age", "samesite", "priority", "partitioned"})
 _SECRET_WORD = (
     r"(?:password|passwd|passphrase|pwd|secret|token|credentials?"
     r"|api[_-]?key|(?:access|secret|private|signing|encryption|master|account)[_-]?key|^_auth)"
@@ -361,14 +366,32 @@ def _redact_url_password(match: re.Match[str]) -> str:
 
 
 def _header_edits(text: str, lowered: str) -> Iterator[Edit]:
-    """Credentials of Authorization headers, and random-looking tokens after a lone ``Bearer``."""
+    """Credentials of Authorization headers, cookie values, and random-looking tokens after a lone ``Bearer``."""
     if "authorization" in lowered:
         for m in _AUTH_HEADER.finditer(lowered):
             yield m.start("cred"), m.end("cred"), REDACTED
+    if "cookie" in lowered:
+        for header in _COOKIE_HEADER.finditer(lowered):
+            yield from _cookie_value_edits(header["pairs"], header.start("pairs"))
     if "bearer" in lowered:
         for m in _BEARER.finditer(lowered):
             if _starts_word(lowered, m.start()) and _looks_random(text[m.start("cred") : m.end("cred")]):
                 yield m.start("cred"), m.end("cred"), REDACTED
+
+
+def _cookie_value_edits(pairs: str, offset: int) -> Iterator[Edit]:
+    """Values of ``name=value; ...`` pairs (one pass over the header, no backtracking)."""
+    pos = 0
+    for segment in pairs.split(";"):
+        eq = segment.find("=")
+        if eq > 0 and segment[:eq].strip() not in _COOKIE_ATTRIBUTES:
+            value = segment[eq + 1 :]
+            stripped = value.lstrip()
+            end = next((i for i, ch in enumerate(stripped) if ch.isspace()), len(stripped))
+            if end >= _MIN_COOKIE_VALUE:
+                start = offset + pos + eq + 1 + (len(value) - len(stripped))
+                yield start, start + end, REDACTED
+        pos += len(segment) + 1
 
 
 def _flag_edits(text: str, lowered: str) -> Iterator[Edit]:
