@@ -150,6 +150,7 @@ class Session:
         self._unflushed: list[Message] = [m for m in self.ledger.messages if "_row" not in m] if store else []
         self._skips_saved: set[str] = set()
         self._flush_failed = False
+        self._flush_error: str | None = None  # the last write failure logged (repeats are not logged again)
         # Row of the last message when finalize_turn last completed (restored by open): tells a resumed replay
         # whether the turn that ends the stored transcript was finalized before the interruption.
         self.finalized_row: int | None = None
@@ -243,13 +244,21 @@ class Session:
                 self.store.append(self.session_id, self._unflushed)
         except Exception as exc:
             self._flush_failed = True
-            log.error(
-                "Session store: could not write %d message(s), will retry (%s: %s)",
-                len(self._unflushed),
-                type(exc).__name__,
-                exc,
-            )
+            failure = f"{type(exc).__name__}: {exc}"
+            if failure != self._flush_error:  # a store that stays down (or a lost lease) is logged once
+                log.error(
+                    "Session store: could not write %d message(s), will retry at every hook and log again "
+                    "only if the failure changes (%s)",
+                    len(self._unflushed),
+                    failure,
+                )
+                self._flush_error = failure
+            else:
+                log.debug("Session store: write failed again (%s)", failure)
             return False
+        if self._flush_error is not None:
+            log.warning("Session store: writes succeed again; %d pending message(s) stored", len(self._unflushed))
+            self._flush_error = None
         self._flush_failed = False
         self._unflushed = []
         return True
