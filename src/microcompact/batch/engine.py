@@ -30,8 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .config import Config
-from .events import (
+from ..config import Config
+from ..events import (
     BATCH_CHANGED,
     BATCH_COMPACTIONS,
     BatchCompact,
@@ -41,7 +41,7 @@ from .events import (
     apply_event,
     commit_or_log,
 )
-from .messages import (
+from ..messages import (
     META_KEY,
     Message,
     content_text,
@@ -50,8 +50,8 @@ from .messages import (
     marker_kind,
     render_marker,
 )
-from .redact import redact_text
-from .summarizers import (
+from ..redact import redact_text
+from ..summarizers import (
     ExtractiveSummarizer,
     Summarizer,
     SummarizerAuthError,
@@ -64,9 +64,9 @@ from .summarizers import (
     render_exchange,
     shorten_summary,
 )
-from .telemetry import emit, occupancy_pct
-from .tokens import Ledger, TokenCounter
-from .window import Window
+from ..telemetry import emit, occupancy_pct
+from ..tokens import Ledger, TokenCounter
+from ..window import Window
 
 log = logging.getLogger("microcompact")
 
