@@ -26,6 +26,7 @@ Modules, one job each:
 - :mod:`.backoff`: when the summarizer may be called again after a failure;
 - :mod:`.scheduling`: when a compaction is due (threshold, pause, risk);
 - :mod:`.summarize`: phase 2, step by step; :mod:`.calls`: one summarizer call, bounded and safe;
+- :mod:`.user_floor`: which user messages stay verbatim, and when the oldest are folded;
 - :mod:`.last_resort`: cutting messages when a request would not fit the window;
 - :mod:`.finish`: pause, convergence, the telemetry record and :class:`BatchResult`;
 - :mod:`.engine`: :class:`BatchCompactor`, assembled from the mixins above, and phase 1.
@@ -47,7 +48,8 @@ from .prune import _digest as _digest
 from .prune import _is_stub as _is_stub
 from .runs import _Run as _Run
 from .runs import chronological_event, split_runs
-from .summarize import FOLD_TARGET, SUMMARY_ALLOWANCE_TOKENS
+from .summarize import SUMMARY_ALLOWANCE_TOKENS
+from .user_floor import FOLD_TARGET
 
 __all__ = [
     "BatchCompact",

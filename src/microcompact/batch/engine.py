@@ -2,6 +2,7 @@
 
 - :mod:`.scheduling`: *when* a compaction runs (the threshold, the anti-thrash pause, the window at risk);
 - :mod:`.summarize`: phase 2, the middle summarized per run of work in time order (:mod:`.runs`);
+- :mod:`.user_floor`: which user messages stay verbatim, and folding the oldest when they take too much;
 - :mod:`.calls`: one summarizer call with bounded, redacted input, :mod:`.backoff` and the fallback;
 - :mod:`.last_resort`: cutting the largest messages when a request would not fit the window;
 - :mod:`.finish`: how every compaction ends (pause, convergence, the telemetry record, :class:`BatchResult`).
@@ -30,11 +31,12 @@ from .last_resort import LastResort
 from .prune import plan_prune
 from .scheduling import Scheduling
 from .summarize import Summarize
+from .user_floor import UserFloor
 
 log = logging.getLogger("microcompact")
 
 
-class BatchCompactor(Scheduling, Summarize, SummarizerCalls, LastResort, Finish):
+class BatchCompactor(Scheduling, Summarize, UserFloor, SummarizerCalls, LastResort, Finish):
     """Threshold-triggered compaction of the whole middle; shares the marker format with micro passes."""
 
     def __init__(

@@ -2,7 +2,7 @@
 between kept user messages, written in one step or not at all.
 
 The steps, in order: fold the oldest user messages when they exceed the user floor
-(:meth:`Summarize._fold_users`), split the rest into runs and check the compaction frees enough
+(:mod:`.user_floor`), split the rest into runs and check the compaction frees enough
 (:meth:`Summarize._shortfall`), summarize every run (:meth:`Summarize._summarize_runs`), then write the
 :class:`~microcompact.events.BatchCompact` (:meth:`Summarize._write`) or report the failure
 (:meth:`Summarize._failed`).
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import CompressionConfig, Config
 from ..events import Outcome, apply_event
-from ..messages import Message, is_marker, marker_kind, render_marker
+from ..messages import Message, is_marker, render_marker
 from ..summarizers import ExtractiveSummarizer, render_exchange
 from ..tokens import Ledger, TokenCounter
 from .finish import BatchResult
@@ -27,10 +27,6 @@ log = logging.getLogger("microcompact")
 
 # Room assumed for a batch summary's growth when predicting what a compaction would free.
 SUMMARY_ALLOWANCE_TOKENS = 200
-# Once the user floor is exceeded, the oldest user messages are folded until what stays verbatim is this share
-# of the floor: kept markers accumulate between batches, and folding just under the floor would fold again
-# at every batch.
-FOLD_TARGET = 0.6
 
 
 class Summarize:
@@ -53,6 +49,10 @@ class Summarize:
         def _finish(
             self, ledger: Ledger, outcome: str, t0: float, before_tokens: int, before_messages: int, **extra: Any
         ) -> BatchResult: ...
+
+        def _fold_users(
+            self, msgs: list[Message], tokens: list[int], h: int, t: int, users: list[int]
+        ) -> list[int]: ...
 
         def bound_input(self, material: list[Message], budget: int | None = None) -> list[Message]: ...
 
@@ -97,31 +97,6 @@ class Summarize:
         if failed is not None:
             return self._failed(ledger, failed, todo, calls, reason, t0, before_tokens, before_messages)
         return self._write(ledger, h, t, runs, folded, calls, reason, t0, before_tokens, before_messages)
-
-    def _fold_users(self, msgs: list[Message], tokens: list[int], h: int, t: int, users: list[int]) -> list[int]:
-        """The user floor: verbatim user messages, with the batch marker each gap between them needs to stay in
-        time order, must leave room to continue. Over the floor, the oldest of ``users`` (never the current
-        request) are taken out of it, down to ``FOLD_TARGET`` of the floor, so that the next batch does not
-        fold again at once; returns them (they are summarized with the run they sit in)."""
-        folded: list[int] = []
-        threshold = self.config.threshold_tokens()
-        if threshold:
-            floor = self.cfg.batch_user_floor_ratio * threshold
-            last_user = next((i for i in range(len(msgs) - 1, -1, -1) if msgs[i].get("role") == "user"), None)
-            limit = floor
-            while (
-                users and users[0] != last_user and self._kept_cost(msgs, tokens, h, t, users) > limit
-            ):  # the current request stays verbatim
-                folded.append(users.pop(0))
-                limit = FOLD_TARGET * floor
-            if folded:
-                log.warning(
-                    "Batch compaction: verbatim user messages exceed %.0f%% of the threshold (with one "
-                    "marker per run of work between them); folding the oldest %d into the summary",
-                    100 * self.cfg.batch_user_floor_ratio,
-                    len(folded),
-                )
-        return folded
 
     def _failed(
         self,
@@ -262,19 +237,6 @@ class Summarize:
                 self.cfg.batch_max_calls,
             )
         return calls, None
-
-    def _kept_cost(self, msgs: list[Message], tokens: list[int], h: int, t: int, users: list[int]) -> int:
-        """What the middle would still hold after a compaction keeping ``users`` verbatim, at least: the users,
-        an earlier batch marker kept as it is, and for every other run of work the frame of its marker (what
-        keeping time order costs; a chat of one-line turns would otherwise need more markers than it has text)."""
-        frame = self.counter.count_message(render_marker("", "batch"))
-        cost = sum(tokens[i] for i in users)
-        for run in split_runs(msgs, h, t, set(users)):
-            if len(run) == 1 and marker_kind(msgs[run[0]]) == "batch":
-                cost += tokens[run[0]]
-            else:
-                cost += frame
-        return cost
 
     def _shortfall(self, tokens: list[int], absorbed: list[int], previous_tokens: int, markers: int) -> int:
         """How many tokens short of ``batch_min_free_ratio`` of the threshold a compaction of ``absorbed``
