@@ -35,7 +35,16 @@ Every name ``microcompact.batch`` offered when it was one module is importable f
 helpers too, by redundant aliases).
 """
 
-from ..events import BatchCompact, CommitHook, Outcome, Prune, apply_event, commit_or_log
+from ..events import (
+    BATCH_CHANGED,
+    BATCH_COMPACTIONS,
+    BatchCompact,
+    CommitHook,
+    Outcome,
+    Prune,
+    apply_event,
+    commit_or_log,
+)
 from .backoff import Backoff
 from .calls import FALLBACK_NOTE, OMITTED_MESSAGES
 from .engine import BatchCompactor, log
@@ -52,6 +61,8 @@ from .summarize import SUMMARY_ALLOWANCE_TOKENS
 from .user_floor import FOLD_TARGET
 
 __all__ = [
+    "BATCH_CHANGED",
+    "BATCH_COMPACTIONS",
     "BatchCompact",
     "CommitHook",
     "Outcome",
