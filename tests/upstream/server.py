@@ -293,7 +293,7 @@ class ScriptedUpstream:
         self, record: RecordedRequest, fault: Fault, render: Callable[[RecordedRequest, Reply], list[bytes]]
     ) -> _Body:
         if fault.hang:
-            await asyncio.sleep(fault.hang)
+            await self._sleep_unless_closing(fault.hang)
         if fault.status is not None:
             response = self._error(record, fault.status, fault.message, fault.error_type)
             if fault.retry_after is not None:
@@ -306,6 +306,12 @@ class ScriptedUpstream:
             reply = fault.reply or self._script_reply(record)
             return self._reply(record, reply, render, cut_after=fault.cut_after_events)
         return self._reply(record, fault.reply or self._script_reply(record), render)
+
+    async def _sleep_unless_closing(self, seconds: float) -> None:
+        """Sleep, waking early when the server stops, so a hanging answer never delays ``close``."""
+        deadline = time.monotonic() + seconds
+        while not self._server.should_exit and time.monotonic() < deadline:
+            await asyncio.sleep(min(0.05, deadline - time.monotonic()))
 
     def _script_reply(self, record: RecordedRequest) -> Reply:
         answer = self.script(record)
