@@ -38,7 +38,7 @@ from .errors import BadRequest, error_response
 from .forward import Passthrough, upstream_headers
 from .metrics import Metrics
 from .openai_format import OpenAIFormat
-from .provider import Provider
+from .provider import Provider, stripped
 from .session_key import session_key
 from .usage_tap import UsageTap
 from .view import unchanged
@@ -133,7 +133,7 @@ class Proxy:
         raw = await request.body()
         try:
             body, history = _parse(ANTHROPIC, raw)
-            key = session_key(request.headers, ANTHROPIC.name, ANTHROPIC.key_material(body))
+            key = session_key(request.headers, ANTHROPIC.name, stripped(ANTHROPIC.key_material(body)))
         except BadRequest as exc:
             return self._answer(ANTHROPIC.name, 400, str(exc))
         messages = await anyio.to_thread.run_sync(self.compaction.view_for_count, ANTHROPIC, body, key, history)
@@ -158,7 +158,7 @@ class Proxy:
         raw = await request.body()
         try:
             body, history = _parse(provider, raw)
-            key = session_key(request.headers, provider.name, provider.key_material(body))
+            key = session_key(request.headers, provider.name, stripped(provider.key_material(body)))
             prepared = await anyio.to_thread.run_sync(self.compaction.prepare, provider, body, key, history)
         except BadRequest as exc:
             return self._answer(provider.name, 400, str(exc))

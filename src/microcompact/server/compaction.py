@@ -27,7 +27,7 @@ from ..session import Session
 from ..store import StoreError
 from .errors import BadRequest
 from .metrics import Metrics
-from .provider import Provider
+from .provider import Provider, without_cache_control
 from .view import covered, outgoing_messages, spelled
 
 log = logging.getLogger("microcompact")
@@ -51,6 +51,11 @@ class Prepared:
     outcomes: list[str] = field(default_factory=list)
 
 
+def stable(history: list[Message]) -> list[Message]:
+    """The history as the session sees it: what each message says, without the breakpoints that move."""
+    return [without_cache_control(m) for m in history]
+
+
 class Compaction:
     def __init__(self, router: SessionRouter, metrics: Metrics) -> None:
         self.router = router
@@ -64,7 +69,7 @@ class Compaction:
         refuses; any other failure forwards the client's messages with a degraded reason)."""
         try:
             with self.router.lock(key):
-                routed = self.router.route(key, history, provider.convert)
+                routed = self.router.route(key, stable(history), provider.convert)
                 session = routed.session
                 results = session.before_request()
                 view = session.transcript
@@ -124,7 +129,7 @@ class Compaction:
             return history
         for m in view:
             hid = hid_of(m)
-            if hid is not None and m.get(DIGEST_KEY) != digest(history[hid]):
+            if hid is not None and m.get(DIGEST_KEY) != digest(without_cache_control(history[hid])):
                 return history
         return provider.normalize(body, spelled(provider, history, view) + list(history[upto:]))
 

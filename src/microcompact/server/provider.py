@@ -18,6 +18,37 @@ from ..messages import META_KEY, Message
 REWRITE_FLAGS = ("stub", "shortened", "cut")
 
 
+# Clients move their cache breakpoints as the conversation grows (Claude Code marks the newest messages), so a
+# message's breakpoint is not part of what it says: identity and the session ignore it, forwarding keeps it.
+CACHE_CONTROL = "cache_control"
+
+
+def without_cache_control(message: Any) -> Any:
+    """``message`` (a client message) without cache breakpoints on it or its content blocks; the message
+    itself when it has none."""
+    if not isinstance(message, dict):
+        return message
+    content = message.get("content")
+    marked = isinstance(content, list) and any(isinstance(b, dict) and CACHE_CONTROL in b for b in content)
+    if not marked and CACHE_CONTROL not in message:
+        return message
+    clean = {k: v for k, v in message.items() if k != CACHE_CONTROL}
+    if marked:
+        clean["content"] = [
+            {k: v for k, v in b.items() if k != CACHE_CONTROL} if isinstance(b, dict) else b for b in content
+        ]
+    return clean
+
+
+def stripped(value: Any) -> Any:
+    """``value`` with every ``cache_control`` key removed, at any depth (for small values: key material)."""
+    if isinstance(value, dict):
+        return {k: stripped(v) for k, v in value.items() if k != CACHE_CONTROL}
+    if isinstance(value, list):
+        return [stripped(v) for v in value]
+    return value
+
+
 def rewritten(part: Message) -> bool:
     """True when the engine kept ``part`` in a shortened form (a stub, shortened arguments, a cut)."""
     meta = part.get(META_KEY)
