@@ -5,6 +5,7 @@ client sent them, and a restart resumes the same session."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,7 @@ def with_breakpoint(message: dict[str, Any]) -> dict[str, Any]:
 
 def check_api_rules(forwarded: list[dict[str, Any]]) -> None:
     roles = [m["role"] for m in forwarded if m["role"] != "system"]
-    assert all(a != b for a, b in zip(roles, roles[1:], strict=False)), f"roles do not alternate: {roles}"
+    assert all(a != b for a, b in itertools.pairwise(roles)), f"roles do not alternate: {roles}"
     for m in forwarded:
         if m["role"] == "assistant" and isinstance(m["content"], list) and m["content"]:
             kinds = [b["type"] for b in m["content"]]

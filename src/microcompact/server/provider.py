@@ -33,7 +33,7 @@ def without_cache_control(message: Any) -> Any:
     if not marked and CACHE_CONTROL not in message:
         return message
     clean = {k: v for k, v in message.items() if k != CACHE_CONTROL}
-    if marked:
+    if marked and isinstance(content, list):
         clean["content"] = [
             {k: v for k, v in b.items() if k != CACHE_CONTROL} if isinstance(b, dict) else b for b in content
         ]
