@@ -18,7 +18,7 @@ import asyncio
 import hmac
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +45,7 @@ from .view import unchanged
 
 log = logging.getLogger("microcompact")
 
+Endpoint = Callable[[Request], Awaitable[Response]]
 OPENAI = OpenAIFormat()
 ANTHROPIC = AnthropicFormat()
 PROXY_KEY_HEADER = "x-microcompact-key"
@@ -91,10 +92,14 @@ class Proxy:
         routes = [
             Route("/healthz", self.healthz, methods=["GET"]),
             Route("/metrics", self.metrics_page, methods=["GET"]),
-            Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
-            Route("/v1/messages", self.messages, methods=["POST"]),
-            Route("/v1/messages/count_tokens", self.count_tokens, methods=["POST"]),
-            Route("/{path:path}", self.passthrough, methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"]),
+            Route("/v1/chat/completions", self._guarded(self.chat_completions), methods=["POST"]),
+            Route("/v1/messages", self._guarded(self.messages), methods=["POST"]),
+            Route("/v1/messages/count_tokens", self._guarded(self.count_tokens), methods=["POST"]),
+            Route(
+                "/{path:path}",
+                self._guarded(self.passthrough),
+                methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"],
+            ),
         ]
         return Starlette(routes=routes, lifespan=self._lifespan)
 
@@ -107,6 +112,19 @@ class Proxy:
             if self._follow_ups:
                 await asyncio.gather(*self._follow_ups, return_exceptions=True)
             await self.client.aclose()
+
+    def _guarded(self, endpoint: Endpoint) -> Endpoint:
+        """``endpoint``, answering a failure of the proxy itself with one log line and a provider-shaped 500
+        (never a traceback to the client)."""
+
+        async def guarded(request: Request) -> Response:
+            try:
+                return await endpoint(request)
+            except Exception as exc:
+                log.error("Proxy: %s %s failed (%s: %s)", request.method, request.url.path, type(exc).__name__, exc)
+                return self._answer(api_of(request), 500, f"microcompact: internal error ({type(exc).__name__})")
+
+        return guarded
 
     # ------------------------------------------------------------------ endpoints
 
