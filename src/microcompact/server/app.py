@@ -237,16 +237,15 @@ class Proxy:
 
         def done(tap: UsageTap, complete: bool) -> None:
             if prepared is not None:
-                ok = response.status_code < 400
-                self._follow_up(prepared, tap.finish() if ok and complete else None)
+                ok = response.status_code < 400 and complete
+                self._follow_up(prepared, tap.finish() if ok else None)
 
         return Passthrough(response, tap, headers, done)
 
     def _follow_up(self, prepared: Prepared, prompt_tokens: int | None) -> None:
-        """The request's after-work on a worker thread, not awaited by the response."""
-        task = asyncio.get_running_loop().create_task(
-            anyio.to_thread.run_sync(self.compaction.finish, prepared, prompt_tokens)
-        )
+        """Queue the request's after-work at once, and run it on a worker thread, not awaited."""
+        self.compaction.answered(prepared, prompt_tokens)
+        task = asyncio.get_running_loop().create_task(anyio.to_thread.run_sync(self.compaction.follow_up, prepared.key))
         self._follow_ups.add(task)
         task.add_done_callback(self._follow_ups.discard)
 

@@ -2,9 +2,11 @@
 
 Before the forward (:meth:`Compaction.prepare`): route the client's full history to its session, run
 ``before_request`` (inline batch compaction only when the hard limit forces it; micro passes go to the
-session's background worker) and build the outgoing messages. After the response
-(:meth:`Compaction.finish`): calibrate with the reported prompt tokens and, when a person spoke, end the
-previous turn (``finalize_turn``), which starts that turn's pass in the background.
+session's background worker) and build the outgoing messages. After the response: calibrate with the
+reported prompt tokens and, when a person spoke, end the previous turn (``finalize_turn``), which starts
+that turn's pass in the background. That follow-up is queued the moment the response ends
+(:meth:`Compaction.answered`) and run on a worker thread (:meth:`Compaction.follow_up`), or first thing by
+the conversation's next request if it comes sooner: a fast client never gets ahead of its turn's end.
 
 When the store or the engine fails, the request still goes out, uncompacted if need be, and the reason is
 returned for the ``X-Microcompact-Degraded`` header; the failure is logged once per reason change.
@@ -49,6 +51,7 @@ class Prepared:
     occupancy_pct: float | None = None
     degraded: str | None = None
     outcomes: list[str] = field(default_factory=list)
+    reported_tokens: int | None = None  # the prompt size the upstream reported (set when answered)
 
 
 def stable(history: list[Message]) -> list[Message]:
@@ -63,12 +66,15 @@ class Compaction:
         self._recent: OrderedDict[str, Session] = OrderedDict()
         self._recent_lock = threading.Lock()
         self._last_failure: str | None = None
+        self._pending: dict[str, list[Prepared]] = {}  # answered requests whose follow-up has not run, by key
+        self._pending_lock = threading.Lock()
 
     def prepare(self, provider: Provider, body: dict[str, Any], key: str, history: list[Message]) -> Prepared:
         """Sync, compact and build the outgoing messages (raises BadRequest for a message the session
         refuses; any other failure forwards the client's messages with a degraded reason)."""
         try:
             with self.router.lock(key):
+                self._run_pending(key)
                 routed = self.router.route(key, stable(history), provider.convert)
                 session = routed.session
                 results = session.before_request()
@@ -100,19 +106,34 @@ class Compaction:
         self._succeeded()
         return prepared
 
-    def finish(self, prepared: Prepared, prompt_tokens: int | None) -> None:
-        """After the response: calibrate, and end the previous turn when a person spoke. Never raises."""
-        session = prepared.session
-        if session is None:
+    def answered(self, prepared: Prepared, prompt_tokens: int | None) -> None:
+        """The response to ``prepared`` is over: queue its follow-up (cheap; call it at once)."""
+        if prepared.session is None:
             return
-        try:
-            with self.router.lock(prepared.key):
-                if prompt_tokens:
-                    session.counter.calibrate(prepared.counted_tokens, prompt_tokens)
-                outcomes = [str(r.outcome) for r in session.finalize_turn()] if prepared.human else []
-            self.metrics.passes_done(outcomes)
-        except Exception:
-            log.exception("Proxy: the follow-up of a request to session %s failed", session.session_id)
+        prepared.reported_tokens = prompt_tokens
+        with self._pending_lock:
+            self._pending.setdefault(prepared.key, []).append(prepared)
+
+    def follow_up(self, key: str) -> None:
+        """Run the queued follow-ups of ``key`` (unless its next request already did). Never raises."""
+        with self.router.lock(key):
+            self._run_pending(key)
+
+    def _run_pending(self, key: str) -> None:
+        """Under the key's lock: calibrate, and end the previous turn when a person spoke, for each answered
+        request of ``key`` in order."""
+        with self._pending_lock:
+            queued = self._pending.pop(key, [])
+        for prepared in queued:
+            session = prepared.session
+            assert session is not None
+            try:
+                if prepared.reported_tokens:
+                    session.counter.calibrate(prepared.counted_tokens, prepared.reported_tokens)
+                if prepared.human:
+                    self.metrics.passes_done([str(r.outcome) for r in session.finalize_turn()])
+            except Exception:
+                log.exception("Proxy: the follow-up of a request to session %s failed", session.session_id)
 
     def view_for_count(
         self, provider: Provider, body: dict[str, Any], key: str, history: list[Message]
