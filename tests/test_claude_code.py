@@ -92,6 +92,11 @@ def test_bash_loop_with_large_outputs(upstream: ScriptedUpstream, tmp_path: Path
         (f"Plan for step {i}.", f"sig-step-{i}") for i in range(1, ITERATIONS + 1)
     ]
     assert upstream.prompt_tokens(requests[-1].body) > 150_000
+    # the moving breakpoint still reads the whole previous request from the cache (the baseline a proxy
+    # that compacts should stay close to)
+    for before, after in itertools.pairwise(requests):
+        assert after.usage is not None
+        assert after.usage["cache_read_input_tokens"] == upstream.prompt_tokens(before.body) - upstream.overhead
 
 
 def test_continue_resends_the_history_with_the_new_prompt(upstream: ScriptedUpstream, tmp_path: Path) -> None:
