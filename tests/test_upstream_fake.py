@@ -419,3 +419,25 @@ def test_bad_json_request_gets_a_provider_shaped_400(upstream: ScriptedUpstream)
     response = httpx.post(f"{upstream.openai_base_url}/chat/completions", content=b"[1, 2")
     assert response.status_code == 400 and response.json()["error"]["type"] == "invalid_request_error"
     assert upstream.requests[-1].body is None and upstream.requests[-1].raw == b"[1, 2"
+
+
+def test_a_client_that_leaves_mid_stream_is_noticed_and_the_stream_stops(upstream: ScriptedUpstream) -> None:
+    upstream.event_delay = 0.05
+    upstream.enqueue(Reply((Text("x" * 2000),)))  # 125 text deltas: about 6 s at this pace
+    payload = {"model": "m", "max_tokens": 5, "messages": USER, "stream": True}
+    with httpx.stream("POST", f"{upstream.base_url}/v1/messages", json=payload) as response:
+        next(response.iter_raw())
+    sent = upstream.requests[-1]
+    deadline = time.monotonic() + 3
+    while not sent.client_disconnected and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert sent.client_disconnected and not sent.completed
+    size = len(sent.response)
+    time.sleep(0.2)
+    assert len(sent.response) == size  # nothing more was generated
+
+
+def test_a_client_that_reads_to_the_end_is_not_marked_as_leaving(upstream: ScriptedUpstream) -> None:
+    list(anthropic_client(upstream).messages.create(model="claude-test", max_tokens=10, messages=USER, stream=True))
+    time.sleep(0.1)
+    assert upstream.requests[-1].completed and not upstream.requests[-1].client_disconnected

@@ -49,6 +49,7 @@ class RecordedRequest:
     response: bytearray = field(default_factory=bytearray)  # every byte of the body sent
     completed: bool = False  # the whole body was sent (False after a cut stream, a hang, or while sending)
     usage: dict[str, Any] | None = None  # the usage object the upstream reported, when it answered a reply
+    client_disconnected: bool = False  # the client closed the connection before the body was complete
 
     @property
     def response_text(self) -> str:
@@ -102,6 +103,21 @@ class _Body:
         return [body[: len(body) // 2], body[len(body) // 2 :]], 1
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self._finished = False
+        watcher = asyncio.create_task(self._watch_for_disconnect(receive))
+        try:
+            await self._send_all(send)
+        finally:
+            watcher.cancel()
+
+    async def _watch_for_disconnect(self, receive: Receive) -> None:
+        """Note a client that leaves before the body is complete (uvicorn reports it as http.disconnect)."""
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        if not self._finished:
+            self.record.client_disconnected = True
+
+    async def _send_all(self, send: Send) -> None:
         streaming = self.headers.get("content-type", "").startswith("text/event-stream")
         chunks, cut_after = (self.chunks, self.cut_after) if streaming else self._whole()
         headers = [(k.encode(), v.encode()) for k, v in self.headers.items()]
@@ -112,10 +128,13 @@ class _Body:
                 return  # uvicorn closes the connection mid-body: the client sees a broken response
             if streaming and index and self.upstream.event_delay:
                 await asyncio.sleep(self.upstream.event_delay)
+            if self.record.client_disconnected:
+                return  # like the real APIs, stop generating for a client that has gone
             # Recorded before sending: the client may have read it all before ``send`` returns.
             self.record.response.extend(chunk)
             self.record.completed = index == len(chunks) - 1
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        self._finished = True
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
