@@ -164,6 +164,7 @@ class ScriptedUpstream:
         self,
         script: Script | None = None,
         *,
+        port: int = 0,
         latency: float = 0.0,
         event_delay: float = 0.0,
         overhead: int = DEFAULT_OVERHEAD,
@@ -185,7 +186,7 @@ class ScriptedUpstream:
         self._lock = threading.Lock()
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._socket.bind(("127.0.0.1", 0))
+        self._socket.bind(("127.0.0.1", port))
         self.port: int = self._socket.getsockname()[1]
         config = uvicorn.Config(
             self._app(),
