@@ -12,9 +12,10 @@ import signal
 import sys
 import threading
 
+from .recorded import Script
 from .replay import TranscriptReplay, load_transcript
 from .scripts import ToolLoop
-from .server import Script, ScriptedUpstream
+from .server import ScriptedUpstream
 from .usage import DEFAULT_OVERHEAD
 
 

@@ -19,8 +19,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from .recorded import RecordedRequest
 from .replies import Block, Reply, Text, ToolCall, text
-from .server import RecordedRequest
 
 
 def load_transcript(path: str | Path) -> list[dict[str, Any]]:
