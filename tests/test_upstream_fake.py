@@ -479,3 +479,12 @@ def test_process_reports_an_unreadable_transcript(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert done.stderr.startswith("upstream: cannot read transcript") and "Traceback" not in done.stderr
+
+
+def test_keep_bounds_the_records_but_not_the_numbering() -> None:
+    with ScriptedUpstream(keep=2) as upstream:
+        client = openai_client(upstream)
+        for _ in range(5):
+            client.chat.completions.create(model="gpt-test", messages=USER)
+        assert [r.number for r in upstream.requests] == [4, 5]
+        assert upstream.requests[-1].response_text.startswith('{"id":"chatcmpl-00000000000000000005"')

@@ -67,6 +67,7 @@ class ScriptedUpstream:
         prompt_cache: bool = True,
         validate: bool = True,
         gzip_json: bool = False,
+        keep: int | None = None,
         model: str = "scripted-model",
     ) -> None:
         self.script: Script = script or default_script
@@ -77,6 +78,8 @@ class ScriptedUpstream:
         self.gzip_json = gzip_json
         self.model = model
         self.requests: list[RecordedRequest] = []
+        self.keep = keep  # keep only the newest ``keep`` records (benchmarks send thousands of large bodies)
+        self._received = 0
         self._cache = PromptCache() if prompt_cache else None
         self._answers: deque[Answer] = deque()
         self._lock = threading.Lock()
@@ -166,8 +169,9 @@ class ScriptedUpstream:
         except ValueError:
             body = None
         with self._lock:
+            self._received += 1
             record = RecordedRequest(
-                number=len(self.requests) + 1,
+                number=self._received,
                 method=request.method,
                 path=request.url.path,
                 query=request.url.query,
@@ -177,6 +181,8 @@ class ScriptedUpstream:
                 api=_api_of(request.url.path, headers),
             )
             self.requests.append(record)
+            if self.keep is not None and len(self.requests) > self.keep:
+                del self.requests[: len(self.requests) - self.keep]
         return record
 
     def _next_answer(self, record: RecordedRequest) -> Answer:
