@@ -16,82 +16,22 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
 
 from . import anthropic_wire, openai_wire, validate
+from .body import ScriptedBody
+from .recorded import RecordedRequest, Script
 from .replies import Answer, Fault, Reply, text
 from .usage import DEFAULT_OVERHEAD, PromptCache, PromptUsage, output_tokens, prompt_tokens
 
 
-@dataclass
-class RecordedRequest:
-    """One request as the upstream saw it, and what it answered."""
-
-    number: int  # 1-based, in arrival order
-    method: str
-    path: str
-    query: str
-    headers: dict[str, str]  # lower-case names
-    raw: bytes
-    body: Any  # parsed JSON, or None when the body is not JSON
-    api: str  # "anthropic", "openai" or "other"
-    status: int = 0
-    response_headers: dict[str, str] = field(default_factory=dict)
-    response: bytearray = field(default_factory=bytearray)  # every byte of the body sent
-    completed: bool = False  # the whole response was sent (False after a cut stream or a hang)
-
-    @property
-    def stream(self) -> bool:
-        return isinstance(self.body, dict) and self.body.get("stream") is True
-
-    @property
-    def messages(self) -> list[Any]:
-        return list(self.body.get("messages") or []) if isinstance(self.body, dict) else []
-
-
-Script = Callable[[RecordedRequest], Answer]
-
-
 def default_script(request: RecordedRequest) -> Reply:
     return text(f"Scripted reply to request {request.number}.")
-
-
-class _Body:
-    """An ASGI response that sends ``chunks`` one by one, records them, and can stop without finishing."""
-
-    def __init__(
-        self,
-        upstream: ScriptedUpstream,
-        record: RecordedRequest,
-        status: int,
-        headers: dict[str, str],
-        chunks: list[bytes],
-        cut_after: int | None = None,
-    ) -> None:
-        self.upstream, self.record, self.status, self.headers = upstream, record, status, headers
-        self.chunks, self.cut_after = chunks, cut_after
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        headers = [(k.encode(), v.encode()) for k, v in self.headers.items()]
-        self.record.status, self.record.response_headers = self.status, dict(self.headers)
-        await send({"type": "http.response.start", "status": self.status, "headers": headers})
-        streaming = self.headers.get("content-type", "").startswith("text/event-stream")
-        for index, chunk in enumerate(self.chunks):
-            if self.cut_after is not None and index >= self.cut_after:
-                return  # uvicorn closes the connection mid-body: the client sees a broken response
-            if streaming and index and self.upstream.event_delay:
-                await asyncio.sleep(self.upstream.event_delay)
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            self.record.response.extend(chunk)
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
-        self.record.completed = True
 
 
 def _json_chunks(payload: Any) -> list[bytes]:
@@ -112,18 +52,22 @@ class ScriptedUpstream:
     ``base_url`` is what the Anthropic SDK and Claude Code take; ``openai_base_url`` (``.../v1``) what the
     OpenAI SDK takes. Prompt usage is ``usage.prompt_tokens(body, overhead)``; with ``prompt_cache`` the
     Anthropic side splits it into cache reads and writes at the request's breakpoints. With ``validate``,
-    requests the real API would reject (broken tool pairs, more than 4 breakpoints) get its 400.
+    requests the real API would reject (broken tool pairs, more than 4 breakpoints) get its 400. With
+    ``gzip_json``, JSON bodies go out gzip-compressed to clients that accept it, as the real APIs' edges do.
     """
 
     def __init__(
         self,
         script: Script | None = None,
         *,
+        port: int = 0,
         latency: float = 0.0,
         event_delay: float = 0.0,
         overhead: int = DEFAULT_OVERHEAD,
         prompt_cache: bool = True,
         validate: bool = True,
+        gzip_json: bool = False,
+        keep: int | None = None,
         model: str = "scripted-model",
     ) -> None:
         self.script: Script = script or default_script
@@ -131,14 +75,17 @@ class ScriptedUpstream:
         self.event_delay = event_delay
         self.overhead = overhead
         self.validate = validate
+        self.gzip_json = gzip_json
         self.model = model
         self.requests: list[RecordedRequest] = []
+        self.keep = keep  # keep only the newest ``keep`` records (benchmarks send thousands of large bodies)
+        self._received = 0
         self._cache = PromptCache() if prompt_cache else None
         self._answers: deque[Answer] = deque()
         self._lock = threading.Lock()
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._socket.bind(("127.0.0.1", 0))
+        self._socket.bind(("127.0.0.1", port))
         self.port: int = self._socket.getsockname()[1]
         config = uvicorn.Config(
             self._app(),
@@ -222,8 +169,9 @@ class ScriptedUpstream:
         except ValueError:
             body = None
         with self._lock:
+            self._received += 1
             record = RecordedRequest(
-                number=len(self.requests) + 1,
+                number=self._received,
                 method=request.method,
                 path=request.url.path,
                 query=request.url.query,
@@ -233,6 +181,8 @@ class ScriptedUpstream:
                 api=_api_of(request.url.path, headers),
             )
             self.requests.append(record)
+            if self.keep is not None and len(self.requests) > self.keep:
+                del self.requests[: len(self.requests) - self.keep]
         return record
 
     def _next_answer(self, record: RecordedRequest) -> Answer:
@@ -241,12 +191,24 @@ class ScriptedUpstream:
                 return self._answers.popleft()
         return self.script(record)
 
-    def _error(self, record: RecordedRequest, status: int, message: str, error_type: str | None = None) -> _Body:
+    def _error(self, record: RecordedRequest, status: int, message: str, error_type: str | None = None) -> ScriptedBody:
         if record.api == "anthropic":
             payload = anthropic_wire.error_body(status, message, error_type)
         else:
             payload = openai_wire.error_body(status, message, error_type)
-        return _Body(self, record, status, self._headers(record, "application/json"), _json_chunks(payload))
+        return self._body(record, status, self._headers(record, "application/json"), _json_chunks(payload))
+
+    def _body(
+        self,
+        record: RecordedRequest,
+        status: int,
+        headers: dict[str, str],
+        chunks: list[bytes],
+        cut_after: int | None = None,
+    ) -> ScriptedBody:
+        return ScriptedBody(
+            record, status, headers, chunks, cut_after=cut_after, event_delay=self.event_delay, gzip_json=self.gzip_json
+        )
 
     def _headers(self, record: RecordedRequest, content_type: str) -> dict[str, str]:
         headers = {"content-type": content_type}
@@ -258,7 +220,9 @@ class ScriptedUpstream:
             headers["cache-control"] = "no-cache"
         return headers
 
-    async def _generate(self, request: Request, render: Callable[[RecordedRequest, Reply], list[bytes]]) -> _Body:
+    async def _generate(
+        self, request: Request, render: Callable[[RecordedRequest, Reply], list[bytes]]
+    ) -> ScriptedBody:
         record = await self._record(request)
         if not isinstance(record.body, dict):
             return self._error(record, 400, "The request body is not valid JSON.", "invalid_request_error")
@@ -281,17 +245,14 @@ class ScriptedUpstream:
         reply: Reply,
         render: Callable[[RecordedRequest, Reply], list[bytes]],
         cut_after: int | None = None,
-    ) -> _Body:
+    ) -> ScriptedBody:
         chunks = render(record, reply)
         content_type = "text/event-stream; charset=utf-8" if record.stream else "application/json"
-        if cut_after is not None and not record.stream:  # a JSON body: send its first half only
-            half = len(chunks[0]) // 2
-            chunks, cut_after = [chunks[0][:half], chunks[0][half:]], 1
-        return _Body(self, record, 200, self._headers(record, content_type), chunks, cut_after)
+        return self._body(record, 200, self._headers(record, content_type), chunks, cut_after)
 
     async def _fault(
         self, record: RecordedRequest, fault: Fault, render: Callable[[RecordedRequest, Reply], list[bytes]]
-    ) -> _Body:
+    ) -> ScriptedBody:
         if fault.hang:
             await self._sleep_unless_closing(fault.hang)
         if fault.status is not None:
@@ -301,7 +262,7 @@ class ScriptedUpstream:
             response.headers.update(fault.headers)
             return response
         if fault.garbage is not None:
-            return _Body(self, record, 200, self._headers(record, "application/json"), [fault.garbage])
+            return self._body(record, 200, self._headers(record, "application/json"), [fault.garbage])
         if fault.cut_after_events is not None:
             reply = fault.reply or self._script_reply(record)
             return self._reply(record, reply, render, cut_after=fault.cut_after_events)
@@ -319,10 +280,10 @@ class ScriptedUpstream:
 
     # ------------------------------------------------------------------ endpoints
 
-    async def _messages(self, request: Request) -> _Body:
+    async def _messages(self, request: Request) -> ScriptedBody:
         return await self._generate(request, self._render_anthropic)
 
-    async def _completions(self, request: Request) -> _Body:
+    async def _completions(self, request: Request) -> ScriptedBody:
         return await self._generate(request, self._render_openai)
 
     def _render_anthropic(self, record: RecordedRequest, reply: Reply) -> list[bytes]:
@@ -333,6 +294,7 @@ class ScriptedUpstream:
             prompt = PromptUsage(prompt_tokens(body, self.overhead), 0, 0)
         model = reply.model or body.get("model") or self.model
         message = anthropic_wire.message(reply, model, record.number, prompt, output_tokens(reply))
+        record.usage = message["usage"]
         if record.stream:
             return anthropic_wire.stream_events(reply, message)
         return _json_chunks(message)
@@ -342,19 +304,20 @@ class ScriptedUpstream:
         usage = openai_wire.usage_json(prompt_tokens(body, self.overhead), output_tokens(reply))
         model = reply.model or body.get("model") or self.model
         full = openai_wire.completion(reply, model, record.number, usage)
+        record.usage = usage
         if record.stream:
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             return openai_wire.stream_chunks(reply, full, include_usage)
         return _json_chunks(full)
 
-    async def _count_tokens(self, request: Request) -> _Body:
+    async def _count_tokens(self, request: Request) -> ScriptedBody:
         record = await self._record(request)
         if not isinstance(record.body, dict):
             return self._error(record, 400, "The request body is not valid JSON.", "invalid_request_error")
         payload = {"input_tokens": prompt_tokens(record.body, self.overhead)}
-        return _Body(self, record, 200, self._headers(record, "application/json"), _json_chunks(payload))
+        return self._body(record, 200, self._headers(record, "application/json"), _json_chunks(payload))
 
-    async def _models(self, request: Request) -> _Body:
+    async def _models(self, request: Request) -> ScriptedBody:
         record = await self._record(request)
         if record.api == "anthropic":
             model = {
@@ -369,8 +332,8 @@ class ScriptedUpstream:
                 "object": "list",
                 "data": [{"id": self.model, "object": "model", "created": 0, "owned_by": "tests"}],
             }
-        return _Body(self, record, 200, self._headers(record, "application/json"), _json_chunks(payload))
+        return self._body(record, 200, self._headers(record, "application/json"), _json_chunks(payload))
 
-    async def _unknown(self, request: Request) -> _Body:
+    async def _unknown(self, request: Request) -> ScriptedBody:
         record = await self._record(request)
         return self._error(record, 404, f"Not found: {request.method} {request.url.path}", "not_found_error")
