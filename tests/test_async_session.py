@@ -21,6 +21,7 @@ from microcompact import AsyncSession, Session, open_store, summarizer_from
 from microcompact.config import Config, parse_config
 from microcompact.messages import TranscriptError, marker_body, marker_kind, to_api
 from microcompact.replay import load_transcript, replay
+from microcompact.session import HistoryDiverged
 from microcompact.tokens import EstimateCounter, TokenCounter
 from paths import NORMALIZED
 
@@ -229,3 +230,41 @@ def test_same_transcript_as_the_sync_session_on_a_real_session(name: str) -> Non
     assert Counter(outcomes) == stats.outcomes + stats.batch_outcomes
     assert json.dumps(session.transcript, sort_keys=True) == json.dumps(sync.transcript, sort_keys=True)
     assert any(marker_kind(m) for m in session.transcript)  # compaction happened
+
+
+def request_points(messages: list[dict[str, Any]]) -> list[int]:
+    """Where an agent calls the model: after a user message or the last of a call's tool results."""
+    return [
+        i + 1
+        for i, m in enumerate(messages)
+        if m["role"] in ("user", "tool") and (i + 1 == len(messages) or messages[i + 1]["role"] != "tool")
+    ]
+
+
+def test_full_history_in_gives_the_sync_sessions_compacted_view_out() -> None:
+    history = load_transcript(NORMALIZED / "cc_ae4a77f8.jsonl")[:220]
+    settings = parse_config({"model": {"context_length": 40_000}, "compression": {"micro_compact": True}})
+    points = request_points(history)
+    sync = Session(settings, session_id="full", clock=lambda: 0.0)
+    expected = [sync.compacted(history[:end]) for end in points]
+
+    async def main() -> list[list[dict[str, Any]]]:
+        async with AsyncSession(settings, session_id="full", clock=lambda: 0.0) as session:
+            views = []
+            for end in points:
+                views.append(await session.compacted(history[:end]))
+                assert session.messages == views[-1]
+            with pytest.raises(HistoryDiverged):
+                await session.compacted([{"role": "user", "content": "another conversation"}])
+            edited = [*history[: points[-1] - 1], {"role": "user", "content": "edited last message"}]
+            result = await session.sync_history(edited)
+            assert result.diverged is not None and result.diverged.at == points[-1] - 1
+            child = await session.fork("full-child", edited, result.diverged.at)
+            assert isinstance(child, AsyncSession)
+            assert (await child.compacted(edited))[-1] == {"role": "user", "content": "edited last message"}
+            await child.close()
+            return views
+
+    views = asyncio.run(main())
+    assert views == expected
+    assert len(views[-1]) < points[-1] / 2  # the view is compacted, not the full list thrown back

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -38,7 +38,7 @@ from .batch import BatchResult
 from .config import Config
 from .messages import Message, disown_marker_text, to_api, validate_message
 from .micro import PassResult
-from .session import Session
+from .session import Convert, HistorySync, Session
 from .summarizers import Summarizer, bind_event_loop
 from .telemetry import occupancy_pct
 
@@ -144,6 +144,35 @@ class AsyncSession:
 
     def occupancy_pct(self) -> float | None:
         return occupancy_pct(self.session.counter.estimate_prompt(self.tokens), self.config.threshold_tokens())
+
+    # ------------------------------------------------------------------ full history in, compacted view out
+
+    async def sync_history(self, history: Sequence[Message], convert: Convert | None = None) -> HistorySync:
+        """:meth:`Session.sync_history` off the loop: the new suffix of the caller's full history is
+        appended (after the messages ``append`` queued). Raises TranscriptError for an invalid new message."""
+        history = list(history)  # what the caller holds now, whatever other tasks do to the list meanwhile
+        return await self._call(lambda: self.session.sync_history(history, convert))
+
+    async def compacted(self, history: Sequence[Message], convert: Convert | None = None) -> list[Message]:
+        """The one call a framework hook needs (:meth:`Session.compacted`): the full history in, the
+        compacted view to send out, every pass run off the loop. Raises
+        :class:`~microcompact.session.HistoryDiverged` when the history is not this session's."""
+        history = list(history)
+        return await self._call(lambda: self.session.compacted(history, convert))
+
+    async def fork(
+        self,
+        session_id: str,
+        history: Sequence[Message],
+        at: int,
+        convert: Convert | None = None,
+        store: SessionStore | None = None,
+    ) -> AsyncSession:
+        """:meth:`Session.fork` off the loop: a new AsyncSession for a history that shares only its first
+        ``at`` client messages with this one."""
+        history = list(history)
+        child = await self._call(lambda: self.session.fork(session_id, history, at, convert, store))
+        return AsyncSession.wrap(child)
 
     # ------------------------------------------------------------------ hooks (awaited, run on the worker)
 
