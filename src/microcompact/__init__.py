@@ -21,7 +21,7 @@ from .messages import (
 from .micro import MicroCompactor, RollingSummary, micro_compact
 from .session import Session
 from .store import SessionBusy, StoreError, open_store
-from .summarizers import FallbackChain, summarizer_from
+from .summarizers import ExtractiveSummarizer, FallbackChain, summarizer_from
 
 __all__ = [
     "Config",
@@ -45,6 +45,7 @@ __all__ = [
     "SessionBusy",
     "StoreError",
     "open_store",
+    "ExtractiveSummarizer",
     "FallbackChain",
     "summarizer_from",
 ]
