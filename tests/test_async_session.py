@@ -268,3 +268,32 @@ def test_full_history_in_gives_the_sync_sessions_compacted_view_out() -> None:
     views = asyncio.run(main())
     assert views == expected
     assert len(views[-1]) < points[-1] / 2  # the view is compacted, not the full list thrown back
+
+
+def test_an_async_client_serves_one_loop_and_a_sync_one_serves_any() -> None:
+    async def summarize(prompt: str) -> str:
+        return "### Decisions\n- keep going"
+
+    def summarize_sync(prompt: str) -> str:
+        return "### Decisions\n- keep going"
+
+    first = asyncio.new_event_loop()  # stays open: the async summarizer's "connections" live there
+    try:
+        for make, second_loop_ok in ((summarize_sync, True), (summarize, False)):
+            summarizer = summarizer_from(make)
+
+            async def drive(summarizer: Any = summarizer) -> None:
+                session = AsyncSession(config(), summarizer)
+                for n in range(3):
+                    session.extend(turn(n))
+                assert [r.outcome for r in await session.finalize_turn()] == ["absorbed"]
+                await session.close()
+
+            first.run_until_complete(drive())
+            if second_loop_ok:
+                asyncio.run(drive())
+            else:
+                with pytest.raises(ValueError, match="already runs on another event loop"):
+                    asyncio.run(drive())
+    finally:
+        first.close()

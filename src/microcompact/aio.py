@@ -105,6 +105,11 @@ class AsyncSession:
     def store(self) -> SessionStore | None:
         return self.session.store
 
+    @property
+    def finalized_row(self) -> int | None:
+        """Row of the last message when ``finalize_turn`` last completed (see :class:`Session`)."""
+        return self.session.finalized_row
+
     # ------------------------------------------------------------------ the transcript (never waits)
 
     def append(self, message: Message) -> None:
