@@ -73,7 +73,7 @@ def test_the_loop_keeps_ticking_while_a_slow_summarizer_runs(chat_server: ChatSe
         results, ticks = await ticking_while(session.finalize_turn())
         elapsed = time.monotonic() - t0
         assert [r.outcome for r in results] == ["absorbed"]
-        assert elapsed >= LATENCY and ticks >= 0.5 * LATENCY / 0.01  # the loop ran all along
+        assert elapsed >= LATENCY and ticks >= 10  # the loop ran all along (blocked, it ticks at most once)
         (marker,) = [m for m in session.transcript if marker_kind(m) == "micro"]
         assert marker_body(marker).startswith("### Summary\n- Test summary")
         if cls is openai.AsyncOpenAI:  # the agent keeps using the same client on its loop: nothing broke
