@@ -14,7 +14,7 @@ from microcompact.messages import META_KEY, render_marker
 from microcompact.server.anthropic_format import AnthropicFormat
 from microcompact.server.errors import BadRequest
 from microcompact.server.openai_format import OpenAIFormat
-from microcompact.server.provider import stripped, without_cache_control
+from microcompact.server.provider import identity_form, stripped
 from microcompact.server.session_key import session_key
 from microcompact.server.usage_tap import UsageTap
 from microcompact.server.view import outgoing_messages
@@ -202,4 +202,19 @@ def test_the_key_survives_moving_breakpoints_and_headers_win() -> None:
     )
     with pytest.raises(BadRequest, match="x-microcompact-session"):
         session_key({"x-microcompact-session": "bad\x00id"}, "openai", None)
-    assert without_cache_control(first["messages"][0]) == later["messages"][0]
+    assert (
+        identity_form(first["messages"][0]) == identity_form(later["messages"][0]) == {"role": "user", "content": "hi"}
+    )
+    spelled_as_string = {"system": "S", "messages": [{"role": "user", "content": "hi"}]}
+    assert key == session_key({}, "anthropic", stripped(A.key_material(spelled_as_string)))
+
+
+def test_a_lone_text_block_and_a_string_are_the_same_message() -> None:
+    environment = {"role": "system", "content": "cwd: /work", "output_config": {"effort": "medium"}}
+    first_time = {**environment, "content": [{"type": "text", "text": "cwd: /work", "cache_control": EPHEMERAL}]}
+    assert identity_form(first_time) == environment
+    assert identity_form(environment) is environment
+    two_blocks = {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}
+    assert identity_form(two_blocks) is two_blocks
+    cited = {"role": "user", "content": [{"type": "text", "text": "a", "citations": []}]}
+    assert identity_form(cited) is cited

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..messages import Message, content_text
 from .errors import BadRequest
-from .provider import rewritten
+from .provider import identity_form, rewritten
 
 ROLES = ("user", "assistant", "system")
 THINKING_BLOCKS = ("thinking", "redacted_thinking")
@@ -121,7 +121,7 @@ class AnthropicFormat:
     def key_material(self, body: dict[str, Any]) -> Any:
         messages = body.get("messages") or []
         first_user = next((m for m in messages if isinstance(m, dict) and m.get("role") == "user"), None)
-        return [body.get("system"), first_user]
+        return [body.get("system"), identity_form(first_user)]
 
     def prompt_tokens(self, response: Any) -> int | None:
         """input + cache creation + cache read tokens: the whole prompt, however much of it was cached.

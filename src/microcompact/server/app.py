@@ -72,9 +72,13 @@ def upstream_url(settings: ProxySettings, api: str, path: str, query: str) -> st
 
 
 def api_of(request: Request) -> str:
-    if request.url.path.startswith("/v1/messages") or "anthropic-version" in request.headers:
+    """Which upstream a request that is not a chat request is for: Anthropic's when it says so (its headers,
+    its paths, or a path outside ``/v1/``, which only a host-root base URL can serve), else OpenAI's."""
+    headers = request.headers
+    path = request.url.path
+    if path.startswith("/v1/messages") or "anthropic-version" in headers or "x-api-key" in headers:
         return "anthropic"
-    return "openai"
+    return "openai" if path.startswith("/v1/") else "anthropic"
 
 
 class Proxy:

@@ -29,7 +29,7 @@ from ..session import Session
 from ..store import StoreError
 from .errors import BadRequest
 from .metrics import Metrics
-from .provider import Provider, without_cache_control
+from .provider import Provider, identity_form
 from .view import covered, outgoing_messages, spelled
 
 log = logging.getLogger("microcompact")
@@ -55,8 +55,8 @@ class Prepared:
 
 
 def stable(history: list[Message]) -> list[Message]:
-    """The history as the session sees it: what each message says, without the breakpoints that move."""
-    return [without_cache_control(m) for m in history]
+    """The history as the session sees it: what each message says, however the client spelled it this time."""
+    return [identity_form(m) for m in history]
 
 
 class Compaction:
@@ -150,7 +150,7 @@ class Compaction:
             return history
         for m in view:
             hid = hid_of(m)
-            if hid is not None and m.get(DIGEST_KEY) != digest(without_cache_control(history[hid])):
+            if hid is not None and m.get(DIGEST_KEY) != digest(identity_form(history[hid])):
                 return history
         return provider.normalize(body, spelled(provider, history, view) + list(history[upto:]))
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..messages import Message, TranscriptError, message_shape_errors, to_api, validate_message
 from .errors import BadRequest
+from .provider import identity_form
 
 
 class OpenAIFormat:
@@ -52,7 +53,7 @@ class OpenAIFormat:
         messages = body.get("messages") or []
         system = [m for m in messages if isinstance(m, dict) and m.get("role") in ("system", "developer")]
         first_user = next((m for m in messages if isinstance(m, dict) and m.get("role") == "user"), None)
-        return [system, first_user]
+        return [[identity_form(m) for m in system], identity_form(first_user)]
 
     def prompt_tokens(self, response: Any) -> int | None:
         usage = response.get("usage") if isinstance(response, dict) else None

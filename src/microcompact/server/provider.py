@@ -18,26 +18,41 @@ from ..messages import META_KEY, Message
 REWRITE_FLAGS = ("stub", "shortened", "cut")
 
 
-# Clients move their cache breakpoints as the conversation grows (Claude Code marks the newest messages), so a
-# message's breakpoint is not part of what it says: identity and the session ignore it, forwarding keeps it.
+# Clients resend a message in a different spelling without changing what it says: Claude Code moves its cache
+# breakpoint to the newest message on every request, and sends its environment message first as a lone
+# text block, later as a plain string. Identity (and so the session) reads the message as meant; forwarding
+# keeps the client's spelling of the current request.
 CACHE_CONTROL = "cache_control"
 
 
-def without_cache_control(message: Any) -> Any:
-    """``message`` (a client message) without cache breakpoints on it or its content blocks; the message
-    itself when it has none."""
+def identity_form(message: Any) -> Any:
+    """``message`` (a client message) as it is meant: no cache breakpoints on it or its blocks, and a content
+    of one plain text block read as that text. The message itself when nothing differs."""
     if not isinstance(message, dict):
         return message
     content = message.get("content")
     marked = isinstance(content, list) and any(isinstance(b, dict) and CACHE_CONTROL in b for b in content)
-    if not marked and CACHE_CONTROL not in message:
+    lone = isinstance(content, list) and len(content) == 1 and _plain_text(content[0])
+    if not marked and not lone and CACHE_CONTROL not in message:
         return message
     clean = {k: v for k, v in message.items() if k != CACHE_CONTROL}
-    if marked and isinstance(content, list):
+    if lone and isinstance(content, list):
+        clean["content"] = content[0]["text"]
+    elif marked and isinstance(content, list):
         clean["content"] = [
             {k: v for k, v in b.items() if k != CACHE_CONTROL} if isinstance(b, dict) else b for b in content
         ]
     return clean
+
+
+def _plain_text(block: Any) -> bool:
+    """A text block with nothing on it but (maybe) a breakpoint."""
+    return (
+        isinstance(block, dict)
+        and block.get("type") == "text"
+        and isinstance(block.get("text"), str)
+        and set(block) <= {"type", "text", CACHE_CONTROL}
+    )
 
 
 def stripped(value: Any) -> Any:
