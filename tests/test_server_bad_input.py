@@ -12,8 +12,9 @@ import httpx
 import openai
 import pytest
 
+from microcompact.server.run import proxy_config
 from proxy_server import ProxyServer
-from server_contract import compacted
+from server_contract import compacted, contract_errors
 from upstream import ScriptedUpstream, disconnect, error, garbage, text, tool_call
 
 ANTHROPIC_HEADERS = {"anthropic-version": "2023-06-01", "x-api-key": "k"}
@@ -200,3 +201,27 @@ def test_a_failing_store_degrades_to_forwarding(upstream: ScriptedUpstream, prox
     assert raw.headers["x-microcompact-degraded"] in ("store-unavailable", "engine-error")
     assert upstream.generation_requests()[-1].body["messages"] == history
     assert 'microcompact_degraded_total{reason="' in httpx.get(f"{proxy.base_url}/metrics").text
+
+
+def test_a_failing_summarizer_degrades_and_nothing_is_dropped(upstream: ScriptedUpstream, tmp_path: Path) -> None:
+    config = proxy_config(None, 4096).with_overrides(
+        **{"auxiliary.compression": {"provider": "openai", "model": "gone", "base_url": "http://127.0.0.1:9/v1"}}
+    )
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "Agent."}]
+    degraded = set()
+    with ProxyServer(upstream.base_url, tmp_path / "s.db", config=config) as proxy:
+        client = openai.OpenAI(base_url=f"{proxy.base_url}/v1", api_key="k", max_retries=0)
+        for turn in range(5):
+            messages.append({"role": "user", "content": f"Turn {turn}."})
+            upstream.enqueue(tool_call("Bash", {"command": f"t{turn}"}), text(f"done {turn}"))
+            for _ in range(2):
+                raw = client.chat.completions.with_raw_response.create(model="m", messages=messages)  # type: ignore[arg-type]
+                degraded.add(raw.headers.get("x-microcompact-degraded"))
+                sent = upstream.generation_requests()[-1]
+                assert sent.status == 200 and contract_errors(messages, sent.body["messages"]) == []
+                reply = raw.parse().choices[0].message
+                messages.append(reply.model_dump(exclude_none=True))
+                for call in reply.tool_calls or []:
+                    messages.append({"role": "tool", "tool_call_id": call.id, "content": f"output {turn} " * 300})
+            proxy.settle()
+    assert "summarizer-failed" in degraded

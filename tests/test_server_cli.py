@@ -65,6 +65,7 @@ def test_a_bad_config_file_is_a_one_line_error(home: Path, tmp_path: Path) -> No
     assert result.exit_code == 2 and "compression.threshold" in result.stderr
 
 
+@pytest.mark.slow
 def test_serve_runs_forwards_and_its_sessions_are_listed(home: Path, tmp_path: Path) -> None:
     db = tmp_path / "sessions.db"
     env = {**os.environ, "MICROCOMPACT_HOME": str(home), "PYTHONPATH": SRC}
