@@ -225,3 +225,10 @@ def test_a_failing_summarizer_degrades_and_nothing_is_dropped(upstream: Scripted
                     messages.append({"role": "tool", "tool_call_id": call.id, "content": f"output {turn} " * 300})
             proxy.settle()
     assert "summarizer-failed" in degraded
+
+
+def test_an_empty_conversation_is_forwarded_and_stores_nothing(upstream: ScriptedUpstream, proxy: ProxyServer) -> None:
+    response = post(proxy, "/v1/chat/completions", b'{"model": "m", "messages": []}')
+    assert response.status_code == 400 and response.content == bytes(upstream.requests[-1].response)
+    assert "x-microcompact-session" not in response.headers
+    assert proxy.store.list_sessions() == []

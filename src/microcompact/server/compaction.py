@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import OrderedDict
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,8 +35,6 @@ from .view import covered, outgoing_messages, spelled
 log = logging.getLogger("microcompact")
 
 SUMMARIZER_FAILURES = frozenset({Outcome.SUMMARIZE_FAILED, Outcome.AUTH_FAILED, Outcome.ERROR})
-# Sessions remembered per key for count_tokens (which reads the last view and changes nothing).
-RECENT_KEYS = 1024
 
 
 @dataclass
@@ -63,7 +61,9 @@ class Compaction:
     def __init__(self, router: SessionRouter, metrics: Metrics) -> None:
         self.router = router
         self.metrics = metrics
-        self._recent: OrderedDict[str, Session] = OrderedDict()
+        # The session each key's last request went to, for count_tokens; weak, so a session the router
+        # closed and let go of is not kept alive here.
+        self._recent: weakref.WeakValueDictionary[str, Session] = weakref.WeakValueDictionary()
         self._recent_lock = threading.Lock()
         self._last_failure: str | None = None
         self._pending: dict[str, list[Prepared]] = {}  # answered requests whose follow-up has not run, by key
@@ -72,6 +72,8 @@ class Compaction:
     def prepare(self, provider: Provider, body: dict[str, Any], key: str, history: list[Message]) -> Prepared:
         """Sync, compact and build the outgoing messages (raises BadRequest for a message the session
         refuses; any other failure forwards the client's messages with a degraded reason)."""
+        if not history:  # nothing to compact; the upstream says what it thinks of an empty conversation
+            return Prepared(key, [])
         try:
             with self.router.lock(key):
                 self._run_pending(key)
@@ -159,9 +161,6 @@ class Compaction:
     def _remember(self, key: str, session: Session) -> None:
         with self._recent_lock:
             self._recent[key] = session
-            self._recent.move_to_end(key)
-            while len(self._recent) > RECENT_KEYS:
-                self._recent.popitem(last=False)
 
     def _fall_back(self, key: str, history: Sequence[Message], reason: str, exc: Exception) -> Prepared:
         failure = f"{reason}: {type(exc).__name__}: {exc}"
