@@ -48,3 +48,30 @@ def test_a_broken_store_forwards_the_clients_messages(tmp_path: Path) -> None:
     prepared = Compaction(router, Metrics()).prepare(OA, {}, "k", history)
     assert prepared.degraded in ("store-unavailable", "engine-error")
     assert prepared.messages == history and prepared.session is None
+
+
+class Refusing(OpenAIFormat):
+    """A format whose structural check refuses every compacted view (an engine bug, as the proxy sees it)."""
+
+    def view_problem(self, messages: list[dict[str, object]]) -> str | None:
+        return "messages.1: broken on purpose"
+
+
+def test_a_view_the_api_would_refuse_goes_out_uncompacted_and_the_turn_still_ends(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "s.db")
+    router = SessionRouter(proxy_config(None, 8192), store=store)
+    compaction = Compaction(router, Metrics())
+    history = [{"role": "user", "content": "first"}]
+    compaction.answered(compaction.prepare(Refusing(), {}, "k", history), None)
+    history += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "second"}]
+    prepared = compaction.prepare(Refusing(), {}, "k", history)
+    assert prepared.degraded is None and prepared.messages == history, "the client's own list is not checked"
+    session = prepared.session
+    assert session is not None
+    session.append({"role": "assistant", "content": "a message the client never sent"})  # the view now differs
+    history += [{"role": "assistant", "content": "done"}]
+    prepared = compaction.prepare(Refusing(), {}, "k", history)
+    assert prepared.degraded == "view-invalid" and prepared.messages == history
+    assert prepared.session is session and not prepared.human
+    router.close()
+    store.close()

@@ -218,3 +218,13 @@ def test_a_lone_text_block_and_a_string_are_the_same_message() -> None:
     assert identity_form(two_blocks) is two_blocks
     cited = {"role": "user", "content": [{"type": "text", "text": "a", "citations": []}]}
     assert identity_form(cited) is cited
+
+
+def test_a_view_that_splits_a_tool_pair_is_caught_before_it_goes_out() -> None:
+    answer = {"role": "user", "content": [RESULT]}
+    assert A.view_problem([{"role": "user", "content": "go"}, ASSISTANT, answer]) is None
+    assert "not answered" in (A.view_problem([ASSISTANT, {"role": "user", "content": "next"}]) or "")
+    assert "without its tool_use" in (A.view_problem([{"role": "user", "content": "go"}, answer]) or "")
+    openai_call = {"role": "assistant", "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f"}}]}
+    assert OA.view_problem([openai_call, {"role": "tool", "tool_call_id": "c", "content": "x"}]) is None
+    assert OA.view_problem([openai_call, {"role": "user", "content": "x"}])

@@ -30,7 +30,7 @@ from ..store import StoreError
 from .errors import BadRequest
 from .metrics import Metrics
 from .provider import Provider, identity_form
-from .view import covered, outgoing_messages, spelled
+from .view import covered, outgoing_messages, spelled, unchanged
 
 log = logging.getLogger("microcompact")
 
@@ -104,6 +104,11 @@ class Compaction:
             prepared.messages = outgoing_messages(provider, body, history, view)
         except Exception as exc:
             return self._fall_back(key, history, "engine-error", exc)
+        problem = None if unchanged(history, prepared.messages) else provider.view_problem(prepared.messages)
+        if problem is not None:
+            self._failed("view-invalid", key, ValueError(problem))
+            prepared.messages, prepared.degraded = list(history), "view-invalid"
+            return prepared
         self._remember(key, session)
         self._succeeded()
         return prepared
@@ -163,11 +168,16 @@ class Compaction:
             self._recent[key] = session
 
     def _fall_back(self, key: str, history: Sequence[Message], reason: str, exc: Exception) -> Prepared:
+        """The client's messages as they came, with the reason."""
+        self._failed(reason, key, exc)
+        return Prepared(key, list(history), degraded=reason)
+
+    def _failed(self, reason: str, key: str, exc: Exception) -> None:
+        """One log line, until the failure changes."""
         failure = f"{reason}: {type(exc).__name__}: {exc}"
         if failure != self._last_failure:
             log.error("Proxy: forwarding session %s uncompacted (%s)", key, failure)
             self._last_failure = failure
-        return Prepared(key, list(history), degraded=reason)
 
     def _succeeded(self) -> None:
         if self._last_failure is not None:

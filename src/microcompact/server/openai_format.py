@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..messages import Message, TranscriptError, message_shape_errors, to_api, validate_message
+from ..messages import Message, TranscriptError, message_shape_errors, to_api, tool_pairing_errors, validate_message
 from .errors import BadRequest
 from .provider import identity_form
 
@@ -48,6 +48,10 @@ class OpenAIFormat:
 
     def normalize(self, body: dict[str, Any], messages: list[Message]) -> list[Message]:
         return messages
+
+    def view_problem(self, messages: list[Message]) -> str | None:
+        problems = tool_pairing_errors(messages)
+        return problems[0] if problems else None
 
     def key_material(self, body: dict[str, Any]) -> Any:
         messages = body.get("messages") or []

@@ -99,6 +99,11 @@ class Provider(Protocol):
         """The outgoing list made acceptable to the API (role alternation, cache breakpoint limits)."""
         ...
 
+    def view_problem(self, messages: list[Message]) -> str | None:
+        """Why the API would refuse ``messages`` (a compacted view) on structure, or None: the last check
+        before a view goes out, so an engine bug costs compaction, never the client's request."""
+        ...
+
     def key_material(self, body: dict[str, Any]) -> Any:
         """What identifies a conversation without a session header: its system prompt and first user message."""
         ...
