@@ -206,6 +206,13 @@ def take_ts(
                 return
 
 
+def compact_summary_indices(messages: list[Message]) -> list[int]:
+    """Where the agent's own compaction summaries sit (messages marked ``compact_summary`` by an importer)."""
+    return [
+        i for i, m in enumerate(messages) if isinstance(m.get(META_KEY), dict) and m[META_KEY].get("compact_summary")
+    ]
+
+
 # --------------------------------------------------------------------------------------------- repair
 
 
