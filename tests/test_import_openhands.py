@@ -1,0 +1,161 @@
+"""OpenHands trajectories: OpenHands' own test trajectories imported through the command line, and replayed."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from import_checks import DATA, assert_replays_keeping_the_contract, cli, import_with_cli, sniffers_of
+from microcompact.importers import NO_RESULT, import_report, to_epoch
+from microcompact.messages import TranscriptError, role_sequence_errors
+
+INTERACTIONS = DATA / "openhands" / "basic_interactions.json"
+GUI_MODE = DATA / "openhands" / "basic_gui_mode_first_events.json"
+
+
+def _events(path: Path) -> list[dict[str, Any]]:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _model_message(event: dict[str, Any]) -> dict[str, Any]:
+    return event["tool_call_metadata"]["model_response"]["choices"][0]["message"]
+
+
+@pytest.mark.parametrize("sample", [INTERACTIONS, GUI_MODE], ids=lambda p: p.stem)
+def test_samples_import_with_auto_detection(sample: Path, tmp_path: Path) -> None:
+    assert sniffers_of(sample) == ["openhands"]
+    messages, report = import_with_cli(sample, tmp_path / "oh.jsonl")
+    assert report[0] == f"{sample}: detected format openhands (--from NAME overrides)"
+    assert role_sequence_errors(messages) == []
+    events = _events(sample)
+    # The user's messages verbatim, in order; every event the conversation came from keeps its time.
+    said = [e["args"]["content"] for e in events if e.get("action") == "message" and e["source"] == "user"]
+    assert [m["content"] for m in messages if m["role"] == "user"] == said
+    stamps = {to_epoch(e["timestamp"]) for e in events}
+    assert all(m["_ts"] in stamps for m in messages if m.get("_mc") != {"placeholder": True})
+    # Every tool call is the model's own, with the arguments it sent.
+    sent = {
+        tc["id"]: tc["function"]["arguments"]
+        for e in events
+        if "tool_call_metadata" in e and "action" in e
+        for tc in _model_message(e)["tool_calls"]
+    }
+    assert {tc["id"]: tc["function"]["arguments"] for m in messages for tc in m.get("tool_calls", ())} == sent
+
+
+def test_agent_replies_and_the_finish_call() -> None:
+    report = import_report(INTERACTIONS, "openhands")
+    events = _events(INTERACTIONS)
+    replies = [e["args"]["content"] for e in events if e.get("action") == "message" and e["source"] == "agent"]
+    assistants = [m for m in report.messages if m["role"] == "assistant"]
+    assert [m["content"] for m in assistants[:-1]] == replies
+    finish = assistants[-1]
+    assert [tc["function"]["name"] for tc in finish["tool_calls"]] == ["finish"]
+    # finish is never observed: its call gets the placeholder result, and the report counts the repair.
+    assert report.messages[-1] == {
+        "role": "tool",
+        "tool_call_id": finish["tool_calls"][0]["id"],
+        "content": NO_RESULT,
+        "_mc": {"placeholder": True},
+    }
+    assert report.repairs == Counter({"missing_tool_result_added": 1})
+
+
+def test_state_events_are_counted_not_imported() -> None:
+    report = import_report(GUI_MODE, "openhands")
+    events = _events(GUI_MODE)
+    assert [m["role"] for m in report.messages] == ["user", "assistant", "tool"]
+    run, result = report.messages[1], report.messages[2]
+    action = next(e for e in events if e.get("action") == "run")
+    assert run["content"] == _model_message(action)["content"]
+    assert result["tool_call_id"] == run["tool_calls"][0]["id"] == action["tool_call_metadata"]["tool_call_id"]
+    skipped = Counter(
+        f"observation_skipped:{e['observation']}"
+        for e in events
+        if "observation" in e and "tool_call_metadata" not in e
+    ) + Counter(f"action_skipped:{e['action']}" for e in events if e.get("source") == "environment" and "action" in e)
+    assert report.notes == skipped
+    assert report.repairs == Counter()
+
+
+@pytest.mark.parametrize("sample", [INTERACTIONS, GUI_MODE], ids=lambda p: p.stem)
+def test_samples_replay_keeping_the_contract(sample: Path, tmp_path: Path) -> None:
+    imported = tmp_path / "oh.jsonl"
+    import_with_cli(sample, imported)
+    # Too small to compact (a few hundred tokens), and the user messages cannot be absorbed: replayed as is.
+    assert_replays_keeping_the_contract(imported, tmp_path, context_limit=4000, passes=False)
+
+
+def _response(response_id: str, content: str | None, calls: list[tuple[str, str]], **extra: Any) -> dict[str, Any]:
+    message = {
+        "role": "assistant",
+        "content": content,
+        "tool_calls": [
+            {"id": cid, "type": "function", "function": {"name": name, "arguments": "{}"}} for cid, name in calls
+        ],
+        **extra,
+    }
+    return {"id": response_id, "choices": [{"index": 0, "message": message}]}
+
+
+def test_one_response_with_several_calls_is_one_assistant_message(tmp_path: Path) -> None:
+    response = _response("r1", "Two things at once.", [("a", "execute_bash"), ("b", "str_replace_editor")])
+    response["choices"][0]["message"]["reasoning_content"] = "thinking it over"
+
+    def meta(cid: str) -> dict[str, Any]:
+        return {"tool_call_id": cid, "function_name": "f", "model_response": response}
+
+    events = [
+        {"id": 0, "source": "agent", "action": "system", "args": {"content": "You are OpenHands."}},
+        {"id": 1, "source": "user", "action": "message", "args": {"content": "go", "image_urls": ["data:x"]}},
+        {"id": 2, "source": "agent", "action": "run", "tool_call_metadata": meta("a"), "args": {}},
+        {"id": 3, "source": "agent", "action": "edit", "tool_call_metadata": meta("b"), "args": {}},
+        {"id": 4, "source": "agent", "observation": "run", "tool_call_metadata": meta("a"), "content": "A"},
+        {"id": 5, "source": "agent", "observation": "error", "tool_call_metadata": meta("b"), "content": "B failed"},
+    ]
+    src = tmp_path / "output.json"
+    src.write_text(json.dumps({"instance_id": "x", "history": events}), encoding="utf-8")  # an evaluation output
+    assert sniffers_of(src) == ["openhands"]
+    report = import_report(src, "auto")
+    assert report.messages == [
+        {"role": "system", "content": "You are OpenHands."},
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "go"}, {"type": "image_url", "image_url": {"url": "data:x"}}],
+        },
+        {
+            "role": "assistant",
+            "content": "Two things at once.",
+            "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "execute_bash", "arguments": "{}"}},
+                {"id": "b", "type": "function", "function": {"name": "str_replace_editor", "arguments": "{}"}},
+            ],
+        },
+        {"role": "tool", "tool_call_id": "a", "content": "A"},
+        {"role": "tool", "tool_call_id": "b", "content": "B failed", "_mc": {"is_error": True}},
+    ]
+    assert report.notes == Counter(
+        {"reasoning_dropped": 1, "action_of_an_earlier_response": 1, "tool_result_is_error": 1}
+    )
+
+
+@pytest.mark.parametrize(
+    "events,problem",
+    [
+        ([{"id": 0, "source": "user"}], r"event 0: event has neither 'action' nor 'observation'"),
+        ([{"id": 0, "source": "agent", "observation": "run", "tool_call_metadata": {}}], r"event 0: .*tool_call_id"),
+        (["not an event"], r"event 0: expected a JSON object, got str"),
+        ({"events": []}, r"expected a JSON array of OpenHands events or an object with a 'history' list"),
+    ],
+)
+def test_bad_events_are_named(tmp_path: Path, events: Any, problem: str) -> None:
+    src = tmp_path / "bad.json"
+    src.write_text(json.dumps(events), encoding="utf-8")
+    with pytest.raises(TranscriptError, match=problem):
+        import_report(src, "openhands")
+    code, stdout, stderr = cli("import", "--from", "openhands", src, "--out", tmp_path / "out.jsonl")
+    assert code == 2 and stdout == "" and len(stderr.splitlines()) == 1 and str(src) in stderr
