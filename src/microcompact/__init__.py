@@ -19,6 +19,7 @@ from .messages import (
 from .micro import MicroCompactor, RollingSummary, micro_compact
 from .session import Session
 from .store import SessionBusy, StoreError, open_store
+from .telemetry import log_telemetry
 
 __all__ = [
     "Config",
@@ -41,6 +42,7 @@ __all__ = [
     "SessionBusy",
     "StoreError",
     "open_store",
+    "log_telemetry",
 ]
 
 __version__ = "0.1.0"
