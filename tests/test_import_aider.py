@@ -42,7 +42,7 @@ def test_replies_are_kept_whole_and_notices_counted() -> None:
     assert "<<<<<<< SEARCH" in reply["content"] and ">>>>>>> REPLACE" in reply["content"]
     notices = sum(1 for line in lines if line == ">" or line.startswith("> "))  # not ">>>>>>> REPLACE"
     assert report.notes["notice_lines_skipped"] == notices
-    assert report.notes["sessions"] == sum(1 for line in lines if line.startswith("# aider chat started at"))
+    assert report.notes["sessions_joined"] == sum(1 for line in lines if line.startswith("# aider chat started at"))
     assert report.notes["command_skipped:/diff"] == report.notes["command_skipped:/ex"] == 1
     assert report.notes["mode_line_skipped"] == 1
     # A session's first message carries the session's start.
@@ -86,7 +86,7 @@ def test_commands_notices_and_blank_lines(tmp_path: Path) -> None:
             "command_skipped:/add": 1,
             "command_prefix_removed:/ask": 1,
             "blank_input_skipped": 1,
-            "sessions": 1,
+            "sessions_joined": 1,
         }
     )
 

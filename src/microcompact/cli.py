@@ -24,6 +24,7 @@ from rich.table import Table
 from .compare import POLICIES, compare, plot_compare
 from .config import Config, ConfigError, load_config
 from .cost import load_pricing
+from .importers import FORMATS, run_import
 from .messages import TranscriptError, content_text
 from .replay import default_session_id, read_transcript, replay, resume_start, summary_json
 from .session import Session
@@ -696,9 +697,7 @@ def import_cmd(
     file: Annotated[Path, typer.Argument(help="A recorded session (its format detected, or named by --from).")],
     fmt: Annotated[
         str,
-        typer.Option(
-            "--from", help="auto (detect from the file's start, the default) | claude-code | swe-agent | adp | openai"
-        ),
+        typer.Option("--from", help="auto (detect from the file's start, the default) | " + " | ".join(FORMATS)),
     ] = "auto",
     out_file: Annotated[Path | None, typer.Option("--out", help="Output JSONL (default: stdout).")] = None,
     record: Annotated[
@@ -716,7 +715,6 @@ def import_cmd(
     ] = False,
 ) -> None:
     """Convert a recorded agent session into the JSONL that replay reads."""
-    from .importers import run_import
 
     code = run_import(fmt, file, out_file, err, record=record, repair=repair)
     if code:

@@ -139,7 +139,7 @@ def import_aider(path: Path, **_: Any) -> ImportReport:
         _read_line(history, lineno, line, path)
     history.close()
     if history.sessions:
-        report.notes["sessions"] = history.sessions
+        report.notes["sessions_joined"] = history.sessions
     if not history.sessions and not any(m["role"] == "user" for m in history.messages):
         raise TranscriptError(
             f"{path}: no aider chat history found (no '# aider chat started at' header and no '#### ' input line)"
