@@ -104,6 +104,10 @@ def test_older_rollouts_hold_bare_items(tmp_path: Path) -> None:
     "line,problem",
     [
         ("{not json", r"x\.jsonl:2: invalid JSON"),
+        (
+            '{"type": "event_msg", "payload": {"type": "token_count", "n": NaN}}',
+            r"x\.jsonl:2: NaN is not a JSON number",
+        ),
         ('{"timestamp": "2025-01-01T00:00:00Z"}', r"x\.jsonl:2: line has neither 'type' nor 'payload'"),
         (
             '{"type": "response_item", "payload": {"type": "function_call", "name": "shell", "arguments": "{}"}}',

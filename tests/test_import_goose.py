@@ -120,6 +120,7 @@ def test_compaction_summary_newer_results_and_invalid_requests(tmp_path: Path) -
     "content,role,problem",
     [
         ([{"type": "text", "text": "x"}], "robot", r"s\.jsonl:2: unknown role 'robot'"),
+        ([{"type": "text", "text": "x", "n": float("inf")}], "user", r"s\.jsonl:2: Infinity is not a JSON number"),
         ([{"type": "toolResponse", "id": "a", "toolResult": {}}], "user", r"s\.jsonl:2: content\[0\]: toolResult"),
         ([{"type": "toolRequest", "id": "a"}], "assistant", r"s\.jsonl:2: content\[0\]: toolRequest needs a toolCall"),
         ([{"type": "toolRequest", "id": "a"}], "user", r"s\.jsonl:2: content\[0\]: 'toolRequest' item is not valid"),
