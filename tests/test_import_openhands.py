@@ -159,3 +159,25 @@ def test_bad_events_are_named(tmp_path: Path, events: Any, problem: str) -> None
         import_report(src, "openhands")
     code, stdout, stderr = cli("import", "--from", "openhands", src, "--out", tmp_path / "out.jsonl")
     assert code == 2 and stdout == "" and len(stderr.splitlines()) == 1 and str(src) in stderr
+
+
+def test_an_action_without_its_model_response_is_rebuilt_from_the_action(tmp_path: Path) -> None:
+    meta = {"tool_call_id": "t1", "function_name": "execute_bash"}
+    events = [
+        {"id": 0, "source": "user", "action": "message", "args": {"content": "list files"}},
+        {
+            "id": 1,
+            "source": "agent",
+            "action": "run",
+            "tool_call_metadata": meta,
+            "args": {"command": "ls", "thought": "Let me look."},
+        },
+        {"id": 2, "source": "agent", "observation": "run", "tool_call_metadata": meta, "content": "a.py"},
+    ]
+    src = tmp_path / "trajectory.json"
+    src.write_text(json.dumps(events), encoding="utf-8")
+    report = import_report(src, "openhands")
+    call = {"id": "t1", "type": "function", "function": {"name": "execute_bash", "arguments": '{"command": "ls"}'}}
+    assert report.messages[1] == {"role": "assistant", "content": "Let me look.", "tool_calls": [call]}
+    assert report.messages[2] == {"role": "tool", "tool_call_id": "t1", "content": "a.py"}
+    assert report.notes["tool_call_rebuilt_from_action"] == 1

@@ -34,8 +34,6 @@ from .sniffing import key_paths
 # Response item types that belong to the assistant's side of a turn (folded into one assistant message).
 _CALL_TYPES = frozenset({"function_call", "custom_tool_call", "local_shell_call"})
 _OUTPUT_TYPES = frozenset({"function_call_output", "custom_tool_call_output"})
-# Line types that record what happened around the conversation, not what the model saw.
-_BOOKKEEPING = frozenset({"session_meta", "turn_context", "event_msg"})
 
 
 class _Rollout:
@@ -89,7 +87,7 @@ def _chat_content(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
 
 
 def _output_content(output: Any, where: str) -> str | list[dict[str, Any]]:
-    """A call's output: a string, or a list of content items (text and images), or an object as JSON."""
+    """A call's output: a string, a list of content items (text and images), or ``{"content": ...}``."""
     if isinstance(output, str):
         return output
     if isinstance(output, list):

@@ -1,6 +1,6 @@
 """What every importer shares: the report, reading helpers, timestamps, the repair pass, JSONL output.
 
-Each format module (``claude_code``, ``swe_agent``, ``adp``, ``openai``) turns its source into a list of
+Each format module (``claude_code``, ``codex``, ``openhands``, ``aider``...) turns its source into a list of
 chat-completions messages and hands it to :func:`finish`, which repairs it (see :func:`repair`) and checks
 that the result is a valid transcript. Keeping this in one place is what makes every format's output pass
 :func:`microcompact.messages.role_sequence_errors` the same way.
