@@ -15,6 +15,7 @@ from microcompact.messages import TranscriptError, role_sequence_errors
 
 INTERACTIONS = DATA / "openhands" / "basic_interactions.json"
 GUI_MODE = DATA / "openhands" / "basic_gui_mode_first_events.json"
+V1 = DATA / "openhands" / "v1_events.json"  # software-agent-sdk events
 
 
 def _events(path: Path) -> list[dict[str, Any]]:
@@ -149,7 +150,7 @@ def test_one_response_with_several_calls_is_one_assistant_message(tmp_path: Path
         ([{"id": 0, "source": "user"}], r"event 0: event has neither 'action' nor 'observation'"),
         ([{"id": 0, "source": "agent", "observation": "run", "tool_call_metadata": {}}], r"event 0: .*tool_call_id"),
         (["not an event"], r"event 0: expected a JSON object, got str"),
-        ({"events": []}, r"expected a JSON array of OpenHands events or an object with a 'history' list"),
+        ({"events": []}, r"expected a JSON array of OpenHands events or an object with a 'history' or 'items' list"),
     ],
 )
 def test_bad_events_are_named(tmp_path: Path, events: Any, problem: str) -> None:
@@ -181,3 +182,86 @@ def test_an_action_without_its_model_response_is_rebuilt_from_the_action(tmp_pat
     assert report.messages[1] == {"role": "assistant", "content": "Let me look.", "tool_calls": [call]}
     assert report.messages[2] == {"role": "tool", "tool_call_id": "t1", "content": "a.py"}
     assert report.notes["tool_call_rebuilt_from_action"] == 1
+
+
+# ------------------------------------------------------------------------------------------ V1 (software-agent-sdk)
+
+
+def _text(items: list[dict[str, Any]]) -> str:
+    return "\n".join(item["text"] for item in items)
+
+
+def test_v1_events_import_with_auto_detection(tmp_path: Path) -> None:
+    assert sniffers_of(V1) == ["openhands"]
+    messages, report = import_with_cli(V1, tmp_path / "v1.jsonl")
+    assert report[0] == f"{V1}: detected format openhands (--from NAME overrides)"
+    assert role_sequence_errors(messages) == []
+    events = _events(V1)
+    of = {kind: [e for e in events if e["kind"] == kind] for kind in {e["kind"] for e in events}}
+    system = of["SystemPromptEvent"][0]
+    assert messages[0] == {
+        "role": "system",
+        "content": system["system_prompt"]["text"] + "\n" + system["dynamic_context"]["text"],
+        "_ts": to_epoch(system["timestamp"]),
+    }
+    said = [_text(e["llm_message"]["content"]) for e in of["MessageEvent"] if e["source"] == "user"]
+    summary = of["Condensation"][0]["summary"]
+    assert [m["content"] for m in messages if m["role"] == "user"] == [*said, summary]
+    # The calls of one model response (same llm_response_id) are one assistant message.
+    responses = Counter(e["llm_response_id"] for e in of["ActionEvent"])
+    assistants = [m for m in messages if m.get("tool_calls")]
+    assert [len(m["tool_calls"]) for m in assistants] == list(responses.values())
+    calls = {tc["id"]: tc["function"] for m in assistants for tc in m["tool_calls"]}
+    assert calls == {
+        e["tool_call_id"]: {k: e["tool_call"][k] for k in ("name", "arguments")} for e in of["ActionEvent"]
+    }
+    # Every call has its result: the observation, the user's rejection, or the agent's error.
+    results = {m["tool_call_id"]: m for m in messages if m["role"] == "tool"}
+    for e in of["ObservationEvent"]:
+        assert results[e["tool_call_id"]]["content"] == _text(e["observation"]["content"])
+    rejected = of["UserRejectObservation"][0]
+    assert results[rejected["tool_call_id"]]["content"] == f"Action rejected: {rejected['rejection_reason']}"
+    failed = of["AgentErrorEvent"][0]
+    assert results[failed["tool_call_id"]] == {
+        "role": "tool",
+        "tool_call_id": failed["tool_call_id"],
+        "content": failed["error"],
+        "_mc": {"is_error": True},
+        "_ts": to_epoch(failed["timestamp"]),
+    }
+
+
+def test_v1_report_counts_what_is_not_a_chat_message() -> None:
+    report = import_report(V1, "openhands")
+    events = _events(V1)
+    assert report.notes["event_skipped:ConversationStateUpdateEvent"] == sum(
+        e["kind"] == "ConversationStateUpdateEvent" for e in events
+    )
+    assert report.notes["reasoning_dropped"] == sum(bool(e.get("reasoning_content")) for e in events)
+    assert report.compact_summary_indices == [
+        i for i, m in enumerate(report.messages) if m.get("_mc") == {"compact_summary": True}
+    ]
+    assert report.repairs == Counter()
+
+
+def test_v1_events_replay_keeping_the_contract(tmp_path: Path) -> None:
+    imported = tmp_path / "v1.jsonl"
+    import_with_cli(V1, imported)
+    assert_replays_keeping_the_contract(imported, tmp_path, context_limit=1024)
+
+
+def test_v1_event_search_page_and_bad_events(tmp_path: Path) -> None:
+    page = tmp_path / "events.json"
+    page.write_text(json.dumps({"items": _events(V1), "next_page_id": None}), encoding="utf-8")
+    assert sniffers_of(page) == ["openhands"]
+    assert import_report(page, "auto").messages == import_report(V1, "openhands").messages
+    for event, problem in [
+        ({"kind": "MessageEvent", "source": "user", "llm_message": {"role": "robot"}}, "needs an llm_message"),
+        ({"kind": "ActionEvent", "source": "agent", "tool_call": {"name": "terminal"}}, "tool call needs an id"),
+        ({"kind": "ObservationEvent", "source": "environment", "observation": {"content": []}}, "needs a tool_call_id"),
+        ({"source": "agent"}, "expected an event object with a 'kind'"),
+    ]:
+        bad = tmp_path / "bad.json"
+        bad.write_text(json.dumps([_events(V1)[0], event]), encoding="utf-8")
+        with pytest.raises(TranscriptError, match=rf"bad\.json: event 1: .*{problem}"):
+            import_report(bad, "openhands")

@@ -1,12 +1,16 @@
 """OpenHands event streams: the JSON list of serialized events a trajectory is saved as.
 
-Each event is an action (``"action": "run"``, ``"message"``, ``"system"``...) or an observation
+Two generations of events exist. OpenHands up to 0.x (the classic server and its saved trajectories):
+each event is an action (``"action": "run"``, ``"message"``, ``"system"``...) or an observation
 (``"observation": "run"``, ``"edit"``, ``"agent_state_changed"``...), with its ``source`` (user, agent,
 environment). An agent action the model asked for carries ``tool_call_metadata``: the tool call id and
 the whole ``model_response``, whose message is exactly what the model returned (its text and every tool
 call of that response, even when the response made several actions); the observation answering it
 carries the same tool call id. State changes, recalls and empty observations are bookkeeping.
-An evaluation output (an object with the events under ``history``) is read the same way.
+OpenHands V1 (the software-agent-sdk) tags each event with a ``kind``; see :mod:`.openhands_sdk`.
+
+A file holds the events as a JSON array, or under ``history`` (an evaluation output) or ``items`` (a page
+of the agent server's event search).
 """
 
 from __future__ import annotations
@@ -18,27 +22,30 @@ from ..messages import META_KEY, Message, TranscriptError
 from .common import (
     ImportFormat,
     ImportReport,
+    compact_summary_indices,
     finish,
     load_json,
     normalize_tool_calls,
     take_ts,
 )
+from .openhands_sdk import sdk_messages
 from .sniffing import key_paths
 
-# Key paths of an event at the start of the file (a top-level list, or an evaluation output's history).
-_EVENT_KEYS = ("[].source", "history[].source")
-_KIND_KEYS = ("[].action", "[].observation", "history[].action", "history[].observation")
+# Where the events sit in the file, and the keys that say an object is an event (of either generation).
+_EVENT_LISTS = ("[]", "history[]", "items[]")
+_KIND_KEYS = ("action", "observation", "kind")
 
 
 def _events(path: Path) -> list[Any]:
-    """The file's events: a JSON array, or the ``history`` list of an object."""
+    """The file's events: a JSON array, or the ``history`` or ``items`` list of an object."""
     data = load_json(path)
     if isinstance(data, dict):
-        if not isinstance(data.get("history"), list):
+        key = next((k for k in ("history", "items") if isinstance(data.get(k), list)), None)
+        if key is None:
             raise TranscriptError(
-                f"{path}: expected a JSON array of OpenHands events or an object with a 'history' list"
+                f"{path}: expected a JSON array of OpenHands events or an object with a 'history' or 'items' list"
             )
-        data = data["history"]
+        data = data[key]
     if not isinstance(data, list):
         raise TranscriptError(f"{path}: expected a JSON array of OpenHands events")
     return data
@@ -150,7 +157,9 @@ def _add_observation(stream: _Stream, event: dict[str, Any], kind: str, where: s
 
 
 def import_openhands(path: Path, **_: Any) -> ImportReport:
-    """An OpenHands trajectory: a JSON array of events (or an object with them under ``history``).
+    """An OpenHands trajectory: a JSON array of events (or an object with them under ``history``/``items``).
+
+    V1 (software-agent-sdk) events are read by :func:`.openhands_sdk.sdk_messages`. Classic events:
 
     User message actions become user messages verbatim (attached images as image parts); agent message
     and finish actions without a tool call become assistant text; the ``system`` action is the system
@@ -161,8 +170,13 @@ def import_openhands(path: Path, **_: Any) -> ImportReport:
     ``null`` observations) are counted as skipped. Event timestamps become ``_ts``.
     """
     report = ImportReport("openhands", str(path))
+    events = _events(path)
+    if events and isinstance(events[0], dict) and "kind" in events[0]:  # OpenHands V1 (software-agent-sdk)
+        finish(report, sdk_messages(events, str(path), report))
+        report.compact_summary_indices = compact_summary_indices(report.messages)
+        return report
     stream = _Stream(report)
-    for i, event in enumerate(_events(path)):
+    for i, event in enumerate(events):
         where = f"{path}: event {i}"
         if not isinstance(event, dict):
             raise TranscriptError(f"{where}: expected a JSON object, got {type(event).__name__}")
@@ -176,14 +190,16 @@ def import_openhands(path: Path, **_: Any) -> ImportReport:
 
 
 def looks_like_openhands(head: str) -> bool:
-    """A JSON array of events (or a ``history`` of them) whose first event has a source and a kind."""
+    """A list of events (top level, ``history`` or ``items``) whose first event has a source and a kind."""
     keys = key_paths(head)
-    return any(k in keys for k in _EVENT_KEYS) and any(k in keys for k in _KIND_KEYS)
+    return any(
+        f"{where}.source" in keys and any(f"{where}.{kind}" in keys for kind in _KIND_KEYS) for where in _EVENT_LISTS
+    )
 
 
 FORMAT = ImportFormat(
     name="openhands",
-    description="an OpenHands trajectory (a JSON array of events, or an evaluation output's history)",
+    description="an OpenHands trajectory or event list (classic or V1 software-agent-sdk events)",
     importer=import_openhands,
     sniff=looks_like_openhands,
 )
