@@ -134,3 +134,15 @@ def test_bad_messages_are_named_by_file_and_line(tmp_path: Path, content: Any, r
         import_report(src, "goose")
     code, stdout, stderr = cli("import", src, "--out", tmp_path / "out.jsonl")
     assert code == 2 and stdout == "" and len(stderr.splitlines()) == 1 and "detected format goose" in stderr
+
+
+def test_message_content_for_the_user_only_is_not_imported(tmp_path: Path) -> None:
+    shown = {"type": "text", "text": "Summary: all tests pass."}
+    hidden = {"type": "text", "text": "(rendered table for the user)", "annotations": {"audience": ["user"]}}
+    src = tmp_path / "s.jsonl"
+    src.write_text(
+        _line("user", [{"type": "text", "text": "status?"}]) + "\n" + _line("assistant", [shown, hidden]) + "\n"
+    )
+    report = import_report(src, "goose")
+    assert report.messages[-1]["content"] == shown["text"]
+    assert report.notes["user_only_content_dropped"] == 1

@@ -6,8 +6,8 @@ are tagged by ``type``: ``text``, ``image``, ``toolRequest`` (on assistant messa
 ``toolCall`` result, ``{"status": "success", "value": {"name", "arguments"}}`` or ``{"status": "error"}``),
 ``toolResponse`` (on user messages: the call id and a ``toolResult`` with the tool's content list),
 ``thinking`` / ``redactedThinking``, and notices (``contextLengthExceeded``, ``summarizationRequested``...).
-Tool content carries MCP ``annotations``: an item whose audience is only the user was not shown to the
-model.
+Content carries MCP ``annotations``: goose leaves out of the model's view an item whose audience does not
+include the assistant.
 """
 
 from __future__ import annotations
@@ -107,7 +107,9 @@ def _messages_of(rec: dict[str, Any], where: str, report: ImportReport) -> list[
     for j, item in enumerate(content):
         at = f"{where}: content[{j}]"
         kind = item.get("type") if isinstance(item, dict) else None
-        if kind in ("text", "image"):
+        if kind in ("text", "image") and not _for_model(item):  # goose shows it to the user only
+            report.notes["user_only_content_dropped"] += 1
+        elif kind in ("text", "image"):
             parts.append(_content_part(item, at))
         elif kind == "toolRequest" and role == "assistant":
             call = _tool_call(item, at, report)
