@@ -265,3 +265,45 @@ def test_v1_event_search_page_and_bad_events(tmp_path: Path) -> None:
         bad.write_text(json.dumps([_events(V1)[0], event]), encoding="utf-8")
         with pytest.raises(TranscriptError, match=rf"bad\.json: event 1: .*{problem}"):
             import_report(bad, "openhands")
+
+
+# ------------------------------------------------------------------------------------------ event folders
+
+
+def _as_folder(events: list[dict[str, Any]], folder: Path, name: Any) -> Path:
+    """Write each event to its own file, as OpenHands stores a conversation's events."""
+    folder.mkdir(parents=True)
+    for n, event in enumerate(events):
+        (folder / name(n, event)).write_text(json.dumps(event), encoding="utf-8")
+    return folder
+
+
+@pytest.mark.parametrize(
+    "sample,name",
+    [
+        (INTERACTIONS, lambda n, e: f"{e['id']}.json"),  # classic: sessions/<id>/events/<id>.json (3 before 12)
+        (V1, lambda n, e: f"event-{n:05d}-{e['id']}.json"),  # V1: conversations/<id>/events/event-<n>-<id>.json
+    ],
+    ids=["classic", "v1"],
+)
+def test_a_folder_of_event_files_imports_like_the_list(tmp_path: Path, sample: Path, name: Any) -> None:
+    folder = _as_folder(_events(sample), tmp_path / "events", name)
+    messages, report = import_with_cli(folder, tmp_path / "out.jsonl")
+    assert report[0] == f"{folder}: detected format openhands (--from NAME overrides)"
+    assert messages == import_report(sample, "openhands").messages
+
+
+def test_folders_are_refused_where_they_cannot_be_read(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(TranscriptError, match=r"empty: a folder with no \.json files"):
+        import_report(empty, "auto")
+    events = _as_folder(_events(INTERACTIONS), tmp_path / "events", lambda n, e: f"{n}.json")
+    with pytest.raises(TranscriptError, match=r"events: a folder; only the openhands format reads a folder"):
+        import_report(events, "codex")
+    other = _as_folder([{"a": 1}], tmp_path / "other", lambda n, e: "x.json")
+    code, stdout, stderr = cli("import", other, "--out", tmp_path / "out.jsonl")
+    assert code == 2 and stdout == "" and "cannot tell its format from its start" in stderr
+    (events / "3.json").write_text('{"id": 3, "source": "agent"}', encoding="utf-8")
+    with pytest.raises(TranscriptError, match=r"events/3\.json: event has neither 'action' nor 'observation'"):
+        import_report(events, "openhands")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -131,6 +132,14 @@ def read_text(path: Path) -> str:
 def load_json(path: Path) -> Any:
     """The whole file as strict JSON (no NaN/Infinity, lone surrogates or deep nesting)."""
     return jsoninput.loads(read_text(path), str(path))
+
+
+def folder_files(path: Path) -> list[Path]:
+    """The ``*.json`` files of a folder in natural name order (``2.json`` before ``10.json``)."""
+    files = [f for f in path.glob("*.json") if f.is_file()]
+    if not files:
+        raise TranscriptError(f"{path}: a folder with no .json files")
+    return sorted(files, key=lambda f: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", f.name)])
 
 
 def iter_jsonl(path: Path, text: str | None = None) -> Iterator[tuple[int, Any]]:
@@ -332,3 +341,5 @@ class ImportFormat:
     description: str
     importer: Importer
     sniff: Callable[[str], bool]
+    # True when a recording may also be a folder of JSON files, one record each (read in name order).
+    folders: bool = False

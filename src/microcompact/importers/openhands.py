@@ -10,7 +10,8 @@ carries the same tool call id. State changes, recalls and empty observations are
 OpenHands V1 (the software-agent-sdk) tags each event with a ``kind``; see :mod:`.openhands_sdk`.
 
 A file holds the events as a JSON array, or under ``history`` (an evaluation output) or ``items`` (a page
-of the agent server's event search).
+of the agent server's event search); a folder holds one event per file, as OpenHands stores them
+(``sessions/<id>/events/<n>.json``, or ``conversations/<id>/events/event-<n>-<id>.json`` in V1).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from .common import (
     ImportReport,
     compact_summary_indices,
     finish,
+    folder_files,
     load_json,
     normalize_tool_calls,
     take_ts,
@@ -36,8 +38,11 @@ _EVENT_LISTS = ("[]", "history[]", "items[]")
 _KIND_KEYS = ("action", "observation", "kind")
 
 
-def _events(path: Path) -> list[Any]:
-    """The file's events: a JSON array, or the ``history`` or ``items`` list of an object."""
+def _events(path: Path) -> list[tuple[str, Any]]:
+    """(where, event) for each event: of a JSON array, of an object's ``history`` or ``items`` list, or of a
+    folder of event files (one event each, in name order, as OpenHands stores a conversation's events)."""
+    if path.is_dir():
+        return [(str(f), load_json(f)) for f in folder_files(path)]
     data = load_json(path)
     if isinstance(data, dict):
         key = next((k for k in ("history", "items") if isinstance(data.get(k), list)), None)
@@ -48,7 +53,7 @@ def _events(path: Path) -> list[Any]:
         data = data[key]
     if not isinstance(data, list):
         raise TranscriptError(f"{path}: expected a JSON array of OpenHands events")
-    return data
+    return [(f"{path}: event {i}", event) for i, event in enumerate(data)]
 
 
 def _response_message(meta: dict[str, Any], where: str) -> dict[str, Any] | None:
@@ -171,13 +176,12 @@ def import_openhands(path: Path, **_: Any) -> ImportReport:
     """
     report = ImportReport("openhands", str(path))
     events = _events(path)
-    if events and isinstance(events[0], dict) and "kind" in events[0]:  # OpenHands V1 (software-agent-sdk)
-        finish(report, sdk_messages(events, str(path), report))
+    if events and isinstance(events[0][1], dict) and "kind" in events[0][1]:  # OpenHands V1 (software-agent-sdk)
+        finish(report, sdk_messages(events, report))
         report.compact_summary_indices = compact_summary_indices(report.messages)
         return report
     stream = _Stream(report)
-    for i, event in enumerate(events):
-        where = f"{path}: event {i}"
+    for where, event in events:
         if not isinstance(event, dict):
             raise TranscriptError(f"{where}: expected a JSON object, got {type(event).__name__}")
         if isinstance(event.get("action"), str):
@@ -202,4 +206,5 @@ FORMAT = ImportFormat(
     description="an OpenHands trajectory or event list (classic or V1 software-agent-sdk events)",
     importer=import_openhands,
     sniff=looks_like_openhands,
+    folders=True,
 )

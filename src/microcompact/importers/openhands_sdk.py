@@ -174,11 +174,11 @@ _HANDLERS: dict[str, Callable[[_Conversation, dict[str, Any], str], None]] = {
 }
 
 
-def sdk_messages(events: list[Any], source: str, report: ImportReport) -> list[Message]:
-    """The chat messages of a list of SDK events; events that are not model context are counted by kind."""
+def sdk_messages(events: list[tuple[str, Any]], report: ImportReport) -> list[Message]:
+    """The chat messages of SDK events, each with where it was read; events that are not model context are
+    counted by kind."""
     conv = _Conversation(report)
-    for i, event in enumerate(events):
-        where = f"{source}: event {i}"
+    for where, event in events:
         if not isinstance(event, dict) or not isinstance(event.get("kind"), str):
             raise TranscriptError(f"{where}: expected an event object with a 'kind'")
         handler = _HANDLERS.get(event["kind"])
