@@ -29,6 +29,7 @@ from .sections import Section, clip, parse_sections, render_sections
 from .validation import shorten_summary
 
 _COMMAND_CHARS = 120
+_PROMPT = re.compile(r"^\s*\S{0,40}[$#>]\s*$")  # a shell prompt echoed at the end of an output ("bash-$")
 # Sections replaced, not merged: "where the work stands" is about the newest span only.
 _REPLACED = ("Active state",)
 # Sections the ledger (files, failing commands, test runs) stands in for in a batch summary.
@@ -166,7 +167,7 @@ def _read_command(notes: _Notes, command: str, result: str) -> None:
     code = exit_code(result)
     if ERROR_RESULT.match(result) or (code is not None and code != 0) or run_counts(command, result) is not None:
         return
-    last = next((line for line in reversed(result.splitlines()) if line.strip()), "")
+    last = next((line for line in reversed(result.splitlines()) if line.strip() and not _PROMPT.match(line)), "")
     outcome = clip(last, 100) if last else "no output"
     notes.commands.append(f"`{clip(command.splitlines()[0], _COMMAND_CHARS)}` → {outcome}")
 

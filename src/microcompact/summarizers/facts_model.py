@@ -61,6 +61,8 @@ class Failure:
 class TestRun:
     """A test run's outcome as counts (the newest run of each command is kept)."""
 
+    __test__ = False  # not a pytest test class, whatever its name
+
     command: str
     passed: int
     failed: int

@@ -158,7 +158,8 @@ def _common_root(paths: list[str]) -> str:
 
 
 def _relative(path: str, root: str) -> str:
-    return path[len(root) :] if root and path.startswith(root) else path
+    inside = root and path.startswith(root) and len(path) > len(root)
+    return path[len(root) :] if inside else path  # the root folder itself stays absolute
 
 
 def _without_gist(fact: FileFact) -> FileFact:
