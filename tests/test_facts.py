@@ -169,7 +169,7 @@ def facts_strategy(draw: st.DrawFn) -> Facts:
     root = draw(st.sampled_from(["/home/u/proj/", "/srv/app/", "/a/"])) if absolute else ""
 
     def path(name: str) -> str:
-        return root + "/".join(draw(st.lists(_WORD, max_size=3)) + [name])
+        return root + "/".join([*draw(st.lists(_WORD, max_size=3)), name])
 
     files: dict[str, FileFact] = {}
     for name in draw(st.lists(_NAME, max_size=12)):
