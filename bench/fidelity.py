@@ -192,7 +192,7 @@ def run_one(path: Path, args: argparse.Namespace) -> dict[str, Any]:
         "absorbed": len(absorbed),
         "markers": sum(1 for m in view if is_marker(m)),
         "passes": sum(stats.outcomes.values()),
-        "outcomes": dict(stats.outcomes),
+        "outcomes": {str(k): v for k, v in stats.outcomes.items()},
         "marker": score(ground_truth(indexed, absorbed), markers, count(markers), None),
         "view": score(everything, view_text, session.tokens, view_users),
     }
@@ -230,6 +230,10 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     for kind, t in totals.items():
         span = f"{min(t['tokens']):,}-{max(t['tokens']):,}"
         print(f"| all | {kind} | {span} | {pct(t['edited'])} | {pct(t['read'])} | {pct(t['failing'])} | |")
+    print()
+    for r in rows:
+        outcomes = ", ".join(f"{k} {v}" for k, v in sorted(r["outcomes"].items()))
+        print(f"{r['session']}: {r['messages']} messages replayed, {r['markers']} marker(s); micro passes: {outcomes}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -70,7 +70,7 @@ class Defrag:
         old_tokens = count(text)
         target = self.cfg.micro_compact_defrag_threshold_tokens // 2
         block = facts_block(text, (), ledger_budget(self.cfg.micro_compact_defrag_threshold_tokens), count)
-        prose = with_facts(text, "")
+        prose = with_facts(text, "") if block else text  # no ledger: a model's own "### Files" stays prose
         prose_tokens = count(prose)
         prose_target = max(target - count(block), target // 4)
         result = Condensed(text=text, old_tokens=old_tokens)
