@@ -18,7 +18,8 @@ it counts, each as found/total:
 * **read**: files only read (never edited), named by path or basename;
 * **failing**: shell commands that failed (non-zero exit or a tool error), named (the first 30 characters
   of the command) together with one of their error lines (its first 40 characters);
-* **users**: user messages found verbatim (markers never hold them: the view keeps them as they were);
+* **users**: user messages found verbatim, whitespace folded (markers never hold them: the view keeps them
+  as they were);
 * **tokens**: of the text compared (o200k_base).
 
 The ground truth is read from the tool calls with plain rules of this file, independent of the
@@ -142,7 +143,9 @@ def failing_named(command: str, error_lines: list[str], text: str) -> bool:
     return head in flat and any(canonical(line)[:ERROR_PREFIX] in flat for line in error_lines)
 
 
-def score(truth: Truth, text: str, tokens: int, users_in: list[str] | None) -> dict[str, Any]:
+def score(truth: Truth, text: str, tokens: int, users_in: str | None) -> dict[str, Any]:
+    """How much of ``truth`` ``text`` names; user messages are looked for (whitespace folded) in ``users_in``."""
+
     def frac(found: int, total: int) -> list[int]:
         return [found, total]
 
@@ -151,7 +154,7 @@ def score(truth: Truth, text: str, tokens: int, users_in: list[str] | None) -> d
         "edited": frac(sum(named(p, text) for p in truth.edited), len(truth.edited)),
         "read": frac(sum(named(p, text) for p in truth.read_only), len(truth.read_only)),
         "failing": frac(sum(failing_named(c, e, text) for c, e in truth.failing), len(truth.failing)),
-        "users": frac(sum(u in users_in for u in truth.users), len(truth.users)) if users_in is not None else None,
+        "users": frac(sum(canonical(u) in users_in for u in truth.users), len(truth.users)) if users_in else None,
     }
 
 
@@ -182,7 +185,7 @@ def run_one(path: Path, args: argparse.Namespace) -> dict[str, Any]:
     absorbed = {i for i in range(end) if i not in kept and prefix[i].get("role") != "user"}
     markers = "\n\n".join(marker_body(m) for m in view if is_marker(m))
     view_text = "\n\n".join(message_text(m, tool_calls=True) for m in view)
-    view_users = [content_text(m).strip() for m in view if m.get("role") == "user"]
+    view_users = "\n\n".join(canonical(content_text(m)) for m in view if m.get("role") == "user")
     count = session.counter.count_text
     indexed = list(enumerate(messages[:end]))
     everything = ground_truth(indexed)
@@ -198,7 +201,7 @@ def run_one(path: Path, args: argparse.Namespace) -> dict[str, Any]:
     }
     if points:
         cc = content_text(messages[end])
-        row["claude"] = score(everything, cc, count(cc), [cc])
+        row["claude"] = score(everything, cc, count(cc), canonical(cc))
     return row
 
 

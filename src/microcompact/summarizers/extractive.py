@@ -24,6 +24,7 @@ from .facts_extract import (
     run_counts,
     shell_command,
 )
+from .facts_model import one_line
 from .findings import ITEM_CHARS, findings, has_reason, questions, requirements
 from .sections import Section, clip, parse_sections, render_sections
 from .validation import shorten_summary
@@ -169,7 +170,7 @@ def _read_command(notes: _Notes, command: str, result: str) -> None:
         return
     last = next((line for line in reversed(result.splitlines()) if line.strip() and not _PROMPT.match(line)), "")
     outcome = clip(last, 100) if last else "no output"
-    notes.commands.append(f"`{clip(command.splitlines()[0], _COMMAND_CHARS)}` → {outcome}")
+    notes.commands.append(f"`{one_line(command, _COMMAND_CHARS)}` → {outcome}")
 
 
 def _answer_line(exchange: list[dict]) -> str:

@@ -213,7 +213,7 @@ class _Reader:
     def _shell(self, command: str, result: str) -> None:
         code = exit_code(result)
         failed = bool(ERROR_RESULT.match(result)) or (code is not None and code != 0)
-        shown = one_line(command.splitlines()[0], COMMAND_CHARS)
+        shown = one_line(command, COMMAND_CHARS)
         counts = run_counts(command, result)
         if counts is not None:
             self.facts.tested(TestRun(shown, *counts))

@@ -162,9 +162,8 @@ def _resolves(succeeded_parts: list[str], failed_key: str) -> bool:
 
 
 def command_key(command: str) -> str:
-    """What makes two runs "the same command": its first line without redirections and output pipes."""
-    line = command.splitlines()[0] if command.strip() else ""
-    return " ".join(_PIPE_TAIL.sub(" ", line).split())
+    """What makes two runs "the same command": the command without redirections and output pipes."""
+    return " ".join(_PIPE_TAIL.sub(" ", " ".join(command.split())).split())
 
 
 def one_line(text: str, limit: int) -> str:
