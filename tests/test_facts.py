@@ -4,7 +4,6 @@ the budget, and the ledger surviving many passes and defrags of the real engine.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from typing import Any
 
 from hypothesis import given, settings
@@ -12,7 +11,7 @@ from hypothesis import strategies as st
 
 from microcompact.config import parse_config
 from microcompact.messages import marker_body, marker_kind
-from microcompact.session import Session
+from microcompact.session import Session, summarizer_for
 from microcompact.summarizers import ExtractiveSummarizer, facts_block, prepare_exchange, with_facts
 from microcompact.summarizers.facts import (
     CHANGED,
@@ -341,4 +340,23 @@ def test_a_file_edited_in_pass_one_is_still_named_after_pass_fifty() -> None:
     assert estimate(body) <= 400 + 400  # prose shortened to fit; the ledger only grows with changed files
     # Restarted from the transcript alone: the same ledger is read back from the marker text.
     resumed = Session(config, messages=session.transcript, counter=TokenCounter(EstimateCounter()))
-    assert parse_facts(resumed.micro.state.text or marker_body(marker)) == replace(ledger)
+    resumed.micro.recover(resumed.ledger.messages)
+    assert parse_facts(resumed.micro.state.text) == ledger
+
+
+def test_the_ledger_budget_scales_with_the_defrag_threshold() -> None:
+    facts = Facts()
+    for i in range(40):
+        facts.touch(FileFact(f"/w/app/lib/read_{i}.ex", "read", 0, f"defines Module{i}, run, stop"))
+    previous = render_facts(facts)
+    work = exchange(("Edit", {"file_path": "/w/app/lib/a.ex", "new_string": "x = 1"}, "ok"))
+
+    def ledger_under(threshold: int) -> str:
+        config = parse_config({"compression": {"micro_compact_defrag_threshold_tokens": threshold}})
+        summarizer = summarizer_for(config, TokenCounter(EstimateCounter()))
+        return summarizer.merge(previous, work)
+
+    small, large = ledger_under(400), ledger_under(4_000)
+    assert "read or searched" in small and "read or searched" not in large  # folded only when it must be
+    assert estimate(render_facts(parse_facts(small))) <= 200 < estimate(render_facts(parse_facts(large)))
+    assert "a.ex — edited 1x" in small and "a.ex — edited 1x" in large
