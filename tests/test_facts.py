@@ -220,6 +220,15 @@ def test_merge_and_compress_never_drop_a_changed_file(old: Facts, new: Facts, bu
     assert changed_paths(parse_facts(render_facts(compressed))) == changed_paths(merged)
 
 
+def test_file_bullets_written_before_the_ledger_are_kept() -> None:
+    old = "### Files\n- src/a.py — read, edited\n- src/b.py — written\n- README.md — mentioned\n- src/c.py — read"
+    assert parse_facts(old).files == {
+        "src/a.py": FileFact("src/a.py", "edited", 1, ""),
+        "src/b.py": FileFact("src/b.py", "created", 0, ""),
+        "src/c.py": FileFact("src/c.py", "read", 0, ""),
+    }
+
+
 def test_compression_folds_files_only_read_first_and_keeps_every_edited_file() -> None:
     facts = Facts()
     for i in range(60):
@@ -260,6 +269,35 @@ def test_facts_block_puts_the_facts_beside_model_prose_in_one_line() -> None:
 
 
 # --------------------------------------------------------------------------- findings, not narration
+
+
+def test_defrag_keeps_the_ledger_when_the_model_condenses_it_away() -> None:
+    class Forgetful(ExtractiveSummarizer):
+        """Merges like the extractive summarizer; condenses like a model that drops the facts."""
+
+        name = "forgetful-model"
+
+        def condense(self, summary: str, target_tokens: int) -> str:
+            return "### Findings\n- condensed"
+
+    config = parse_config(
+        {
+            "compression": {"micro_compact": True, "protect_first_n": 1, "micro_compact_defrag_threshold_tokens": 300},
+            "model": {"context_length": 30_000},
+        }
+    )
+    session = Session(config, Forgetful(), counter=TokenCounter(EstimateCounter()))
+    results = []
+    for n in range(12):
+        for m in coding_turn(n):
+            session.append(m)
+        results += session.finalize_turn()
+    defrags = [r for r in results if r.outcome == "defrag"]
+    assert defrags and all(r.record["defrag_method"] == "model" for r in defrags)
+    body = marker_body(next(m for m in session.transcript if marker_kind(m) == "micro"))
+    assert "- condensed" in body
+    edited = {p for p, f in parse_facts(body).files.items() if f.state == "edited"}
+    assert len(edited) >= 5 and edited == {f"/w/app/src/mod_{i}.py" for i in range(len(edited))}
 
 
 def test_findings_keep_conclusions_and_drop_narration() -> None:

@@ -32,6 +32,8 @@ _FAILURE = re.compile(
     r"^(?P<resolved>\(resolved\) )?`(?P<command>[^`]*)` → (?P<status>exit -?\d+|error)(?:: (?P<reason>.*))?$"
 )
 _TEST = re.compile(r"^`(?P<command>[^`]*)` → (?P<passed>\d+) passed, (?P<failed>\d+) failed$")
+# Verbs of the file bullets written before the ledger, strongest first, and the state each stands for.
+_LEGACY_VERBS = {"deleted": "deleted", "written": "created", "edited": "edited", "read": "read", "searched": "searched"}
 _OPEN_FAILURES = 10  # open failures kept once over budget (the newest)
 _MIN_ROOT_PARTS = 3  # "/home/user/" is worth factoring out; "/" is not
 
@@ -141,6 +143,19 @@ def _parse_file_line(facts: Facts, item: str, root: str) -> None:
     state = _STATE.match(state_text)
     if state and state["state"] in STATES:
         facts.files[full] = FileFact(full, state["state"], int(state["edits"] or 0), gist)
+        return
+    legacy = _legacy_state(state_text)
+    if legacy:
+        facts.files[full] = FileFact(full, legacy, 1 if legacy == "edited" else 0, "")
+
+
+def _legacy_state(verbs_text: str) -> str | None:
+    """The state a summary written before the ledger gave a file (``src/a.py — read, edited``), so a
+    session stored then keeps its files."""
+    verbs = {v.strip() for v in verbs_text.split(",")}
+    if not verbs or not verbs <= set(_LEGACY_VERBS):
+        return None
+    return next((state for verb, state in _LEGACY_VERBS.items() if verb in verbs), None)
 
 
 def _common_root(paths: list[str]) -> str:
