@@ -41,6 +41,7 @@ _TOOL_STATES = (
     (("delete", "remove"), "deleted"),
     (("grep", "glob", "search", "find", "list", "ls"), "searched"),
 )
+_NAME_WORDS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
 _ACTS_ON_OPEN_FILE = ("edit", "insert", "append", "replace")  # SWE-agent tools without a path argument
 _NEW_TEXT_KEYS = ("new_string", "new_str", "replace", "text", "content", "file_text", "new_source")
 _OLD_TEXT_KEYS = ("old_string", "old_str", "search")
@@ -134,9 +135,11 @@ def shell_command(call: Call) -> str | None:
 
 
 def tool_state(tool_name: str) -> str | None:
-    lowered = tool_name.lower()
-    for words, state in _TOOL_STATES:
-        if any(word in lowered for word in words):
+    """The file state a tool's name implies, matched by whole words (``MultiEdit``, ``read_file``,
+    ``find_file``), so ``run_tools`` is no ``ls``."""
+    words = {w.lower() for w in _NAME_WORDS.findall(tool_name)} | {tool_name.lower()}
+    for names, state in _TOOL_STATES:
+        if words & set(names):
             return state
     return None
 

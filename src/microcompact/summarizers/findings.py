@@ -32,6 +32,13 @@ _FINDING = re.compile(
     r"aren't|are not|never|always|only|requires?|required|expects?|already|missing|conflicts?|"
     r"breaks?|broken|fails?|failing|failed|passes|passing|works|working|now (?:uses?|has|is|returns?))\b"
 )
+_IMPERATIVE = re.compile(
+    r"(?i)^(?:(?:first|then|also|next|finally|now)\b[,]?\s*)*"
+    r"(?:add|update|wire|fix|create|remove|delete|run|check|implement|write|move|make|change|rename|replace|"
+    r"install|read|look|try|start|continue|modify|refactor|extract|ensure|verify|commit|push|open|edit|set|"
+    r"use|call|pass|keep|drop|test|build|clean up|search|find|investigate|review)\b"
+)
+_MIN_STATEMENT_CHARS = 40
 _REASON = re.compile(r"(?i)\b(?:because|since|so that|instead|rather than|decided|in order to|to avoid|due to)\b")
 _REQUIREMENT = re.compile(
     r"(?i)\b(?:must|required?|requirements?|never|always|do not|don't|should not|shouldn't|make sure|ensure|"
@@ -58,11 +65,18 @@ def is_narration(sentence: str) -> bool:
 
 def findings(text: str) -> list[str]:
     """The sentences of assistant prose that state a conclusion, cause, decision or constraint."""
-    return [
-        s
-        for s in sentences(text)
-        if not s.endswith("?") and not s.endswith(":") and not is_narration(s) and _FINDING.search(s)
-    ]
+    return [s for s in sentences(text) if _is_finding(s)]
+
+
+def _is_finding(sentence: str) -> bool:
+    """A statement (not a question, not a lead-in to a list), neither narration nor a bare instruction
+    ("Add the migration.") unless it gives its reason, and either long enough to say something or
+    worded as a cause, conclusion or constraint ("Clean compile." says less than the test runs do)."""
+    if sentence.endswith(("?", ":")) or is_narration(sentence):
+        return False
+    if _IMPERATIVE.match(sentence) and not has_reason(sentence):
+        return False
+    return len(sentence) >= _MIN_STATEMENT_CHARS or bool(_FINDING.search(sentence))
 
 
 def questions(text: str) -> list[str]:
