@@ -13,12 +13,15 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+import time
 from collections.abc import Awaitable, Coroutine
 from typing import Any
 
-from .base import SummarizerError, SummarizerUnavailable
+from .base import SummarizerError, SummarizerTimeout, SummarizerUnavailable
 
 _POLL_SECONDS = 0.5  # how often a waiting thread checks that the loop it waits on is still alive
+_IDLE_POLLS = 3  # polls in a row that find the loop stopped before the wait is given up
+_GRACE_SECONDS = 2.0  # past ``timeout``, for the loop's own cancellation to arrive first
 
 
 def bind_event_loop(summarizer: object, loop: asyncio.AbstractEventLoop) -> None:
@@ -70,14 +73,32 @@ class LoopRunner:
         except RuntimeError as exc:  # the loop closed since it was bound
             _discard(coro, awaitable)
             raise SummarizerUnavailable(f"{name}: the event loop the async client runs on is closed") from exc
-        while not future.done():
-            concurrent.futures.wait([future], timeout=_POLL_SECONDS)
-            if not future.done() and loop.is_closed():
-                future.cancel()
-                raise SummarizerUnavailable(f"{name}: the event loop closed while a summary was pending")
+        self._wait(future, loop, timeout, name)
         if future.cancelled():
             raise SummarizerUnavailable(f"{name}: the summary was cancelled (its event loop is shutting down)")
         return future.result()  # the coroutine's own error (TimeoutError after ``timeout``) is raised as is
+
+    @staticmethod
+    def _wait(
+        future: concurrent.futures.Future[Any], loop: asyncio.AbstractEventLoop, timeout: float | None, name: str
+    ) -> None:
+        """Wait for ``future`` in this thread, giving up (and cancelling it) when its loop closes or stays
+        stopped, or ``timeout`` (enforced on the loop) has long passed: a loop that no longer runs would
+        otherwise hold the pass, and the session's lock, forever."""
+        deadline = None if timeout is None else time.monotonic() + timeout + _GRACE_SECONDS
+        idle_polls = 0
+        while not future.done():
+            concurrent.futures.wait([future], timeout=_POLL_SECONDS)
+            if future.done():
+                return
+            idle_polls = 0 if loop.is_running() else idle_polls + 1
+            if loop.is_closed() or idle_polls >= _IDLE_POLLS:
+                future.cancel()
+                state = "closed" if loop.is_closed() else "stopped"
+                raise SummarizerUnavailable(f"{name}: the event loop {state} while a summary was pending")
+            if deadline is not None and time.monotonic() > deadline:
+                future.cancel()
+                raise SummarizerTimeout(f"{name}: no answer within the timeout (its event loop is blocked)")
 
     def close(self) -> None:
         """Stop the private loop thread, if one was started."""
