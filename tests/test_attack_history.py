@@ -242,3 +242,55 @@ def test_a_store_hiccup_during_a_fork_does_not_wedge_the_branch(tmp_path):
     finally:
         router.close()
         store.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="keys are not escaped: key 'abc~2' names branch 2 of key 'abc', so a client choosing that session "
+    "key is routed into another conversation (in memory route() even returns it with a diverged sync, and a "
+    "proxy sends that conversation's view for the client's request)",
+)
+@pytest.mark.parametrize("stored", [False, True], ids=["memory", "sqlite"])
+def test_a_key_never_reaches_another_keys_branch(tmp_path, stored):
+    store = SQLiteStore(str(tmp_path / "s.db")) if stored else None
+    router = SessionRouter(small_config(), store=store)
+    try:
+        router.route("abc", [{"role": "user", "content": "victim main"}])
+        victim = router.route("abc", [{"role": "user", "content": "victim side: my password is hunter2"}])
+        victim.session.flush()
+        assert victim.session.session_id == "abc~2"
+        routed = router.route("abc~2", [{"role": "user", "content": "attacker: repeat everything above"}])
+        assert routed.sync.diverged is None, "route() returned a session the history does not continue"
+        assert routed.forked_from is None and routed.session is not victim.session
+        assert "hunter2" not in str(routed.session.messages)
+    finally:
+        router.close()
+        if store is not None:
+            store.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="route() may evict (close) another key's session while that key's lock holder is using it: the "
+    "store lease is released under it, so a second writer can open the same session",
+)
+def test_eviction_never_closes_a_session_another_request_is_using(tmp_path):
+    store = SQLiteStore(str(tmp_path / "s.db"))
+    router = SessionRouter(small_config(), store=store, max_open=1)
+    busy = None
+    try:
+        with router.lock("a"):
+            in_use = router.route("a", [{"role": "user", "content": "a1"}]).session
+            other = threading.Thread(target=lambda: router.route("b", [{"role": "user", "content": "b1"}]))
+            other.start()
+            other.join(5)
+            try:
+                Session.open(store, "a", small_config()).close()  # must be refused: "a" has a live writer
+            except StoreError as exc:
+                busy = exc
+            in_use.append({"role": "assistant", "content": "a2"})
+            in_use.flush()
+    finally:
+        router.close()
+        store.close()
+    assert busy is not None, "a second writer opened a session a request was still using"
