@@ -204,3 +204,28 @@ def test_an_async_session_survives_its_loop_closing_mid_pass():
     users = [m["content"] for m in transcript if m["role"] == "user"]
     assert users == ["go"] + [f"next {t}" for t in range(8)]
     assert any(is_marker(m) for m in transcript)
+
+
+def test_a_summary_after_its_loop_closed_does_not_lock_the_client_out_of_the_next_loop():
+    summarizer = summarizer_from(_summary)
+
+    async def first() -> None:
+        summarizer.bind_loop(asyncio.get_running_loop())
+        await asyncio.to_thread(summarizer.merge, "", EXCHANGE)
+
+    asyncio.run(first())
+    # A background pass that reaches the summarizer after the app's loop closed: the client's loop is gone.
+    with pytest.raises(SummarizerUnavailable, match="closed"):
+        summarizer.merge("", EXCHANGE)
+
+    async def second() -> list:
+        session = AsyncSession(parse_config(MICRO), summarizer, counter=TokenCounter(EstimateCounter()))
+        session.append({"role": "user", "content": "go"})
+        for turn in range(4):
+            session.append({"role": "assistant", "content": f"Working on step {turn}. " + "detail " * 700})
+            session.append({"role": "user", "content": f"next {turn}"})
+            await session.finalize_turn()
+        await session.close()
+        return session.transcript
+
+    assert any(is_marker(m) for m in asyncio.run(second())), "the next loop's session compacts with the client"

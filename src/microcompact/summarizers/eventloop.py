@@ -57,6 +57,10 @@ class LoopRunner:
     def run(self, awaitable: Awaitable[Any], timeout: float | None, name: str) -> Any:
         """The awaitable's result, computed on the bound (else the private) loop; ``timeout`` in seconds."""
         loop = self._loop()
+        if loop is None:
+            if isinstance(awaitable, Coroutine):
+                awaitable.close()
+            raise SummarizerUnavailable(f"{name}: the event loop the async client runs on is closed")
         try:
             calling = asyncio.get_running_loop()
         except RuntimeError:
@@ -110,9 +114,13 @@ class LoopRunner:
             thread.join(timeout=5)
             loop.close()
 
-    def _loop(self) -> asyncio.AbstractEventLoop:
+    def _loop(self) -> asyncio.AbstractEventLoop | None:
+        """The bound loop; None when it closed (the client's connections went with it, and running on the
+        private loop would make the client refuse the next loop it is bound to); unbound, the private one."""
         with self._lock:
-            if self._bound is not None and not self._bound.is_closed():
+            if self._bound is not None:
+                if self._bound.is_closed():
+                    return None
                 self._used = self._bound
                 return self._bound
             if self._private is None:
