@@ -229,3 +229,10 @@ def test_a_summary_after_its_loop_closed_does_not_lock_the_client_out_of_the_nex
         return session.transcript
 
     assert any(is_marker(m) for m in asyncio.run(second())), "the next loop's session compacts with the client"
+
+
+@pytest.mark.parametrize("key", ["messages", "model", "system", "stream"])
+def test_options_that_would_break_every_request_are_refused_at_once(key):
+    client = openai.OpenAI(api_key="k", base_url="http://127.0.0.1:9/v1")
+    with pytest.raises(ValueError, match=f"options may not set {key}"):
+        summarizer_from(client, model="m", options={key: True})

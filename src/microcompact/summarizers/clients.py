@@ -25,6 +25,7 @@ from .prompts import BATCH_PROMPT, CONDENSE_PROMPT, MERGE_PROMPT, batch_request,
 from .validation import completion_summary
 
 DEFAULT_TIMEOUT = 60.0  # seconds per summarizer call, as auxiliary.compression.timeout
+_REQUEST_KEYS = frozenset({"model", "messages", "system", "stream"})  # what the request itself consists of
 
 
 class ClientSummarizer:
@@ -98,6 +99,12 @@ def summarizer_from(
         if not model:
             raise ValueError(
                 f"summarizer_from: model is required for {type(source).__name__} (the model to summarize with)"
+            )
+        taken = sorted(_REQUEST_KEYS & set(extra))
+        if taken:
+            raise ValueError(
+                f"summarizer_from: options may not set {', '.join(taken)} (the summarizer builds every request "
+                "itself; otherwise each call would fail and the exchanges be skipped)"
             )
         client = _without_retries(source, timeout)
         backend: Backend = (OpenAIChat if kind == "openai" else AnthropicMessages)(
