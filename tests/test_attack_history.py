@@ -294,3 +294,40 @@ def test_eviction_never_closes_a_session_another_request_is_using(tmp_path):
         router.close()
         store.close()
     assert busy is not None, "a second writer opened a session a request was still using"
+
+
+class _LostAckStore(SQLiteStore):
+    """A real SQLite store whose appends fail as a network store's do: ``down`` (nothing written) or ``lost``
+    (the COMMIT succeeded, its acknowledgement was lost)."""
+
+    mode: str | None = None
+
+    def append(self, session_id, messages):
+        if self.mode == "down":
+            raise StoreError("connection refused")
+        if self.mode == "lost":
+            self.mode = None
+            super().append(session_id, [dict(m) for m in messages])
+            raise StoreError("connection lost during COMMIT")
+        return super().append(session_id, messages)
+
+
+def test_a_store_failing_during_syncs_loses_and_duplicates_nothing(tmp_path):
+    store = _LostAckStore(str(tmp_path / "s.db"))
+    router = SessionRouter(small_config(), store=store)
+    history = [{"role": "user", "content": "u0"}]
+    for i in range(1, 8):
+        store.mode = {2: "lost", 3: "down", 5: "lost"}.get(i)
+        history += [{"role": "assistant", "content": f"a{i}"}, {"role": "user", "content": f"u{i}"}]
+        with router.lock("k"):
+            routed = router.route("k", history)
+            assert routed.session.session_id == "k" and routed.sync.appended == (3 if i == 1 else 2)
+            routed.session.flush()
+    router.close()
+    rows = store.export("k", include_absorbed=True)
+    assert [m["content"] for m in rows] == [m["content"] for m in history], "each client message stored once"
+    router = SessionRouter(small_config(), store=store)
+    again = router.route("k", [*history, {"role": "assistant", "content": "z"}])
+    assert again.sync.matched == len(history) and again.forked_from is None
+    router.close()
+    store.close()
