@@ -35,13 +35,16 @@ class ServeOptions:
 
 def proxy_config(config_path: Path | None, context_limit: int | None) -> Config:
     """The config file (or the defaults) with the proxy's defaults on top: micro-compaction on, its passes in
-    the background (so a request waits on a summarizer only when the hard limit forces a batch), unless the
-    file says otherwise; ``--context-limit`` beats the file."""
+    the background (so a request waits on a summarizer only when the hard limit forces a batch), and
+    cache-aware (a pass waits while the provider's prompt cache is warm, up to the occupancy cap: measured
+    with Claude Code's cache breakpoints, passes at every request cost about twice the cached full history),
+    unless the file says otherwise; ``--context-limit`` beats the file."""
     config = load_config(config_path)
     chosen = config.compression.model_fields_set
     compression = {
         "micro_compact": None if "micro_compact" in chosen else True,
         "micro_compact_background": None if "micro_compact_background" in chosen else True,
+        "micro_compact_cache_ttl_seconds": None if "micro_compact_cache_ttl_seconds" in chosen else 300.0,
     }
     return config.with_overrides(
         source="command-line options (--context-limit)",
