@@ -24,6 +24,7 @@ LAYERS: list[set[str]] = [
     {"background", "store"},
     {"session"},
     {"replay", "cost", "report", "importers", "router"},
+    {"integrations"},
     {"compare"},
     {"cli", "__init__", "__main__"},
 ]

@@ -1,0 +1,123 @@
+"""LangChain v1: :class:`MicroCompactMiddleware`, a drop-in for ``SummarizationMiddleware``.
+
+    agent = create_agent(model, tools, middleware=[MicroCompactMiddleware(context_length=128_000)])
+
+The agent's state keeps the full history (nothing is removed from it); ``wrap_model_call`` hands the model
+the compacted view instead: user messages verbatim, the work between them folded into summary markers,
+tool calls never split from their results. With no summarizer the offline extractive one writes the
+summaries; ``model`` (a chat model or its name, as ``SummarizationMiddleware`` takes) summarizes with that
+model, and ``summarizer`` takes anything :func:`~microcompact.summarizers.summarizer_from` accepts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..config import Config
+from ..messages import Message
+from ..summarizers import Summarizer, summarizer_from
+from .compactor import HistoryCompactor, KeyFunction, ViewEntry, opening_key, require
+
+require("langchain.agents.middleware", "langchain")
+
+from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse  # noqa: E402
+from langchain.chat_models import BaseChatModel, init_chat_model  # noqa: E402
+from langchain_core.messages import (  # noqa: E402
+    AnyMessage,
+    BaseMessage,
+    convert_to_messages,
+    convert_to_openai_messages,
+)
+
+if TYPE_CHECKING:
+    from ..store import SessionStore
+
+__all__ = ["MicroCompactMiddleware", "from_openai", "to_openai"]
+
+
+def to_openai(message: BaseMessage) -> Message:
+    """One LangChain message as an OpenAI-format dict (tool calls with their ids, tool results, content
+    blocks); LangChain's own converter, one message at a time so none is merged or dropped."""
+    converted = convert_to_openai_messages([message])
+    if len(converted) != 1:
+        raise ValueError(f"{type(message).__name__} {message.id!r}: converts to {len(converted)} OpenAI messages")
+    return dict(converted[0])
+
+
+def from_openai(message: Message) -> AnyMessage:
+    """An OpenAI-format dict as a LangChain message."""
+    return convert_to_messages([message])[0]  # type: ignore[return-value]
+
+
+def _rebuilt(entry: ViewEntry, originals: Sequence[AnyMessage]) -> AnyMessage:
+    """A view message as LangChain's: the original object when unchanged, else converted from its dict
+    (a shortened tool output keeps its message's id, name and tool call id)."""
+    if entry.origin is None:
+        return from_openai(entry.message)
+    original = originals[entry.origin]
+    if entry.unchanged:
+        return original
+    rebuilt = from_openai(entry.message)
+    rebuilt.id = original.id
+    return rebuilt
+
+
+def _chat_model_summarizer(model: BaseChatModel) -> Summarizer:
+    """The chat model as a summarizer: the summarizer's prompt in, the reply's text out."""
+
+    def summarize(prompt: str) -> str:
+        return model.invoke(prompt).text
+
+    return summarizer_from(summarize, getattr(model, "model_name", None) or type(model).__name__)
+
+
+def _window_of(model: BaseChatModel | None) -> int | None:
+    profile = getattr(model, "profile", None) if model is not None else None
+    limit = profile.get("max_input_tokens") if isinstance(profile, dict) else None
+    return limit if isinstance(limit, int) else None
+
+
+class MicroCompactMiddleware(AgentMiddleware):
+    """Hands the model the compacted view of the agent's messages; the agent's state keeps them all.
+
+    One middleware serves any number of conversations: each is keyed by its opening message (``key`` to
+    choose otherwise) and held in a session (kept in ``store`` when given, so a restarted process resumes
+    without summarizing again). ``context_length`` defaults to the model profile's ``max_input_tokens``.
+    """
+
+    def __init__(
+        self,
+        model: str | BaseChatModel | None = None,
+        *,
+        context_length: int | None = None,
+        summarizer: Any = None,
+        config: Config | None = None,
+        store: SessionStore | None = None,
+        key: KeyFunction | None = None,
+    ) -> None:
+        super().__init__()
+        chat_model = init_chat_model(model) if isinstance(model, str) else model
+        if summarizer is not None:
+            summarizer = summarizer_from(summarizer)
+        elif chat_model is not None:
+            summarizer = _chat_model_summarizer(chat_model)
+        window = context_length or (None if config and config.model.context_length else _window_of(chat_model))
+        self.compactor = HistoryCompactor(window, config=config, store=store, summarizer=summarizer)
+        self.key = key or opening_key
+
+    def compacted(self, messages: Sequence[AnyMessage]) -> list[AnyMessage]:
+        """The compacted view of ``messages`` (the agent's full list, system prompt excluded)."""
+        history = [to_openai(m) for m in messages]
+        view = self.compactor.view(self.key(history), history)
+        return [_rebuilt(e, messages) for e in view]
+
+    def wrap_model_call(self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]) -> ModelResponse:
+        return handler(request.override(messages=self.compacted(request.messages)))
+
+    async def awrap_model_call(
+        self, request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[ModelResponse]]
+    ) -> ModelResponse:
+        messages = await asyncio.to_thread(self.compacted, request.messages)  # a pass never blocks the loop
+        return await handler(request.override(messages=messages))

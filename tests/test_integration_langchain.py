@@ -1,0 +1,106 @@
+"""MicroCompactMiddleware inside LangChain's own agent loop (create_agent), against a scripted chat model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+pytest.importorskip("langchain.agents")
+
+from langchain.agents import create_agent
+from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.tools import tool
+from pydantic import Field
+
+from agent_script import ITERATIONS_PER_TURN, PROMPTS, RequestLog, check_requests, config, tool_output, tool_path
+from microcompact.integrations.langchain import MicroCompactMiddleware, from_openai, to_openai
+
+
+class ScriptedCoder(BaseChatModel):
+    """Reads a file per call until a turn has had its iterations, then answers; records what it was sent."""
+
+    log: Any
+    steps: dict[int, int] = Field(default_factory=dict)
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted-coder"
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> ScriptedCoder:
+        return self
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        sent = [to_openai(m) for m in messages if not isinstance(m, SystemMessage)]
+        self.log.requests.append(sent)
+        turn = sum(1 for m in sent if m["role"] == "user") - 1
+        step = self.steps.get(turn, 0)
+        self.steps[turn] = step + 1
+        if step < ITERATIONS_PER_TURN:
+            call = {"name": "read_file", "args": {"path": tool_path(turn, step)}, "id": f"call_{turn}_{step}"}
+            reply = AIMessage(content=f"Reading {tool_path(turn, step)}.", tool_calls=[call])
+        else:
+            reply = AIMessage(content=f"Turn {turn} done: the bug is in {tool_path(turn, 0)}.")
+        return ChatResult(generations=[ChatGeneration(message=reply)])
+
+
+@tool
+def read_file(path: str) -> str:
+    """Read a file of the project."""
+    turn, step = (int(x) for x in path.removeprefix("src/module_").removesuffix(".py").split("_"))
+    return tool_output(turn, step)
+
+
+def test_the_agent_keeps_the_full_history_and_the_model_gets_a_bounded_view() -> None:
+    log = RequestLog()
+    middleware = MicroCompactMiddleware(config=config())
+    agent = create_agent(ScriptedCoder(log=log), [read_file], system_prompt="You fix bugs.", middleware=[middleware])
+    messages: list[BaseMessage] = []
+    for prompt in PROMPTS:
+        state = agent.invoke({"messages": [*messages, HumanMessage(prompt)]})
+        messages = state["messages"]
+    assert len(messages) == len(PROMPTS) * (2 * ITERATIONS_PER_TURN + 2)  # the state kept every message
+    assert all(isinstance(m, ToolMessage) for m in messages[2 : 2 * ITERATIONS_PER_TURN : 2])
+    check_requests(log, [to_openai(m) for m in messages])
+
+
+def test_context_length_alone_configures_it() -> None:
+    middleware = MicroCompactMiddleware(context_length=32_000)
+    assert middleware.compactor.config.model.context_length == 32_000
+    assert middleware.compactor.config.compression.micro_compact
+
+
+def test_conversion_round_trips_tool_calls_results_and_content_blocks() -> None:
+    originals: list[BaseMessage] = [
+        HumanMessage(
+            content=[
+                {"type": "text", "text": "What is in this picture?"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+            ]
+        ),
+        AIMessage(content="", tool_calls=[{"name": "read_file", "args": {"path": "a.py"}, "id": "c1"}]),
+        ToolMessage(content="print(1)", tool_call_id="c1", name="read_file"),
+        AIMessage(content="It prints 1."),
+    ]
+    dicts = [to_openai(m) for m in originals]
+    assert dicts[1]["tool_calls"][0]["id"] == "c1"
+    assert dicts[2] == {"role": "tool", "tool_call_id": "c1", "name": "read_file", "content": "print(1)"}
+    back = [from_openai(d) for d in dicts]
+    assert [to_openai(m) for m in back] == dicts
+    assert back[1].tool_calls == [{"name": "read_file", "args": {"path": "a.py"}, "id": "c1", "type": "tool_call"}]
+
+
+def test_unchanged_messages_come_back_as_the_same_objects() -> None:
+    middleware = MicroCompactMiddleware(context_length=32_000)
+    messages: list[BaseMessage] = [HumanMessage("hi", id="h1"), AIMessage("hello", id="a1")]
+    view = middleware.compacted(messages)
+    assert all(a is b for a, b in zip(view, messages, strict=True))
