@@ -38,9 +38,11 @@ def require(module: str, extra: str) -> ModuleType:
 
 
 def opening_key(history: Sequence[Message]) -> str:
-    """A conversation's key from its first message: histories that share an opening go to one key, whose
-    branches (:class:`~microcompact.router.SessionRouter`) keep conversations that part ways apart."""
-    return "conv-" + (digest(history[0])[:20] if history else "empty")
+    """A conversation's key from its opening: the messages up to and including the first user message.
+    Histories that share an opening go to one key, whose branches
+    (:class:`~microcompact.router.SessionRouter`) keep conversations that part ways apart."""
+    end = next((i + 1 for i, m in enumerate(history) if m.get("role") == "user"), min(1, len(history)))
+    return "conv-" + digest(list(history[:end]))[:20]
 
 
 def adapter_config(context_length: int | None, config: Config | None) -> Config:
