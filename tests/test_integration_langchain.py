@@ -104,3 +104,13 @@ def test_unchanged_messages_come_back_as_the_same_objects() -> None:
     messages: list[BaseMessage] = [HumanMessage("hi", id="h1"), AIMessage("hello", id="a1")]
     view = middleware.compacted(messages)
     assert all(a is b for a, b in zip(view, messages, strict=True))
+
+
+def test_summarization_middleware_settings_carry_over() -> None:
+    by_tokens = MicroCompactMiddleware(context_length=100_000, trigger=("tokens", 80_000), keep=("tokens", 8_000))
+    assert by_tokens.compactor.config.threshold_tokens() == 80_000
+    assert by_tokens.compactor.config.tail_budget_tokens() == 8_000
+    no_window = MicroCompactMiddleware(trigger=("tokens", 4_000), keep=("messages", 20)).compactor.config
+    assert (no_window.threshold_tokens(), no_window.compression.min_tail_messages) == (4_000, 20)
+    with pytest.raises(ValueError, match="trigger=\\('messages', 50\\) is not supported"):
+        MicroCompactMiddleware(context_length=100_000, trigger=("messages", 50))

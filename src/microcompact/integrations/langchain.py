@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..config import Config
 from ..messages import Message
 from ..summarizers import Summarizer, summarizer_from
-from .compactor import HistoryCompactor, KeyFunction, ViewEntry, opening_key, require
+from .compactor import HistoryCompactor, KeyFunction, ViewEntry, adapter_config, opening_key, require
 
 require("langchain.agents.middleware", "langchain")
 
@@ -73,6 +73,46 @@ def _chat_model_summarizer(model: BaseChatModel) -> Summarizer:
     return summarizer_from(summarize, getattr(model, "model_name", None) or type(model).__name__)
 
 
+ContextSize = tuple[str, float]
+
+
+def _with_summarization_settings(
+    config: Config, trigger: ContextSize | None, keep: ContextSize | None, window: int | None
+) -> Config:
+    """``SummarizationMiddleware``'s ``trigger`` and ``keep`` as microcompact settings: the trigger becomes
+    the batch threshold, ``keep`` the protected tail (micro-compaction runs whatever the trigger)."""
+    compression: dict[str, Any] = {}
+    model: dict[str, Any] = {}
+    if trigger is not None:
+        kind, value = trigger
+        if kind == "fraction" and window:
+            compression["threshold"] = value
+        elif kind == "tokens" and window:
+            compression["threshold"] = min(1.0, value / window)
+        elif kind == "tokens":  # no window known: the trigger is the window microcompact keeps under
+            model["context_length"], compression["threshold"] = int(value), 1.0
+        else:
+            raise ValueError(
+                f"MicroCompactMiddleware: trigger={trigger!r} is not supported: use ('tokens', N), or "
+                "('fraction', F) with context_length (or a model whose profile gives max_input_tokens)"
+            )
+    threshold = (window or model.get("context_length") or 0) * compression.get(
+        "threshold", config.compression.threshold
+    )
+    if keep is not None:
+        kind, value = keep
+        kept = value if kind == "tokens" else value * (window or 0) if kind == "fraction" else None
+        if kind == "messages":
+            compression["min_tail_messages"] = int(value)
+        elif kept and threshold:
+            compression["target_ratio"] = min(0.9, kept / threshold)
+        else:
+            raise ValueError(f"MicroCompactMiddleware: keep={keep!r} needs the model's window (context_length)")
+    if not compression and not model:
+        return config
+    return config.with_overrides("MicroCompactMiddleware", compression=compression, model=model)
+
+
 def _window_of(model: BaseChatModel | None) -> int | None:
     profile = getattr(model, "profile", None) if model is not None else None
     limit = profile.get("max_input_tokens") if isinstance(profile, dict) else None
@@ -85,6 +125,8 @@ class MicroCompactMiddleware(AgentMiddleware):
     One middleware serves any number of conversations: each is keyed by its opening message (``key`` to
     choose otherwise) and held in a session (kept in ``store`` when given, so a restarted process resumes
     without summarizing again). ``context_length`` defaults to the model profile's ``max_input_tokens``.
+    ``trigger`` and ``keep`` take ``SummarizationMiddleware``'s token and fraction forms (and ``keep``'s
+    message count), so replacing one with the other keeps its settings.
     """
 
     def __init__(
@@ -96,6 +138,8 @@ class MicroCompactMiddleware(AgentMiddleware):
         config: Config | None = None,
         store: SessionStore | None = None,
         key: KeyFunction | None = None,
+        trigger: ContextSize | None = None,
+        keep: ContextSize | None = None,
     ) -> None:
         super().__init__()
         chat_model = init_chat_model(model) if isinstance(model, str) else model
@@ -103,8 +147,9 @@ class MicroCompactMiddleware(AgentMiddleware):
             summarizer = summarizer_from(summarizer)
         elif chat_model is not None:
             summarizer = _chat_model_summarizer(chat_model)
-        window = context_length or (None if config and config.model.context_length else _window_of(chat_model))
-        self.compactor = HistoryCompactor(window, config=config, store=store, summarizer=summarizer)
+        window = context_length or (config.model.context_length if config else None) or _window_of(chat_model)
+        settings = _with_summarization_settings(adapter_config(window, config), trigger, keep, window)
+        self.compactor = HistoryCompactor(config=settings, store=store, summarizer=summarizer)
         self.key = key or opening_key
 
     def compacted(self, messages: Sequence[AnyMessage]) -> list[AnyMessage]:
