@@ -13,7 +13,7 @@ each method decides what the model is sent:
 * ``SummarizationMiddleware``: ``SummarizationMiddleware(model, trigger=("tokens", 0.8 * WINDOW))``, the
   other settings default, through ``before_model``; the state is replaced by what it returns, as the
   agent does;
-* ``langmem``: ``summarize_messages(history, running_summary=..., model=model, max_tokens=WINDOW / 2,
+* ``LangMem``: ``summarize_messages(history, running_summary=..., model=model, max_tokens=WINDOW / 2,
   max_tokens_before_summary=0.8 * WINDOW)`` on the full history, its running summary carried along.
 
 All three summarize with the same deterministic chat model (:class:`ExtractiveChatModel`): it answers
@@ -196,7 +196,7 @@ def langmem_step(model: ExtractiveChatModel, window: int) -> Method:
 METHODS: dict[str, Callable[[ExtractiveChatModel, int], Method]] = {
     "microcompact": microcompact_step,
     "SummarizationMiddleware": summarization_middleware_step,
-    "langmem": langmem_step,
+    "LangMem": langmem_step,
 }
 
 
