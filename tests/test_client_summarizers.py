@@ -84,7 +84,7 @@ def test_options_reach_the_sdk_call_and_the_output_is_redacted(chat_server: Chat
     out = summarizer.merge("", EXCHANGE)
     assert SECRET not in out and REDACTED in out
     body = chat_server.requests[-1]
-    assert body["temperature"] == 0.2 and body["max_completion_tokens"] == 300
+    assert body["temperature"] == 0.2 and body["max_completion_tokens"] == 300 and "max_tokens" not in body
 
 
 @pytest.mark.parametrize(

@@ -22,7 +22,7 @@ LAYERS: list[set[str]] = [
     {"summarizers"},
     {"micro", "batch"},
     {"background", "store"},
-    {"session"},
+    {"session", "aio"},
     {"replay", "cost", "report", "importers", "router"},
     {"integrations"},
     {"compare"},

@@ -70,7 +70,9 @@ class OpenAIChat:
     options: dict[str, Any]
 
     def request(self, system: str, user: str) -> Any:
-        params: dict[str, Any] = {"max_tokens": self.max_output_tokens}
+        params: dict[str, Any] = {}
+        if "max_completion_tokens" not in self.options:  # reasoning models refuse max_tokens next to it
+            params["max_tokens"] = self.max_output_tokens
         if self.temperature is not None:
             params["temperature"] = self.temperature
         return self.client.chat.completions.create(

@@ -30,7 +30,8 @@ class ClientSummarizer:
 
     The engine calls it synchronously; an awaitable answer (async client or callable) is run on the event
     loop the summarizer is bound to (``bind_loop``, done by AsyncSession), else on a private loop thread.
-    ``timeout`` bounds each call (async: enforced on the loop; SDK clients: also set on the client copy).
+    ``timeout`` bounds each call: SDK clients get it on their copy, awaitables are cancelled after it on the
+    loop; a plain sync callable cannot be interrupted, so it must bound itself.
     """
 
     def __init__(self, backend: Backend, name: str, timeout: float | None = None) -> None:

@@ -34,15 +34,19 @@ class LoopRunner:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._bound: asyncio.AbstractEventLoop | None = None
+        self._used: asyncio.AbstractEventLoop | None = None  # where coroutines last ran
         self._private: asyncio.AbstractEventLoop | None = None
         self._private_thread: threading.Thread | None = None
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Run coroutines on ``loop`` from now on. One live loop per client: its connections belong to it."""
+        """Run coroutines on ``loop`` from now on. Refused once coroutines ran on another loop that is still
+        open: the async client's connections belong to that loop (a sync client never runs any, so it can
+        serve sessions on several loops)."""
         with self._lock:
-            if self._bound is not None and self._bound is not loop and not self._bound.is_closed():
+            used = self._used
+            if used is not None and used is not loop and not used.is_closed():
                 raise ValueError(
-                    "this summarizer's async client already serves another event loop; "
+                    "this summarizer's async client already runs on another event loop; "
                     "give each event loop its own client and summarizer"
                 )
             self._bound = loop
@@ -88,6 +92,7 @@ class LoopRunner:
     def _loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:
             if self._bound is not None and not self._bound.is_closed():
+                self._used = self._bound
                 return self._bound
             if self._private is None:
                 self._private = asyncio.new_event_loop()
@@ -95,6 +100,7 @@ class LoopRunner:
                     target=self._private.run_forever, name="microcompact-summarizer-loop", daemon=True
                 )
                 self._private_thread.start()
+            self._used = self._private
             return self._private
 
 
