@@ -89,3 +89,11 @@ def check_requests(log: RequestLog, full_history: list[Message]) -> None:
     ours = log.peak_pct(threshold)
     theirs = replay_peak_pct(full_history)
     assert abs(ours - theirs) <= 5, (ours, theirs)
+
+
+def oversized_output() -> str:
+    """A tool output of about 12,000 tokens: over a 4,096-token window on its own."""
+    return "\n".join(tool_output(9, step) for step in range(10))
+
+
+CUT_NOTE = "omitted by microcompact"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -16,7 +17,17 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
 from pydantic import Field
 
-from agent_script import ITERATIONS_PER_TURN, PROMPTS, RequestLog, check_requests, config, tool_output, tool_path
+from agent_script import (
+    CUT_NOTE,
+    ITERATIONS_PER_TURN,
+    PROMPTS,
+    RequestLog,
+    check_requests,
+    config,
+    oversized_output,
+    tool_output,
+    tool_path,
+)
 from microcompact.integrations.langchain import MicroCompactMiddleware, from_openai, to_openai
 
 
@@ -114,3 +125,31 @@ def test_summarization_middleware_settings_carry_over() -> None:
     assert (no_window.threshold_tokens(), no_window.compression.min_tail_messages) == (4_000, 20)
     with pytest.raises(ValueError, match="trigger=\\('messages', 50\\) is not supported"):
         MicroCompactMiddleware(context_length=100_000, trigger=("messages", 50))
+
+
+def test_a_tool_output_over_the_window_reaches_the_model_cut_with_its_call_id() -> None:
+    messages: list[BaseMessage] = [
+        HumanMessage("Read the log.", id="h1"),
+        AIMessage("", tool_calls=[{"name": "read_file", "args": {"path": "log.txt"}, "id": "c1"}], id="a1"),
+        ToolMessage(oversized_output(), tool_call_id="c1", name="read_file", id="t1"),
+    ]
+    view = MicroCompactMiddleware(context_length=4096).compacted(messages)
+    assert view[0] is messages[0] and view[1] is messages[1]
+    cut = view[2]
+    assert isinstance(cut, ToolMessage) and (cut.tool_call_id, cut.id) == ("c1", "t1")
+    assert CUT_NOTE in cut.text and len(cut.text) < len(messages[2].text) // 2
+
+
+def test_the_async_agent_loop_gets_the_same_views() -> None:
+    log = RequestLog()
+    agent = create_agent(ScriptedCoder(log=log), [read_file], middleware=[MicroCompactMiddleware(config=config())])
+
+    async def run() -> list[BaseMessage]:
+        messages: list[BaseMessage] = []
+        for prompt in PROMPTS:
+            state = await agent.ainvoke({"messages": [*messages, HumanMessage(prompt)]})
+            messages = state["messages"]
+        return messages
+
+    messages = asyncio.run(run())
+    check_requests(log, [to_openai(m) for m in messages])

@@ -15,7 +15,17 @@ pytest.importorskip("agents")
 from agents import Agent, OpenAIChatCompletionsModel, RunConfig, Runner, function_tool, set_tracing_disabled
 from openai import AsyncOpenAI
 
-from agent_script import ITERATIONS_PER_TURN, PROMPTS, RequestLog, check_requests, config, tool_output, tool_path
+from agent_script import (
+    CUT_NOTE,
+    ITERATIONS_PER_TURN,
+    PROMPTS,
+    RequestLog,
+    check_requests,
+    config,
+    oversized_output,
+    tool_output,
+    tool_path,
+)
 from chat_server import ChatServer
 from microcompact import open_store
 from microcompact.integrations.openai_agents import MicroCompactSession, compacting_input_filter, flatten
@@ -132,3 +142,15 @@ def test_the_filter_alone_compacts_runs_without_a_session() -> None:
             check_requests(log, without_items(flatten(history)[0]))
 
     asyncio.run(run())
+
+
+def test_a_tool_output_over_the_window_reaches_the_model_cut_with_its_call_id() -> None:
+    items: list[dict[str, Any]] = [
+        {"role": "user", "content": "Read the log."},
+        {"type": "function_call", "call_id": "c1", "name": "read_file", "arguments": '{"path": "log.txt"}', "id": "f"},
+        {"type": "function_call_output", "call_id": "c1", "output": oversized_output()},
+    ]
+    view = compacting_input_filter(context_length=4096).compacted(items)
+    assert view[:2] == items[:2]
+    assert view[2]["call_id"] == "c1" and view[2]["type"] == "function_call_output"
+    assert CUT_NOTE in view[2]["output"] and len(view[2]["output"]) < len(oversized_output()) // 2

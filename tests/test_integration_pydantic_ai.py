@@ -21,7 +21,17 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agent_script import ITERATIONS_PER_TURN, PROMPTS, RequestLog, check_requests, config, tool_output, tool_path
+from agent_script import (
+    CUT_NOTE,
+    ITERATIONS_PER_TURN,
+    PROMPTS,
+    RequestLog,
+    check_requests,
+    config,
+    oversized_output,
+    tool_output,
+    tool_path,
+)
 from microcompact.integrations.pydantic_ai import flatten, microcompact_processor
 
 
@@ -97,3 +107,18 @@ def test_conversion_keeps_tool_ids_results_system_prompt_and_images() -> None:
     assert sources == [(0, 0), (0, 1), (1, None), (2, 0)]
     out = microcompact_processor(context_length=32_000)(messages)
     assert all(a is b for a, b in zip(out, messages, strict=True))  # nothing compacted: the same objects
+
+
+def test_a_tool_output_over_the_window_reaches_the_model_cut_with_its_call_id() -> None:
+    messages: list[ModelMessage] = [
+        ModelRequest(parts=[UserPromptPart("Read the log.")]),
+        ModelResponse(parts=[ToolCallPart("read_file", {"path": "log.txt"}, tool_call_id="c1")]),
+        ModelRequest(parts=[ToolReturnPart("read_file", oversized_output(), tool_call_id="c1")]),
+    ]
+    view = microcompact_processor(context_length=4096)(messages)
+    assert view[0] is messages[0] and view[1] is messages[1]
+    cut = view[2]
+    assert isinstance(cut, ModelRequest)
+    part = cut.parts[0]
+    assert isinstance(part, ToolReturnPart) and (part.tool_call_id, part.tool_name) == ("c1", "read_file")
+    assert CUT_NOTE in part.content and len(part.content) < len(oversized_output()) // 2

@@ -158,6 +158,10 @@ class MicroCompactMiddleware(AgentMiddleware):
         view = self.compactor.view(self.key(history), history)
         return [_rebuilt(e, messages) for e in view]
 
+    def close(self) -> None:
+        """Write what is pending and release the store's writer leases (another process may then resume)."""
+        self.compactor.close()
+
     def wrap_model_call(self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]) -> ModelResponse:
         return handler(request.override(messages=self.compacted(request.messages)))
 

@@ -209,6 +209,10 @@ class MicroCompactProcessor:
         # conversation key -> [(digests of a view we returned, the full history it stands for)], newest last
         self._views: OrderedDict[str, list[tuple[list[str], list[ModelMessage]]]] = OrderedDict()
 
+    def close(self) -> None:
+        """Write what is pending and release the store's writer leases."""
+        self.compactor.close()
+
     def full_history(self, messages: Sequence[ModelMessage]) -> list[ModelMessage]:
         """The full history ``messages`` stands for (``messages`` itself when it continues no view of ours)."""
         digests = _message_digests(messages)
