@@ -153,3 +153,30 @@ def test_the_async_agent_loop_gets_the_same_views() -> None:
 
     messages = asyncio.run(run())
     check_requests(log, [to_openai(m) for m in messages])
+
+
+class SummaryModel(BaseChatModel):
+    """A chat model that summarizes by saying how much it read."""
+
+    prompts: list[str] = Field(default_factory=list)
+
+    @property
+    def _llm_type(self) -> str:
+        return "summary-model"
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> ChatResult:
+        self.prompts.append("\n".join(m.text for m in messages))
+        reply = AIMessage(f"### Decisions\n- read {len(self.prompts[-1])} characters")
+        return ChatResult(generations=[ChatGeneration(message=reply)])
+
+
+def test_a_chat_model_given_as_model_writes_the_summaries() -> None:
+    model = SummaryModel()
+    log = RequestLog()
+    middleware = MicroCompactMiddleware(model, config=config())
+    agent = create_agent(ScriptedCoder(log=log), [read_file], middleware=[middleware])
+    agent.invoke({"messages": [HumanMessage(PROMPTS[0])]})
+    assert model.prompts, "the chat model was never asked to summarize"
+    assert any("characters" in str(m.get("content")) for m in log.requests[-1] if m["role"] == "assistant")

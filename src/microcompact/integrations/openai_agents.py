@@ -132,7 +132,7 @@ class MicroCompactFilter:
         return _rebuild(self.compactor.view(self.key(messages), messages), groups, items)
 
     async def __call__(self, data: CallModelData[Any]) -> ModelInputData:
-        items = [cast(Item, i) for i in data.model_data.input]
+        items = [_plain(i) for i in data.model_data.input]
         view = await asyncio.to_thread(self.compacted, items)
         return ModelInputData(input=view, instructions=data.model_data.instructions)  # type: ignore[arg-type]
 
