@@ -25,6 +25,7 @@ require("langchain.agents.middleware", "langchain")
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse  # noqa: E402
 from langchain.chat_models import BaseChatModel, init_chat_model  # noqa: E402
 from langchain_core.messages import (  # noqa: E402
+    AIMessage,
     AnyMessage,
     BaseMessage,
     convert_to_messages,
@@ -52,16 +53,19 @@ def from_openai(message: Message) -> AnyMessage:
 
 
 def _rebuilt(entry: ViewEntry, originals: Sequence[AnyMessage]) -> AnyMessage:
-    """A view message as LangChain's: the original object when unchanged, else converted from its dict
-    (a shortened tool output keeps its message's id, name and tool call id)."""
+    """A view message as LangChain's: the original object when unchanged, a summary marker converted from
+    its dict, and a shortened message (a cut or stubbed tool output, shortened arguments) as a copy of the
+    original with the view's content and tool calls (its id, name, tool call id and metadata kept)."""
     if entry.origin is None:
         return from_openai(entry.message)
     original = originals[entry.origin]
     if entry.unchanged:
         return original
-    rebuilt = from_openai(entry.message)
-    rebuilt.id = original.id
-    return rebuilt
+    shortened = from_openai(entry.message)
+    fields: dict[str, Any] = {"content": shortened.content}
+    if isinstance(original, AIMessage) and isinstance(shortened, AIMessage):
+        fields["tool_calls"] = shortened.tool_calls
+    return original.model_copy(update=fields)
 
 
 def _chat_model_summarizer(model: BaseChatModel) -> Summarizer:
@@ -101,13 +105,16 @@ def _with_summarization_settings(
     )
     if keep is not None:
         kind, value = keep
-        kept = value if kind == "tokens" else value * (window or 0) if kind == "fraction" else None
         if kind == "messages":
             compression["min_tail_messages"] = int(value)
-        elif kept and threshold:
-            compression["target_ratio"] = min(0.9, kept / threshold)
         else:
-            raise ValueError(f"MicroCompactMiddleware: keep={keep!r} needs the model's window (context_length)")
+            kept = value if kind == "tokens" else value * (window or 0) if kind == "fraction" else 0
+            if not (kept and threshold):
+                raise ValueError(
+                    f"MicroCompactMiddleware: keep={keep!r} is not supported here: use ('tokens', N), "
+                    "('messages', N), or ('fraction', F) with context_length"
+                )
+            compression["target_ratio"] = min(0.9, kept / threshold)
     if not compression and not model:
         return config
     return config.with_overrides("MicroCompactMiddleware", compression=compression, model=model)
