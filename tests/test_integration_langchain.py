@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import warnings
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
+from langgraph.prebuilt import create_react_agent
 from pydantic import Field
 
 from agent_script import (
@@ -180,3 +182,16 @@ def test_a_chat_model_given_as_model_writes_the_summaries() -> None:
     agent.invoke({"messages": [HumanMessage(PROMPTS[0])]})
     assert model.prompts, "the chat model was never asked to summarize"
     assert any("characters" in str(m.get("content")) for m in log.requests[-1] if m["role"] == "assistant")
+
+
+def test_langgraph_prebuilt_agents_get_the_view_through_the_pre_model_hook() -> None:
+    log = RequestLog()
+    middleware = MicroCompactMiddleware(config=config())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # create_react_agent now points to create_agent
+        agent = create_react_agent(ScriptedCoder(log=log), [read_file], pre_model_hook=middleware.pre_model_hook)
+    messages: list[BaseMessage] = []
+    for prompt in PROMPTS:
+        messages = agent.invoke({"messages": [*messages, HumanMessage(prompt)]})["messages"]
+    assert len(messages) == len(PROMPTS) * (2 * ITERATIONS_PER_TURN + 2)
+    check_requests(log, [to_openai(m) for m in messages])

@@ -165,6 +165,11 @@ class MicroCompactMiddleware(AgentMiddleware):
         view = self.compactor.view(self.key(history), history)
         return [_rebuilt(e, messages) for e in view]
 
+    def pre_model_hook(self, state: dict[str, Any]) -> dict[str, Any]:
+        """For LangGraph's ``create_react_agent(..., pre_model_hook=middleware.pre_model_hook)``: the model
+        gets the compacted view as ``llm_input_messages``; the graph's ``messages`` stay whole."""
+        return {"llm_input_messages": self.compacted(state["messages"])}
+
     def close(self) -> None:
         """Write what is pending and release the store's writer leases (another process may then resume)."""
         self.compactor.close()
