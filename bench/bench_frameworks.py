@@ -35,6 +35,7 @@ import argparse
 import json
 import re
 import sys
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -279,6 +280,8 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=64_000, help="the model's context window in tokens")
     parser.add_argument("--json", action="store_true", help="one JSON object per row instead of the table")
     args = parser.parse_args()
+    # LangMem warns on every call that it could not trim its summarizer input; the table says how large it was.
+    warnings.filterwarnings("ignore", category=RuntimeWarning, module="langmem")
     rows = [run_one(name, method, args.window) for name in SESSIONS for method in METHODS]
     if args.json:
         for r in rows:
