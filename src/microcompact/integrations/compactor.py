@@ -93,6 +93,7 @@ class HistoryCompactor:
         return [_entry(m) for m in transcript]
 
     def close(self) -> None:
+        """Close every open session: what is pending is written and the store's writer leases released."""
         self.router.close()
 
 
