@@ -24,7 +24,8 @@ LAYERS: list[set[str]] = [
     {"background", "store"},
     {"session", "aio"},
     {"replay", "cost", "report", "importers", "router"},
-    {"compare", "server"},
+    {"integrations", "server"},
+    {"compare"},
     {"cli", "__init__", "__main__"},
 ]
 
