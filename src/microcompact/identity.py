@@ -105,13 +105,28 @@ def identity_of(message: Message) -> dict[str, Any]:
     return {k: message[k] for k in IDENTITY_KEYS if k in message}
 
 
-def tagged(message: Message, hid: int, hd: str) -> Message:
-    """A copy of ``message`` carrying its identity, and nothing else of the library's: a client's own keys
-    starting with ``_`` (``_mc``, ``_hid``, ``_row``, ...) are dropped, so a client can plant no marker,
-    identity or store bookkeeping (the digest leaves them out too). Raises TranscriptError for a non-object."""
+# Keys only the library and its store may set: a marker, identity, store bookkeeping.
+RESERVED_KEYS = frozenset({"_mc", "_row", "_pos", "_tokens", "_state", "_absorbed_by", HID_KEY, DIGEST_KEY})
+
+
+def client_message(message: Any, hid: int) -> Message:
+    """A client's message as the library may trust it: every key starting with ``_`` dropped, so a client
+    can plant no marker, identity or store bookkeeping (the digest leaves them out too). Raises
+    TranscriptError for a non-object."""
     if not isinstance(message, dict):
         raise TranscriptError(f"client message {hid}: expected a JSON object, got {type(message).__name__}")
-    own = {k: v for k, v in message.items() if not (isinstance(k, str) and k.startswith("_"))}
+    if not any(isinstance(k, str) and k.startswith("_") for k in message):
+        return message
+    return {k: v for k, v in message.items() if not (isinstance(k, str) and k.startswith("_"))}
+
+
+def tagged(message: Message, hid: int, hd: str) -> Message:
+    """A copy of ``message`` (what a trusted ``convert`` made of :func:`client_message`) carrying its
+    identity. ``convert`` may add metadata of its own (an adapter's ``_items``); the reserved keys are
+    never taken from it."""
+    if not isinstance(message, dict):
+        raise TranscriptError(f"client message {hid}: expected a JSON object, got {type(message).__name__}")
+    own = {k: v for k, v in message.items() if k not in RESERVED_KEYS}
     return {**own, HID_KEY: hid, DIGEST_KEY: hd}
 
 

@@ -29,7 +29,16 @@ from .background import BackgroundPasses
 from .batch import BatchCompactor, BatchResult
 from .config import Config
 from .events import Outcome
-from .identity import Divergence, common_prefix, digests, fork_prefix, is_human, known_digests, tagged
+from .identity import (
+    Divergence,
+    client_message,
+    common_prefix,
+    digests,
+    fork_prefix,
+    is_human,
+    known_digests,
+    tagged,
+)
 from .messages import Message, disown_marker_text, to_api, validate_message
 from .micro import CommitHook, MicroCompactor, PassResult
 from .store import StoreConflict, StoreError, StoreReadOnly
@@ -428,7 +437,11 @@ class Session:
             matched = common_prefix(known, incoming)
             if matched < len(known):
                 return HistorySync(matched, 0, False, Divergence(matched, len(known), len(incoming)))
-            new = [tagged(m, i, incoming[i]) for i in range(matched, len(history)) for m in convert(history[i])]
+            new = [
+                tagged(m, i, incoming[i])
+                for i in range(matched, len(history))
+                for m in convert(client_message(history[i], i))
+            ]
             for j, m in enumerate(new):
                 validate_message(m, f"client message {m['_hid']} (part {j})")
             self.extend(new)
@@ -469,7 +482,11 @@ class Session:
             prefix = fork_prefix(self.ledger.messages, len(known), at) if known is not None else None
         start = at if prefix is not None else 0
         messages = list(prefix or [])
-        messages += [tagged(m, i, incoming[i]) for i in range(start, len(history)) for m in convert(history[i])]
+        messages += [
+            tagged(m, i, incoming[i])
+            for i in range(start, len(history))
+            for m in convert(client_message(history[i], i))
+        ]
         child = Session(self.config, self.summarizer, session_id=session_id, messages=messages, store=store)
         child._known = list(incoming)
         if store is not None:

@@ -18,6 +18,7 @@ from ..config import Config
 from ..identity import DIGEST_KEY, digest, hid_of
 from ..messages import Message, to_api
 from ..router import SessionRouter
+from ..session import Convert
 from ..summarizers import Summarizer
 
 if TYPE_CHECKING:
@@ -77,14 +78,14 @@ class HistoryCompactor:
         self.config = adapter_config(context_length, config)
         self.router = SessionRouter(self.config, store=store, summarizer=summarizer)
 
-    def view(self, key: str, history: Sequence[Message]) -> list[ViewEntry]:
+    def view(self, key: str, history: Sequence[Message], convert: Convert | None = None) -> list[ViewEntry]:
         """The compacted view of ``history`` (OpenAI-format dicts, the conversation's whole list so far).
 
         The previous turn is finalized when the new messages include one a person wrote, and the
         pre-request passes run, exactly as :meth:`Session.compacted` does; the router picks (or forks) the
         session the history continues."""
         with self.router.lock(key):
-            routed = self.router.route(key, history)
+            routed = self.router.route(key, history, convert)
             session = routed.session
             if routed.sync.human and routed.sync.matched:
                 session.finalize_turn()

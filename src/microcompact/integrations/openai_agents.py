@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, cast
 from ..config import Config
 from ..messages import Message
 from ..router import branch_id
+from ..session import Convert
 from ..summarizers import summarizer_from
 from .compactor import HistoryCompactor, KeyFunction, ViewEntry, opening_key, require
 
@@ -84,10 +85,21 @@ def _chat_message(items: list[Item]) -> Message:
 
 
 def flatten(items: Sequence[Item]) -> tuple[list[Message], list[list[int]]]:
-    """SDK items as chat messages (each carrying its items under ``_items``), with the item indexes of each."""
+    """SDK items as chat messages, with the item indexes of each."""
     groups = _groups(items)
-    messages = [{**_chat_message([items[i] for i in g]), ITEMS_KEY: [items[i] for i in g]} for g in groups]
-    return messages, groups
+    return [_chat_message([items[i] for i in g]) for g in groups], groups
+
+
+def carrying_items(messages: Sequence[Message], groups: Sequence[list[int]], items: Sequence[Item]) -> Convert:
+    """The ``convert`` for routing ``messages``: each session message takes along, under ``_items``, the SDK
+    items it stands for (kept by the store, so a reopen gives the items back). The library hands ``convert``
+    the client's own message object when it carries no ``_`` key, which a chat message never does."""
+    by_id = {id(m): [items[i] for i in g] for m, g in zip(messages, groups, strict=True)}
+
+    def convert(message: Message) -> list[Message]:
+        return [{**message, ITEMS_KEY: by_id.get(id(message), [])}]
+
+    return convert
 
 
 def _changed_items(original: list[Item], entry: ViewEntry) -> list[Item]:
@@ -129,7 +141,8 @@ class MicroCompactFilter:
 
     def compacted(self, items: Sequence[Item]) -> list[Item]:
         messages, groups = flatten(items)
-        return _rebuild(self.compactor.view(self.key(messages), messages), groups, items)
+        view = self.compactor.view(self.key(messages), messages, carrying_items(messages, groups, items))
+        return _rebuild(view, groups, items)
 
     async def __call__(self, data: CallModelData[Any]) -> ModelInputData:
         items = [_plain(i) for i in data.model_data.input]
@@ -217,9 +230,9 @@ class MicroCompactSession:
 
     def _sync(self, items: list[Item]) -> None:
         """Route the full history to its branch (a shorter one forks) and write it to the store."""
-        messages, _ = flatten(items)
+        messages, groups = flatten(items)
         with self.compactor.router.lock(self.session_id):
-            routed = self.compactor.router.route(self.session_id, messages)
+            routed = self.compactor.router.route(self.session_id, messages, carrying_items(messages, groups, items))
             routed.session.flush()
 
     async def _loaded(self) -> list[Item]:
