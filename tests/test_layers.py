@@ -24,7 +24,7 @@ LAYERS: list[set[str]] = [
     {"background", "store"},
     {"session", "aio"},
     {"replay", "cost", "report", "importers", "router"},
-    {"compare"},
+    {"compare", "server"},
     {"cli", "__init__", "__main__"},
 ]
 
