@@ -1,0 +1,366 @@
+"""Claude Code itself through a real ``microcompact serve`` process, checked from both ends of the wire.
+
+``claude -p`` (the pinned npm package) talks to a byte-recording TCP relay (``http_tap``), which talks to
+``microcompact serve`` run as a subprocess on a free port with a small ``--context-limit`` and a SQLite
+``--db``, in front of the scripted upstream. The upstream makes Claude Code run Bash with 24 KB outputs and
+signed (sometimes redacted) thinking for 32 steps. Every request Claude Code sent is compared with the one
+the upstream received, and every response Claude Code read with the bytes the upstream answered. Between
+two turns the server is killed with SIGKILL and started again on the same store; the ``--continue`` turn
+must land in the same stored session. Skipped, naming the install command, when Claude Code is missing.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from claude_code import ClaudeRun, comparable, run_claude, unavailable_reason
+from http_tap import Exchange, TapRelay
+from microcompact.messages import MARKER_PREFIX
+from microcompact.store import open_store
+from serve_process import ServeProcess, run_cli
+from server_contract import contract_errors
+from upstream import RecordedRequest, RedactedThinking, Reply, ScriptedUpstream, Text, Thinking, ToolCall, text
+from upstream.scripts import offers_tool, seq_command
+from upstream.usage import DEFAULT_OVERHEAD, prompt_tokens
+
+_missing = unavailable_reason()
+pytestmark = [pytest.mark.skipif(_missing is not None, reason=_missing or ""), pytest.mark.slow]
+
+PROMPT = "Run the numbered steps with the Bash tool until they are done."
+MORE = "Run four more steps."
+STEPS = 32
+MORE_STEPS = 4
+CONTEXT_LIMIT = 100_000  # Claude Code's head alone is about 20K tokens; 32 outputs of 24 KB are about 200K
+MAX_BREAKPOINTS = 4  # the Anthropic API refuses a request with more cache_control blocks
+
+
+class NumberedSteps:
+    """Bash ``steps`` times, then a final text. The step is read from the newest tool result's id, so the
+    answer depends only on the request's tail: compaction upstream of it cannot shift the count.
+
+    With ``pause``, step ``pause`` first touches ``GATE.waiting`` and waits for ``GATE.go``: Claude Code is
+    then busy running the tool between two requests of its turn, which is when the server is restarted.
+    """
+
+    def __init__(self, run: str, steps: int, pause: tuple[int, Path] | None = None) -> None:
+        self.run = run
+        self.steps = steps
+        self.pause = pause
+
+    def step_done(self, request: RecordedRequest) -> int:
+        last = request.messages[-1] if request.messages else {}
+        blocks = last.get("content") if isinstance(last.get("content"), list) else []
+        ids = [b.get("tool_use_id", "") for b in blocks if b.get("type") == "tool_result"]
+        found = re.fullmatch(rf"toolu_{self.run}_(\d+)", ids[-1]) if ids else None
+        return int(found.group(1)) if found else 0
+
+    def command(self, n: int) -> str:
+        if self.pause is None or self.pause[0] != n:
+            return seq_command(n)
+        gate = self.pause[1]
+        return f"touch {gate}.waiting; while [ ! -e {gate}.go ]; do sleep 0.05; done; {seq_command(n)}"
+
+    def __call__(self, request: RecordedRequest) -> Reply:
+        if not offers_tool(request.body, "Bash"):
+            return text("Side request answered.")
+        done = self.step_done(request)
+        if done >= self.steps:
+            return text(f"Run {self.run}: all steps are done.")
+        n = done + 1
+        blocks: list[Any] = [Thinking(f"Plan for {self.run} step {n}.", f"sig-{self.run}-{n}")]
+        if n % 5 == 0:
+            blocks.append(RedactedThinking(f"redacted-{self.run}-{n}"))
+        command = {"command": self.command(n), "description": f"Print numbers (step {n})"}
+        blocks += [Text(f"Step {n}."), ToolCall("Bash", command, id=f"toolu_{self.run}_{n}")]
+        return Reply(tuple(blocks))
+
+
+# --------------------------------------------------------------------------- what one request must keep
+
+
+def blocks_of(message: dict[str, Any]) -> list[dict[str, Any]]:
+    content = message.get("content")
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return [b for b in content or [] if isinstance(b, dict)]
+
+
+def is_marker_text(block: dict[str, Any]) -> bool:
+    return block.get("type") == "text" and str(block.get("text", "")).startswith(MARKER_PREFIX)
+
+
+def marker_texts(messages: list[dict[str, Any]]) -> list[str]:
+    return [b["text"] for m in messages for b in blocks_of(m) if is_marker_text(b)]
+
+
+def user_words(messages: list[dict[str, Any]]) -> list[str]:
+    """What the person (and Claude Code's reminders) said: text blocks of user and system messages, in order."""
+    return [b["text"] for m in messages if m["role"] in ("user", "system") for b in blocks_of(m) if b["type"] == "text"]
+
+
+def breakpoints(body: dict[str, Any]) -> int:
+    places = [*(body.get("system") or []), *(body.get("tools") or [])]
+    places += [b for m in body["messages"] for b in blocks_of(m)]
+    return sum(1 for b in places if isinstance(b, dict) and "cache_control" in b)
+
+
+def tool_pair_errors(messages: list[dict[str, Any]]) -> list[str]:
+    """Each tool_use answered in the very next message, its tool_result blocks first, nothing between."""
+    errors = []
+    for i, message in enumerate(messages):
+        calls = [b["id"] for b in blocks_of(message) if b["type"] == "tool_use"]
+        answered = [b["tool_use_id"] for b in blocks_of(message) if b["type"] == "tool_result"]
+        if answered:
+            before = messages[i - 1] if i else {}
+            asked = [b["id"] for b in blocks_of(before) if b.get("type") == "tool_use"] if before else []
+            if before.get("role") != "assistant" or sorted(asked) != sorted(answered):
+                errors.append(f"messages.{i}: tool results {answered} do not answer the message before ({asked})")
+            kinds = [b["type"] for b in blocks_of(message)]
+            if kinds[: len(answered)] != ["tool_result"] * len(answered):
+                errors.append(f"messages.{i}: something comes before its tool results: {kinds}")
+        if calls and message["role"] == "assistant":
+            after = messages[i + 1] if i + 1 < len(messages) else None
+            if after is None or after["role"] != "user":
+                errors.append(f"messages.{i}: tool calls {calls} are not followed by their results")
+            elif any(is_marker_text(b) for b in blocks_of(after)):
+                errors.append(f"messages.{i + 1}: a marker sits with the results of {calls}")
+    return errors
+
+
+def thinking_errors(client: list[dict[str, Any]], forwarded: list[dict[str, Any]]) -> list[str]:
+    """Every signed block goes out exactly as the client sent it, in its assistant message, in order."""
+    errors = []
+    sent_by_call: dict[str, list[dict[str, Any]]] = {}
+    for m in client:
+        signed = [b for b in blocks_of(m) if b["type"] in ("thinking", "redacted_thinking")]
+        for b in blocks_of(m):
+            if b["type"] == "tool_use":
+                sent_by_call[b["id"]] = signed
+    for i, m in enumerate(forwarded):
+        if m["role"] != "assistant":
+            continue
+        signed = [b for b in blocks_of(m) if b["type"] in ("thinking", "redacted_thinking")]
+        kinds = [b["type"] for b in blocks_of(m)]
+        if signed and kinds[: len(signed)] != [b["type"] for b in signed]:
+            errors.append(f"messages.{i}: thinking does not open the assistant message: {kinds}")
+        for call in (b["id"] for b in blocks_of(m) if b["type"] == "tool_use"):
+            if signed != sent_by_call.get(call):
+                errors.append(f"messages.{i}: the thinking before {call} is not the client's")
+    return errors
+
+
+def request_errors(client: dict[str, Any], forwarded: dict[str, Any]) -> list[str]:
+    """Everything one forwarded request must keep of the client's, as readable failures."""
+    errors = [
+        f"top-level {k!r} changed"
+        for k in client.keys() | forwarded.keys()
+        if k != "messages" and client.get(k) != forwarded.get(k)
+    ]
+    sent, out = client["messages"], forwarded["messages"]
+    if user_words(sent) != user_words(out):
+        errors.append("user or system text changed, dropped or reordered")
+    head = 2 if len(sent) > 1 and sent[1]["role"] == "system" else 1
+    if out[:head] != sent[:head]:
+        errors.append("the head (the first user message and the environment message) changed")
+    if [m for m in out if m["role"] == "system"] != [m for m in sent if m["role"] == "system"]:
+        errors.append("system-role entries inside messages were not kept as sent")
+    if out[-1] != sent[-1]:
+        errors.append("the newest message (with its breakpoint) did not go out as sent")
+    if breakpoints(forwarded) > MAX_BREAKPOINTS:
+        errors.append(f"{breakpoints(forwarded)} cache breakpoints")
+    errors += tool_pair_errors(out) + thinking_errors(sent, out) + contract_errors(sent, out, head=head)
+    return errors
+
+
+# --------------------------------------------------------------------------- the run
+
+
+@dataclass
+class Turn:
+    run: ClaudeRun
+    requests: list[tuple[Exchange, RecordedRequest]]  # what Claude Code sent and read, with what went upstream
+
+
+@dataclass
+class Scenario:
+    first: Turn
+    second: Turn
+    db: Path
+    home: Path
+    served: list[ServeProcess]  # the serve processes in order: killed mid-turn, killed between turns, stopped
+    restarts: list[int]  # for each restart, the index (over both turns) of the first request the new server got
+
+
+def pair_up(exchanges: list[Exchange], received: list[RecordedRequest]) -> list[tuple[Exchange, RecordedRequest]]:
+    assert [e.path for e in exchanges] == [r.path for r in received], "the proxy added or dropped requests"
+    return list(zip(exchanges, received, strict=True))
+
+
+def wait_for(path: Path, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} did not appear")
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
+    """A 32-step turn during which the server is killed (SIGKILL, while Claude Code runs step 16) and started
+    again on the same store; a second kill and start; then a 4-step ``--continue`` turn."""
+    tmp = tmp_path_factory.mktemp("proxy_claude_code")
+    db, home, gate = tmp / "sessions.db", tmp / "mchome", tmp / "gate"
+    workdir, claude_home = tmp / "work", tmp / "claude-home"
+    served: list[ServeProcess] = []
+    restarts: list[int] = []
+    with ScriptedUpstream() as upstream, TapRelay() as tap:
+
+        def restart() -> None:
+            if served:
+                served[-1].kill()
+                restarts.append(len(upstream.requests))
+            options = ("--db", str(db), "--anthropic-upstream", upstream.base_url, "--log", str(tmp / "proxy.log"))
+            served.append(ServeProcess(home, *options, "--context-limit", str(CONTEXT_LIMIT)).start())
+            tap.target_port = served[-1].port
+
+        def restart_when_paused() -> None:
+            try:
+                wait_for(gate.with_suffix(".waiting"))
+                restart()
+            finally:
+                gate.with_suffix(".go").touch()  # never leave Claude Code waiting
+
+        def turn(prompt: str, script: NumberedSteps, **options: Any) -> Turn:
+            seen = len(upstream.requests)
+            upstream.script = script
+            run = run_claude(tap.base_url, prompt, workdir=workdir, home=claude_home, **options)
+            assert run.ok, run.stderr or run.stdout
+            return Turn(run, pair_up(tap.exchanges()[seen:], upstream.requests[seen:]))
+
+        restart()
+        midway = threading.Thread(target=restart_when_paused, daemon=True)
+        midway.start()
+        try:
+            first = turn(PROMPT, NumberedSteps("a", STEPS, pause=(STEPS // 2, gate)))
+            midway.join()
+            restart()
+            second = turn(MORE, NumberedSteps("b", MORE_STEPS), continue_session=True)
+            assert served[-1].stop() == 0, "".join(served[-1].stderr)
+        finally:
+            for process in served:
+                process.kill()
+    assert len(restarts) == 2, "the server was restarted in the middle of the turn and between the turns"
+    yield Scenario(first, second, db, home, served, restarts)
+
+
+def all_requests(scenario: Scenario) -> list[tuple[Exchange, RecordedRequest]]:
+    return scenario.first.requests + scenario.second.requests
+
+
+def test_claude_code_finished_both_turns_in_one_session(scenario: Scenario) -> None:
+    first, second = scenario.first.run.result, scenario.second.run.result
+    assert first is not None and second is not None
+    assert first["result"] == "Run a: all steps are done." and first["num_turns"] == STEPS + 1
+    assert second["result"] == "Run b: all steps are done." and second["num_turns"] == MORE_STEPS + 1
+    assert second["session_id"] == first["session_id"]
+    assert len(scenario.first.requests) == STEPS + 1 and len(scenario.second.requests) == MORE_STEPS + 1
+
+
+def test_every_forwarded_request_keeps_the_contract(scenario: Scenario) -> None:
+    for n, (sent, received) in enumerate(all_requests(scenario)):
+        assert (sent.method, sent.target) == ("POST", "/v1/messages?beta=true")
+        assert received.status == 200, bytes(received.response)[:300]  # the upstream checks the API's rules too
+        assert request_errors(json.loads(sent.request_body), received.body) == [], f"request {n}"
+
+
+def test_responses_are_the_upstreams_bytes(scenario: Scenario) -> None:
+    for sent, received in all_requests(scenario):
+        assert received.completed and sent.complete
+        assert sent.status == received.status
+        assert sent.response_headers["content-type"] == received.response_headers["content-type"]
+        assert sent.response_body == bytes(received.response)
+    assert b"sig-a-32" in all_requests(scenario)[STEPS - 1][0].response_body  # the signature Claude Code read
+
+
+def test_the_long_turn_was_compacted_and_said_so(scenario: Scenario) -> None:
+    session_id = scenario.first.run.result["session_id"] if scenario.first.run.result else None
+    compacted = []
+    for sent, received in all_requests(scenario):
+        headers = sent.response_headers
+        assert headers["x-microcompact-session"] == session_id
+        assert 0 < float(headers["x-microcompact-occupancy"]) <= 100
+        if marker_texts(received.messages):
+            compacted.append((sent, received))
+            assert len(received.raw) < len(sent.request_body)
+            assert int(headers["x-microcompact-tokens-saved"]) > 0
+    assert len(compacted) >= STEPS // 2, "compaction started early in a 100K window and stayed"
+    sent, received = scenario.first.requests[-1]
+    assert prompt_tokens(received.body) < prompt_tokens(json.loads(sent.request_body)) / 2
+    assert received.usage is not None
+    reported = sum(
+        received.usage.get(k, 0) for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+    )
+    assert reported < CONTEXT_LIMIT, "the upstream was never asked for more than the window"
+
+
+def test_the_restarted_server_resumed_the_stored_session(scenario: Scenario) -> None:
+    session_id = scenario.first.run.result["session_id"] if scenario.first.run.result else ""
+    listed = run_cli(scenario.home, "sessions", "list", "--db", str(scenario.db))
+    assert listed.returncode == 0, listed.stderr
+    assert session_id in listed.stdout and f"{session_id}~" not in listed.stdout, "one session, never forked"
+    with open_store(scenario.db) as store:
+        rows = store.list_sessions()
+        assert [r["id"] for r in rows] == [session_id]
+        stored = store.export(session_id, include_absorbed=True)
+    final = json.loads(scenario.second.requests[-1][0].request_body)["messages"]
+    originals = [m for m in stored if "_hid" in m and not m.get("_mc")]
+    positions = [m["_hid"] for m in originals]
+    assert positions == sorted(positions), "stored in the client's order"
+    assert set(positions) == set(range(len(final))), "every client message stored, the newest included"
+    parts = Counter((m["_hid"], json.dumps(m.get("content"), sort_keys=True)) for m in originals)
+    assert [key for key, count in parts.items() if count > 1] == [], "no message stored twice"
+    # what each killed server had compacted is what the next one built on
+    stored_markers = [t for m in stored if m.get("_mc") for t in marker_texts([m])]
+    requests = all_requests(scenario)
+    for first_after in scenario.restarts:
+        before_kill = marker_texts(requests[first_after - 1][1].messages)
+        assert before_kill and all(stored_markers.count(t) == 1 for t in before_kill)
+        assert marker_texts(requests[first_after][1].messages), "the first request after a restart went out compacted"
+
+
+def test_the_killed_servers_left_nothing_behind_that_blocks_the_next(scenario: Scenario) -> None:
+    *killed, stopped = scenario.served
+    assert [p.process.returncode for p in killed if p.process] == [-9, -9]
+    assert stopped.process is not None and stopped.process.returncode == 0
+    for process in scenario.served:
+        log = "".join(process.stderr)
+        assert "Traceback" not in log and "busy" not in log.lower(), log[-2000:]
+    for sent, _ in all_requests(scenario):
+        assert "x-microcompact-degraded" not in sent.response_headers, sent.response_headers
+
+
+def test_the_prompt_cache_keeps_reading(scenario: Scenario) -> None:
+    """The head (system, tools, the first messages) is read from the cache on every request, and when no
+    pass ran between two requests (the view only grew), the whole previous request is read too."""
+    requests = [received for _, received in all_requests(scenario)]
+    head = requests[0].usage["cache_creation_input_tokens"] if requests[0].usage else 0
+    assert head > 10_000
+    grew = 0
+    for before, after in itertools.pairwise(requests):
+        assert after.usage is not None and after.usage["cache_read_input_tokens"] >= head
+        kept = len(before.messages) - 1
+        if comparable(after.messages[:kept]) == comparable(before.messages[:kept]):
+            grew += 1
+            assert after.usage["cache_read_input_tokens"] == prompt_tokens(before.body) - DEFAULT_OVERHEAD
+    assert grew >= 3, "the requests before the first pass, and after a restart, only append"
