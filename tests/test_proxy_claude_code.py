@@ -30,7 +30,18 @@ from microcompact.messages import MARKER_PREFIX
 from microcompact.store import open_store
 from serve_process import ServeProcess, run_cli
 from server_contract import contract_errors
-from upstream import RecordedRequest, RedactedThinking, Reply, ScriptedUpstream, Text, Thinking, ToolCall, text
+from upstream import (
+    Answer,
+    RecordedRequest,
+    RedactedThinking,
+    Reply,
+    ScriptedUpstream,
+    Text,
+    Thinking,
+    ToolCall,
+    error,
+    text,
+)
 from upstream.scripts import offers_tool, seq_command
 from upstream.usage import DEFAULT_OVERHEAD, prompt_tokens
 
@@ -41,6 +52,7 @@ PROMPT = "Run the numbered steps with the Bash tool until they are done."
 MORE = "Run four more steps."
 STEPS = 32
 MORE_STEPS = 4
+OVERLOADED = 24  # the step whose first request is answered 529 (Claude Code retries it)
 CONTEXT_LIMIT = 100_000  # Claude Code's head alone is about 20K tokens; 32 outputs of 24 KB are about 200K
 MAX_BREAKPOINTS = 4  # the Anthropic API refuses a request with more cache_control blocks
 
@@ -51,12 +63,16 @@ class NumberedSteps:
 
     With ``pause``, step ``pause`` first touches ``GATE.waiting`` and waits for ``GATE.go``: Claude Code is
     then busy running the tool between two requests of its turn, which is when the server is restarted.
+    With ``overloaded``, the first request for that step gets a 529, which Claude Code retries by itself.
     """
 
-    def __init__(self, run: str, steps: int, pause: tuple[int, Path] | None = None) -> None:
+    def __init__(
+        self, run: str, steps: int, pause: tuple[int, Path] | None = None, overloaded: int | None = None
+    ) -> None:
         self.run = run
         self.steps = steps
         self.pause = pause
+        self.overloaded = overloaded
 
     def step_done(self, request: RecordedRequest) -> int:
         last = request.messages[-1] if request.messages else {}
@@ -71,10 +87,13 @@ class NumberedSteps:
         gate = self.pause[1]
         return f"touch {gate}.waiting; while [ ! -e {gate}.go ]; do sleep 0.05; done; {seq_command(n)}"
 
-    def __call__(self, request: RecordedRequest) -> Reply:
+    def __call__(self, request: RecordedRequest) -> Answer:
         if not offers_tool(request.body, "Bash"):
             return text("Side request answered.")
         done = self.step_done(request)
+        if done + 1 == self.overloaded:
+            self.overloaded = None
+            return error(529, message="Overloaded")
         if done >= self.steps:
             return text(f"Run {self.run}: all steps are done.")
         n = done + 1
@@ -252,7 +271,7 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
         midway = threading.Thread(target=restart_when_paused, daemon=True)
         midway.start()
         try:
-            first = turn(PROMPT, NumberedSteps("a", STEPS, pause=(STEPS // 2, gate)))
+            first = turn(PROMPT, NumberedSteps("a", STEPS, pause=(STEPS // 2, gate), overloaded=OVERLOADED))
             midway.join()
             restart()
             second = turn(MORE, NumberedSteps("b", MORE_STEPS), continue_session=True)
@@ -274,14 +293,28 @@ def test_claude_code_finished_both_turns_in_one_session(scenario: Scenario) -> N
     assert first["result"] == "Run a: all steps are done." and first["num_turns"] == STEPS + 1
     assert second["result"] == "Run b: all steps are done." and second["num_turns"] == MORE_STEPS + 1
     assert second["session_id"] == first["session_id"]
-    assert len(scenario.first.requests) == STEPS + 1 and len(scenario.second.requests) == MORE_STEPS + 1
+    # one more request than model calls in the first turn: the 529 Claude Code retried
+    assert len(scenario.first.requests) == STEPS + 2 and len(scenario.second.requests) == MORE_STEPS + 1
 
 
 def test_every_forwarded_request_keeps_the_contract(scenario: Scenario) -> None:
+    statuses = []
     for n, (sent, received) in enumerate(all_requests(scenario)):
         assert (sent.method, sent.target) == ("POST", "/v1/messages?beta=true")
-        assert received.status == 200, bytes(received.response)[:300]  # the upstream checks the API's rules too
+        statuses.append(received.status)  # the upstream answers 400 to what the API would refuse
         assert request_errors(json.loads(sent.request_body), received.body) == [], f"request {n}"
+    failed = OVERLOADED - 1  # the request for step n is the n-th
+    assert statuses == [200] * failed + [529] + [200] * (len(statuses) - failed - 1)
+
+
+def test_an_overloaded_answer_reaches_claude_code_verbatim_and_its_retry_stores_nothing_twice(
+    scenario: Scenario,
+) -> None:
+    (failed, _), (retry, upstream_retry) = scenario.first.requests[OVERLOADED - 1 : OVERLOADED + 1]
+    assert failed.status == 529 and json.loads(failed.response_body)["error"]["type"] == "overloaded_error"
+    assert retry.request_body == failed.request_body, "Claude Code resent the identical request"
+    assert upstream_retry.status == 200 and request_errors(json.loads(retry.request_body), upstream_retry.body) == []
+    # the rows the retry could have duplicated are checked with the rest of the store below
 
 
 def test_responses_are_the_upstreams_bytes(scenario: Scenario) -> None:
@@ -290,7 +323,7 @@ def test_responses_are_the_upstreams_bytes(scenario: Scenario) -> None:
         assert sent.status == received.status
         assert sent.response_headers["content-type"] == received.response_headers["content-type"]
         assert sent.response_body == bytes(received.response)
-    assert b"sig-a-32" in all_requests(scenario)[STEPS - 1][0].response_body  # the signature Claude Code read
+    assert f"sig-a-{STEPS}".encode() in scenario.first.requests[STEPS][0].response_body  # the one Claude Code read
 
 
 def test_the_long_turn_was_compacted_and_said_so(scenario: Scenario) -> None:
@@ -353,7 +386,7 @@ def test_the_killed_servers_left_nothing_behind_that_blocks_the_next(scenario: S
 def test_the_prompt_cache_keeps_reading(scenario: Scenario) -> None:
     """The head (system, tools, the first messages) is read from the cache on every request, and when no
     pass ran between two requests (the view only grew), the whole previous request is read too."""
-    requests = [received for _, received in all_requests(scenario)]
+    requests = [received for _, received in all_requests(scenario) if received.status == 200]
     head = requests[0].usage["cache_creation_input_tokens"] if requests[0].usage else 0
     assert head > 10_000
     grew = 0
