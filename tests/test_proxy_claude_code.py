@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import itertools
 import json
-import re
 import threading
 import time
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,21 +25,13 @@ import pytest
 from anthropic_contract import marker_texts, request_errors
 from claude_code import ClaudeRun, comparable, run_claude, unavailable_reason
 from http_tap import Exchange, TapRelay
-from microcompact.store import open_store
+from numbered_steps import NumberedSteps
 from serve_process import ServeProcess, run_cli
+from stored_session import stored_session_errors
 from upstream import (
-    Answer,
     RecordedRequest,
-    RedactedThinking,
-    Reply,
     ScriptedUpstream,
-    Text,
-    Thinking,
-    ToolCall,
-    error,
-    text,
 )
-from upstream.scripts import offers_tool, seq_command
 from upstream.usage import DEFAULT_OVERHEAD, prompt_tokens
 
 _missing = unavailable_reason()
@@ -53,57 +43,6 @@ STEPS = 32
 MORE_STEPS = 4
 OVERLOADED = 24  # the step whose first request is answered 529 (Claude Code retries it)
 CONTEXT_LIMIT = 100_000  # Claude Code's head alone is about 20K tokens; 32 outputs of 24 KB are about 200K
-
-
-class NumberedSteps:
-    """Bash ``steps`` times, then a final text. The step is read from the newest tool result's id, so the
-    answer depends only on the request's tail: compaction upstream of it cannot shift the count.
-
-    With ``pause``, step ``pause`` first touches ``GATE.waiting`` and waits for ``GATE.go``: Claude Code is
-    then busy running the tool between two requests of its turn, which is when the server is restarted.
-    With ``overloaded``, the first request for that step gets a 529, which Claude Code retries by itself.
-    """
-
-    def __init__(
-        self, run: str, steps: int, pause: tuple[int, Path] | None = None, overloaded: int | None = None
-    ) -> None:
-        self.run = run
-        self.steps = steps
-        self.pause = pause
-        self.overloaded = overloaded
-
-    def step_done(self, request: RecordedRequest) -> int:
-        last = request.messages[-1] if request.messages else {}
-        blocks = last.get("content") if isinstance(last.get("content"), list) else []
-        ids = [b.get("tool_use_id", "") for b in blocks if b.get("type") == "tool_result"]
-        found = re.fullmatch(rf"toolu_{self.run}_(\d+)", ids[-1]) if ids else None
-        return int(found.group(1)) if found else 0
-
-    def command(self, n: int) -> str:
-        if self.pause is None or self.pause[0] != n:
-            return seq_command(n)
-        gate = self.pause[1]
-        return f"touch {gate}.waiting; while [ ! -e {gate}.go ]; do sleep 0.05; done; {seq_command(n)}"
-
-    def __call__(self, request: RecordedRequest) -> Answer:
-        if not offers_tool(request.body, "Bash"):
-            return text("Side request answered.")
-        done = self.step_done(request)
-        if done + 1 == self.overloaded:
-            self.overloaded = None
-            return error(529, message="Overloaded")
-        if done >= self.steps:
-            return text(f"Run {self.run}: all steps are done.")
-        n = done + 1
-        blocks: list[Any] = [Thinking(f"Plan for {self.run} step {n}.", f"sig-{self.run}-{n}")]
-        if n % 5 == 0:
-            blocks.append(RedactedThinking(f"redacted-{self.run}-{n}"))
-        command = {"command": self.command(n), "description": f"Print numbers (step {n})"}
-        blocks += [Text(f"Step {n}."), ToolCall("Bash", command, id=f"toolu_{self.run}_{n}")]
-        return Reply(tuple(blocks))
-
-
-# --------------------------------------------------------------------------- the run
 
 
 @dataclass
@@ -253,23 +192,12 @@ def test_the_restarted_server_resumed_the_stored_session(scenario: Scenario) -> 
     listed = run_cli(scenario.home, "sessions", "list", "--db", str(scenario.db))
     assert listed.returncode == 0, listed.stderr
     assert session_id in listed.stdout and f"{session_id}~" not in listed.stdout, "one session, never forked"
-    with open_store(scenario.db) as store:
-        rows = store.list_sessions()
-        assert [r["id"] for r in rows] == [session_id]
-        stored = store.export(session_id, include_absorbed=True)
-    final = json.loads(scenario.second.requests[-1][0].request_body)["messages"]
-    originals = [m for m in stored if "_hid" in m and not m.get("_mc")]
-    positions = [m["_hid"] for m in originals]
-    assert positions == sorted(positions), "stored in the client's order"
-    assert set(positions) == set(range(len(final))), "every client message stored, the newest included"
-    parts = Counter((m["_hid"], json.dumps(m.get("content"), sort_keys=True)) for m in originals)
-    assert [key for key, count in parts.items() if count > 1] == [], "no message stored twice"
-    # what each killed server had compacted is what the next one built on
-    stored_markers = [t for m in stored if m.get("_mc") for t in marker_texts([m])]
     requests = all_requests(scenario)
+    final = json.loads(requests[-1][0].request_body)["messages"]
+    before_kills = [t for first_after in scenario.restarts for t in marker_texts(requests[first_after - 1][1].messages)]
+    assert len(before_kills) >= len(scenario.restarts), "each server was killed with compacted work behind it"
+    assert stored_session_errors(scenario.db, session_id, len(final), before_kills) == []
     for first_after in scenario.restarts:
-        before_kill = marker_texts(requests[first_after - 1][1].messages)
-        assert before_kill and all(stored_markers.count(t) == 1 for t in before_kill)
         assert marker_texts(requests[first_after][1].messages), "the first request after a restart went out compacted"
 
 
