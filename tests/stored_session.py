@@ -13,19 +13,27 @@ from microcompact.identity import HID_KEY
 from microcompact.store import open_store
 
 
-def stored_session_errors(db: Path, session_id: str, history_len: int, markers_sent: list[str]) -> list[str]:
-    """``history_len``: messages in the client's last request; ``markers_sent``: marker texts that went
-    upstream before a restart."""
+def stored_session_errors(
+    db: Path,
+    session_id: str,
+    history_len: int | None,
+    markers_sent: list[str],
+    all_sessions: set[str] | None = None,
+) -> list[str]:
+    """``history_len``: messages in the client's last request (None: a fork, whose opening its parent
+    holds); ``markers_sent``: marker texts that went upstream before a restart; ``all_sessions``: every
+    session the store must list (default: this one alone)."""
     with open_store(db) as store:
-        listed = [r["id"] for r in store.list_sessions()]
+        listed = {r["id"] for r in store.list_sessions()}
         stored = store.export(session_id, include_absorbed=True) if session_id in listed else []
-    errors = [] if listed == [session_id] else [f"sessions {listed}, expected only {session_id!r}"]
+    expected = all_sessions or {session_id}
+    errors = [] if listed == expected else [f"sessions {sorted(listed)}, expected {sorted(expected)}"]
     originals = [m for m in stored if HID_KEY in m and not m.get("_mc")]
     positions = [m[HID_KEY] for m in originals]
     if positions != sorted(positions):
         errors.append("the client's messages are not stored in its order")
-    missing = sorted(set(range(history_len)) - set(positions))
-    extra = sorted(set(positions) - set(range(history_len)))
+    missing = sorted(set(range(history_len)) - set(positions)) if history_len is not None else []
+    extra = sorted(set(positions) - set(range(history_len))) if history_len is not None else []
     if missing or extra:
         errors.append(f"client messages {missing[:10]} not stored; positions beyond the history: {extra[:10]}")
     parts = Counter((m[HID_KEY], m["role"], json.dumps(m.get("content"), sort_keys=True)) for m in originals)
