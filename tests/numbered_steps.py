@@ -7,7 +7,18 @@ import re
 from pathlib import Path
 from typing import Any
 
-from upstream import Answer, RecordedRequest, RedactedThinking, Reply, Text, Thinking, ToolCall, error, text
+from upstream import (
+    Answer,
+    RecordedRequest,
+    RedactedThinking,
+    Reply,
+    Text,
+    Thinking,
+    ToolCall,
+    disconnect,
+    error,
+    text,
+)
 from upstream.scripts import offers_tool, seq_command
 
 
@@ -17,7 +28,8 @@ class NumberedSteps:
 
     With ``pause``, step ``pause``'s command first touches ``GATE.waiting`` and waits for ``GATE.go``: the
     agent is then busy running the tool between two requests of its turn, when a test restarts the server.
-    With ``overloaded``, the first request for that step gets a 529, which Claude Code retries by itself.
+    With ``overloaded``, the first request for that step gets a 529, and with ``cut`` a stream broken after
+    a few events; Claude Code retries both by itself.
     """
 
     def __init__(
@@ -26,12 +38,14 @@ class NumberedSteps:
         steps: int,
         pause: tuple[int, Path] | None = None,
         overloaded: int | None = None,
+        cut: int | None = None,
         lines: int = 3000,
     ) -> None:
         self.run = run
         self.steps = steps
         self.pause = pause
         self.overloaded = overloaded
+        self.cut = cut
         self.lines = lines  # each step's command prints this many numbers, 8 bytes a line
 
     def step_done(self, request: RecordedRequest) -> int:
@@ -54,18 +68,21 @@ class NumberedSteps:
         if done + 1 == self.overloaded:
             self.overloaded = None
             return error(529, message="Overloaded")
-        if done >= self.steps:
+        if done + 1 == self.cut:
+            self.cut = None
+            return disconnect(after_events=4, reply=self.reply(done + 1))
+        return self.reply(done + 1)
+
+    def reply(self, n: int) -> Reply:
+        """Step ``n``'s answer: signed thinking (every fifth step also a redacted block), a line, the call."""
+        if n > self.steps:
             return text(f"Run {self.run}: all steps are done.")
-        n = done + 1
         blocks: list[Any] = [Thinking(f"Plan for {self.run} step {n}.", f"sig-{self.run}-{n}")]
         if n % 5 == 0:
             blocks.append(RedactedThinking(f"redacted-{self.run}-{n}"))
         command = {"command": self.command(n), "description": f"Print numbers (step {n})"}
         blocks += [Text(f"Step {n}."), ToolCall("Bash", command, id=f"toolu_{self.run}_{n}")]
         return Reply(tuple(blocks))
-
-
-# --------------------------------------------------------------------------- the run
 
 
 __all__ = ["NumberedSteps"]

@@ -42,6 +42,7 @@ MORE = "Run four more steps."
 STEPS = 32
 MORE_STEPS = 4
 OVERLOADED = 24  # the step whose first request is answered 529 (Claude Code retries it)
+CUT = 28  # the step whose first answer breaks off mid-stream (Claude Code retries it too)
 CONTEXT_LIMIT = 100_000  # Claude Code's head alone is about 20K tokens; 32 outputs of 24 KB are about 200K
 
 
@@ -111,7 +112,7 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
         midway = threading.Thread(target=restart_when_paused, daemon=True)
         midway.start()
         try:
-            first = turn(PROMPT, NumberedSteps("a", STEPS, pause=(STEPS // 2, gate), overloaded=OVERLOADED))
+            first = turn(PROMPT, NumberedSteps("a", STEPS, pause=(STEPS // 2, gate), overloaded=OVERLOADED, cut=CUT))
             midway.join()
             restart()
             second = turn(MORE, NumberedSteps("b", MORE_STEPS), continue_session=True)
@@ -133,8 +134,8 @@ def test_claude_code_finished_both_turns_in_one_session(scenario: Scenario) -> N
     assert first["result"] == "Run a: all steps are done." and first["num_turns"] == STEPS + 1
     assert second["result"] == "Run b: all steps are done." and second["num_turns"] == MORE_STEPS + 1
     assert second["session_id"] == first["session_id"]
-    # one more request than model calls in the first turn: the 529 Claude Code retried
-    assert len(scenario.first.requests) == STEPS + 2 and len(scenario.second.requests) == MORE_STEPS + 1
+    # two more requests than model calls in the first turn: the 529 and the broken stream Claude Code retried
+    assert len(scenario.first.requests) == STEPS + 3 and len(scenario.second.requests) == MORE_STEPS + 1
 
 
 def test_every_forwarded_request_keeps_the_contract(scenario: Scenario) -> None:
@@ -157,13 +158,21 @@ def test_an_overloaded_answer_reaches_claude_code_verbatim_and_its_retry_stores_
     # the rows the retry could have duplicated are checked with the rest of the store below
 
 
+def test_a_broken_stream_reaches_claude_code_as_broken_and_its_retry_goes_on(scenario: Scenario) -> None:
+    (cut, upstream_cut), (retry, upstream_retry) = scenario.first.requests[CUT : CUT + 2]  # one later: the 529
+    assert not upstream_cut.completed and not cut.complete, "the proxy passed the cut on, it did not end the stream"
+    assert cut.response_body == bytes(upstream_cut.response) and b"message_start" in cut.response_body
+    assert retry.request_body == cut.request_body, "Claude Code resent the identical request"
+    assert upstream_retry.completed and request_errors(json.loads(retry.request_body), upstream_retry.body) == []
+
+
 def test_responses_are_the_upstreams_bytes(scenario: Scenario) -> None:
     for sent, received in all_requests(scenario):
-        assert received.completed and sent.complete
+        assert sent.complete == received.completed  # both false only for the broken stream
         assert sent.status == received.status
         assert sent.response_headers["content-type"] == received.response_headers["content-type"]
         assert sent.response_body == bytes(received.response)
-    assert f"sig-a-{STEPS}".encode() in scenario.first.requests[STEPS][0].response_body  # the one Claude Code read
+    assert any(f"sig-a-{STEPS}".encode() in sent.response_body for sent, _ in scenario.first.requests)
 
 
 def test_the_long_turn_was_compacted_and_said_so(scenario: Scenario) -> None:
@@ -219,7 +228,7 @@ def test_the_prompt_cache_keeps_reading(scenario: Scenario) -> None:
     After a pass the rest is written again: the marker changed, and Claude Code's last breakpoint finds the
     head's entry only within the API's 20-block lookback, so a view with a longer tail rewrites the head too.
     """
-    requests = [received for _, received in all_requests(scenario) if received.status == 200]
+    requests = [received for _, received in all_requests(scenario) if received.status == 200 and received.completed]
     prefix = prompt_tokens({"tools": requests[0].body["tools"], "system": requests[0].body["system"]}, 0)
     assert prefix > 5_000
     grew = 0
