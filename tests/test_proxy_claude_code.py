@@ -239,3 +239,37 @@ def test_the_prompt_cache_keeps_reading(scenario: Scenario) -> None:
             grew += 1
             assert after.usage["cache_read_input_tokens"] == prompt_tokens(before.body) - DEFAULT_OVERHEAD
     assert grew >= 3, "the requests before the first pass, and after a restart, only append"
+
+
+def test_the_sonnet_shape_keeps_the_contract_too(tmp_path: Path) -> None:
+    """With ``--model claude-sonnet-4-5`` Claude Code sends no environment message: the head is one user
+    message of nine text blocks whose last (the prompt) carries a breakpoint, and thinking has a budget."""
+    db = tmp_path / "sessions.db"
+    with ScriptedUpstream() as upstream, TapRelay() as tap:
+        upstream.script = NumberedSteps("s", 20)
+        options = ("--db", str(db), "--anthropic-upstream", upstream.base_url, "--context-limit", str(CONTEXT_LIMIT))
+        served = ServeProcess(tmp_path / "mchome", *options, "--log", str(tmp_path / "proxy.log")).start()
+        tap.target_port = served.port
+        try:
+            run = run_claude(
+                tap.base_url,
+                PROMPT,
+                workdir=tmp_path / "work",
+                home=tmp_path / "home",
+                extra_args=("--model", "claude-sonnet-4-5"),
+            )
+            assert served.stop() == 0
+        finally:
+            served.kill()
+        requests = pair_up(tap.exchanges(), upstream.requests)
+    assert run.ok and run.result is not None, run.stderr or run.stdout
+    assert run.result["result"] == "Run s: all steps are done." and len(requests) == 21
+    head = json.loads(requests[0][0].request_body)
+    assert head["thinking"]["type"] == "enabled" and [m["role"] for m in head["messages"]] == ["user"]
+    assert len(head["messages"][0]["content"]) > 2 and "cache_control" in head["messages"][0]["content"][-1]
+    for n, (sent, received) in enumerate(requests):
+        assert sent.response_body == bytes(received.response), f"request {n}"
+        assert request_errors(json.loads(sent.request_body), received.body) == [], f"request {n}"
+    assert sum(1 for _, received in requests if marker_texts(received.messages)) >= 10
+    final = json.loads(requests[-1][0].request_body)["messages"]
+    assert stored_session_errors(db, run.result["session_id"], len(final), []) == []
