@@ -3,10 +3,12 @@
 ``claude -p`` (the pinned npm package) talks to a byte-recording TCP relay (``http_tap``), which talks to
 ``microcompact serve`` run as a subprocess on a free port with a small ``--context-limit`` and a SQLite
 ``--db``, in front of the scripted upstream. The upstream makes Claude Code run Bash with 24 KB outputs and
-signed (sometimes redacted) thinking for 32 steps. Every request Claude Code sent is compared with the one
-the upstream received, and every response Claude Code read with the bytes the upstream answered. Between
-two turns the server is killed with SIGKILL and started again on the same store; the ``--continue`` turn
-must land in the same stored session. Skipped, naming the install command, when Claude Code is missing.
+signed (sometimes redacted) thinking for 32 steps, answers one step with a 529 and breaks another's stream
+(Claude Code retries both). Every request Claude Code sent is compared with the one the upstream received,
+and every response Claude Code read with the bytes the upstream answered. The server is killed (SIGKILL)
+while Claude Code runs step 16 and again between two turns, and started again on the same store each time;
+the turn and the ``--continue`` turn must go on in the one stored session. Skipped, naming the install
+command, when Claude Code is missing.
 """
 
 from __future__ import annotations
