@@ -5,8 +5,6 @@ compaction must too."""
 
 from __future__ import annotations
 
-import pytest
-
 from microcompact.messages import is_marker
 from microcompact.session import Session
 from test_sync_history import small_config
@@ -23,11 +21,6 @@ def step(n: int) -> list[dict[str, object]]:
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: batch/summarize.py splits runs at user messages only, so a mid-conversation system entry "
-    "is summarized into the batch marker",
-)
 def test_a_batch_compaction_keeps_a_system_entry_in_the_middle() -> None:
     history: list[dict[str, object]] = [{"role": "user", "content": "Run the steps."}]
     for n in range(12):
