@@ -516,8 +516,10 @@ class Session:
                     results.append(self._batch(reason="threshold", prompt_tokens=prompt_tokens))
                 if self.background is None:
                     results += self.micro.before_request(self.ledger)
-                elif self.micro.active and not self.background.busy:
-                    self.background.submit(self.ledger, "request")
+                elif self.micro.active:  # the inline schedule (cache-aware included), run on the worker
+                    mode = self.micro.background_request_mode(self.ledger, self.background.busy)
+                    if mode is not None:
+                        self.background.submit(self.ledger, mode)
                 cut = self.batch.last_resort(self.ledger)  # still over the window: cut what is oversized
                 if cut is not None:
                     results.append(cut)
