@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +24,8 @@ from .messages import Message, TranscriptError, is_marker
 
 HID_KEY = "_hid"  # the message's index in the client's full history
 DIGEST_KEY = "_hd"  # the digest of that client message (several session messages may share one)
-IDENTITY_KEYS = (HID_KEY, DIGEST_KEY)
+PARTS_KEY = "_hn"  # how many session messages that client message became, when more than one
+IDENTITY_KEYS = (HID_KEY, DIGEST_KEY, PARTS_KEY)
 
 
 def digest(message: Any) -> str:
@@ -106,7 +107,7 @@ def identity_of(message: Message) -> dict[str, Any]:
 
 
 # Keys only the library and its store may set: a marker, identity, store bookkeeping.
-RESERVED_KEYS = frozenset({"_mc", "_row", "_pos", "_tokens", "_state", "_absorbed_by", HID_KEY, DIGEST_KEY})
+RESERVED_KEYS = frozenset({"_mc", "_row", "_pos", "_tokens", "_state", "_absorbed_by", *IDENTITY_KEYS})
 
 
 def client_message(message: Any, hid: int) -> Message:
@@ -120,14 +121,25 @@ def client_message(message: Any, hid: int) -> Message:
     return {k: v for k, v in message.items() if not (isinstance(k, str) and k.startswith("_"))}
 
 
-def tagged(message: Message, hid: int, hd: str) -> Message:
+def tagged(message: Message, hid: int, hd: str, parts: int = 1) -> Message:
     """A copy of ``message`` (what a trusted ``convert`` made of :func:`client_message`) carrying its
-    identity. ``convert`` may add metadata of its own (an adapter's ``_items``); the reserved keys are
-    never taken from it."""
+    identity: its client index, the client message's digest and, when that client message became
+    ``parts`` > 1 session messages, their number (so a fork can tell a message only partly absorbed).
+    ``convert`` may add metadata of its own (an adapter's ``_items``); the reserved keys are never taken
+    from it."""
     if not isinstance(message, dict):
         raise TranscriptError(f"client message {hid}: expected a JSON object, got {type(message).__name__}")
     own = {k: v for k, v in message.items() if k not in RESERVED_KEYS}
-    return {**own, HID_KEY: hid, DIGEST_KEY: hd}
+    return {**own, HID_KEY: hid, DIGEST_KEY: hd, **({PARTS_KEY: parts} if parts > 1 else {})}
+
+
+def tagged_parts(client: Message, hid: int, hd: str, convert: Callable[[Message], list[Message]]) -> list[Message]:
+    """The session messages client message ``hid`` becomes, each tagged (raises TranscriptError when
+    ``convert`` makes none: a client message the session cannot hold would be asked for again forever)."""
+    parts = convert(client_message(client, hid))
+    if not parts:
+        raise TranscriptError(f"client message {hid}: it converts to no message (role {client.get('role')!r})")
+    return [tagged(m, hid, hd, len(parts)) for m in parts]
 
 
 def hid_of(message: Message) -> int | None:
@@ -192,7 +204,11 @@ def fork_prefix(
             present[hid] += 1
         elif not is_marker(m):
             return None
-    expected = parts or {}
+    expected = dict(parts or {})
+    for m in transcript:  # each message tells how many parts its client message had
+        hid, count = hid_of(m), m.get(PARTS_KEY)
+        if hid is not None and isinstance(count, int) and count > expected.get(hid, 1):
+            expected[hid] = count
     if any(present[i] < expected.get(i, 1) for i in range(at, known)):
         return None
     return [dict(m) for m in transcript if is_marker(m) or (hid_of(m) or 0) < at]
