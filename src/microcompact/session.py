@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from . import carry
 from .background import BackgroundPasses
 from .batch import BatchCompactor, BatchResult
 from .config import Config
@@ -189,6 +190,7 @@ class Session:
         # Row of the last message when finalize_turn last completed (restored by open): tells a resumed replay
         # whether the turn that ends the stored transcript was finalized before the interruption.
         self.finalized_row: int | None = None
+        self._carried_saved: Any = None  # the engine memory last written to the store (hand_over)
         if not self.micro.active and not self.config.threshold_tokens():
             log.warning(
                 "Session %s: compaction is inactive (compression.micro_compact is off and "
@@ -250,6 +252,9 @@ class Session:
             raise
         session.micro.state.turns = int(meta.get("micro_turns", 0))  # the every-N-turns cadence goes on
         session.finalized_row = meta.get("finalized_row")
+        carried = meta.get(carry.META_KEY)
+        carry.restore(carried, session.ledger, session.counter, session.micro, session.batch)
+        session._carried_saved = carried
         return session
 
     # ------------------------------------------------------------------ the transcript
@@ -559,6 +564,51 @@ class Session:
                 return results
             background.wait(left)
 
+    def hand_over(self, wait: float = 60.0) -> bool:
+        """Leave the session so that another process can continue it exactly as this one would: finish a
+        background pass (up to ``wait`` seconds), write what is pending and the engine memory the store
+        does not otherwise hold (:mod:`microcompact.carry`), and give up the writer lease. False when that
+        failed (a pass still running, a store write refused): the caller must then drop this object and
+        reopen the session from the store, never write through it again. :meth:`take_lease` resumes it."""
+        if self.background is not None:
+            self.drain(wait)
+        with self._lock:
+            settled = self.background is None or not self.background.busy
+            written = self._flush()
+            self._save_skips()
+            written = self._save_carried() and written
+            self._give_back()
+            return settled and written
+
+    def take_lease(self) -> None:
+        """Become the session's writer again after :meth:`hand_over` (raises SessionBusy while another
+        writer holds it)."""
+        with self._lock:
+            if self.store is not None and self._lease is None:
+                self._lease = _take_lease(self.store, self.session_id)
+
+    def _save_carried(self) -> bool:
+        if self.store is None:
+            return True
+        memory = carry.snapshot(self.ledger, self.counter, self.micro, self.batch)
+        if memory == self._carried_saved:
+            return True
+        try:
+            self.store.update_meta(self.session_id, {carry.META_KEY: memory})
+        except Exception as exc:
+            log.error("Session store: could not save the engine memory (%s: %s)", type(exc).__name__, exc)
+            return False
+        self._carried_saved = memory
+        return True
+
+    def _give_back(self) -> None:
+        if self.store is not None and self._lease is not None:
+            lease, self._lease = self._lease, None
+            try:
+                _give_back_lease(self.store, self.session_id, lease)
+            except StoreError as exc:
+                log.warning("Session store: could not release the writer lease (%s)", exc)
+
     def close(self) -> None:
         """Finish background work, write what is pending and give up the store's writer lease (the store
         itself stays open: the caller owns it)."""
@@ -568,12 +618,7 @@ class Session:
         with self._lock:
             self._flush()
             self._save_skips()
-            if self.store is not None and self._lease is not None:
-                lease, self._lease = self._lease, None
-                try:
-                    _give_back_lease(self.store, self.session_id, lease)
-                except StoreError as exc:
-                    log.warning("Session store: could not release the writer lease (%s)", exc)
+            self._give_back()
 
     def __enter__(self) -> Session:
         return self
