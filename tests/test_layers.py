@@ -24,7 +24,7 @@ LAYERS: list[set[str]] = [
     {"background", "store", "carry"},
     {"session"},
     {"replay", "cost", "report", "importers", "router"},
-    {"compare"},
+    {"compare", "server"},
     {"cli", "__init__", "__main__"},
 ]
 

@@ -732,6 +732,48 @@ def import_cmd(
         raise typer.Exit(code)
 
 
+@app.command("serve")
+def serve_cmd(
+    config: Annotated[Path | None, typer.Option("--config", help="YAML config file.")] = None,
+    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to listen on (0: any free one).")] = 8765,
+    openai_upstream: Annotated[
+        str, typer.Option("--openai-upstream", help="OpenAI-compatible base URL requests go to.")
+    ] = "https://api.openai.com/v1",
+    anthropic_upstream: Annotated[
+        str, typer.Option("--anthropic-upstream", help="Anthropic base URL requests go to.")
+    ] = "https://api.anthropic.com",
+    db: DbOption = None,
+    context_limit: Annotated[int | None, typer.Option("--context-limit", help="Model context window, tokens.")] = None,
+    log_file: Annotated[
+        Path | None, typer.Option("--log", help="Log file (default $MICROCOMPACT_HOME/logs/agent.log).")
+    ] = None,
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            "--api-key",
+            envvar="MICROCOMPACT_PROXY_KEY",
+            help="Require this key from clients, in the X-Microcompact-Key header.",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Run the compaction proxy: point OpenAI or Anthropic clients (Claude Code, Codex, aider, SDKs) at it."""
+    from .server.run import ServeError, ServeOptions, serve
+
+    options = ServeOptions(config, host, port, openai_upstream, anthropic_upstream, db, context_limit, api_key)
+    handler = _open_log(log_file)
+    try:
+        serve(options, say=lambda line: err.print(escape(line), highlight=False, soft_wrap=True))
+    except ServeError as exc:
+        _fail(str(exc))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        logging.getLogger("microcompact").removeHandler(handler)
+        handler.close()
+
+
 def main() -> None:
     app()
 
