@@ -17,6 +17,7 @@ import openai
 import pytest
 
 from upstream import (
+    PromptCache,
     RedactedThinking,
     Reply,
     ScriptedUpstream,
@@ -79,6 +80,7 @@ def test_anthropic_plain_message_with_thinking_and_tool_use(upstream: ScriptedUp
     sent = upstream.requests[-1]
     assert message.usage.input_tokens == prompt_tokens(sent.body) == upstream.prompt_tokens(sent.body)
     assert message.usage.output_tokens > 0
+    assert sent.usage == message.usage.model_dump(exclude_none=True)
 
 
 def test_anthropic_stream_events_rebuild_the_same_message(upstream: ScriptedUpstream) -> None:
@@ -146,6 +148,56 @@ def test_anthropic_prompt_cache_reads_what_an_earlier_request_wrote(upstream: Sc
     assert second.usage.cache_creation_input_tokens == 0
     total = second.usage.input_tokens + second.usage.cache_read_input_tokens
     assert total == prompt_tokens(upstream.requests[-1].body)
+
+
+def test_prompt_cache_follows_a_breakpoint_that_moves_to_the_newest_message() -> None:
+    """Claude Code's pattern: the breakpoint sits on the newest block; the next request finds the old prefix
+    within the 20-block lookback, and once more than 20 blocks were added, only the system prefix."""
+    cache = PromptCache()
+    system = [{"type": "text", "text": "rules " * 100, "cache_control": {"type": "ephemeral"}}]
+    marked = {"type": "ephemeral"}
+    first = {
+        "system": system,
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "go", "cache_control": marked}]}],
+    }
+    one = cache.usage(first, overhead=10)
+    history = [{"role": "user", "content": "go"}, {"role": "assistant", "content": "ok"}]
+    second = {
+        "system": system,
+        "messages": [
+            *history,
+            {"role": "user", "content": [{"type": "text", "text": "next", "cache_control": marked}]},
+        ],
+    }
+    two = cache.usage(second, overhead=10)
+
+    assert (one.cache_read_input_tokens, one.input_tokens) == (0, 10)
+    assert two.cache_read_input_tokens == one.total - 10  # the string "go" is the same block as before
+    assert two.cache_creation_input_tokens == two.total - 10 - two.cache_read_input_tokens
+    padding = [{"role": "user", "content": [{"type": "text", "text": str(i)} for i in range(25)]}]
+    far = {
+        "system": system,
+        "messages": [
+            *history,
+            *padding,
+            {"role": "assistant", "content": [{"type": "text", "text": "x", "cache_control": marked}]},
+        ],
+    }
+    three = cache.usage(far, overhead=10)
+    system_only = cache.usage({"system": system, "messages": []}, overhead=0).total
+    assert three.cache_read_input_tokens == system_only
+
+
+def test_gzip_json_is_decoded_by_the_sdk_and_recorded_compressed() -> None:
+    with ScriptedUpstream(gzip_json=True) as upstream:
+        message = anthropic_client(upstream).messages.create(model="claude-test", max_tokens=10, messages=USER)
+        sent = upstream.requests[-1]
+        assert message.content[0].text == "Scripted reply to request 1."  # type: ignore[union-attr]
+        assert sent.response_headers["content-encoding"] == "gzip" and sent.response.startswith(b"\x1f\x8b")
+        assert int(sent.response_headers["content-length"]) == len(sent.response)
+        assert json.loads(sent.response_text)["id"] == message.id
+        stream = list(openai_client(upstream).chat.completions.create(model="gpt-test", messages=USER, stream=True))
+        assert stream and "content-encoding" not in upstream.requests[-1].response_headers  # SSE is never gzipped
 
 
 def test_anthropic_count_tokens_and_models(upstream: ScriptedUpstream) -> None:
@@ -367,3 +419,25 @@ def test_bad_json_request_gets_a_provider_shaped_400(upstream: ScriptedUpstream)
     response = httpx.post(f"{upstream.openai_base_url}/chat/completions", content=b"[1, 2")
     assert response.status_code == 400 and response.json()["error"]["type"] == "invalid_request_error"
     assert upstream.requests[-1].body is None and upstream.requests[-1].raw == b"[1, 2"
+
+
+def test_a_client_that_leaves_mid_stream_is_noticed_and_the_stream_stops(upstream: ScriptedUpstream) -> None:
+    upstream.event_delay = 0.05
+    upstream.enqueue(Reply((Text("x" * 2000),)))  # 125 text deltas: about 6 s at this pace
+    payload = {"model": "m", "max_tokens": 5, "messages": USER, "stream": True}
+    with httpx.stream("POST", f"{upstream.base_url}/v1/messages", json=payload) as response:
+        next(response.iter_raw())
+    sent = upstream.requests[-1]
+    deadline = time.monotonic() + 3
+    while not sent.client_disconnected and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert sent.client_disconnected and not sent.completed
+    size = len(sent.response)
+    time.sleep(0.2)
+    assert len(sent.response) == size  # nothing more was generated
+
+
+def test_a_client_that_reads_to_the_end_is_not_marked_as_leaving(upstream: ScriptedUpstream) -> None:
+    list(anthropic_client(upstream).messages.create(model="claude-test", max_tokens=10, messages=USER, stream=True))
+    time.sleep(0.1)
+    assert upstream.requests[-1].completed and not upstream.requests[-1].client_disconnected

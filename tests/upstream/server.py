@@ -10,10 +10,12 @@ are answers like any other.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import socket
 import threading
 import time
+import zlib
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -45,7 +47,17 @@ class RecordedRequest:
     status: int = 0
     response_headers: dict[str, str] = field(default_factory=dict)
     response: bytearray = field(default_factory=bytearray)  # every byte of the body sent
-    completed: bool = False  # the whole response was sent (False after a cut stream or a hang)
+    completed: bool = False  # the whole body was sent (False after a cut stream, a hang, or while sending)
+    usage: dict[str, Any] | None = None  # the usage object the upstream reported, when it answered a reply
+    client_disconnected: bool = False  # the client closed the connection before the body was complete
+
+    @property
+    def response_text(self) -> str:
+        """The response body as the client reads it (gunzipped when it was sent compressed)."""
+        raw = bytes(self.response)
+        if self.response_headers.get("content-encoding") == "gzip":
+            raw = zlib.decompressobj(wbits=31).decompress(raw)  # as much as arrived, when the body was cut
+        return raw.decode(errors="replace")
 
     @property
     def stream(self) -> bool:
@@ -78,20 +90,52 @@ class _Body:
         self.upstream, self.record, self.status, self.headers = upstream, record, status, headers
         self.chunks, self.cut_after = chunks, cut_after
 
+    def _whole(self) -> tuple[list[bytes], int | None]:
+        """A non-streamed body as one piece with its content-length (gzipped when the upstream is set to and
+        the client accepts it); when it is to be cut, only its first half is sent."""
+        body = b"".join(self.chunks)
+        if self.upstream.gzip_json and "gzip" in self.record.headers.get("accept-encoding", ""):
+            body = gzip.compress(body, mtime=0)
+            self.headers["content-encoding"] = "gzip"
+        self.headers["content-length"] = str(len(body))
+        if self.cut_after is None:
+            return [body], None
+        return [body[: len(body) // 2], body[len(body) // 2 :]], 1
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self._finished = False
+        watcher = asyncio.create_task(self._watch_for_disconnect(receive))
+        try:
+            await self._send_all(send)
+        finally:
+            watcher.cancel()
+
+    async def _watch_for_disconnect(self, receive: Receive) -> None:
+        """Note a client that leaves before the body is complete (uvicorn reports it as http.disconnect)."""
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        if not self._finished:
+            self.record.client_disconnected = True
+
+    async def _send_all(self, send: Send) -> None:
+        streaming = self.headers.get("content-type", "").startswith("text/event-stream")
+        chunks, cut_after = (self.chunks, self.cut_after) if streaming else self._whole()
         headers = [(k.encode(), v.encode()) for k, v in self.headers.items()]
         self.record.status, self.record.response_headers = self.status, dict(self.headers)
         await send({"type": "http.response.start", "status": self.status, "headers": headers})
-        streaming = self.headers.get("content-type", "").startswith("text/event-stream")
-        for index, chunk in enumerate(self.chunks):
-            if self.cut_after is not None and index >= self.cut_after:
+        for index, chunk in enumerate(chunks):
+            if cut_after is not None and index >= cut_after:
                 return  # uvicorn closes the connection mid-body: the client sees a broken response
             if streaming and index and self.upstream.event_delay:
                 await asyncio.sleep(self.upstream.event_delay)
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            if self.record.client_disconnected:
+                return  # like the real APIs, stop generating for a client that has gone
+            # Recorded before sending: the client may have read it all before ``send`` returns.
             self.record.response.extend(chunk)
+            self.record.completed = index == len(chunks) - 1
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        self._finished = True
         await send({"type": "http.response.body", "body": b"", "more_body": False})
-        self.record.completed = True
 
 
 def _json_chunks(payload: Any) -> list[bytes]:
@@ -112,7 +156,8 @@ class ScriptedUpstream:
     ``base_url`` is what the Anthropic SDK and Claude Code take; ``openai_base_url`` (``.../v1``) what the
     OpenAI SDK takes. Prompt usage is ``usage.prompt_tokens(body, overhead)``; with ``prompt_cache`` the
     Anthropic side splits it into cache reads and writes at the request's breakpoints. With ``validate``,
-    requests the real API would reject (broken tool pairs, more than 4 breakpoints) get its 400.
+    requests the real API would reject (broken tool pairs, more than 4 breakpoints) get its 400. With
+    ``gzip_json``, JSON bodies go out gzip-compressed to clients that accept it, as the real APIs' edges do.
     """
 
     def __init__(
@@ -124,6 +169,7 @@ class ScriptedUpstream:
         overhead: int = DEFAULT_OVERHEAD,
         prompt_cache: bool = True,
         validate: bool = True,
+        gzip_json: bool = False,
         model: str = "scripted-model",
     ) -> None:
         self.script: Script = script or default_script
@@ -131,6 +177,7 @@ class ScriptedUpstream:
         self.event_delay = event_delay
         self.overhead = overhead
         self.validate = validate
+        self.gzip_json = gzip_json
         self.model = model
         self.requests: list[RecordedRequest] = []
         self._cache = PromptCache() if prompt_cache else None
@@ -284,9 +331,6 @@ class ScriptedUpstream:
     ) -> _Body:
         chunks = render(record, reply)
         content_type = "text/event-stream; charset=utf-8" if record.stream else "application/json"
-        if cut_after is not None and not record.stream:  # a JSON body: send its first half only
-            half = len(chunks[0]) // 2
-            chunks, cut_after = [chunks[0][:half], chunks[0][half:]], 1
         return _Body(self, record, 200, self._headers(record, content_type), chunks, cut_after)
 
     async def _fault(
@@ -333,6 +377,7 @@ class ScriptedUpstream:
             prompt = PromptUsage(prompt_tokens(body, self.overhead), 0, 0)
         model = reply.model or body.get("model") or self.model
         message = anthropic_wire.message(reply, model, record.number, prompt, output_tokens(reply))
+        record.usage = message["usage"]
         if record.stream:
             return anthropic_wire.stream_events(reply, message)
         return _json_chunks(message)
@@ -342,6 +387,7 @@ class ScriptedUpstream:
         usage = openai_wire.usage_json(prompt_tokens(body, self.overhead), output_tokens(reply))
         model = reply.model or body.get("model") or self.model
         full = openai_wire.completion(reply, model, record.number, usage)
+        record.usage = usage
         if record.stream:
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             return openai_wire.stream_chunks(reply, full, include_usage)
