@@ -8,6 +8,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import threading
 import time
 from typing import Any
 
@@ -20,6 +21,7 @@ from microcompact.router import SessionRouter
 from microcompact.store import StoreLocked
 from paths import NORMALIZED
 from router_worker import serve_one, worker
+from test_micro import Recorder, turn
 
 # A small window, so that micro passes, batch compaction and prunes all happen within a few dozen requests.
 CONFIG: dict[str, Any] = {
@@ -180,3 +182,77 @@ def test_waiting_for_a_conversation_another_process_holds_ends_with_a_clear_erro
     with pytest.raises(StoreLocked, match=held), router.lock("k"):
         pass
     assert time.monotonic() - t0 < 2.0
+
+
+class Gated(Recorder):
+    """Summarizes only once ``gate`` is set; a call that had to wait marks its summary with ``word``."""
+
+    def __init__(self, word: str) -> None:
+        super().__init__()
+        self.word = word
+        self.gate = threading.Event()
+        self.entered = threading.Event()
+
+    def merge(self, summary, exchange):
+        waited = not self.gate.is_set()
+        self.entered.set()
+        self.gate.wait(10)
+        return (f"{self.word} " if waited else "") + super().merge(summary, exchange)
+
+
+def _background_config():
+    return parse_config(
+        {
+            "compression": {"micro_compact": True, "micro_compact_background": True, "protect_first_n": 3},
+            "model": {"context_length": 20_000},
+        }
+    )
+
+
+def _until_a_pass_runs(router: SessionRouter, turns: list[list[dict[str, Any]]], summarizer: Gated) -> int:
+    """Serve one request per turn (each adds a user message) until a background pass waits in the
+    summarizer (the key was let go meanwhile)."""
+    history: list[dict[str, Any]] = []
+    for n, t in enumerate(turns):
+        history = [*history, *t]
+        serve_one(router, "k", history)
+        router.sessions()[0].background.wait(0.3)  # returns at once when the pass had nothing to summarize
+        if summarizer.entered.is_set():
+            return n
+    raise AssertionError("no micro pass was started")
+
+
+def test_a_background_pass_is_applied_only_by_the_process_that_gets_the_conversation_back_unchanged(
+    store_factory,
+):
+    turns = [turn(i) for i in range(12)]
+    mine = Gated("MINE")
+    one = SessionRouter(_background_config(), store=store_factory.open(), summarizer=mine, shared=True)
+    n = _until_a_pass_runs(one, turns, mine)  # the lock was let go with the pass still running
+    mine.gate.set()
+    one.sessions()[0].background.wait(10)
+    serve_one(one, "k", [m for t in turns[: n + 2] for m in t])  # back to this process, the store unchanged
+    store = store_factory.open()
+    markers = [m for m in store.load_active("k") if (m.get("_mc") or {}).get("marker") == "micro"]
+    assert markers and markers[0]["content"].count("MINE"), "the pass was applied and written"
+
+
+def test_a_background_pass_of_a_process_that_lost_the_conversation_never_reaches_the_store(store_factory, caplog):
+    turns = [turn(i) for i in range(12)]
+    stale = Gated("STALE")
+    one = SessionRouter(_background_config(), store=store_factory.open(), summarizer=stale, shared=True)
+    other = SessionRouter(_background_config(), store=store_factory.open(), summarizer=Recorder(), shared=True)
+    n = _until_a_pass_runs(one, turns, stale)
+    history = [m for t in turns[: n + 2] for m in t]
+    serve_one(other, "k", history)  # another process continues the conversation meanwhile
+    other.sessions()[0].drain()
+    serve_one(other, "k", [*history, {"role": "user", "content": "and now?"}])
+    stale.gate.set()
+    one.sessions()[0].background.wait(10)
+    answer = serve_one(one, "k", [*history, {"role": "user", "content": "and now?"}, *turns[n + 2]])
+    assert answer["session"] == "k"
+    store = store_factory.open()
+    rows = store.export("k", include_absorbed=True)
+    assert not any("STALE" in str(m.get("content")) for m in rows)
+    assert known_digests(rows) is not None
+    assert "StoreConflict" not in caplog.text and "stale" not in caplog.text

@@ -64,8 +64,8 @@ class SessionRouter:
 
     Alone on its store, an open session holds its store writer lease while open. With ``shared=True``
     (other processes use the same store) a session is leased only inside :meth:`lock`; ``lock_timeout``
-    bounds the wait for a key another process holds, ``pass_wait`` the wait for a background pass when
-    letting a key go."""
+    bounds the wait for a key another process holds, ``pass_wait`` the wait for a running background pass
+    when letting a key go (0: never wait, see :meth:`lock`)."""
 
     def __init__(
         self,
@@ -77,7 +77,7 @@ class SessionRouter:
         session_factory: Callable[[str], Session] | None = None,
         shared: bool = False,
         lock_timeout: float = 120.0,
-        pass_wait: float = 30.0,
+        pass_wait: float = 0.0,
     ) -> None:
         self.config = config or Config()
         self.store = store
@@ -92,6 +92,7 @@ class SessionRouter:
         self._open: OrderedDict[str, Session] = OrderedDict()  # session id -> session, least recent first
         self._branches: dict[str, list[str]] = {}  # key -> branch ids, most recently used first
         self._key_of: dict[str, str] = {}  # session id -> its key
+        self._members: dict[str, set[str]] = {}  # key -> ids of its sessions this process opened
         self._versions: dict[str, int] = {}  # session id -> its store version when this process let go
 
     # ------------------------------------------------------------------ sessions
@@ -120,6 +121,7 @@ class SessionRouter:
         with self._lock:
             self._open[session.session_id] = session
             self._key_of[session.session_id] = key
+            self._members.setdefault(key, set()).add(session.session_id)
             evicted: list[Session | None] = []
             for sid in list(self._open):
                 if len(self._open) <= self.max_open:
@@ -132,8 +134,7 @@ class SessionRouter:
                 self._close(old)
 
     def _forget(self, session_id: str) -> Session | None:
-        """Drop a session from the cache (under ``self._lock``)."""
-        self._key_of.pop(session_id, None)
+        """Drop a session from the cache (under ``self._lock``; its key stays known for :meth:`live`)."""
         self._versions.pop(session_id, None)
         return self._open.pop(session_id, None)
 
@@ -172,11 +173,15 @@ class SessionRouter:
 
         With ``shared=True`` the key is also locked in the store (waiting up to ``lock_timeout`` seconds,
         then :class:`~microcompact.store.StoreLocked`), cached branches another process wrote are reloaded,
-        and on leaving every branch is handed over (:meth:`Session.hand_over`). A background pass still
-        running then gets ``pass_wait`` seconds to finish and be written; after that it is abandoned: its
-        session object is dropped unapplied (the worker computes, it never writes), so nothing of it can
-        reach the store after the key is let go. The next request reopens the session from the store and
-        absorbs that span again."""
+        and on leaving every branch is handed over (:meth:`Session.hand_over`).
+
+        Background passes: a pass that finished is written before the key is let go. One still running
+        (after ``pass_wait`` seconds, by default none: a request never waits on a summarizer here) stays
+        pending on this process's session object, which only computes and never writes on its own. If
+        this process takes the key again and the store has not moved, the pass is applied then, as in a
+        single process; if another process wrote meanwhile, the object is dropped with its pass unapplied
+        and whoever continues runs the pass again. So no pass ever reaches the store after its key was
+        let go, and none is applied to a transcript it was not computed on."""
         with self._lock:
             lock = self._key_locks.setdefault(key, threading.Lock())
         with lock:
@@ -214,7 +219,7 @@ class SessionRouter:
 
     def _cached(self, key: str) -> list[str]:
         with self._lock:
-            return [sid for sid, k in self._key_of.items() if k == key and sid in self._open]
+            return sorted(sid for sid in self._members.get(key, ()) if sid in self._open)
 
     def _revalidate(self, key: str) -> None:
         """Drop cached branches of ``key`` that another process wrote since this one let go (reopened from
@@ -242,8 +247,8 @@ class SessionRouter:
         for session in sessions:
             if not session.hand_over(self.pass_wait):
                 log.warning(
-                    "Session %s: a background pass or a store write was not finished when the conversation "
-                    "was let go; dropping the in-memory session (it is reopened from the store)",
+                    "Session %s: a store write failed when the conversation was let go; dropping the "
+                    "in-memory session (it is reopened from the store, and the client resends its history)",
                     session.session_id,
                 )
                 with self._lock:
@@ -255,6 +260,16 @@ class SessionRouter:
             for sid, version in versions.items():
                 if sid == key or sid in self._open:
                     self._versions[sid] = version
+
+    def live(self, session: Session) -> Session:
+        """The object to use now for a session routed earlier (e.g. a request's follow-up after the
+        response): with ``shared=True`` the one :meth:`lock` left current, reopened from the store when
+        another process wrote meanwhile, and leased. Call under :meth:`lock` of its key."""
+        if not self.shared:
+            return session
+        with self._lock:
+            key = self._key_of.get(session.session_id, session.session_id)
+        return self._session(key, session.session_id)
 
     # ------------------------------------------------------------------ routing
 
@@ -317,6 +332,7 @@ class SessionRouter:
             sessions = list(self._open.values())
             self._open.clear()
             self._key_of.clear()
+            self._members.clear()
             self._versions.clear()
         for s in sessions:
             self._close(s)

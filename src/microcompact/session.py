@@ -564,21 +564,25 @@ class Session:
                 return results
             background.wait(left)
 
-    def hand_over(self, wait: float = 60.0) -> bool:
-        """Leave the session so that another process can continue it exactly as this one would: finish a
-        background pass (up to ``wait`` seconds), write what is pending and the engine memory the store
-        does not otherwise hold (:mod:`microcompact.carry`), and give up the writer lease. False when that
-        failed (a pass still running, a store write refused): the caller must then drop this object and
-        reopen the session from the store, never write through it again. :meth:`take_lease` resumes it."""
-        if self.background is not None:
+    def hand_over(self, wait: float = 0.0) -> bool:
+        """Leave the session so that another process can continue it exactly as this one would: apply a
+        finished background pass (waiting up to ``wait`` seconds for a running one), write what is pending
+        and the engine memory the store does not otherwise hold (:mod:`microcompact.carry`), and give up the
+        writer lease. :meth:`take_lease` resumes it.
+
+        A pass still running stays pending on this object: it computes and never writes, so it is applied
+        (and written) only if this object takes the lease again with the store unchanged. False when a
+        store write failed: the caller must then drop this object and reopen the session from the store."""
+        if self.background is not None and wait > 0:
             self.drain(wait)
         with self._lock:
-            settled = self.background is None or not self.background.busy
+            if self.background is not None:
+                self.background.collect(self.ledger)
             written = self._flush()
             self._save_skips()
             written = self._save_carried() and written
             self._give_back()
-            return settled and written
+            return written
 
     def take_lease(self) -> None:
         """Become the session's writer again after :meth:`hand_over` (raises SessionBusy while another
