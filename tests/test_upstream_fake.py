@@ -8,7 +8,11 @@ its 429s, and fail the way they fail in production on its garbage and cut stream
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -441,3 +445,46 @@ def test_a_client_that_reads_to_the_end_is_not_marked_as_leaving(upstream: Scrip
     list(anthropic_client(upstream).messages.create(model="claude-test", max_tokens=10, messages=USER, stream=True))
     time.sleep(0.1)
     assert upstream.requests[-1].completed and not upstream.requests[-1].client_disconnected
+
+
+def test_runs_as_its_own_process(tmp_path: Path) -> None:
+    tests_dir = Path(__file__).parent
+    process = subprocess.Popen(
+        [sys.executable, "-m", "upstream", "--tool-loop", "2"],
+        cwd=tests_dir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line.startswith("listening on http://127.0.0.1:"), process.stderr.read() if process.stderr else line
+        base_url = line.split()[-1]
+        client = anthropic.Anthropic(base_url=base_url, api_key="sk-ant-test", max_retries=0)
+        message = client.messages.create(model="m", max_tokens=10, messages=USER, tools=[bash_tool_anthropic()])  # type: ignore[list-item]
+        assert message.stop_reason == "tool_use" and message.content[-1].input["command"] == seq_command(0)  # type: ignore[union-attr]
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=10) == 0
+
+
+def test_process_reports_an_unreadable_transcript(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "upstream", "--replay", str(tmp_path / "missing.jsonl")],
+        cwd=Path(__file__).parent,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith("upstream: cannot read transcript") and "Traceback" not in done.stderr
+
+
+def test_keep_bounds_the_records_but_not_the_numbering() -> None:
+    with ScriptedUpstream(keep=2) as upstream:
+        client = openai_client(upstream)
+        for _ in range(5):
+            client.chat.completions.create(model="gpt-test", messages=USER)
+        assert [r.number for r in upstream.requests] == [4, 5]
+        assert upstream.requests[-1].response_text.startswith('{"id":"chatcmpl-00000000000000000005"')

@@ -1,5 +1,6 @@
 """A scripted OpenAI + Anthropic upstream for tests of clients and of the proxy (see ``server.py``)."""
 
+from .recorded import RecordedRequest, Script
 from .replies import (
     Answer,
     Fault,
@@ -15,7 +16,7 @@ from .replies import (
     text,
     tool_call,
 )
-from .server import RecordedRequest, Script, ScriptedUpstream, default_script
+from .server import ScriptedUpstream, default_script
 from .usage import DEFAULT_OVERHEAD, PromptCache, prompt_tokens
 
 __all__ = [

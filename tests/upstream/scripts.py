@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .recorded import RecordedRequest
 from .replies import Block, Reply, Text, Thinking, ToolCall, text
-from .server import RecordedRequest
 
 
 def tool_results(messages: list[Any]) -> int:

@@ -10,132 +10,28 @@ are answers like any other.
 from __future__ import annotations
 
 import asyncio
-import gzip
 import json
 import socket
 import threading
 import time
-import zlib
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
 
 from . import anthropic_wire, openai_wire, validate
+from .body import ScriptedBody
+from .recorded import RecordedRequest, Script
 from .replies import Answer, Fault, Reply, text
 from .usage import DEFAULT_OVERHEAD, PromptCache, PromptUsage, output_tokens, prompt_tokens
 
 
-@dataclass
-class RecordedRequest:
-    """One request as the upstream saw it, and what it answered."""
-
-    number: int  # 1-based, in arrival order
-    method: str
-    path: str
-    query: str
-    headers: dict[str, str]  # lower-case names
-    raw: bytes
-    body: Any  # parsed JSON, or None when the body is not JSON
-    api: str  # "anthropic", "openai" or "other"
-    status: int = 0
-    response_headers: dict[str, str] = field(default_factory=dict)
-    response: bytearray = field(default_factory=bytearray)  # every byte of the body sent
-    completed: bool = False  # the whole body was sent (False after a cut stream, a hang, or while sending)
-    usage: dict[str, Any] | None = None  # the usage object the upstream reported, when it answered a reply
-    client_disconnected: bool = False  # the client closed the connection before the body was complete
-
-    @property
-    def response_text(self) -> str:
-        """The response body as the client reads it (gunzipped when it was sent compressed)."""
-        raw = bytes(self.response)
-        if self.response_headers.get("content-encoding") == "gzip":
-            raw = zlib.decompressobj(wbits=31).decompress(raw)  # as much as arrived, when the body was cut
-        return raw.decode(errors="replace")
-
-    @property
-    def stream(self) -> bool:
-        return isinstance(self.body, dict) and self.body.get("stream") is True
-
-    @property
-    def messages(self) -> list[Any]:
-        return list(self.body.get("messages") or []) if isinstance(self.body, dict) else []
-
-
-Script = Callable[[RecordedRequest], Answer]
-
-
 def default_script(request: RecordedRequest) -> Reply:
     return text(f"Scripted reply to request {request.number}.")
-
-
-class _Body:
-    """An ASGI response that sends ``chunks`` one by one, records them, and can stop without finishing."""
-
-    def __init__(
-        self,
-        upstream: ScriptedUpstream,
-        record: RecordedRequest,
-        status: int,
-        headers: dict[str, str],
-        chunks: list[bytes],
-        cut_after: int | None = None,
-    ) -> None:
-        self.upstream, self.record, self.status, self.headers = upstream, record, status, headers
-        self.chunks, self.cut_after = chunks, cut_after
-
-    def _whole(self) -> tuple[list[bytes], int | None]:
-        """A non-streamed body as one piece with its content-length (gzipped when the upstream is set to and
-        the client accepts it); when it is to be cut, only its first half is sent."""
-        body = b"".join(self.chunks)
-        if self.upstream.gzip_json and "gzip" in self.record.headers.get("accept-encoding", ""):
-            body = gzip.compress(body, mtime=0)
-            self.headers["content-encoding"] = "gzip"
-        self.headers["content-length"] = str(len(body))
-        if self.cut_after is None:
-            return [body], None
-        return [body[: len(body) // 2], body[len(body) // 2 :]], 1
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        self._finished = False
-        watcher = asyncio.create_task(self._watch_for_disconnect(receive))
-        try:
-            await self._send_all(send)
-        finally:
-            watcher.cancel()
-
-    async def _watch_for_disconnect(self, receive: Receive) -> None:
-        """Note a client that leaves before the body is complete (uvicorn reports it as http.disconnect)."""
-        while (await receive())["type"] != "http.disconnect":
-            pass
-        if not self._finished:
-            self.record.client_disconnected = True
-
-    async def _send_all(self, send: Send) -> None:
-        streaming = self.headers.get("content-type", "").startswith("text/event-stream")
-        chunks, cut_after = (self.chunks, self.cut_after) if streaming else self._whole()
-        headers = [(k.encode(), v.encode()) for k, v in self.headers.items()]
-        self.record.status, self.record.response_headers = self.status, dict(self.headers)
-        await send({"type": "http.response.start", "status": self.status, "headers": headers})
-        for index, chunk in enumerate(chunks):
-            if cut_after is not None and index >= cut_after:
-                return  # uvicorn closes the connection mid-body: the client sees a broken response
-            if streaming and index and self.upstream.event_delay:
-                await asyncio.sleep(self.upstream.event_delay)
-            if self.record.client_disconnected:
-                return  # like the real APIs, stop generating for a client that has gone
-            # Recorded before sending: the client may have read it all before ``send`` returns.
-            self.record.response.extend(chunk)
-            self.record.completed = index == len(chunks) - 1
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        self._finished = True
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 def _json_chunks(payload: Any) -> list[bytes]:
@@ -164,12 +60,14 @@ class ScriptedUpstream:
         self,
         script: Script | None = None,
         *,
+        port: int = 0,
         latency: float = 0.0,
         event_delay: float = 0.0,
         overhead: int = DEFAULT_OVERHEAD,
         prompt_cache: bool = True,
         validate: bool = True,
         gzip_json: bool = False,
+        keep: int | None = None,
         model: str = "scripted-model",
     ) -> None:
         self.script: Script = script or default_script
@@ -180,12 +78,14 @@ class ScriptedUpstream:
         self.gzip_json = gzip_json
         self.model = model
         self.requests: list[RecordedRequest] = []
+        self.keep = keep  # keep only the newest ``keep`` records (benchmarks send thousands of large bodies)
+        self._received = 0
         self._cache = PromptCache() if prompt_cache else None
         self._answers: deque[Answer] = deque()
         self._lock = threading.Lock()
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._socket.bind(("127.0.0.1", 0))
+        self._socket.bind(("127.0.0.1", port))
         self.port: int = self._socket.getsockname()[1]
         config = uvicorn.Config(
             self._app(),
@@ -269,8 +169,9 @@ class ScriptedUpstream:
         except ValueError:
             body = None
         with self._lock:
+            self._received += 1
             record = RecordedRequest(
-                number=len(self.requests) + 1,
+                number=self._received,
                 method=request.method,
                 path=request.url.path,
                 query=request.url.query,
@@ -280,6 +181,8 @@ class ScriptedUpstream:
                 api=_api_of(request.url.path, headers),
             )
             self.requests.append(record)
+            if self.keep is not None and len(self.requests) > self.keep:
+                del self.requests[: len(self.requests) - self.keep]
         return record
 
     def _next_answer(self, record: RecordedRequest) -> Answer:
@@ -288,12 +191,24 @@ class ScriptedUpstream:
                 return self._answers.popleft()
         return self.script(record)
 
-    def _error(self, record: RecordedRequest, status: int, message: str, error_type: str | None = None) -> _Body:
+    def _error(self, record: RecordedRequest, status: int, message: str, error_type: str | None = None) -> ScriptedBody:
         if record.api == "anthropic":
             payload = anthropic_wire.error_body(status, message, error_type)
         else:
             payload = openai_wire.error_body(status, message, error_type)
-        return _Body(self, record, status, self._headers(record, "application/json"), _json_chunks(payload))
+        return self._body(record, status, self._headers(record, "application/json"), _json_chunks(payload))
+
+    def _body(
+        self,
+        record: RecordedRequest,
+        status: int,
+        headers: dict[str, str],
+        chunks: list[bytes],
+        cut_after: int | None = None,
+    ) -> ScriptedBody:
+        return ScriptedBody(
+            record, status, headers, chunks, cut_after=cut_after, event_delay=self.event_delay, gzip_json=self.gzip_json
+        )
 
     def _headers(self, record: RecordedRequest, content_type: str) -> dict[str, str]:
         headers = {"content-type": content_type}
@@ -305,7 +220,9 @@ class ScriptedUpstream:
             headers["cache-control"] = "no-cache"
         return headers
 
-    async def _generate(self, request: Request, render: Callable[[RecordedRequest, Reply], list[bytes]]) -> _Body:
+    async def _generate(
+        self, request: Request, render: Callable[[RecordedRequest, Reply], list[bytes]]
+    ) -> ScriptedBody:
         record = await self._record(request)
         if not isinstance(record.body, dict):
             return self._error(record, 400, "The request body is not valid JSON.", "invalid_request_error")
@@ -328,14 +245,14 @@ class ScriptedUpstream:
         reply: Reply,
         render: Callable[[RecordedRequest, Reply], list[bytes]],
         cut_after: int | None = None,
-    ) -> _Body:
+    ) -> ScriptedBody:
         chunks = render(record, reply)
         content_type = "text/event-stream; charset=utf-8" if record.stream else "application/json"
-        return _Body(self, record, 200, self._headers(record, content_type), chunks, cut_after)
+        return self._body(record, 200, self._headers(record, content_type), chunks, cut_after)
 
     async def _fault(
         self, record: RecordedRequest, fault: Fault, render: Callable[[RecordedRequest, Reply], list[bytes]]
-    ) -> _Body:
+    ) -> ScriptedBody:
         if fault.hang:
             await self._sleep_unless_closing(fault.hang)
         if fault.status is not None:
@@ -345,7 +262,7 @@ class ScriptedUpstream:
             response.headers.update(fault.headers)
             return response
         if fault.garbage is not None:
-            return _Body(self, record, 200, self._headers(record, "application/json"), [fault.garbage])
+            return self._body(record, 200, self._headers(record, "application/json"), [fault.garbage])
         if fault.cut_after_events is not None:
             reply = fault.reply or self._script_reply(record)
             return self._reply(record, reply, render, cut_after=fault.cut_after_events)
@@ -363,10 +280,10 @@ class ScriptedUpstream:
 
     # ------------------------------------------------------------------ endpoints
 
-    async def _messages(self, request: Request) -> _Body:
+    async def _messages(self, request: Request) -> ScriptedBody:
         return await self._generate(request, self._render_anthropic)
 
-    async def _completions(self, request: Request) -> _Body:
+    async def _completions(self, request: Request) -> ScriptedBody:
         return await self._generate(request, self._render_openai)
 
     def _render_anthropic(self, record: RecordedRequest, reply: Reply) -> list[bytes]:
@@ -393,14 +310,14 @@ class ScriptedUpstream:
             return openai_wire.stream_chunks(reply, full, include_usage)
         return _json_chunks(full)
 
-    async def _count_tokens(self, request: Request) -> _Body:
+    async def _count_tokens(self, request: Request) -> ScriptedBody:
         record = await self._record(request)
         if not isinstance(record.body, dict):
             return self._error(record, 400, "The request body is not valid JSON.", "invalid_request_error")
         payload = {"input_tokens": prompt_tokens(record.body, self.overhead)}
-        return _Body(self, record, 200, self._headers(record, "application/json"), _json_chunks(payload))
+        return self._body(record, 200, self._headers(record, "application/json"), _json_chunks(payload))
 
-    async def _models(self, request: Request) -> _Body:
+    async def _models(self, request: Request) -> ScriptedBody:
         record = await self._record(request)
         if record.api == "anthropic":
             model = {
@@ -415,8 +332,8 @@ class ScriptedUpstream:
                 "object": "list",
                 "data": [{"id": self.model, "object": "model", "created": 0, "owned_by": "tests"}],
             }
-        return _Body(self, record, 200, self._headers(record, "application/json"), _json_chunks(payload))
+        return self._body(record, 200, self._headers(record, "application/json"), _json_chunks(payload))
 
-    async def _unknown(self, request: Request) -> _Body:
+    async def _unknown(self, request: Request) -> ScriptedBody:
         record = await self._record(request)
         return self._error(record, 404, f"Not found: {request.method} {request.url.path}", "not_found_error")
