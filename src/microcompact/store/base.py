@@ -5,6 +5,7 @@ transaction uses, the writer-lease bookkeeping and the lifecycle.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import uuid
 from collections.abc import Callable, Sequence
@@ -37,6 +38,7 @@ class _SQLBase:
         self._closed = False
         self._leases: dict[str, str] = {}  # session id -> token of the lease this store holds
         self._lost: set[str] = set()  # leased sessions another writer took over (writes refused)
+        self._token_pid, self._token_base, self._token_count = 0, "", 0
 
     # -------------------------------------------------------------- dialect hooks
 
@@ -141,11 +143,20 @@ class _SQLBase:
                 return None
             if session_id in self._leases:
                 raise self._busy(session_id, "another Session on this same store object; close it first")
-            token = uuid.uuid4().hex
+            token = self._new_token()
             self._take_lease(session_id, token)
             self._leases[session_id] = token
             self._lost.discard(session_id)
             return token
+
+    def _new_token(self) -> str:
+        """A lease token no other lease shares: random per store and process, then a counter (a random
+        token per lease cost a getrandom call per request on a loaded machine)."""
+        pid = os.getpid()
+        if self._token_pid != pid:
+            self._token_pid, self._token_base = pid, uuid.uuid4().hex[:16]
+        self._token_count += 1
+        return f"{self._token_base}-{self._token_count}"
 
     def release_lease(self, session_id: str, token: str | None = None) -> None:
         """Give up the lease (``token``: only that one); never raises: an unreleased lease lapses anyway."""
