@@ -342,7 +342,8 @@ def table(title: str, head: list[str], rows: list[list[str]]) -> None:
 
 
 def breakdown(system: str, histories: list[list[dict[str, Any]]], db: str, profile: bool) -> None:
-    """The engine step on ``histories`` in this process, phase by phase (median ms), alone and shared."""
+    """The engine step on ``histories`` in this process, phase by phase (median ms), a router alone on its
+    store and a shared one side by side (request by request, so both see the same machine load)."""
     from microcompact.router import SessionRouter
     from microcompact.server.anthropic_format import AnthropicFormat
     from microcompact.server.compaction import Compaction
@@ -352,21 +353,25 @@ def breakdown(system: str, histories: list[list[dict[str, Any]]], db: str, profi
     from microcompact.store import open_store
 
     provider = AnthropicFormat()
-    rows = []
     profiler = cProfile.Profile()
-    for shared in (False, True):
-        store = open_store(db)
-        router = SessionRouter(proxy_config(None, CONTEXT_LIMIT), store=store, shared=shared)
-        compaction = Compaction(router, Metrics())
-        phases: dict[str, list[float]] = {"parse": [], "prepare": [], "serialize": [], "lock": []}
-        key = f"breakdown-{shared}-{time.time_ns()}"
-        for i, messages in enumerate(histories):
-            raw = body(system, messages)
+    names = ("alone", "shared")
+    stores = {name: open_store(db) for name in names}
+    routers = {
+        name: SessionRouter(proxy_config(None, CONTEXT_LIMIT), store=stores[name], shared=name == "shared")
+        for name in names
+    }
+    steps = {name: Compaction(routers[name], Metrics()) for name in names}
+    phases = {name: {"parse": [], "prepare": [], "serialize": [], "follow-up": [], "lock": []} for name in names}
+    tag = time.time_ns()
+    for i, messages in enumerate(histories):
+        raw = body(system, messages)
+        for name in names if i % 2 else names[::-1]:
+            compaction, router, key = steps[name], routers[name], f"breakdown-{name}-{tag}"
             t0 = time.perf_counter()
             parsed = orjson.loads(raw)
             history = provider.history(parsed)
             t1 = time.perf_counter()
-            if profile and shared and i:
+            if profile and name == "shared" and i:
                 profiler.enable()
             prepared = compaction.prepare(provider, parsed, key, history)
             profiler.disable()
@@ -374,32 +379,21 @@ def breakdown(system: str, histories: list[list[dict[str, Any]]], db: str, profi
             if not unchanged(history, prepared.messages):
                 orjson.dumps({**parsed, "messages": prepared.messages})
             t3 = time.perf_counter()
-            compaction.finish(prepared, None)
+            compaction.finish(prepared, len(raw) // 4)
             t4 = time.perf_counter()
             with router.lock(key):
                 pass
             t5 = time.perf_counter()
             if i:  # the first request builds the session: reported by the replays, not here
-                phases["parse"].append(t1 - t0)
-                phases["prepare"].append(t2 - t1)
-                phases["serialize"].append(t3 - t2)
-                phases["lock"].append(t5 - t4)
-        router.close()
-        store.close()
-        med = {k: statistics.median(v) for k, v in phases.items()}
-        rows.append(
-            [
-                "shared" if shared else "alone",
-                ms(med["parse"]),
-                ms(med["prepare"]),
-                ms(med["serialize"]),
-                ms(med["lock"]),
-            ]
-        )
+                for phase, took in zip(phases[name], (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4), strict=True):
+                    phases[name][phase].append(took)
+    for name in names:
+        routers[name].close()
+        stores[name].close()
     table(
         f"engine step in-process, {len(histories) - 1} requests on the largest history (median ms)",
-        ["router", "parse", "prepare (route+sync+passes+view)", "serialize view", "empty lock()"],
-        rows,
+        ["router", "parse+check", "prepare (route, sync, passes, view)", "serialize view", "follow-up", "empty lock()"],
+        [[name, *(ms(statistics.median(v)) for v in phases[name].values())] for name in names],
     )
     if profile:
         out = io.StringIO()
@@ -485,10 +479,12 @@ def main() -> None:
 
         # Synthetic histories, several sizes.
         rows = []
+        streamed = 8 if quick else 20
         largest: tuple[str, list[list[dict[str, Any]]]] | None = None
         for size in sizes:
-            system, histories = synthetic(size, rounds, outputs)
-            bodies = [body(system, h) for h in histories]
+            system, histories = synthetic(size, rounds + streamed, outputs)
+            largest = (system, histories[rounds + 1 :])  # the largest size's go on streaming
+            bodies = [body(system, h) for h in histories[: rounds + 1]]
             r = paired(client, proxies, bodies, f"synthetic-{size}")
             first = {m: r[f"{m} s"][0] for m in MODES}
             steady = {k: v[1:] for k, v in r.items() if k != "occupancy"}
@@ -505,7 +501,6 @@ def main() -> None:
                     f"{r['occupancy'][-1]:.1f}" if r["occupancy"] else "-",
                 ]
             )
-            largest = (system, histories)
         table(
             f"synthetic histories: {rounds} requests after the first, each one tool round trip more",
             [
@@ -522,15 +517,15 @@ def main() -> None:
             rows,
         )
 
-        # Streaming time to first byte at the largest size.
+        # Streaming time to first byte at the largest size: the same conversations, going on.
         assert largest is not None
         system, histories = largest
         firsts: dict[str, list[float]] = {m: [] for m in MODES}
-        n = 8 if quick else 20
-        for i in range(n):
-            content = body(system, histories[-1] + [{"role": "user", "content": f"and then {i}?"}], stream=True)
-            for mode in MODES:
-                firsts[mode].append(ttfb(client, proxies[mode].url, content, f"stream-{sizes[-1]}-{mode}"))
+        n = len(histories)
+        for i, history in enumerate(histories):
+            content = body(system, history, stream=True)
+            for mode in MODES[i % 3 :] + MODES[: i % 3]:
+                firsts[mode].append(ttfb(client, proxies[mode].url, content, f"synthetic-{sizes[-1]}-{mode}"))
         added = {m: [a - b for a, b in zip(firsts[m], firsts["passthrough"], strict=True)] for m in MODES}
         table(
             f"streaming time to first byte, {sizes[-1] // 1000}K-token history, {n} requests",
