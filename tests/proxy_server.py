@@ -3,7 +3,7 @@ in front of a scripted upstream, with a real SQLite store that survives a restar
 
 from __future__ import annotations
 
-import asyncio
+import json
 import socket
 import threading
 import time
@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from microcompact.config import Config
 from microcompact.router import SessionRouter
@@ -39,10 +40,36 @@ class ProxyServer:
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._socket.bind(("127.0.0.1", port))
         self.port: int = self._socket.getsockname()[1]
+        self.received: list[tuple[str, bytes]] = []  # (path, body) of every POST the proxy got, in order
         self._server = uvicorn.Server(
-            uvicorn.Config(self.proxy.app(), log_level="warning", access_log=False, lifespan="on")
+            uvicorn.Config(self._recording(self.proxy.app()), log_level="warning", access_log=False, lifespan="on")
         )
         self._thread: threading.Thread | None = None
+
+    def _recording(self, app: ASGIApp) -> ASGIApp:
+        """``app``, with each POST body the clients sent kept in ``received`` (to compare with what went up)."""
+
+        async def recording(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] != "http" or scope["method"] != "POST":
+                await app(scope, receive, send)
+                return
+            chunks: list[bytes] = []
+
+            async def tee() -> Message:
+                message = await receive()
+                if message["type"] == "http.request":
+                    chunks.append(message.get("body", b""))
+                    if not message.get("more_body"):
+                        self.received.append((scope["path"], b"".join(chunks)))
+                return message
+
+            await app(scope, tee, send)
+
+        return recording
+
+    def client_messages(self, path: str = "/v1/messages") -> list[list[dict[str, Any]]]:
+        """The ``messages`` of every request the clients sent to ``path``, in order."""
+        return [json.loads(body)["messages"] for p, body in self.received if p == path]
 
     @property
     def base_url(self) -> str:
@@ -63,12 +90,8 @@ class ProxyServer:
     def settle(self, timeout: float = 10.0) -> None:
         """Wait until every answered request's follow-up and every background pass has finished."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            loop = getattr(self._server, "_loop", None)
-            if not self.proxy._follow_ups:
-                break
+        while self.proxy._follow_ups and time.monotonic() < deadline:
             time.sleep(0.01)
-        del loop
         for session in self.router.sessions():
             session.drain(timeout)
 
@@ -87,4 +110,4 @@ class ProxyServer:
         self.close()
 
 
-__all__ = ["ProxyServer", "asyncio"]
+__all__ = ["ProxyServer"]

@@ -22,7 +22,7 @@ LAYERS: list[set[str]] = [
     {"summarizers"},
     {"micro", "batch"},
     {"background", "store", "carry"},
-    {"session"},
+    {"session", "aio"},
     {"replay", "cost", "report", "importers", "router"},
     {"compare", "server"},
     {"cli", "__init__", "__main__"},

@@ -83,3 +83,15 @@ def test_healthz_and_metrics(upstream: ScriptedUpstream, proxy: ProxyServer) -> 
     assert 'microcompact_requests_total{api="openai",status="200"} 1' in page
     assert "microcompact_proxy_overhead_seconds_count 1" in page
     assert "# TYPE microcompact_occupancy_percent histogram" in page
+
+
+def test_upstream_bodies_come_uncompressed_so_usage_can_be_read(tmp_path: Path) -> None:
+    with ScriptedUpstream(gzip_json=True) as upstream, ProxyServer(upstream.base_url, tmp_path / "s.db") as proxy:
+        body = {"model": "c", "max_tokens": 5, "messages": USER}
+        headers = {"anthropic-version": "2023-06-01", "x-api-key": "k", "accept-encoding": "gzip, br"}
+        response = httpx.post(f"{proxy.base_url}/v1/messages", json=body, headers=headers)
+        assert response.status_code == 200 and "content-encoding" not in response.headers
+        assert upstream.requests[-1].headers["accept-encoding"] == "identity"
+        proxy.settle()
+        [session] = proxy.router.sessions()
+        assert session.counter.overhead != 0, "the JSON body's usage calibrated the session"

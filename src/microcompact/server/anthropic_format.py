@@ -20,7 +20,7 @@ from typing import Any
 
 from ..messages import Message, content_text
 from .errors import BadRequest
-from .provider import rewritten
+from .provider import identity_form, rewritten
 
 ROLES = ("user", "assistant", "system")
 THINKING_BLOCKS = ("thinking", "redacted_thinking")
@@ -118,10 +118,28 @@ class AnthropicFormat:
                 merged.append(message)
         return _limit_breakpoints(body, merged)
 
+    def view_problem(self, messages: list[Message]) -> str | None:
+        """Every tool_use answered by a tool_result in the very next message, and every tool_result
+        answering a tool_use of the message right before it."""
+        offered: set[Any] = set()
+        for i, message in enumerate(messages):
+            blocks = [b for b in _blocks(message) if isinstance(b, dict)]
+            answered = {b.get("tool_use_id") for b in blocks if b.get("type") == "tool_result"}
+            if answered - offered:
+                return f"messages.{i}: a tool_result without its tool_use in the message before"
+            if offered - answered:
+                return f"messages.{i}: tool_use ids {sorted(map(str, offered - answered))} are not answered here"
+            offered = (
+                {b.get("id") for b in blocks if b.get("type") == "tool_use"}
+                if message.get("role") == "assistant"
+                else set()
+            )
+        return None
+
     def key_material(self, body: dict[str, Any]) -> Any:
         messages = body.get("messages") or []
         first_user = next((m for m in messages if isinstance(m, dict) and m.get("role") == "user"), None)
-        return [body.get("system"), first_user]
+        return [body.get("system"), identity_form(first_user)]
 
     def prompt_tokens(self, response: Any) -> int | None:
         """input + cache creation + cache read tokens: the whole prompt, however much of it was cached.

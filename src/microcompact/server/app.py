@@ -18,7 +18,7 @@ import asyncio
 import hmac
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -38,13 +38,14 @@ from .errors import BadRequest, error_response
 from .forward import Passthrough, upstream_headers
 from .metrics import Metrics
 from .openai_format import OpenAIFormat
-from .provider import Provider
+from .provider import Provider, stripped
 from .session_key import session_key
 from .usage_tap import UsageTap
 from .view import unchanged
 
 log = logging.getLogger("microcompact")
 
+Endpoint = Callable[[Request], Awaitable[Response]]
 OPENAI = OpenAIFormat()
 ANTHROPIC = AnthropicFormat()
 PROXY_KEY_HEADER = "x-microcompact-key"
@@ -71,9 +72,13 @@ def upstream_url(settings: ProxySettings, api: str, path: str, query: str) -> st
 
 
 def api_of(request: Request) -> str:
-    if request.url.path.startswith("/v1/messages") or "anthropic-version" in request.headers:
+    """Which upstream a request that is not a chat request is for: Anthropic's when it says so (its headers,
+    its paths, or a path outside ``/v1/``, which only a host-root base URL can serve), else OpenAI's."""
+    headers = request.headers
+    path = request.url.path
+    if path.startswith("/v1/messages") or "anthropic-version" in headers or "x-api-key" in headers:
         return "anthropic"
-    return "openai"
+    return "openai" if path.startswith("/v1/") else "anthropic"
 
 
 class Proxy:
@@ -91,10 +96,14 @@ class Proxy:
         routes = [
             Route("/healthz", self.healthz, methods=["GET"]),
             Route("/metrics", self.metrics_page, methods=["GET"]),
-            Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
-            Route("/v1/messages", self.messages, methods=["POST"]),
-            Route("/v1/messages/count_tokens", self.count_tokens, methods=["POST"]),
-            Route("/{path:path}", self.passthrough, methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"]),
+            Route("/v1/chat/completions", self._guarded(self.chat_completions), methods=["POST"]),
+            Route("/v1/messages", self._guarded(self.messages), methods=["POST"]),
+            Route("/v1/messages/count_tokens", self._guarded(self.count_tokens), methods=["POST"]),
+            Route(
+                "/{path:path}",
+                self._guarded(self.passthrough),
+                methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"],
+            ),
         ]
         return Starlette(routes=routes, lifespan=self._lifespan)
 
@@ -107,6 +116,19 @@ class Proxy:
             if self._follow_ups:
                 await asyncio.gather(*self._follow_ups, return_exceptions=True)
             await self.client.aclose()
+
+    def _guarded(self, endpoint: Endpoint) -> Endpoint:
+        """``endpoint``, answering a failure of the proxy itself with one log line and a provider-shaped 500
+        (never a traceback to the client)."""
+
+        async def guarded(request: Request) -> Response:
+            try:
+                return await endpoint(request)
+            except Exception as exc:
+                log.error("Proxy: %s %s failed (%s: %s)", request.method, request.url.path, type(exc).__name__, exc)
+                return self._answer(api_of(request), 500, f"microcompact: internal error ({type(exc).__name__})")
+
+        return guarded
 
     # ------------------------------------------------------------------ endpoints
 
@@ -133,7 +155,7 @@ class Proxy:
         raw = await request.body()
         try:
             body, history = _parse(ANTHROPIC, raw)
-            key = session_key(request.headers, ANTHROPIC.name, ANTHROPIC.key_material(body))
+            key = session_key(request.headers, ANTHROPIC.name, stripped(ANTHROPIC.key_material(body)))
         except BadRequest as exc:
             return self._answer(ANTHROPIC.name, 400, str(exc))
         messages = await anyio.to_thread.run_sync(self.compaction.view_for_count, ANTHROPIC, body, key, history)
@@ -158,7 +180,7 @@ class Proxy:
         raw = await request.body()
         try:
             body, history = _parse(provider, raw)
-            key = session_key(request.headers, provider.name, provider.key_material(body))
+            key = session_key(request.headers, provider.name, stripped(provider.key_material(body)))
             prepared = await anyio.to_thread.run_sync(self.compaction.prepare, provider, body, key, history)
         except BadRequest as exc:
             return self._answer(provider.name, 400, str(exc))
@@ -219,16 +241,15 @@ class Proxy:
 
         def done(tap: UsageTap, complete: bool) -> None:
             if prepared is not None:
-                ok = response.status_code < 400
-                self._follow_up(prepared, tap.finish() if ok and complete else None)
+                ok = response.status_code < 400 and complete
+                self._follow_up(prepared, tap.finish() if ok else None)
 
         return Passthrough(response, tap, headers, done)
 
     def _follow_up(self, prepared: Prepared, prompt_tokens: int | None) -> None:
-        """The request's after-work on a worker thread, not awaited by the response."""
-        task = asyncio.get_running_loop().create_task(
-            anyio.to_thread.run_sync(self.compaction.finish, prepared, prompt_tokens)
-        )
+        """Queue the request's after-work at once, and run it on a worker thread, not awaited."""
+        self.compaction.answered(prepared, prompt_tokens)
+        task = asyncio.get_running_loop().create_task(anyio.to_thread.run_sync(self.compaction.follow_up, prepared.key))
         self._follow_ups.add(task)
         task.add_done_callback(self._follow_ups.discard)
 

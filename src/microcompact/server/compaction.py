@@ -2,9 +2,11 @@
 
 Before the forward (:meth:`Compaction.prepare`): route the client's full history to its session, run
 ``before_request`` (inline batch compaction only when the hard limit forces it; micro passes go to the
-session's background worker) and build the outgoing messages. After the response
-(:meth:`Compaction.finish`): calibrate with the reported prompt tokens and, when a person spoke, end the
-previous turn (``finalize_turn``), which starts that turn's pass in the background.
+session's background worker) and build the outgoing messages. After the response: calibrate with the
+reported prompt tokens and, when a person spoke, end the previous turn (``finalize_turn``), which starts
+that turn's pass in the background. That follow-up is queued the moment the response ends
+(:meth:`Compaction.answered`) and run on a worker thread (:meth:`Compaction.follow_up`), or first thing by
+the conversation's next request if it comes sooner: a fast client never gets ahead of its turn's end.
 
 When the store or the engine fails, the request still goes out, uncompacted if need be, and the reason is
 returned for the ``X-Microcompact-Degraded`` header; the failure is logged once per reason change.
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import OrderedDict
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,14 +29,12 @@ from ..session import Session
 from ..store import StoreError
 from .errors import BadRequest
 from .metrics import Metrics
-from .provider import Provider
-from .view import covered, outgoing_messages, spelled
+from .provider import Provider, identity_form
+from .view import covered, outgoing_messages, spelled, unchanged
 
 log = logging.getLogger("microcompact")
 
 SUMMARIZER_FAILURES = frozenset({Outcome.SUMMARIZE_FAILED, Outcome.AUTH_FAILED, Outcome.ERROR})
-# Sessions remembered per key for count_tokens (which reads the last view and changes nothing).
-RECENT_KEYS = 1024
 
 
 @dataclass
@@ -49,22 +49,35 @@ class Prepared:
     occupancy_pct: float | None = None
     degraded: str | None = None
     outcomes: list[str] = field(default_factory=list)
+    reported_tokens: int | None = None  # the prompt size the upstream reported (set when answered)
+
+
+def stable(history: list[Message]) -> list[Message]:
+    """The history as the session sees it: what each message says, however the client spelled it this time."""
+    return [identity_form(m) for m in history]
 
 
 class Compaction:
     def __init__(self, router: SessionRouter, metrics: Metrics) -> None:
         self.router = router
         self.metrics = metrics
-        self._recent: OrderedDict[str, Session] = OrderedDict()
+        # The session each key's last request went to, for count_tokens; weak, so a session the router
+        # closed and let go of is not kept alive here.
+        self._recent: weakref.WeakValueDictionary[str, Session] = weakref.WeakValueDictionary()
         self._recent_lock = threading.Lock()
         self._last_failure: str | None = None
+        self._pending: dict[str, list[Prepared]] = {}  # answered requests whose follow-up has not run, by key
+        self._pending_lock = threading.Lock()
 
     def prepare(self, provider: Provider, body: dict[str, Any], key: str, history: list[Message]) -> Prepared:
         """Sync, compact and build the outgoing messages (raises BadRequest for a message the session
         refuses; any other failure forwards the client's messages with a degraded reason)."""
+        if not history:  # nothing to compact; the upstream says what it thinks of an empty conversation
+            return Prepared(key, [])
         try:
             with self.router.lock(key):
-                routed = self.router.route(key, history, provider.convert)
+                self._run_pending(key)
+                routed = self.router.route(key, stable(history), provider.convert)
                 session = routed.session
                 results = session.before_request()
                 view = session.transcript
@@ -91,23 +104,43 @@ class Compaction:
             prepared.messages = outgoing_messages(provider, body, history, view)
         except Exception as exc:
             return self._fall_back(key, history, "engine-error", exc)
+        problem = None if unchanged(history, prepared.messages) else provider.view_problem(prepared.messages)
+        if problem is not None:
+            self._failed("view-invalid", key, ValueError(problem))
+            prepared.messages, prepared.degraded = list(history), "view-invalid"
+            return prepared
         self._remember(key, session)
         self._succeeded()
         return prepared
 
-    def finish(self, prepared: Prepared, prompt_tokens: int | None) -> None:
-        """After the response: calibrate, and end the previous turn when a person spoke. Never raises."""
-        session = prepared.session
-        if session is None:
+    def answered(self, prepared: Prepared, prompt_tokens: int | None) -> None:
+        """The response to ``prepared`` is over: queue its follow-up (cheap; call it at once)."""
+        if prepared.session is None:
             return
-        try:
-            with self.router.lock(prepared.key):
-                if prompt_tokens:
-                    session.counter.calibrate(prepared.counted_tokens, prompt_tokens)
-                outcomes = [str(r.outcome) for r in session.finalize_turn()] if prepared.human else []
-            self.metrics.passes_done(outcomes)
-        except Exception:
-            log.exception("Proxy: the follow-up of a request to session %s failed", session.session_id)
+        prepared.reported_tokens = prompt_tokens
+        with self._pending_lock:
+            self._pending.setdefault(prepared.key, []).append(prepared)
+
+    def follow_up(self, key: str) -> None:
+        """Run the queued follow-ups of ``key`` (unless its next request already did). Never raises."""
+        with self.router.lock(key):
+            self._run_pending(key)
+
+    def _run_pending(self, key: str) -> None:
+        """Under the key's lock: calibrate, and end the previous turn when a person spoke, for each answered
+        request of ``key`` in order."""
+        with self._pending_lock:
+            queued = self._pending.pop(key, [])
+        for prepared in queued:
+            session = prepared.session
+            assert session is not None
+            try:
+                if prepared.reported_tokens:
+                    session.counter.calibrate(prepared.counted_tokens, prepared.reported_tokens)
+                if prepared.human:
+                    self.metrics.passes_done([str(r.outcome) for r in session.finalize_turn()])
+            except Exception:
+                log.exception("Proxy: the follow-up of a request to session %s failed", session.session_id)
 
     def view_for_count(
         self, provider: Provider, body: dict[str, Any], key: str, history: list[Message]
@@ -124,7 +157,7 @@ class Compaction:
             return history
         for m in view:
             hid = hid_of(m)
-            if hid is not None and m.get(DIGEST_KEY) != digest(history[hid]):
+            if hid is not None and m.get(DIGEST_KEY) != digest(identity_form(history[hid])):
                 return history
         return provider.normalize(body, spelled(provider, history, view) + list(history[upto:]))
 
@@ -133,16 +166,18 @@ class Compaction:
     def _remember(self, key: str, session: Session) -> None:
         with self._recent_lock:
             self._recent[key] = session
-            self._recent.move_to_end(key)
-            while len(self._recent) > RECENT_KEYS:
-                self._recent.popitem(last=False)
 
     def _fall_back(self, key: str, history: Sequence[Message], reason: str, exc: Exception) -> Prepared:
+        """The client's messages as they came, with the reason."""
+        self._failed(reason, key, exc)
+        return Prepared(key, list(history), degraded=reason)
+
+    def _failed(self, reason: str, key: str, exc: Exception) -> None:
+        """One log line, until the failure changes."""
         failure = f"{reason}: {type(exc).__name__}: {exc}"
         if failure != self._last_failure:
             log.error("Proxy: forwarding session %s uncompacted (%s)", key, failure)
             self._last_failure = failure
-        return Prepared(key, list(history), degraded=reason)
 
     def _succeeded(self) -> None:
         if self._last_failure is not None:

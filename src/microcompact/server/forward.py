@@ -67,15 +67,15 @@ Done = Callable[[UsageTap, bool], None]
 
 
 class Passthrough(Response):
-    """The upstream response, streamed to the client; ``done(tap, complete)`` is called exactly once at the end
-    (complete: every byte reached the client)."""
+    """The upstream response, streamed to the client; ``done(tap, complete)`` is called exactly once, as soon
+    as the copy ends (complete: the whole upstream body was passed on)."""
 
     def __init__(self, upstream: httpx.Response, tap: UsageTap, extra_headers: dict[str, str], done: Done) -> None:
         # Response.__init__ is not called: nothing is rendered here, the upstream's bytes are the body.
         self.upstream = upstream
         self.tap = tap
         self.extra_headers = extra_headers
-        self.done = done
+        self.done: Done | None = done
         self.status_code = upstream.status_code
         self.background = None
 
@@ -93,14 +93,20 @@ class Passthrough(Response):
 
                 group.start_soon(_cancel_on_disconnect, receive, group.cancel_scope)
                 group.start_soon(copy)
+            self._done(complete)  # before the last chunk: the client's next request may follow at once
             if complete:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
         except OSError:
-            complete = False  # the client went away while we wrote to it
+            pass  # the client went away while we wrote to it
         finally:
+            self._done(False)
             with anyio.CancelScope(shield=True):
                 await self.upstream.aclose()
-                self.done(self.tap, complete)
+
+    def _done(self, complete: bool) -> None:
+        done, self.done = self.done, None
+        if done is not None:
+            done(self.tap, complete)
 
     async def _copy(self, send: Send) -> bool:
         try:

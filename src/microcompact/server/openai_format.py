@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..messages import Message, TranscriptError, message_shape_errors, to_api, validate_message
+from ..messages import Message, TranscriptError, message_shape_errors, to_api, tool_pairing_errors, validate_message
 from .errors import BadRequest
+from .provider import identity_form
 
 
 class OpenAIFormat:
@@ -48,11 +49,15 @@ class OpenAIFormat:
     def normalize(self, body: dict[str, Any], messages: list[Message]) -> list[Message]:
         return messages
 
+    def view_problem(self, messages: list[Message]) -> str | None:
+        problems = tool_pairing_errors(messages)
+        return problems[0] if problems else None
+
     def key_material(self, body: dict[str, Any]) -> Any:
         messages = body.get("messages") or []
         system = [m for m in messages if isinstance(m, dict) and m.get("role") in ("system", "developer")]
         first_user = next((m for m in messages if isinstance(m, dict) and m.get("role") == "user"), None)
-        return [system, first_user]
+        return [[identity_form(m) for m in system], identity_form(first_user)]
 
     def prompt_tokens(self, response: Any) -> int | None:
         usage = response.get("usage") if isinstance(response, dict) else None

@@ -18,6 +18,52 @@ from ..messages import META_KEY, Message
 REWRITE_FLAGS = ("stub", "shortened", "cut")
 
 
+# Clients resend a message in a different spelling without changing what it says: Claude Code moves its cache
+# breakpoint to the newest message on every request, and sends its environment message first as a lone
+# text block, later as a plain string. Identity (and so the session) reads the message as meant; forwarding
+# keeps the client's spelling of the current request.
+CACHE_CONTROL = "cache_control"
+
+
+def identity_form(message: Any) -> Any:
+    """``message`` (a client message) as it is meant: no cache breakpoints on it or its blocks, and a content
+    of one plain text block read as that text. The message itself when nothing differs."""
+    if not isinstance(message, dict):
+        return message
+    content = message.get("content")
+    marked = isinstance(content, list) and any(isinstance(b, dict) and CACHE_CONTROL in b for b in content)
+    lone = isinstance(content, list) and len(content) == 1 and _plain_text(content[0])
+    if not marked and not lone and CACHE_CONTROL not in message:
+        return message
+    clean = {k: v for k, v in message.items() if k != CACHE_CONTROL}
+    if lone and isinstance(content, list):
+        clean["content"] = content[0]["text"]
+    elif marked and isinstance(content, list):
+        clean["content"] = [
+            {k: v for k, v in b.items() if k != CACHE_CONTROL} if isinstance(b, dict) else b for b in content
+        ]
+    return clean
+
+
+def _plain_text(block: Any) -> bool:
+    """A text block with nothing on it but (maybe) a breakpoint."""
+    return (
+        isinstance(block, dict)
+        and block.get("type") == "text"
+        and isinstance(block.get("text"), str)
+        and set(block) <= {"type", "text", CACHE_CONTROL}
+    )
+
+
+def stripped(value: Any) -> Any:
+    """``value`` with every ``cache_control`` key removed, at any depth (for small values: key material)."""
+    if isinstance(value, dict):
+        return {k: stripped(v) for k, v in value.items() if k != CACHE_CONTROL}
+    if isinstance(value, list):
+        return [stripped(v) for v in value]
+    return value
+
+
 def rewritten(part: Message) -> bool:
     """True when the engine kept ``part`` in a shortened form (a stub, shortened arguments, a cut)."""
     meta = part.get(META_KEY)
@@ -51,6 +97,11 @@ class Provider(Protocol):
 
     def normalize(self, body: dict[str, Any], messages: list[Message]) -> list[Message]:
         """The outgoing list made acceptable to the API (role alternation, cache breakpoint limits)."""
+        ...
+
+    def view_problem(self, messages: list[Message]) -> str | None:
+        """Why the API would refuse ``messages`` (a compacted view) on structure, or None: the last check
+        before a view goes out, so an engine bug costs compaction, never the client's request."""
         ...
 
     def key_material(self, body: dict[str, Any]) -> Any:

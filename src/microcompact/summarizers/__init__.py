@@ -1,8 +1,10 @@
 """Summarizers: what turns an exchange into summary text, behind one small protocol.
 
-Two implementations: :class:`ExtractiveSummarizer` (deterministic, offline, no model) and
-:class:`OpenAISummarizer` (any OpenAI-compatible chat-completions endpoint). What a summarizer reads is
-bounded and redacted by :func:`prepare_exchange`; what comes back from a model is redacted again.
+Implementations: :class:`ExtractiveSummarizer` (deterministic, offline, no model), :class:`OpenAISummarizer`
+(any OpenAI-compatible chat-completions endpoint), :func:`summarizer_from` (the caller's own OpenAI or
+Anthropic client, sync or async, or a callable) and :class:`FallbackChain` (the first of several that
+succeeds). What a summarizer reads is bounded and redacted by :func:`prepare_exchange`; what comes back
+from a model is redacted again.
 
 One module per job; each imports only those listed before it (make_summarizer imports the two
 implementations when called)::
@@ -14,6 +16,10 @@ implementations when called)::
     validation  checks on model output; deterministic shortening
     extractive  the offline summarizer
     http        the OpenAI-compatible client
+    eventloop   running an async client's coroutines from the engine's threads
+    backends    request and answer shapes of caller-owned clients (OpenAI, Anthropic, callables), their errors
+    clients     summarizer_from: a caller-owned client as a summarizer
+    chain       the fallback chain
 """
 
 from ..render import exchange_text as render_exchange
@@ -30,6 +36,9 @@ from .base import (
     SummarizerUnavailable,
     make_summarizer,
 )
+from .chain import FallbackChain
+from .clients import ClientSummarizer, summarizer_from
+from .eventloop import bind_event_loop
 from .extractive import ExtractiveSummarizer, describe_tool_result
 from .http import OpenAISummarizer
 from .input import OMISSION_NOTE, prepare_exchange
@@ -44,8 +53,10 @@ __all__ = [
     "MICRO_SECTIONS",
     "OMISSION_NOTE",
     "SHORTENED_NOTE",
+    "ClientSummarizer",
     "CountText",
     "ExtractiveSummarizer",
+    "FallbackChain",
     "OpenAISummarizer",
     "Summarizer",
     "SummarizerAuthError",
@@ -54,10 +65,12 @@ __all__ = [
     "SummarizerRateLimited",
     "SummarizerTimeout",
     "SummarizerUnavailable",
+    "bind_event_loop",
     "clean_summary",
     "describe_tool_result",
     "make_summarizer",
     "prepare_exchange",
     "render_exchange",
     "shorten_summary",
+    "summarizer_from",
 ]
