@@ -137,6 +137,9 @@ class Session:
     With a store, the session holds the store's writer lease on its id from construction (or ``open``)
     until ``close``: a second writer on the same session, in this or another process, is refused with
     :class:`~microcompact.store.SessionBusy`. Reading the store (list, search, export) needs no lease.
+    :meth:`hand_over` gives the lease up so another process can continue the session (a shared
+    :class:`~microcompact.router.SessionRouter` does it at the end of every request), :meth:`take_lease`
+    takes it back.
     """
 
     def __init__(
