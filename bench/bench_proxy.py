@@ -354,10 +354,12 @@ def breakdown(system: str, histories: list[list[dict[str, Any]]], db: str, profi
 
     provider = AnthropicFormat()
     profiler = cProfile.Profile()
-    names = ("alone", "shared")
+    # "alternating": two shared routers (two processes) on one store taking turns on one conversation,
+    # so every request finds the session written by the other: the cost of reloading it.
+    names = ("alone", "shared", "alternating", "alternating'")
     stores = {name: open_store(db) for name in names}
     routers = {
-        name: SessionRouter(proxy_config(None, CONTEXT_LIMIT), store=stores[name], shared=name == "shared")
+        name: SessionRouter(proxy_config(None, CONTEXT_LIMIT), store=stores[name], shared=name != "alone")
         for name in names
     }
     steps = {name: Compaction(routers[name], Metrics()) for name in names}
@@ -365,8 +367,9 @@ def breakdown(system: str, histories: list[list[dict[str, Any]]], db: str, profi
     tag = time.time_ns()
     for i, messages in enumerate(histories):
         raw = body(system, messages)
-        for name in names if i % 2 else names[::-1]:
-            compaction, router, key = steps[name], routers[name], f"breakdown-{name}-{tag}"
+        turn = names[:2] if i % 2 else names[1::-1]
+        for name in (*turn, names[2 + i % 2]):
+            compaction, router, key = steps[name], routers[name], f"breakdown-{name.rstrip(chr(39))}-{tag}"
             t0 = time.perf_counter()
             parsed = orjson.loads(raw)
             history = provider.history(parsed)
@@ -379,7 +382,8 @@ def breakdown(system: str, histories: list[list[dict[str, Any]]], db: str, profi
             if not unchanged(history, prepared.messages):
                 orjson.dumps({**parsed, "messages": prepared.messages})
             t3 = time.perf_counter()
-            compaction.finish(prepared, len(raw) // 4)
+            compaction.answered(prepared, len(raw) // 4)
+            compaction.follow_up(key)
             t4 = time.perf_counter()
             with router.lock(key):
                 pass
@@ -390,10 +394,12 @@ def breakdown(system: str, histories: list[list[dict[str, Any]]], db: str, profi
     for name in names:
         routers[name].close()
         stores[name].close()
+    for phase, values in phases["alternating'"].items():
+        phases["alternating"][phase] += values
     table(
         f"engine step in-process, {len(histories) - 1} requests on the largest history (median ms)",
         ["router", "parse+check", "prepare (route, sync, passes, view)", "serialize view", "follow-up", "empty lock()"],
-        [[name, *(ms(statistics.median(v)) for v in phases[name].values())] for name in names],
+        [[name, *(ms(statistics.median(v)) for v in phases[name].values())] for name in names[:3]],
     )
     if profile:
         out = io.StringIO()
