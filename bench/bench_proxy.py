@@ -39,6 +39,7 @@ import asyncio
 import contextlib
 import cProfile
 import io
+import logging
 import os
 import pstats
 import statistics
@@ -429,6 +430,7 @@ def main() -> None:
         serve(args.serve, args.upstream_url, args.store)
         return
 
+    logging.getLogger("microcompact").setLevel(logging.ERROR)  # the breakdown's passes log warnings
     quick = args.quick
     sizes = [int(s) for s in args.sizes.split(",")]
     rounds = 12 if quick else 40
