@@ -209,13 +209,15 @@ def _background_config():
     )
 
 
-def _until_a_pass_runs(router: SessionRouter, turns: list[list[dict[str, Any]]], summarizer: Gated) -> int:
+def _until_a_pass_runs(
+    router: SessionRouter, turns: list[list[dict[str, Any]]], summarizer: Gated, key: str = "k"
+) -> int:
     """Serve one request per turn (each adds a user message) until a background pass waits in the
     summarizer (the key was let go meanwhile)."""
     history: list[dict[str, Any]] = []
     for n, t in enumerate(turns):
         history = [*history, *t]
-        serve_one(router, "k", history)
+        serve_one(router, key, history)
         router.sessions()[0].background.wait(0.3)  # returns at once when the pass had nothing to summarize
         if summarizer.entered.is_set():
             return n
@@ -256,3 +258,26 @@ def test_a_background_pass_of_a_process_that_lost_the_conversation_never_reaches
     assert not any("STALE" in str(m.get("content")) for m in rows)
     assert known_digests(rows) is not None
     assert "StoreConflict" not in caplog.text and "stale" not in caplog.text
+
+
+def test_closing_a_shared_router_applies_a_pending_pass_only_where_the_store_has_not_moved(store_factory, caplog):
+    turns = [turn(i) for i in range(12)]
+    late, mine = Gated("LATE"), Gated("MINE")
+    one = SessionRouter(_background_config(), store=store_factory.open(), summarizer=late, shared=True)
+    n = _until_a_pass_runs(one, turns, late)
+    other = SessionRouter(_background_config(), store=store_factory.open(), summarizer=Recorder(), shared=True)
+    serve_one(other, "k", [m for t in turns[: n + 2] for m in t])  # the conversation moved on elsewhere
+    other.close()
+    late.gate.set()
+    one.close()  # its pass is stale: abandoned, not written
+    rows = store_factory.open().export("k", include_absorbed=True)
+    assert not any("LATE" in str(m.get("content")) for m in rows)
+    assert "StoreConflict" not in caplog.text
+
+    alone = SessionRouter(_background_config(), store=store_factory.open(), summarizer=mine, shared=True)
+    _until_a_pass_runs(alone, turns, mine, key="alone")
+    mine.gate.set()
+    alone.close()  # nobody wrote since: the pass is finished and written before closing
+    active = store_factory.open().load_active("alone")
+    markers = [m for m in active if (m.get("_mc") or {}).get("marker") == "micro"]
+    assert any("MINE" in str(m["content"]) for m in markers)

@@ -138,8 +138,14 @@ class SessionRouter:
         self._versions.pop(session_id, None)
         return self._open.pop(session_id, None)
 
-    @staticmethod
-    def _close(session: Session) -> None:
+    def _close(self, session: Session) -> None:
+        """Close a session dropped from the cache. Shared: it was handed over when its key was let go (its
+        writes done, its lease given back) and another process may have written since, so a pass still
+        pending on it is abandoned, never applied: closing must not write."""
+        if self.shared:
+            if session.background is not None:
+                session.background.close(wait=False)
+            return
         try:
             session.close()
         except Exception as exc:
@@ -261,6 +267,19 @@ class SessionRouter:
                 if sid == key or sid in self._open:
                     self._versions[sid] = version
 
+    def _finish_passes(self, key: str, wait: float) -> None:
+        try:
+            with self.lock(key):
+                for sid in self._cached(key):
+                    session = self._open.get(sid)
+                    if session is not None:
+                        session.take_lease()
+                        session.drain(wait)
+        except Exception as exc:
+            log.warning(
+                "Conversation %s: could not finish its passes before closing (%s: %s)", key, type(exc).__name__, exc
+            )
+
     def live(self, session: Session) -> Session:
         """The object to use now for a session routed earlier (e.g. a request's follow-up after the
         response): with ``shared=True`` the one :meth:`lock` left current, reopened from the store when
@@ -326,8 +345,15 @@ class SessionRouter:
         with self._lock:
             return list(self._open.values())
 
-    def close(self) -> None:
-        """Close every open session (finishing background passes, releasing leases)."""
+    def close(self, wait: float = 60.0) -> None:
+        """Close every open session, finishing background passes (up to ``wait`` seconds each) and releasing
+        leases. Shared: each key is taken once more, so a pending pass is applied where the store has not
+        moved (and abandoned where another process wrote meanwhile)."""
+        if self.shared:
+            with self._lock:
+                keys = sorted({self._key_of[sid] for sid in self._open if sid in self._key_of})
+            for key in keys:
+                self._finish_passes(key, wait)
         with self._lock:
             sessions = list(self._open.values())
             self._open.clear()
