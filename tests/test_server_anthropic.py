@@ -14,7 +14,7 @@ import httpx
 
 from proxy_server import ProxyServer
 from server_contract import compacted, contract_errors, is_marker
-from upstream import Reply, ScriptedUpstream, Text, Thinking, ToolCall, text
+from upstream import RedactedThinking, Reply, ScriptedUpstream, Text, Thinking, ToolCall, text
 
 SYSTEM = [{"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}}]
 TOOLS = [
@@ -35,6 +35,7 @@ def step_reply(turn: int, step: int) -> Reply:
     return Reply(
         (
             Thinking(f"Plan for {turn}.{step}.", f"sig-{turn}-{step}=="),
+            RedactedThinking(f"EmwKAhgBEgy3redacted-{turn}-{step}"),
             Text(f"Step {step}."),
             ToolCall("Bash", {"command": f"run {turn}.{step}"}),
         )
@@ -55,7 +56,7 @@ def check_api_rules(forwarded: list[dict[str, Any]]) -> None:
         if m["role"] == "assistant" and isinstance(m["content"], list) and m["content"]:
             kinds = [b["type"] for b in m["content"]]
             if "thinking" in kinds:
-                assert kinds[0] == "thinking", f"thinking must open the assistant message: {kinds}"
+                assert kinds[:2] == ["thinking", "redacted_thinking"], f"thinking must open the message: {kinds}"
 
 
 def run_turn(
@@ -106,6 +107,8 @@ def test_tool_use_loop_with_thinking_is_compacted_and_resumes(upstream: Scripted
             if m["role"] == "assistant" and not is_marker(m):
                 signed = [b for b in m["content"] if b["type"] == "thinking"]
                 assert all(b["signature"].startswith("sig-") for b in signed)
+                redacted = [b for b in m["content"] if b["type"] == "redacted_thinking"]
+                assert all(b["data"].startswith("EmwKAhgBEgy3redacted-") for b in redacted)
     with ProxyServer(upstream.base_url, db, context_limit=8192) as proxy:
         client = anthropic.Anthropic(base_url=proxy.base_url, api_key="sk-ant-test", max_retries=0)
         after = run_turn(client, upstream, messages, 4, steps=2)

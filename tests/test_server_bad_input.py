@@ -232,3 +232,12 @@ def test_an_empty_conversation_is_forwarded_and_stores_nothing(upstream: Scripte
     assert response.status_code == 400 and response.content == bytes(upstream.requests[-1].response)
     assert "x-microcompact-session" not in response.headers
     assert proxy.store.list_sessions() == []
+
+
+def test_json_orjson_refuses_but_the_provider_takes_goes_through(
+    upstream: ScriptedUpstream, proxy: ProxyServer
+) -> None:
+    content = b'{"model": "m", "seed": 123456789012345678901234567890, "messages": [{"role": "user", "content": "hi"}]}'
+    response = post(proxy, "/v1/chat/completions", content)
+    assert response.status_code == 200
+    assert upstream.requests[-1].raw == content

@@ -4,17 +4,23 @@ resuming the same session from the SQLite store."""
 
 from __future__ import annotations
 
+import json
+import logging
 from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
+from typer.testing import CliRunner
 
+from microcompact.cli import app
+from microcompact.telemetry import setup_file_logging
 from proxy_server import ProxyServer
 from server_contract import compacted, contract_errors
 from upstream import ScriptedUpstream, text, tool_call
 
 SYSTEM = {"role": "system", "content": "You are a careful coding agent."}
+SESSION = {"X-Microcompact-Session": "report-me"}
 TOOLS = [
     {
         "type": "function",
@@ -131,3 +137,25 @@ def test_the_clients_session_header_names_the_session(upstream: ScriptedUpstream
         raw = client.chat.completions.with_raw_response.create(model="m", messages=[{"role": "user", "content": "hi"}])
         assert raw.headers["x-microcompact-session"] == "my-session-1"
         assert header.lower() not in upstream.requests[-1].headers or header.startswith("X-Claude")
+
+
+def test_report_reads_the_proxys_telemetry(upstream: ScriptedUpstream, tmp_path: Path) -> None:
+    log_file = tmp_path / "proxy.log"
+    handler = setup_file_logging(log_file)
+    try:
+        messages: list[dict[str, Any]] = [SYSTEM]
+        with ProxyServer(upstream.base_url, tmp_path / "s.db", context_limit=8192) as proxy:
+            client = openai.OpenAI(
+                base_url=f"{proxy.base_url}/v1", api_key="sk-secret-77", max_retries=0, default_headers=SESSION
+            )
+            for turn in range(3):
+                run_turn(client, upstream, messages, turn, steps=4)
+                proxy.settle()
+    finally:
+        logging.getLogger("microcompact").removeHandler(handler)
+        handler.close()
+    assert "sk-secret-77" not in log_file.read_text(encoding="utf-8")
+    result = CliRunner().invoke(app, ["report", str(log_file), "--per-session", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert "report-me" in json.dumps(report) and '"absorbed"' in json.dumps(report)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -31,6 +32,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
+from ..messages import Message
 from ..router import SessionRouter
 from .anthropic_format import AnthropicFormat
 from .compaction import Compaction, Prepared
@@ -109,7 +111,8 @@ class Proxy:
 
     @asynccontextmanager
     async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        self.client = httpx.AsyncClient(timeout=UPSTREAM_TIMEOUT, limits=UPSTREAM_LIMITS, trust_env=False)
+        # trust_env: HTTPS_PROXY / NO_PROXY / SSL_CERT_FILE apply to the upstream, as they do for the agent itself
+        self.client = httpx.AsyncClient(timeout=UPSTREAM_TIMEOUT, limits=UPSTREAM_LIMITS, trust_env=True)
         try:
             yield
         finally:
@@ -159,7 +162,7 @@ class Proxy:
         except BadRequest as exc:
             return self._answer(ANTHROPIC.name, 400, str(exc))
         messages = await anyio.to_thread.run_sync(self.compaction.view_for_count, ANTHROPIC, body, key, history)
-        content = raw if unchanged(history, messages) else orjson.dumps({**body, "messages": messages})
+        content = raw if unchanged(history, messages) else _body(body, messages)
         return await self._forward(request, ANTHROPIC, content, started, None, {})
 
     async def passthrough(self, request: Request) -> Response:
@@ -184,9 +187,7 @@ class Proxy:
             prepared = await anyio.to_thread.run_sync(self.compaction.prepare, provider, body, key, history)
         except BadRequest as exc:
             return self._answer(provider.name, 400, str(exc))
-        content = (
-            raw if unchanged(history, prepared.messages) else orjson.dumps({**body, "messages": prepared.messages})
-        )
+        content = raw if unchanged(history, prepared.messages) else _body(body, prepared.messages)
         headers = self._report(prepared, len(raw), len(content))
         return await self._forward(request, provider, content, started, prepared, headers)
 
@@ -278,11 +279,25 @@ _PROVIDERS: dict[str, Provider] = {"openai": OPENAI, "anthropic": ANTHROPIC}
 
 
 def _parse(provider: Provider, raw: bytes) -> tuple[dict[str, Any], list[Any]]:
+    """The body and its messages. orjson for speed; the standard library for what orjson refuses but a
+    provider may accept (integers beyond 64 bits, lone surrogate escapes)."""
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise BadRequest(f"the request body is not valid JSON ({exc})") from None
+        try:
+            body = json.loads(raw)
+        except (ValueError, RecursionError):
+            raise BadRequest(f"the request body is not valid JSON ({exc})") from None
     return body, provider.history(body)
+
+
+def _body(body: dict[str, Any], messages: list[Message]) -> bytes:
+    """The outgoing body: the client's, with the compacted ``messages``."""
+    outgoing = {**body, "messages": messages}
+    try:
+        return orjson.dumps(outgoing)
+    except (TypeError, orjson.JSONEncodeError):
+        return json.dumps(outgoing, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
 
 
 def _tokens_saved(counted_tokens: int, sent_by_client: int, forwarded: int) -> int:

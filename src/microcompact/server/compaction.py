@@ -123,8 +123,11 @@ class Compaction:
 
     def follow_up(self, key: str) -> None:
         """Run the queued follow-ups of ``key`` (unless its next request already did). Never raises."""
-        with self.router.lock(key):
-            self._run_pending(key)
+        try:
+            with self.router.lock(key):
+                self._run_pending(key)
+        except Exception as exc:  # the key could not be taken: the conversation's next request runs it
+            log.warning("Proxy: the follow-up of session %s waits for its next request (%s)", key, type(exc).__name__)
 
     def _run_pending(self, key: str) -> None:
         """Under the key's lock: calibrate, and end the previous turn when a person spoke, for each answered
