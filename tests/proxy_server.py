@@ -90,7 +90,7 @@ class ProxyServer:
     def settle(self, timeout: float = 10.0) -> None:
         """Wait until every answered request's follow-up and every background pass has finished."""
         deadline = time.monotonic() + timeout
-        while self.proxy._follow_ups and time.monotonic() < deadline:
+        while self.proxy.follow_ups_running and time.monotonic() < deadline:
             time.sleep(0.01)
         for session in self.router.sessions():
             session.drain(timeout)

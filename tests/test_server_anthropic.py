@@ -195,3 +195,19 @@ def test_system_entries_images_and_unknown_fields_go_out_as_sent(upstream: Scrip
         == httpx.Request("POST", "/", json={"model": "claude-test", "max_tokens": 10, "messages": messages}).content
     )
     assert sent.query == "beta=true" and sent.headers["anthropic-beta"] == "some-beta-2025"
+
+
+def test_more_breakpoints_than_the_api_allows_are_trimmed_oldest_first(
+    upstream: ScriptedUpstream, tmp_path: Path
+) -> None:
+    marked = [
+        {"role": role, "content": [{"type": "text", "text": f"message {i}", "cache_control": {"type": "ephemeral"}}]}
+        for i, role in enumerate(["user", "assistant", "user", "assistant", "user"])
+    ]
+    with ProxyServer(upstream.base_url, tmp_path / "s.db") as proxy:
+        client = anthropic.Anthropic(base_url=proxy.base_url, api_key="k", max_retries=0)
+        reply = client.messages.create(model="claude-test", max_tokens=10, system=SYSTEM, messages=marked)  # type: ignore[arg-type]
+    assert reply.content
+    sent = upstream.generation_requests()[-1].body
+    kept = [bool(m["content"][0].get("cache_control")) for m in sent["messages"]]
+    assert kept == [False, False, True, True, True] and sent["system"] == SYSTEM

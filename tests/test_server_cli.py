@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 import microcompact
 from microcompact.cli import app
+from microcompact.server.run import ServeOptions, serve
 from upstream import ScriptedUpstream
 
 SRC = str(Path(microcompact.__file__).parent.parent)
@@ -97,3 +98,20 @@ def test_serve_runs_forwards_and_its_sessions_are_listed(home: Path, tmp_path: P
     assert upstream.requests[-1].headers["x-api-key"] == "sk-ant-secret-7"
     listed = CliRunner().invoke(app, ["sessions", "list", "--db", str(db)])
     assert listed.exit_code == 0 and "cli-1" in listed.stdout
+
+
+def test_listening_beyond_localhost_without_a_key_is_warned_about(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    said: list[str] = []
+
+    def no_server(self: object, sockets: list[socket.socket]) -> None:
+        for sock in sockets:
+            sock.close()
+
+    monkeypatch.setattr("uvicorn.Server.run", no_server)
+    serve(ServeOptions(host="0.0.0.0", port=0, db=str(tmp_path / "s.db")), said.append)
+    assert said[0].startswith("warning: listening on 0.0.0.0 without --api-key")
+    said.clear()
+    serve(ServeOptions(host="0.0.0.0", port=0, db=str(tmp_path / "s.db"), api_key="k"), said.append)
+    assert len(said) == 1 and said[0].startswith("microcompact serve: listening on http://0.0.0.0:")

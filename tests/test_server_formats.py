@@ -13,6 +13,7 @@ from microcompact.identity import tagged
 from microcompact.messages import META_KEY, render_marker
 from microcompact.server.anthropic_format import AnthropicFormat
 from microcompact.server.errors import BadRequest
+from microcompact.server.forward import client_headers, upstream_headers
 from microcompact.server.openai_format import OpenAIFormat
 from microcompact.server.provider import identity_form, stripped
 from microcompact.server.session_key import session_key
@@ -228,3 +229,30 @@ def test_a_view_that_splits_a_tool_pair_is_caught_before_it_goes_out() -> None:
     openai_call = {"role": "assistant", "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f"}}]}
     assert OA.view_problem([openai_call, {"role": "tool", "tool_call_id": "c", "content": "x"}]) is None
     assert OA.view_problem([openai_call, {"role": "user", "content": "x"}])
+
+
+def test_headers_forwarded_both_ways_without_hop_by_hop_or_the_proxys_own() -> None:
+    sent = [
+        ("Authorization", "Bearer sk-1"),
+        ("x-api-key", "k"),
+        ("anthropic-beta", "a,b"),
+        ("Connection", "keep-alive, X-Hop"),
+        ("X-Hop", "1"),
+        ("Host", "proxy"),
+        ("Content-Length", "10"),
+        ("Accept-Encoding", "gzip, br"),
+        ("X-Microcompact-Session", "s"),
+        ("X-Microcompact-Key", "secret"),
+    ]
+    up = upstream_headers(sent)
+    assert up == [
+        ("Authorization", "Bearer sk-1"),
+        ("x-api-key", "k"),
+        ("anthropic-beta", "a,b"),
+        ("accept-encoding", "identity"),
+    ]
+    back = client_headers(
+        [("Content-Type", "text/event-stream"), ("Transfer-Encoding", "chunked"), ("retry-after", "3")],
+        {"x-microcompact-session": "s"},
+    )
+    assert back == [(b"content-type", b"text/event-stream"), (b"retry-after", b"3"), (b"x-microcompact-session", b"s")]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -159,3 +160,32 @@ def test_report_reads_the_proxys_telemetry(upstream: ScriptedUpstream, tmp_path:
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert "report-me" in json.dumps(report) and '"absorbed"' in json.dumps(report)
+
+
+def test_concurrent_conversations_under_one_session_id_each_get_their_own_branch(
+    upstream: ScriptedUpstream, tmp_path: Path
+) -> None:
+    """Like an agent's sub-agents: several histories at once under one client session id."""
+
+    def conversation(client: openai.OpenAI, n: int) -> set[str]:
+        messages: list[dict[str, Any]] = [{"role": "system", "content": f"Sub-agent {n}."}]
+        seen = set()
+        for step in range(3):
+            messages.append({"role": "user", "content": f"Agent {n}, step {step}."})
+            raw = client.chat.completions.with_raw_response.create(model="m", messages=messages)  # type: ignore[arg-type]
+            seen.add(raw.headers["x-microcompact-session"])
+            messages.append(raw.parse().choices[0].message.model_dump(exclude_none=True))
+        return seen
+
+    with ProxyServer(upstream.base_url, tmp_path / "s.db") as proxy:
+        client = openai.OpenAI(base_url=f"{proxy.base_url}/v1", api_key="k", max_retries=0, default_headers=SESSION)
+        with ThreadPoolExecutor(max_workers=6) as pool:
+            branches = list(pool.map(lambda n: conversation(client, n), range(6)))
+        proxy.settle()
+        stored = {s["id"] for s in proxy.store.list_sessions()}
+    assert all(len(b) == 1 for b in branches), "each conversation stays on its branch"
+    assert len(set().union(*branches)) == 6 and stored == set().union(*branches)
+    for request in upstream.generation_requests():
+        n = request.messages[0]["content"].removeprefix("Sub-agent ").rstrip(".")
+        users = [m["content"] for m in request.messages if m["role"] == "user"]
+        assert users and all(u.startswith(f"Agent {n}, ") for u in users), "one conversation's messages only"

@@ -22,6 +22,7 @@ from .micro import MicroCompactor, RollingSummary, micro_compact
 from .session import Session
 from .store import SessionBusy, StoreError, open_store
 from .summarizers import ExtractiveSummarizer, FallbackChain, summarizer_from
+from .telemetry import log_telemetry
 
 __all__ = [
     "Config",
@@ -48,6 +49,7 @@ __all__ = [
     "ExtractiveSummarizer",
     "FallbackChain",
     "summarizer_from",
+    "log_telemetry",
 ]
 
 __version__ = "0.1.0"

@@ -29,6 +29,7 @@ applied by the next awaited call (a plain Session also applies it when ``message
 from __future__ import annotations
 
 import asyncio
+import copy
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -113,20 +114,22 @@ class AsyncSession:
     # ------------------------------------------------------------------ the transcript (never waits)
 
     def append(self, message: Message) -> None:
-        """Queue a message (a copy; the caller's dict is never changed). Raises TranscriptError at once for
-        a message that is not a chat message or holds a value JSON cannot (NaN, Infinity)."""
+        """Queue a message (a deep copy: what was checked is what enters the transcript, whatever the caller
+        does to its dict or nested lists afterwards). Raises TranscriptError at once for a message that is
+        not a chat message or holds a value JSON cannot (NaN, Infinity)."""
         with self._guard:
-            validate_message(message, f"message {len(self._view) + len(self._queued)}")
-            self._queued.append(dict(message))
+            copied = copy.deepcopy(message)
+            validate_message(copied, f"message {len(self._view) + len(self._queued)}")
+            self._queued.append(copied)
 
     def extend(self, messages: Iterable[Message]) -> None:
         """Queue several messages, kept together; none is queued when one of them is refused."""
-        batch = list(messages)
+        batch = copy.deepcopy(list(messages))
         with self._guard:
             base = len(self._view) + len(self._queued)
             for i, m in enumerate(batch):
                 validate_message(m, f"message {base + i}")
-            self._queued += [dict(m) for m in batch]
+            self._queued += batch
 
     @property
     def messages(self) -> list[Message]:
@@ -241,9 +244,9 @@ class AsyncSession:
             handed = list(self._queued)
         taken = 0
         try:
-            if handed:
-                self.session.extend(handed)
-                taken = len(handed)
+            for message in handed:  # counted one by one: a refused one never leaves the others queued twice
+                self.session.append(message)
+                taken += 1
             return work()
         finally:
             view, tokens = self.session.transcript, self.session.tokens

@@ -22,13 +22,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .compare import POLICIES, compare, plot_compare
-from .config import Config, ConfigError, home_dir, load_config
+from .config import Config, ConfigError, load_config
 from .cost import load_pricing
+from .importers import FORMATS, run_import
 from .messages import TranscriptError, content_text
 from .replay import default_session_id, read_transcript, replay, resume_start, summary_json
 from .session import Session
 from .store import StoreError, default_store_path, open_store
-from .telemetry import setup_file_logging
+from .telemetry import default_log_path, setup_file_logging
 
 app = typer.Typer(
     add_completion=False,
@@ -66,21 +67,12 @@ def _fail(message: str, code: int = 2) -> None:
 
 
 def _open_log(log_file: Path | None) -> logging.Handler:
-    path = log_file or home_dir() / "logs" / "agent.log"
+    path = log_file or default_log_path()
     try:
-        _create_private(path)
         return setup_file_logging(path)
     except OSError as exc:
         _fail(f"cannot open log file {path}: {exc.strerror or exc}")
         raise  # unreachable: _fail exits
-
-
-def _create_private(path: Path) -> None:
-    """Create the log (and its folder) readable by the owner only: it names sessions, files and errors."""
-    if path.exists():
-        return
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    path.touch(mode=0o600)
 
 
 def _configure(
@@ -705,9 +697,7 @@ def import_cmd(
     file: Annotated[Path, typer.Argument(help="A recorded session (its format detected, or named by --from).")],
     fmt: Annotated[
         str,
-        typer.Option(
-            "--from", help="auto (detect from the file's start, the default) | claude-code | swe-agent | adp | openai"
-        ),
+        typer.Option("--from", help="auto (detect from the file's start, the default) | " + " | ".join(FORMATS)),
     ] = "auto",
     out_file: Annotated[Path | None, typer.Option("--out", help="Output JSONL (default: stdout).")] = None,
     record: Annotated[
@@ -725,7 +715,6 @@ def import_cmd(
     ] = False,
 ) -> None:
     """Convert a recorded agent session into the JSONL that replay reads."""
-    from .importers import run_import
 
     code = run_import(fmt, file, out_file, err, record=record, repair=repair)
     if code:

@@ -13,14 +13,14 @@ Pure functions over message lists; :meth:`microcompact.session.Session.sync_hist
 from __future__ import annotations
 
 import hashlib
-import json
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from .messages import Message, is_marker
+from .messages import Message, TranscriptError, is_marker
 
 HID_KEY = "_hid"  # the message's index in the client's full history
 DIGEST_KEY = "_hd"  # the digest of that client message (several session messages may share one)
@@ -30,19 +30,62 @@ IDENTITY_KEYS = (HID_KEY, DIGEST_KEY)
 def digest(message: Any) -> str:
     """A digest of what a client message says, whatever its key order (keys starting with ``_`` left out).
 
-    32 hex digits of SHA-256 over canonical JSON: orjson for speed, the standard library for what orjson
-    refuses (lone surrogates, huge integers). SHA-256 because CPUs hash it in hardware: a proxy digests the
-    client's whole history on every request, and on a 150K-token history (690 KB) BLAKE2b took 6.7 ms where
-    SHA-256 takes 1.2 ms (bench/bench_proxy.py's machine).
+    32 hex digits of SHA-256 over canonical JSON: orjson for speed, and SHA-256 because CPUs hash it in
+    hardware (a proxy digests the client's whole history on every request: for a 150K-token history, 690
+    KB, BLAKE2b took 6.7 ms where SHA-256 takes 1.2 ms on bench/bench_proxy.py's machine). What orjson
+    refuses (lone surrogates, huge integers, non-string keys, deep nesting) is hashed by
+    :func:`_canonical_walk`, whose bytes never equal orjson's, so no two messages collide.
     """
     if isinstance(message, dict) and any(isinstance(k, str) and k.startswith("_") for k in message):
         message = {k: v for k, v in message.items() if not (isinstance(k, str) and k.startswith("_"))}
     try:
         data = orjson.dumps(message, option=orjson.OPT_SORT_KEYS)
     except (TypeError, orjson.JSONEncodeError):
-        text = json.dumps(message, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
-        data = text.encode("utf-8", "replace")
+        data = _canonical_walk(message)
     return hashlib.sha256(data).hexdigest()[:32]
+
+
+class _Encoded(bytes):
+    """Bytes the walk already encoded (a key, a closing bracket), told apart from a bytes value."""
+
+
+_END_DICT, _END_LIST = _Encoded(b"}"), _Encoded(b"]")
+
+
+def _canonical_walk(value: Any) -> bytes:
+    """An unambiguous encoding of any value (type-tagged, length-prefixed), built without recursion so no
+    nesting depth exhausts the stack. Starts with a NUL byte, which orjson output never does."""
+    out: list[bytes] = [b"\0"]
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        if type(item) is _Encoded:
+            out.append(item)
+        elif isinstance(item, dict):
+            items = sorted(item.items(), key=lambda kv: (type(kv[0]).__name__, str(kv[0])))
+            stack.append(_END_DICT)
+            for k, v in reversed(items):
+                stack += [v, _Encoded(_scalar(k))]
+            out.append(b"{")
+        elif isinstance(item, (list, tuple)):
+            stack.append(_END_LIST)
+            stack.extend(reversed(item))
+            out.append(b"[")
+        else:
+            out.append(_scalar(item))
+    return b"".join(out)
+
+
+def _scalar(value: Any) -> bytes:
+    """A leaf's type tag, length and text (lone surrogates kept distinct: ``surrogatepass``)."""
+    if value is None or isinstance(value, (bool, int, float)):
+        text = repr(value)
+    elif isinstance(value, str):
+        text = value
+    else:
+        text = f"{type(value).__name__}:{value}"
+    encoded = text.encode("utf-8", "surrogatepass")
+    return f"{type(value).__name__}{len(encoded)}:".encode() + encoded
 
 
 def digests(messages: Iterable[Any]) -> list[str]:
@@ -65,8 +108,13 @@ def identity_of(message: Message) -> dict[str, Any]:
 
 
 def tagged(message: Message, hid: int, hd: str) -> Message:
-    """A copy of ``message`` carrying its identity."""
-    return {**message, HID_KEY: hid, DIGEST_KEY: hd}
+    """A copy of ``message`` carrying its identity, and nothing else of the library's: a client's own keys
+    starting with ``_`` (``_mc``, ``_hid``, ``_row``, ...) are dropped, so a client can plant no marker,
+    identity or store bookkeeping (the digest leaves them out too). Raises TranscriptError for a non-object."""
+    if not isinstance(message, dict):
+        raise TranscriptError(f"client message {hid}: expected a JSON object, got {type(message).__name__}")
+    own = {k: v for k, v in message.items() if not (isinstance(k, str) and k.startswith("_"))}
+    return {**own, HID_KEY: hid, DIGEST_KEY: hd}
 
 
 def hid_of(message: Message) -> int | None:
@@ -112,22 +160,26 @@ class Divergence:
         return f"client message {self.at} differs from the one the session holds"
 
 
-def fork_prefix(transcript: Sequence[Message], known: int, at: int) -> list[Message] | None:
+def fork_prefix(
+    transcript: Sequence[Message], known: int, at: int, parts: Mapping[int, int] | None = None
+) -> list[Message] | None:
     """The compacted form of client messages ``[0, at)`` from a session's ``transcript``, to start a fork with.
 
     Possible when no summary in the transcript covers a client message at or past ``at``: then the markers and
     every kept (or shortened) message before ``at`` are exactly a compaction of that prefix. None otherwise
     (the fork starts from the client's raw messages and compacts again), or when the transcript holds
-    messages that came without identity.
+    messages that came without identity. ``parts`` (client index -> how many session messages it became)
+    also catches a client message only partly absorbed (its tool results summarized, its text kept);
+    without it, one present part counts as the whole message.
     """
-    present: set[int] = set()
+    present: Counter[int] = Counter()
     for m in transcript:
         hid = hid_of(m)
         if hid is not None:
-            present.add(hid)
+            present[hid] += 1
         elif not is_marker(m):
             return None
-    absorbed_at_or_past = any(i not in present for i in range(at, known))
-    if absorbed_at_or_past:
+    expected = parts or {}
+    if any(present[i] < expected.get(i, 1) for i in range(at, known)):
         return None
     return [dict(m) for m in transcript if is_marker(m) or (hid_of(m) or 0) < at]

@@ -34,7 +34,7 @@ from .identity import Divergence, common_prefix, digests, fork_prefix, is_human,
 from .messages import Message, disown_marker_text, to_api, validate_message
 from .micro import CommitHook, MicroCompactor, PassResult
 from .store import StoreConflict, StoreError, StoreReadOnly
-from .summarizers import Summarizer, make_summarizer
+from .summarizers import Summarizer, ledger_budget, make_summarizer
 from .telemetry import occupancy_pct
 from .tokens import Ledger, TokenCounter, make_text_counter
 
@@ -48,7 +48,11 @@ def summarizer_for(config: Config, counter: TokenCounter | None = None) -> Summa
     """The summarizer ``auxiliary.compression`` describes (the offline extractive one by default)."""
     aux = config.auxiliary.compression
     if aux.kind == "extractive":
-        return make_summarizer("extractive", count_text=counter.count_text if counter else None)
+        return make_summarizer(
+            "extractive",
+            count_text=counter.count_text if counter else None,
+            ledger_budget_tokens=ledger_budget(config.compression.micro_compact_defrag_threshold_tokens),
+        )
     if not aux.model:
         from .config import ConfigError
 

@@ -269,10 +269,10 @@ class Proxy:
         self.metrics.request(api, status)
         return error_response(api, status, message, headers)
 
-    async def wait_for_follow_ups(self) -> None:
-        """Wait for the after-work of answered requests (tests, shutdown)."""
-        while self._follow_ups:
-            await asyncio.gather(*list(self._follow_ups), return_exceptions=True)
+    @property
+    def follow_ups_running(self) -> int:
+        """Answered requests whose after-work has not finished yet."""
+        return len(self._follow_ups)
 
 
 _PROVIDERS: dict[str, Provider] = {"openai": OPENAI, "anthropic": ANTHROPIC}

@@ -45,20 +45,24 @@ HOP_BY_HOP = frozenset(
 OWN_PREFIX = "x-microcompact-"
 
 
+def _hop_by_hop(headers: list[tuple[str, str]]) -> frozenset[str]:
+    """HOP_BY_HOP plus the headers a ``Connection`` header names (they too end at this hop)."""
+    named = {token.strip().lower() for n, v in headers if n.lower() == "connection" for token in v.split(",")}
+    return HOP_BY_HOP | named
+
+
 def upstream_headers(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-    out = [
-        (name, value)
-        for name, value in headers
-        if name.lower() not in HOP_BY_HOP
-        and name.lower() != "accept-encoding"
-        and not name.lower().startswith(OWN_PREFIX)
-    ]
+    items = list(headers)
+    dropped = _hop_by_hop(items) | {"accept-encoding"}
+    out = [(n, v) for n, v in items if n.lower() not in dropped and not n.lower().startswith(OWN_PREFIX)]
     out.append(("accept-encoding", "identity"))
     return out
 
 
 def client_headers(headers: Iterable[tuple[str, str]], extra: dict[str, str]) -> list[tuple[bytes, bytes]]:
-    out = [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in headers if n.lower() not in HOP_BY_HOP]
+    items = list(headers)
+    dropped = _hop_by_hop(items)
+    out = [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in items if n.lower() not in dropped]
     out += [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in extra.items()]
     return out
 

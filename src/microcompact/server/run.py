@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -96,6 +97,11 @@ def serve(options: ServeOptions, say: Callable[[str], None]) -> None:
         sock = bind(options.host, options.port)
         host, port = sock.getsockname()[:2]
         base = f"http://{host if ':' not in host else f'[{host}]'}:{port}"
+        if not settings.api_key and not ipaddress.ip_address(host).is_loopback:
+            say(
+                f"warning: listening on {host} without --api-key: anyone who can reach this port can use the proxy "
+                "and fill its session store"
+            )
         say(
             f"microcompact serve: listening on {base} (OpenAI clients: {base}/v1, Anthropic clients and Claude Code: "
             f"{base}); forwarding to {settings.openai_upstream} and {settings.anthropic_upstream}; "

@@ -11,6 +11,8 @@ implementations when called)::
 
     base        the protocol, its errors, the section names, make_summarizer
     sections    a summary's shape: ### headings and bullets, parsed and rendered
+    facts       the file ledger, failing commands and test runs (facts_model, facts_extract, facts_text)
+    findings    findings, not narration: the sentences of prose worth keeping
     input       what a summarizer reads: redacted, bounded, rendered as text
     prompts     the HTTP summarizer's prompts, rendered from templates/
     validation  checks on model output; deterministic shortening
@@ -40,6 +42,7 @@ from .chain import FallbackChain
 from .clients import ClientSummarizer, summarizer_from
 from .eventloop import bind_event_loop
 from .extractive import ExtractiveSummarizer, describe_tool_result
+from .facts import facts_block, ledger_budget, with_facts
 from .http import OpenAISummarizer
 from .input import OMISSION_NOTE, prepare_exchange
 from .prompts import BATCH_PROMPT, CONDENSE_PROMPT, MERGE_PROMPT
@@ -68,9 +71,12 @@ __all__ = [
     "bind_event_loop",
     "clean_summary",
     "describe_tool_result",
+    "facts_block",
+    "ledger_budget",
     "make_summarizer",
     "prepare_exchange",
     "render_exchange",
     "shorten_summary",
     "summarizer_from",
+    "with_facts",
 ]

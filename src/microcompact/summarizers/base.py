@@ -64,7 +64,7 @@ BATCH_SECTIONS = (
     "Relevant files",
     "Open questions",
 )
-MICRO_SECTIONS = ("Decisions", "Requirements", "Files", "Commands and results", "Errors", "Open questions", "Answers")
+MICRO_SECTIONS = ("Requirements", "Findings", "Open questions", "Commands and results", "Answers")
 
 
 def make_summarizer(kind: str, **options: Any) -> Summarizer:

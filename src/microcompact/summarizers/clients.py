@@ -24,6 +24,9 @@ from .eventloop import LoopRunner
 from .prompts import BATCH_PROMPT, CONDENSE_PROMPT, MERGE_PROMPT, batch_request, condense_request, merge_request
 from .validation import completion_summary
 
+DEFAULT_TIMEOUT = 60.0  # seconds per summarizer call, as auxiliary.compression.timeout
+_REQUEST_KEYS = frozenset({"model", "messages", "system", "stream"})  # what the request itself consists of
+
 
 class ClientSummarizer:
     """A :class:`~microcompact.summarizers.Summarizer` over one backend (see :func:`summarizer_from`).
@@ -74,7 +77,7 @@ def summarizer_from(
     *,
     max_output_tokens: int = 1024,
     temperature: float | None = None,
-    timeout: float | None = None,
+    timeout: float | None = DEFAULT_TIMEOUT,
     options: dict[str, Any] | None = None,
 ) -> Summarizer:
     """A summarizer that uses ``source``: an OpenAI or Anthropic SDK client (sync or async; ``model`` is
@@ -83,8 +86,10 @@ def summarizer_from(
 
     ``temperature`` is sent only when given (reasoning models refuse it); ``options`` are extra keyword
     arguments for the SDK call (e.g. ``{"max_completion_tokens": 2048}`` for OpenAI reasoning models, with
-    ``max_output_tokens`` then overridden by it). Raises TypeError for anything else, ValueError when an SDK
-    client comes without ``model``.
+    ``max_output_tokens`` then overridden by it). ``timeout`` (seconds; the default is
+    ``auxiliary.compression.timeout``'s) bounds each call: a hanging endpoint or coroutine would otherwise
+    hold the pass, and an inline pass the session, for the SDK's ten minutes or forever; None removes the
+    bound. Raises TypeError for anything else, ValueError when an SDK client comes without ``model``.
     """
     if isinstance(source, Summarizer):
         return source
@@ -94,6 +99,12 @@ def summarizer_from(
         if not model:
             raise ValueError(
                 f"summarizer_from: model is required for {type(source).__name__} (the model to summarize with)"
+            )
+        taken = sorted(_REQUEST_KEYS & set(extra))
+        if taken:
+            raise ValueError(
+                f"summarizer_from: options may not set {', '.join(taken)} (the summarizer builds every request "
+                "itself; otherwise each call would fail and the exchanges be skipped)"
             )
         client = _without_retries(source, timeout)
         backend: Backend = (OpenAIChat if kind == "openai" else AnthropicMessages)(

@@ -13,12 +13,15 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+import time
 from collections.abc import Awaitable, Coroutine
 from typing import Any
 
-from .base import SummarizerError, SummarizerUnavailable
+from .base import SummarizerError, SummarizerTimeout, SummarizerUnavailable
 
 _POLL_SECONDS = 0.5  # how often a waiting thread checks that the loop it waits on is still alive
+_IDLE_POLLS = 3  # polls in a row that find the loop stopped before the wait is given up
+_GRACE_SECONDS = 2.0  # past ``timeout``, for the loop's own cancellation to arrive first
 
 
 def bind_event_loop(summarizer: object, loop: asyncio.AbstractEventLoop) -> None:
@@ -54,6 +57,10 @@ class LoopRunner:
     def run(self, awaitable: Awaitable[Any], timeout: float | None, name: str) -> Any:
         """The awaitable's result, computed on the bound (else the private) loop; ``timeout`` in seconds."""
         loop = self._loop()
+        if loop is None:
+            if isinstance(awaitable, Coroutine):
+                awaitable.close()
+            raise SummarizerUnavailable(f"{name}: the event loop the async client runs on is closed")
         try:
             calling = asyncio.get_running_loop()
         except RuntimeError:
@@ -70,14 +77,32 @@ class LoopRunner:
         except RuntimeError as exc:  # the loop closed since it was bound
             _discard(coro, awaitable)
             raise SummarizerUnavailable(f"{name}: the event loop the async client runs on is closed") from exc
-        while not future.done():
-            concurrent.futures.wait([future], timeout=_POLL_SECONDS)
-            if not future.done() and loop.is_closed():
-                future.cancel()
-                raise SummarizerUnavailable(f"{name}: the event loop closed while a summary was pending")
+        self._wait(future, loop, timeout, name)
         if future.cancelled():
             raise SummarizerUnavailable(f"{name}: the summary was cancelled (its event loop is shutting down)")
         return future.result()  # the coroutine's own error (TimeoutError after ``timeout``) is raised as is
+
+    @staticmethod
+    def _wait(
+        future: concurrent.futures.Future[Any], loop: asyncio.AbstractEventLoop, timeout: float | None, name: str
+    ) -> None:
+        """Wait for ``future`` in this thread, giving up (and cancelling it) when its loop closes or stays
+        stopped, or ``timeout`` (enforced on the loop) has long passed: a loop that no longer runs would
+        otherwise hold the pass, and the session's lock, forever."""
+        deadline = None if timeout is None else time.monotonic() + timeout + _GRACE_SECONDS
+        idle_polls = 0
+        while not future.done():
+            concurrent.futures.wait([future], timeout=_POLL_SECONDS)
+            if future.done():
+                return
+            idle_polls = 0 if loop.is_running() else idle_polls + 1
+            if loop.is_closed() or idle_polls >= _IDLE_POLLS:
+                future.cancel()
+                state = "closed" if loop.is_closed() else "stopped"
+                raise SummarizerUnavailable(f"{name}: the event loop {state} while a summary was pending")
+            if deadline is not None and time.monotonic() > deadline:
+                future.cancel()
+                raise SummarizerTimeout(f"{name}: no answer within the timeout (its event loop is blocked)")
 
     def close(self) -> None:
         """Stop the private loop thread, if one was started."""
@@ -89,9 +114,13 @@ class LoopRunner:
             thread.join(timeout=5)
             loop.close()
 
-    def _loop(self) -> asyncio.AbstractEventLoop:
+    def _loop(self) -> asyncio.AbstractEventLoop | None:
+        """The bound loop; None when it closed (the client's connections went with it, and running on the
+        private loop would make the client refuse the next loop it is bound to); unbound, the private one."""
         with self._lock:
-            if self._bound is not None and not self._bound.is_closed():
+            if self._bound is not None:
+                if self._bound.is_closed():
+                    return None
                 self._used = self._bound
                 return self._bound
             if self._private is None:
