@@ -269,11 +269,6 @@ def test_a_key_never_reaches_another_keys_branch(tmp_path, stored):
             store.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="route() may evict (close) another key's session while that key's lock holder is using it: the "
-    "store lease is released under it, so a second writer can open the same session",
-)
 def test_eviction_never_closes_a_session_another_request_is_using(tmp_path):
     store = SQLiteStore(str(tmp_path / "s.db"))
     router = SessionRouter(small_config(), store=store, max_open=1)
