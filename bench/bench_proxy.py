@@ -299,19 +299,28 @@ def ttfb(client: httpx.Client, url: str, content: bytes, session: str) -> float:
     return first - float(response.headers.get("x-bench-upstream-ms", 0)) / 1000
 
 
-async def throughput(url: str, sessions: int, seconds: float, histories: list[list[bytes]], tag: str) -> float:
-    """Requests per second with ``sessions`` conversations sending back to back for ``seconds``."""
-    done = 0
+async def throughput(
+    url: str, sessions: int, seconds: float, histories: list[list[bytes]], tag: str
+) -> tuple[float, int]:
+    """Requests per second with ``sessions`` conversations sending back to back for ``seconds``, and how
+    many requests failed on the connection (each is retried once)."""
+    done = failed = 0
     deadline = time.perf_counter() + seconds
     limits = httpx.Limits(max_connections=sessions + 10, max_keepalive_connections=sessions + 10)
     async with httpx.AsyncClient(timeout=120, limits=limits) as client:
 
         async def one(n: int) -> None:
-            nonlocal done
+            nonlocal done, failed
             i = 0
             headers = {**HEADERS, "x-microcompact-session": f"{tag}-{n}"}
             while time.perf_counter() < deadline and i < len(histories[n]):
-                response = await client.post(f"{url}/v1/messages", content=histories[n][i], headers=headers)
+                try:
+                    response = await client.post(f"{url}/v1/messages", content=histories[n][i], headers=headers)
+                except httpx.TransportError:
+                    failed += 1
+                    if failed > 2 * sessions:
+                        raise
+                    continue
                 if response.status_code != 200:
                     raise SystemExit(f"bench_proxy: {url} answered {response.status_code}")
                 done += 1
@@ -319,7 +328,7 @@ async def throughput(url: str, sessions: int, seconds: float, histories: list[li
 
         t0 = time.perf_counter()
         await asyncio.gather(*(one(n) for n in range(sessions)))
-        return done / (time.perf_counter() - t0)
+        return done / (time.perf_counter() - t0), failed
 
 
 def ms(seconds: float) -> str:
@@ -548,12 +557,13 @@ def main() -> None:
         pre = [[body(system, h) for h in histories] for _ in range(sessions)]
         rows = []
         for mode in MODES:
-            rps = asyncio.run(throughput(proxies[mode].url, sessions, seconds, pre, f"rps-{mode}"))
-            rows.append([mode, f"{rps:.0f}"])
+            rps, failed = asyncio.run(throughput(proxies[mode].url, sessions, seconds, pre, f"rps-{mode}"))
+            alive = "yes" if proxies[mode].process.poll() is None else "NO"
+            rows.append([mode, f"{rps:.0f}", str(failed), alive])
         rss_after = proxies["compact"].rss_kb()
         table(
             f"{sessions} concurrent conversations (~20K tokens each, growing), {seconds:g} s per proxy",
-            ["proxy", "requests/s"],
+            ["proxy", "requests/s", "connection errors (retried)", "process alive"],
             rows,
         )
         print(
