@@ -244,12 +244,6 @@ def test_a_store_hiccup_during_a_fork_does_not_wedge_the_branch(tmp_path):
         store.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="keys are not escaped: key 'abc~2' names branch 2 of key 'abc', so a client choosing that session "
-    "key is routed into another conversation (in memory route() even returns it with a diverged sync, and a "
-    "proxy sends that conversation's view for the client's request)",
-)
 @pytest.mark.parametrize("stored", [False, True], ids=["memory", "sqlite"])
 def test_a_key_never_reaches_another_keys_branch(tmp_path, stored):
     store = SQLiteStore(str(tmp_path / "s.db")) if stored else None

@@ -4,8 +4,9 @@ A *key* names a caller's conversation (its own session id, or a digest of its op
 several *branches*: a coding agent interleaves side requests and sub-agents under one session id, and a
 client that compacts on its own, or edits a message, starts a new history. Each history goes to the branch
 it continues (:meth:`Session.sync_history`); one that continues none is forked from the branch it shares
-the longest prefix with (:meth:`Session.fork`). Branch ids are ``KEY``, ``KEY~2``, ``KEY~3``, ...; the
-first branch's store metadata counts them, so another process (or a restart) finds them all.
+the longest prefix with (:meth:`Session.fork`). Branch ids are ``KEY``, ``KEY~2``, ``KEY~3``, ... (a ``~``
+inside KEY doubled); the first branch's store metadata counts them, so another process (or a restart) finds
+them all.
 
 Several processes on one store (``shared=True``: several ``serve`` processes, one PostgreSQL database or one
 SQLite file): :meth:`SessionRouter.lock` then also takes a lock on the key in the store, so one
@@ -46,7 +47,10 @@ BRANCH_SEPARATOR = "~"
 
 
 def branch_id(key: str, number: int) -> str:
-    return key if number <= 1 else f"{key}{BRANCH_SEPARATOR}{number}"
+    """The session id of ``key``'s branch ``number``. A separator inside the key is doubled, so no key's
+    branch is another key's (key ``abc~2`` is session ``abc~~2``, never branch 2 of ``abc``)."""
+    base = key.replace(BRANCH_SEPARATOR, BRANCH_SEPARATOR * 2)
+    return base if number <= 1 else f"{base}{BRANCH_SEPARATOR}{number}"
 
 
 @dataclass(frozen=True)
@@ -158,8 +162,9 @@ class SessionRouter:
                 return list(known)
         count = 0
         if self.store is not None:
-            meta = self.store.session_meta(key)
-            if meta or self.store.load_active(key):
+            first = branch_id(key, 1)
+            meta = self.store.session_meta(first)
+            if meta or self.store.load_active(first):
                 count = max(1, int(meta.get("branches", 1)))
         found = [branch_id(key, n) for n in range(count, 0, -1)]  # the newest first
         with self._lock:
@@ -232,9 +237,10 @@ class SessionRouter:
         the store at their next use), and the branch list when the first branch changed (it counts them)."""
         assert self.store is not None
         cached = self._cached(key)
-        versions = self.store.session_versions([key, *cached])
+        first = branch_id(key, 1)
+        versions = self.store.session_versions([first, *cached])
         with self._lock:
-            if key not in self._versions or versions.get(key) != self._versions.get(key):
+            if first not in self._versions or versions.get(first) != self._versions.get(first):
                 self._branches.pop(key, None)
             stale = [sid for sid in cached if sid not in versions or versions[sid] != self._versions.get(sid)]
             dropped = [self._forget(sid) for sid in stale]
@@ -261,10 +267,11 @@ class SessionRouter:
                     self._forget(session.session_id)
                 if session.background is not None:
                     session.background.close(wait=False)
-        versions = self.store.session_versions([key, *cached])
+        first = branch_id(key, 1)
+        versions = self.store.session_versions([first, *cached])
         with self._lock:
             for sid, version in versions.items():
-                if sid == key or sid in self._open:
+                if sid == first or sid in self._open:
                     self._versions[sid] = version
 
     def _finish_passes(self, key: str, wait: float) -> None:
@@ -332,7 +339,7 @@ class SessionRouter:
         else:  # pragma: no cover - a hundred concurrent forks of one conversation
             raise RuntimeError(f"no free branch id for {key!r}")
         if self.store is not None:
-            self.store.update_meta(key, {"key": key, "branches": n})
+            self.store.update_meta(branch_id(key, 1), {"key": key, "branches": n})
             child.flush()
         log.info(
             "Session %s: the client's history left it at message %d; continuing in fork %s", parent.session_id, at, sid
