@@ -221,11 +221,6 @@ class _FlakyMetaStore(SQLiteStore):
         return super().update_meta(session_id, meta)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="router._fork registers the fork only after store.update_meta succeeds: a failure there leaves "
-    "the fork holding its lease unregistered, and every later request of that history raises SessionBusy",
-)
 def test_a_store_hiccup_during_a_fork_does_not_wedge_the_branch(tmp_path):
     store = _FlakyMetaStore(str(tmp_path / "s.db"))
     router = SessionRouter(small_config(), store=store)

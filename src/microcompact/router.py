@@ -338,14 +338,16 @@ class SessionRouter:
             break
         else:  # pragma: no cover - a hundred concurrent forks of one conversation
             raise RuntimeError(f"no free branch id for {key!r}")
+        # Registered before anything is written: a store failure below fails this request, and the next
+        # request of this history continues the fork (this object holds its lease) instead of colliding with it.
+        self._keep(key, child)
+        self._used(key, sid)
         if self.store is not None:
             self.store.update_meta(branch_id(key, 1), {"key": key, "branches": n})
             child.flush()
         log.info(
             "Session %s: the client's history left it at message %d; continuing in fork %s", parent.session_id, at, sid
         )
-        self._keep(key, child)
-        self._used(key, sid)
         return child
 
     def sessions(self) -> list[Session]:
