@@ -317,11 +317,6 @@ def test_a_store_failing_during_syncs_loses_and_duplicates_nothing(tmp_path):
     store.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Session.fork trusts the caller's 'at': past the common prefix, the child is built from this "
-    "session's messages the new history does not hold (fix: at = min(at, common_prefix(known, incoming)))",
-)
 def test_a_fork_at_past_the_common_prefix_carries_nothing_of_the_other_history():
     parent = Session(small_config())
     parent.sync_history([{"role": "user", "content": "secret plan A"}, {"role": "assistant", "content": "ok A"}])

@@ -474,6 +474,8 @@ class Session:
         store = store if store is not None else self.store
         with self._lock:
             known = self._known_digests()
+            if known is not None:  # never past what the two histories share, whatever the caller says
+                at = min(at, common_prefix(known, incoming))
             prefix = fork_prefix(self.ledger.messages, len(known), at) if known is not None else None
         start = at if prefix is not None else 0
         messages = list(prefix or [])
