@@ -183,11 +183,6 @@ def test_a_forked_branch_is_continued_after_a_restart(tmp_path):
 # --------------------------------------------------------------------------- timing and failures
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="route() takes no per-key lock and _session() builds a session outside the router lock: two "
-    "concurrent first requests of one key get two Session objects for one id, one of them untracked",
-)
 def test_concurrent_first_requests_of_one_key_share_one_session():
     both_inside = threading.Barrier(2, timeout=1)
 

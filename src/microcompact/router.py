@@ -93,6 +93,7 @@ class SessionRouter:
         self._new_session = session_factory or self._default_session
         self._lock = threading.Lock()
         self._key_locks: dict[str, threading.Lock] = {}
+        self._owners: dict[str, int] = {}  # key -> the thread holding its lock
         self._open: OrderedDict[str, Session] = OrderedDict()  # session id -> session, least recent first
         self._branches: dict[str, list[str]] = {}  # key -> branch ids, most recently used first
         self._key_of: dict[str, str] = {}  # session id -> its key
@@ -193,9 +194,7 @@ class SessionRouter:
         single process; if another process wrote meanwhile, the object is dropped with its pass unapplied
         and whoever continues runs the pass again. So no pass ever reaches the store after its key was
         let go, and none is applied to a transcript it was not computed on."""
-        with self._lock:
-            lock = self._key_locks.setdefault(key, threading.Lock())
-        with lock:
+        with self._in_process(key):
             if not self.shared:
                 yield
                 return
@@ -209,6 +208,23 @@ class SessionRouter:
                 finally:
                     assert self.store is not None
                     self.store.unlock(key, token)
+
+    @contextmanager
+    def _in_process(self, key: str) -> Iterator[None]:
+        """This process's lock on ``key``; a thread that already holds it goes on (route under lock)."""
+        me = threading.get_ident()
+        with self._lock:
+            lock = self._key_locks.setdefault(key, threading.Lock())
+            held = self._owners.get(key) == me
+        if held:
+            yield
+            return
+        with lock:
+            self._owners[key] = me
+            try:
+                yield
+            finally:
+                del self._owners[key]
 
     def _take_key(self, key: str) -> str | None:
         """The store's lock on ``key``, polled with a growing pause (0.5 ms up to 50 ms): the holder is
@@ -301,7 +317,12 @@ class SessionRouter:
 
     def route(self, key: str, history: Sequence[Message], convert: Convert | None = None) -> Routed:
         """The session ``history`` continues under ``key`` (its new messages appended), forking or starting
-        one when none does. Call under :meth:`lock` when the caller goes on using the session."""
+        one when none does. Call under :meth:`lock` when the caller goes on using the session (alone, it
+        still runs one at a time per key in this process, so concurrent first requests share one session)."""
+        with self._in_process(key):
+            return self._route(key, history, convert)
+
+    def _route(self, key: str, history: Sequence[Message], convert: Convert | None) -> Routed:
         best: tuple[int, Session] | None = None
         branches = self._known_branches(key)
         for sid in branches:
