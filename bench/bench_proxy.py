@@ -149,7 +149,10 @@ def serve_upstream() -> None:
     sock.bind(("127.0.0.1", 0))
     print(sock.getsockname()[1], flush=True)
     app = Starlette(routes=[Route("/v1/messages", messages, methods=["POST"])])
-    uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")).run(sockets=[sock])
+    # Idle connections kept longer than the proxy keeps them in its pool (60 s): uvicorn's 5 s default
+    # closed pooled connections just as the proxy reused them (a 502), which is not what is measured here.
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_keep_alive=120)
+    uvicorn.Server(config).run(sockets=[sock])
 
 
 class Child:
