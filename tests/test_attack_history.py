@@ -183,11 +183,6 @@ def test_a_forked_branch_is_continued_after_a_restart(tmp_path):
 # --------------------------------------------------------------------------- timing and failures
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="route() takes no per-key lock and _session() builds a session outside the router lock: two "
-    "concurrent first requests of one key get two Session objects for one id, one of them untracked",
-)
 def test_concurrent_first_requests_of_one_key_share_one_session():
     both_inside = threading.Barrier(2, timeout=1)
 
@@ -221,11 +216,6 @@ class _FlakyMetaStore(SQLiteStore):
         return super().update_meta(session_id, meta)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="router._fork registers the fork only after store.update_meta succeeds: a failure there leaves "
-    "the fork holding its lease unregistered, and every later request of that history raises SessionBusy",
-)
 def test_a_store_hiccup_during_a_fork_does_not_wedge_the_branch(tmp_path):
     store = _FlakyMetaStore(str(tmp_path / "s.db"))
     router = SessionRouter(small_config(), store=store)
@@ -244,12 +234,6 @@ def test_a_store_hiccup_during_a_fork_does_not_wedge_the_branch(tmp_path):
         store.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="keys are not escaped: key 'abc~2' names branch 2 of key 'abc', so a client choosing that session "
-    "key is routed into another conversation (in memory route() even returns it with a diverged sync, and a "
-    "proxy sends that conversation's view for the client's request)",
-)
 @pytest.mark.parametrize("stored", [False, True], ids=["memory", "sqlite"])
 def test_a_key_never_reaches_another_keys_branch(tmp_path, stored):
     store = SQLiteStore(str(tmp_path / "s.db")) if stored else None
@@ -269,11 +253,6 @@ def test_a_key_never_reaches_another_keys_branch(tmp_path, stored):
             store.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="route() may evict (close) another key's session while that key's lock holder is using it: the "
-    "store lease is released under it, so a second writer can open the same session",
-)
 def test_eviction_never_closes_a_session_another_request_is_using(tmp_path):
     store = SQLiteStore(str(tmp_path / "s.db"))
     router = SessionRouter(small_config(), store=store, max_open=1)
@@ -333,11 +312,6 @@ def test_a_store_failing_during_syncs_loses_and_duplicates_nothing(tmp_path):
     store.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Session.fork trusts the caller's 'at': past the common prefix, the child is built from this "
-    "session's messages the new history does not hold (fix: at = min(at, common_prefix(known, incoming)))",
-)
 def test_a_fork_at_past_the_common_prefix_carries_nothing_of_the_other_history():
     parent = Session(small_config())
     parent.sync_history([{"role": "user", "content": "secret plan A"}, {"role": "assistant", "content": "ok A"}])

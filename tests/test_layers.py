@@ -21,7 +21,7 @@ LAYERS: list[set[str]] = [
     {"window", "properties"},
     {"summarizers"},
     {"micro", "batch"},
-    {"background", "store"},
+    {"background", "store", "carry"},
     {"session", "aio"},
     {"replay", "cost", "report", "importers", "router"},
     {"integrations", "server"},

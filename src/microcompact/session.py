@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from . import carry
 from .background import BackgroundPasses
 from .batch import BatchCompactor, BatchResult
 from .config import Config
@@ -149,6 +150,9 @@ class Session:
     With a store, the session holds the store's writer lease on its id from construction (or ``open``)
     until ``close``: a second writer on the same session, in this or another process, is refused with
     :class:`~microcompact.store.SessionBusy`. Reading the store (list, search, export) needs no lease.
+    :meth:`hand_over` gives the lease up so another process can continue the session (a shared
+    :class:`~microcompact.router.SessionRouter` does it at the end of every request), :meth:`take_lease`
+    takes it back.
     """
 
     def __init__(
@@ -202,6 +206,7 @@ class Session:
         # Row of the last message when finalize_turn last completed (restored by open): tells a resumed replay
         # whether the turn that ends the stored transcript was finalized before the interruption.
         self.finalized_row: int | None = None
+        self._carried_saved: Any = None  # the engine memory last written to the store (hand_over)
         if not self.micro.active and not self.config.threshold_tokens():
             log.warning(
                 "Session %s: compaction is inactive (compression.micro_compact is off and "
@@ -263,6 +268,9 @@ class Session:
             raise
         session.micro.state.turns = int(meta.get("micro_turns", 0))  # the every-N-turns cadence goes on
         session.finalized_row = meta.get("finalized_row")
+        carried = meta.get(carry.META_KEY)
+        carry.restore(carried, session.ledger, session.counter, session.micro, session.batch)
+        session._carried_saved = carried
         return session
 
     # ------------------------------------------------------------------ the transcript
@@ -479,6 +487,8 @@ class Session:
         store = store if store is not None else self.store
         with self._lock:
             known = self._known_digests()
+            if known is not None:  # never past what the two histories share, whatever the caller says
+                at = min(at, common_prefix(known, incoming))
             prefix = fork_prefix(self.ledger.messages, len(known), at) if known is not None else None
         start = at if prefix is not None else 0
         messages = list(prefix or [])
@@ -582,6 +592,55 @@ class Session:
                 return results
             background.wait(left)
 
+    def hand_over(self, wait: float = 0.0) -> bool:
+        """Leave the session so that another process can continue it exactly as this one would: apply a
+        finished background pass (waiting up to ``wait`` seconds for a running one), write what is pending
+        and the engine memory the store does not otherwise hold (:mod:`microcompact.carry`), and give up the
+        writer lease. :meth:`take_lease` resumes it.
+
+        A pass still running stays pending on this object: it computes and never writes, so it is applied
+        (and written) only if this object takes the lease again with the store unchanged. False when a
+        store write failed: the caller must then drop this object and reopen the session from the store."""
+        if self.background is not None and wait > 0:
+            self.drain(wait)
+        with self._lock:
+            if self.background is not None:
+                self.background.collect(self.ledger)
+            written = self._flush()
+            self._save_skips()
+            written = self._save_carried() and written
+            self._give_back()
+            return written
+
+    def take_lease(self) -> None:
+        """Become the session's writer again after :meth:`hand_over` (raises SessionBusy while another
+        writer holds it)."""
+        with self._lock:
+            if self.store is not None and self._lease is None:
+                self._lease = _take_lease(self.store, self.session_id)
+
+    def _save_carried(self) -> bool:
+        if self.store is None:
+            return True
+        memory = carry.snapshot(self.ledger, self.counter, self.micro, self.batch)
+        if memory == self._carried_saved:
+            return True
+        try:
+            self.store.update_meta(self.session_id, {carry.META_KEY: memory})
+        except Exception as exc:
+            log.error("Session store: could not save the engine memory (%s: %s)", type(exc).__name__, exc)
+            return False
+        self._carried_saved = memory
+        return True
+
+    def _give_back(self) -> None:
+        if self.store is not None and self._lease is not None:
+            lease, self._lease = self._lease, None
+            try:
+                _give_back_lease(self.store, self.session_id, lease)
+            except StoreError as exc:
+                log.warning("Session store: could not release the writer lease (%s)", exc)
+
     def close(self) -> None:
         """Finish background work, write what is pending and give up the store's writer lease (the store
         itself stays open: the caller owns it)."""
@@ -591,12 +650,7 @@ class Session:
         with self._lock:
             self._flush()
             self._save_skips()
-            if self.store is not None and self._lease is not None:
-                lease, self._lease = self._lease, None
-                try:
-                    _give_back_lease(self.store, self.session_id, lease)
-                except StoreError as exc:
-                    log.warning("Session store: could not release the writer lease (%s)", exc)
+            self._give_back()
 
     def __enter__(self) -> Session:
         return self

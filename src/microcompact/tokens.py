@@ -203,6 +203,17 @@ class TokenCounter:
         self.overhead = round(diffs[len(diffs) // 2])
         return self.scale, self.overhead
 
+    def observations(self) -> list[tuple[int, int]]:
+        """The recent (counted, reported) pairs calibration fits (oldest first)."""
+        return list(self._observed)
+
+    def restore_calibration(self, observed: list[tuple[int, int]], scale: float, overhead: int) -> None:
+        """Continue a calibration another process learned (see :mod:`microcompact.carry`)."""
+        self._observed.clear()
+        self._observed.extend(observed[-CALIBRATION_WINDOW:])
+        self.scale = scale
+        self.overhead = overhead
+
     def estimate_prompt(self, counted_tokens: int) -> int:
         """What the provider will count for a prompt we count as ``counted_tokens``."""
         return max(0, round(counted_tokens * self.scale) + self.overhead)

@@ -5,6 +5,7 @@ transaction uses, the writer-lease bookkeeping and the lifecycle.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import uuid
 from collections.abc import Callable, Sequence
@@ -16,6 +17,9 @@ from .errors import SessionBusy, StoreError
 log = logging.getLogger("microcompact.store")
 
 DEFAULT_BUSY_TIMEOUT = 5.0
+# Named locks live in the lease namespace under this prefix, which no session id a caller chooses starts
+# with (a control character), so a lock never collides with a session's writer lease.
+LOCK_PREFIX = "\x1block:"
 
 T = TypeVar("T")
 
@@ -34,6 +38,7 @@ class _SQLBase:
         self._closed = False
         self._leases: dict[str, str] = {}  # session id -> token of the lease this store holds
         self._lost: set[str] = set()  # leased sessions another writer took over (writes refused)
+        self._token_pid, self._token_base, self._token_count = 0, "", 0
 
     # -------------------------------------------------------------- dialect hooks
 
@@ -90,17 +95,19 @@ class _SQLBase:
         return cur
 
     def _touch_session(self, cur: Any, session_id: str, create: bool) -> bool:
-        """Check the session's lease, then lock its row for this transaction (creating it if asked); False
-        when it does not exist. Every write of a session's messages, passes and progress starts here."""
+        """Check the session's lease, then lock its row for this transaction (creating it if asked) and bump
+        its version; False when it does not exist. Every write of a session's messages, passes and progress
+        starts here, so an unchanged version means an unchanged session."""
         self._fence(cur, session_id)
+        bump = f"updated_at = {self.NOW}, version = sessions.version + 1"
         if create:
             self._exec(
                 cur,
-                f"INSERT INTO sessions (id) VALUES (?) ON CONFLICT (id) DO UPDATE SET updated_at = {self.NOW}",
+                f"INSERT INTO sessions (id, version) VALUES (?, 1) ON CONFLICT (id) DO UPDATE SET {bump}",
                 (session_id,),
             )
             return True
-        self._exec(cur, f"UPDATE sessions SET updated_at = {self.NOW} WHERE id = ?", (session_id,))
+        self._exec(cur, f"UPDATE sessions SET {bump} WHERE id = ?", (session_id,))
         return cur.rowcount == 1
 
     def _busy(self, session_id: str, holder: str) -> SessionBusy:
@@ -136,11 +143,20 @@ class _SQLBase:
                 return None
             if session_id in self._leases:
                 raise self._busy(session_id, "another Session on this same store object; close it first")
-            token = uuid.uuid4().hex
+            token = self._new_token()
             self._take_lease(session_id, token)
             self._leases[session_id] = token
             self._lost.discard(session_id)
             return token
+
+    def _new_token(self) -> str:
+        """A lease token no other lease shares: random per store and process, then a counter (a random
+        token per lease cost a getrandom call per request on a loaded machine)."""
+        pid = os.getpid()
+        if self._token_pid != pid:
+            self._token_pid, self._token_base = pid, uuid.uuid4().hex[:16]
+        self._token_count += 1
+        return f"{self._token_base}-{self._token_count}"
 
     def release_lease(self, session_id: str, token: str | None = None) -> None:
         """Give up the lease (``token``: only that one); never raises: an unreleased lease lapses anyway."""
@@ -161,6 +177,29 @@ class _SQLBase:
                     session_id,
                     exc,
                 )
+
+    # -------------------------------------------------------------- named locks (between processes)
+
+    def try_lock(self, name: str) -> str | None:
+        """Take the cross-process mutex ``name`` without waiting: its token, or None while a live holder
+        (another process, or another thread of this store) has it.
+
+        It is a writer lease on a name apart from every session id, so it dies with its holder as a lease
+        does (SQLite: a dead process on this host at once, another host after ``lease_ttl``; PostgreSQL:
+        with the connection) and is renewed and re-taken after a reconnect like one. A read-only store
+        writes nothing and needs no lock: it returns a token at once."""
+        lease_name = LOCK_PREFIX + name
+        if self.read_only:
+            return "read-only"
+        try:
+            token = self.acquire_lease(lease_name)
+        except SessionBusy:
+            return None
+        return token
+
+    def unlock(self, name: str, token: str | None) -> None:
+        """Give up the mutex ``name`` taken with ``token`` (never raises: an unreleased one lapses)."""
+        self.release_lease(LOCK_PREFIX + name, token)
 
     @staticmethod
     def _check_id(session_id: str) -> None:

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
+
 from ..messages import META_KEY, Message, marker_kind
 from ..render import message_text
 
@@ -80,14 +82,23 @@ class _Encoded:
         self.is_marker = self.kind is not None
 
 
+def _loads(text: str) -> Any:
+    """Stored JSON back to values: orjson (a process continuing a session reloads all of it), the standard
+    library for what orjson refuses (integers beyond 64 bits)."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
+
+
 def _decode(
     row_id: int, position: int, role: str, content: str | None, extra: str | None, is_marker: Any, kind: str | None
 ) -> Message:
     msg: Message = {"role": role}
     if content is not None:
-        msg["content"] = json.loads(content)
+        msg["content"] = _loads(content)
     if extra and extra != "{}":
-        msg.update(json.loads(extra))
+        msg.update(_loads(extra))
     if is_marker:
         meta = msg.get(META_KEY)
         msg[META_KEY] = {**meta, "marker": kind} if isinstance(meta, dict) else {"marker": kind}

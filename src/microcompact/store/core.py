@@ -156,6 +156,17 @@ class _SQLStore(_CompactionWrites):
 
         self._txn(txn, write=True, op="update the session's progress")
 
+    def session_versions(self, session_ids: Sequence[str]) -> dict[str, int]:
+        """Each existing session's version (bumped by every write of it): a process that cached a session
+        reloads it only when the version moved. One small query for any number of sessions."""
+        ids = list(dict.fromkeys(session_ids))
+        if not ids:
+            return {}
+        marks = ", ".join("?" for _ in ids)
+        sql = f"SELECT id, version FROM sessions WHERE id IN ({marks})"
+        rows = self._txn(lambda cur: self._exec(cur, sql, ids).fetchall(), write=False, op="read session versions")
+        return {r[0]: int(r[1]) for r in rows}
+
     def session_meta(self, session_id: str) -> dict[str, Any]:
         """The session's meta ({} for an unknown session)."""
         sql = f"SELECT {'meta' if self.backend == 'sqlite' else 'meta::text'} FROM sessions WHERE id = ?"

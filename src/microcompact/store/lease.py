@@ -70,10 +70,17 @@ def _signal_zero(pid: int) -> bool:
     return True
 
 
+_WRITER: dict[int, tuple[str, int, str]] = {}
+
+
 def _this_writer() -> tuple[str, int, str]:
-    """(host, pid, process start) of this process, as recorded with a lease."""
+    """(host, pid, process start) of this process, as recorded with a lease; read once per process (a
+    shared router takes a lease per request: reading /proc for it each time showed in the profile)."""
     pid = os.getpid()
-    return socket.gethostname(), pid, _process_start(pid)
+    known = _WRITER.get(pid)
+    if known is None:
+        known = _WRITER[pid] = (socket.gethostname(), pid, _process_start(pid))
+    return known
 
 
 class _SQLiteLeases(_SQLBase):

@@ -47,6 +47,9 @@ _PG_MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (session_id, key)
         )""",
     ],
+    [  # 2: a write counter per session (processes sharing the store see whether a session changed)
+        "ALTER TABLE sessions ADD COLUMN version BIGINT NOT NULL DEFAULT 0",
+    ],
 ]
 _PG_MIGRATION_LOCK = 0x6D6963726F  # pg_advisory_xact_lock key: one migrator at a time
 

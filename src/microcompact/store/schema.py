@@ -4,7 +4,8 @@
 Schema (version :data:`SCHEMA_VERSION`)::
 
     schema_version(version)
-    sessions(id TEXT PK, created_at, updated_at, meta JSON)
+    sessions(id TEXT PK, created_at, updated_at, meta JSON,
+             version BIGINT  -- bumped by every write of the session (v2): tells another process it changed)
     messages(id INTEGER PK AUTOINCREMENT | BIGSERIAL, session_id FK, position BIGINT, role TEXT,
              content JSON NULL  -- NULL: the message had no content key; else str, null or parts as JSON
              extra JSON         -- every other key except _tokens/_pos/_row: tool_calls, tool_call_id, name, _mc
@@ -25,5 +26,5 @@ marker that superseded an older marker, so the rolling summary's history is a ch
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 STATES = ("active", "absorbed", "superseded")

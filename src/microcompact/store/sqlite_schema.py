@@ -49,6 +49,9 @@ _SQLITE_MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (session_id, key)
         )""",
     ],
+    [  # 2: a write counter per session (processes sharing the store see whether a session changed)
+        "ALTER TABLE sessions ADD COLUMN version INTEGER NOT NULL DEFAULT 0",
+    ],
 ]
 _FTS_DDL = "CREATE VIRTUAL TABLE messages_fts USING fts5(body, content='messages', content_rowid='id')"
 _OUR_TABLES = {"schema_version", "sessions", "messages", "skipped_exchanges"}
