@@ -1,6 +1,6 @@
 """Adversarial review of "full history in, compacted view out": what a client (a proxy's caller, a
 framework's history) can send to ``sync_history``/``fork``/``SessionRouter``, and what timing or a failing
-store does to them. Tests marked xfail(strict) are open bugs in session.py/router.py (see their reasons)."""
+store does to them."""
 
 from __future__ import annotations
 
@@ -130,12 +130,6 @@ def test_fork_prefix_refuses_a_client_message_that_is_only_partly_kept():
     assert fork_prefix(transcript, 15, 14, parts={i: 1 for i in range(15)}) is not None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Session.fork does not pass per-client-message part counts to fork_prefix: a fork at a client "
-    "message whose tool results were absorbed (its text kept) carries the other history's summary of them "
-    "and orphans the new tool results",
-)
 def test_a_fork_never_carries_a_summary_of_the_message_it_replaces():
     history = _tool_heavy_history(12)
     session = Session(small_config())
@@ -153,11 +147,6 @@ def test_a_fork_never_carries_a_summary_of_the_message_it_replaces():
     assert tool_pairing_errors(child.messages) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a fork started from its parent's compacted prefix stores no rows for the prefix's absorbed client "
-    "messages, so after a restart known_digests finds a gap and every request forks the branch again",
-)
 def test_a_forked_branch_is_continued_after_a_restart(tmp_path):
     history = _tool_heavy_history(12)
     store = SQLiteStore(str(tmp_path / "s.db"))

@@ -113,12 +113,6 @@ def wait_until(condition: Any, what: str, timeout: float = 120) -> None:
         time.sleep(0.05)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bugs: a batch compaction summarizes the fork's task notification (a system entry mid-conversation; "
-    "test_instruction_entries_stay), and after the restart the main agent's branch, forked from a compacted "
-    "prefix, is not recognised and forks again as ~3 (test_router_fork_resume)",
-)
 def test_a_background_fork_keeps_its_own_branch_across_a_restart(upstream: ScriptedUpstream, tmp_path: Path) -> None:
     gate, db, home = tmp_path / "gate", tmp_path / "sessions.db", tmp_path / "mchome"
     script = MainAndFork(gate)

@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from microcompact.messages import is_marker
 from microcompact.replay import load_transcript
 from microcompact.router import SessionRouter
@@ -17,11 +15,6 @@ from paths import NORMALIZED
 from test_sync_history import request_points, small_config
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a fork's store rows hold only its compacted prefix (markers, kept messages), so after a "
-    "restart known_digests() sees a gap, sync_history diverges at 0 and the router forks again (key~3)",
-)
 def test_a_fork_from_a_compacted_prefix_resumes_after_a_restart(tmp_path: Path) -> None:
     history = load_transcript(NORMALIZED / "cc_ae4a77f8.jsonl")[:200]
     history = history[: request_points(history)[-1]]

@@ -154,10 +154,11 @@ def is_human(message: Message) -> bool:
     return message.get("role") == "user"
 
 
-def known_digests(stored: Iterable[Message]) -> list[str] | None:
+def known_digests(stored: Iterable[Message], prefix: Sequence[str] = ()) -> list[str] | None:
     """The client digests a session holds, in client order, from every row it ever stored (absorbed ones
     included); None when they do not form one unbroken history (rows written without identity, or a gap),
-    so the caller forks instead of guessing."""
+    so the caller forks instead of guessing. ``prefix``: the digests of the client messages a fork started
+    from in compacted form (it holds no rows for the ones its parent had absorbed)."""
     by_hid: dict[int, str] = {}
     for m in stored:
         hid = hid_of(m)
@@ -167,6 +168,9 @@ def known_digests(stored: Iterable[Message]) -> list[str] | None:
             return None
         hd = m.get(DIGEST_KEY)
         if not isinstance(hd, str) or by_hid.setdefault(hid, hd) != hd:
+            return None
+    for i, hd in enumerate(prefix):
+        if by_hid.setdefault(i, hd) != hd:
             return None
     if sorted(by_hid) != list(range(len(by_hid))):
         return None

@@ -32,13 +32,12 @@ from .config import Config
 from .events import Outcome
 from .identity import (
     Divergence,
-    client_message,
     common_prefix,
     digests,
     fork_prefix,
     is_human,
     known_digests,
-    tagged,
+    tagged_parts,
 )
 from .messages import Message, disown_marker_text, to_api, validate_message
 from .micro import CommitHook, MicroCompactor, PassResult
@@ -91,6 +90,8 @@ def _own(message: Message) -> Message:
         return message
     return {k: v for k, v in message.items() if k not in _STORE_KEYS}
 
+
+FORK_PREFIX_KEY = "fork_prefix_digests"  # store meta of a fork: the digests of the prefix it started from
 
 # Turns one client message into the session messages that stand for it (a provider format's message may
 # become several: an Anthropic user message of tool results becomes one tool message per result).
@@ -418,11 +419,15 @@ class Session:
     def _known_digests(self) -> list[str] | None:
         """The client digests this session holds (loaded once: every stored row, absorbed ones included)."""
         if self._known is None:
+            prefix: list[str] = []
             if self.store is not None:
                 rows = self.store.export(self.session_id, include_absorbed=True) + list(self._unflushed)
+                saved = self.store.session_meta(self.session_id).get(FORK_PREFIX_KEY)
+                if isinstance(saved, list) and all(isinstance(d, str) for d in saved):
+                    prefix = saved
             else:
                 rows = list(self.ledger.messages)
-            self._known = known_digests(rows)
+            self._known = known_digests(rows, prefix)
         return self._known
 
     def sync_history(self, history: Sequence[Message], convert: Convert | None = None) -> HistorySync:
@@ -445,11 +450,7 @@ class Session:
             matched = common_prefix(known, incoming)
             if matched < len(known):
                 return HistorySync(matched, 0, False, Divergence(matched, len(known), len(incoming)))
-            new = [
-                tagged(m, i, incoming[i])
-                for i in range(matched, len(history))
-                for m in convert(client_message(history[i], i))
-            ]
+            new = [m for i in range(matched, len(history)) for m in tagged_parts(history[i], i, incoming[i], convert)]
             for j, m in enumerate(new):
                 validate_message(m, f"client message {m['_hid']} (part {j})")
             self.extend(new)
@@ -492,16 +493,15 @@ class Session:
             prefix = fork_prefix(self.ledger.messages, len(known), at) if known is not None else None
         start = at if prefix is not None else 0
         messages = list(prefix or [])
-        messages += [
-            tagged(m, i, incoming[i])
-            for i in range(start, len(history))
-            for m in convert(client_message(history[i], i))
-        ]
+        messages += [m for i in range(start, len(history)) for m in tagged_parts(history[i], i, incoming[i], convert)]
         child = Session(self.config, self.summarizer, session_id=session_id, messages=messages, store=store)
         child._known = list(incoming)
         if store is not None:
+            # A fork that starts compacted holds no rows for what its parent had absorbed: the digests of
+            # that prefix are kept beside it, so a reopened fork still knows the history it continues.
+            meta = {"forked_from": self.session_id, "fork_at": at, FORK_PREFIX_KEY: incoming[:start]}
             try:
-                store.update_meta(session_id, {"forked_from": self.session_id, "fork_at": at})
+                store.update_meta(session_id, meta)
             except Exception as exc:
                 log.warning("Session store: could not record where fork %s came from (%s)", session_id, exc)
         return child
