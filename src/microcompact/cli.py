@@ -746,11 +746,22 @@ def serve_cmd(
             show_default=False,
         ),
     ] = None,
+    shared: Annotated[
+        bool | None,
+        typer.Option(
+            "--shared/--no-shared",
+            help="Share the store with other serve processes (each conversation locked in the store per "
+            "request). Default: on for a PostgreSQL --db, off for SQLite.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run the compaction proxy: point OpenAI or Anthropic clients (Claude Code, Codex, aider, SDKs) at it."""
     from .server.run import ServeError, ServeOptions, serve
 
-    options = ServeOptions(config, host, port, openai_upstream, anthropic_upstream, db, context_limit, api_key)
+    options = ServeOptions(
+        config, host, port, openai_upstream, anthropic_upstream, db, context_limit, api_key, shared=shared
+    )
     handler = _open_log(log_file)
     try:
         serve(options, say=lambda line: err.print(escape(line), highlight=False, soft_wrap=True))

@@ -135,8 +135,8 @@ class Compaction:
         with self._pending_lock:
             queued = self._pending.pop(key, [])
         for prepared in queued:
-            session = prepared.session
-            assert session is not None
+            assert prepared.session is not None
+            session = self.router.live(prepared.session)  # shared store: the object the lock left current
             try:
                 if prepared.reported_tokens:
                     session.counter.calibrate(prepared.counted_tokens, prepared.reported_tokens)

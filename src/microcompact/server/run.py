@@ -13,7 +13,7 @@ import uvicorn
 
 from ..config import Config, ConfigError, load_config
 from ..router import SessionRouter
-from ..store import StoreError, open_store
+from ..store import SessionStore, StoreError, open_store
 from .app import Proxy, ProxySettings
 
 
@@ -31,6 +31,7 @@ class ServeOptions:
     db: str | None = None
     context_limit: int | None = None
     api_key: str | None = None
+    shared: bool | None = None  # None: shared when the store is PostgreSQL (several processes on one store)
 
 
 def proxy_config(config_path: Path | None, context_limit: int | None) -> Config:
@@ -51,6 +52,15 @@ def proxy_config(config_path: Path | None, context_limit: int | None) -> Config:
         compression=compression,
         model={"context_length": context_limit},
     )
+
+
+def router_for(config: Config, store: SessionStore, shared: bool | None) -> SessionRouter:
+    """The proxy's router: shared with other ``serve`` processes (a conversation locked in the store for each
+    request, its session reloaded when another process wrote) when asked, or by default on PostgreSQL,
+    the store several processes share."""
+    if shared is None:
+        shared = getattr(store, "backend", "") == "postgres"
+    return SessionRouter(config, store=store, shared=shared)
 
 
 def check_upstream(flag: str, url: str) -> str:
@@ -95,7 +105,7 @@ def serve(options: ServeOptions, say: Callable[[str], None]) -> None:
         store = open_store(options.db)
     except (ConfigError, StoreError) as exc:
         raise ServeError(str(exc)) from None
-    router = SessionRouter(config, store=store)
+    router = router_for(config, store, options.shared)
     try:
         sock = bind(options.host, options.port)
         host, port = sock.getsockname()[:2]
