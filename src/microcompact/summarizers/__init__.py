@@ -10,17 +10,21 @@ implementations when called)::
     base        the protocol, its errors, the section names, make_summarizer
     sections    a summary's shape: ### headings and bullets, parsed and rendered
     input       what a summarizer reads: redacted, bounded, rendered as text
+    limits      a server's "does not fit my context" error, turned into an input budget
     prompts     the HTTP summarizer's prompts, rendered from templates/
-    validation  checks on model output; deterministic shortening
+    checks      is a model's answer a summary of its input? (echoes, unchanged, unknown paths, ...)
+    validation  the usable text of a chat completion; deterministic shortening
     extractive  the offline summarizer
-    http        the OpenAI-compatible client
+    http        the OpenAI-compatible client: notes from the model, checked, facts kept by code
 """
 
 from ..render import exchange_text as render_exchange
 from .base import (
     BATCH_SECTIONS,
     MICRO_SECTIONS,
+    PROSE_SECTIONS,
     CountText,
+    Rejection,
     Summarizer,
     SummarizerAuthError,
     SummarizerBadOutput,
@@ -28,10 +32,12 @@ from .base import (
     SummarizerRateLimited,
     SummarizerTimeout,
     SummarizerUnavailable,
+    SummaryRejected,
     make_summarizer,
 )
+from .checks import CheckInput, check_summary
 from .extractive import ExtractiveSummarizer, describe_tool_result
-from .http import OpenAISummarizer
+from .http import FactsHook, OpenAISummarizer
 from .input import OMISSION_NOTE, prepare_exchange
 from .prompts import BATCH_PROMPT, CONDENSE_PROMPT, MERGE_PROMPT
 from .validation import SHORTENED_NOTE, clean_summary, shorten_summary
@@ -43,10 +49,14 @@ __all__ = [
     "MERGE_PROMPT",
     "MICRO_SECTIONS",
     "OMISSION_NOTE",
+    "PROSE_SECTIONS",
     "SHORTENED_NOTE",
+    "CheckInput",
     "CountText",
     "ExtractiveSummarizer",
+    "FactsHook",
     "OpenAISummarizer",
+    "Rejection",
     "Summarizer",
     "SummarizerAuthError",
     "SummarizerBadOutput",
@@ -54,6 +64,8 @@ __all__ = [
     "SummarizerRateLimited",
     "SummarizerTimeout",
     "SummarizerUnavailable",
+    "SummaryRejected",
+    "check_summary",
     "clean_summary",
     "describe_tool_result",
     "make_summarizer",
