@@ -182,7 +182,7 @@ def unknown_commands(summary: str, given: CheckInput) -> Rejection | None:
 
 _CREATED = re.compile(r"(?i)\b(?:created?|creating|wrote|written|added (?:a |the )?(?:new )?file|new file)\b")
 _WRITE_EVIDENCE = re.compile(r"(?i)\b(?:create|created|write|wrote|written|new file|touch|save|saved)\b")
-_COUNT_CLAIM = re.compile(r"(?i)\b(\d+)\s+(?:tests?\s+)?(passed|failed|failing|passing|errors?)\b")
+_COUNT_CLAIM = re.compile(r"(?i)\b(\d+)\s+(?:tests?\s+)?(pass(?:ed|es|ing)?|fail(?:ed|s|ing|ures?)?|errors?)\b")
 
 
 def unsupported_claims(summary: str, given: CheckInput) -> Rejection | None:
@@ -196,7 +196,8 @@ def unsupported_claims(summary: str, given: CheckInput) -> Rejection | None:
                 return Rejection("unsupported_claim", why)
     source = given.source
     for number, what in _COUNT_CLAIM.findall(summary):
-        if not re.search(rf"\b{number}\s+(?:tests?\s+)?{what[:4]}", source, re.IGNORECASE):
+        near = rf"\b{number}\b[^\n]{{0,30}}(?:pass|fail|test|error)|(?:pass|fail|test|error)[^\n]{{0,30}}\b{number}\b"
+        if not re.search(near, source, re.IGNORECASE):
             return Rejection("unsupported_claim", f"reports {number} {what}, a count the input does not show")
     return None
 
