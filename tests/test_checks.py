@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from chat_server import notes
+from microcompact.render import exchange_text
 from microcompact.summarizers import CheckInput, Rejection, SummaryRejected, check_summary, prompts
 from microcompact.summarizers.checks import mentioned_paths, new_facts
 from microcompact.summarizers.validation import completion_summary
-from microcompact.render import exchange_text
 from paths import NORMALIZED
 
 MERGE_INSTRUCTIONS = prompts.MERGE_PROMPT + "\n" + prompts.merge_request("", "")
