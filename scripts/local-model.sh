@@ -86,7 +86,9 @@ server_command() {
     local server; server=$(server_binary)
     [ -n "$server" ] || die "no llama-server in $VENV: run scripts/local-model.sh build"
     # -t 1 -fa on: fastest on a shared 2-core machine (NOTES.md); repeat penalty keeps the 0.5B from looping.
-    echo "$server" -m "$MODEL" --host 127.0.0.1 --port "$PORT" -c "$CTX" -t 1 -fa on \
+    # --no-repack: the build targets this CPU (-march=native), and where the CPU lists AMX but the virtual
+    # machine does not grant it, the AMX kernels of repacked weights die with SIGILL at the first request.
+    echo "$server" -m "$MODEL" --host 127.0.0.1 --port "$PORT" -c "$CTX" -t 1 -fa on --no-repack \
         --repeat-penalty 1.1 --alias "$ALIAS"
 }
 
