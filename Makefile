@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-all lint format-check bench clean local-model local-model-stop fidelity-model
+.PHONY: demo test test-all lint format-check bench clean e2e-install local-model local-model-stop fidelity-model
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,8 +23,12 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow" --hypothesis-profile=fast -n 2
 
+# Claude Code from npm, pinned in tests/e2e/claude-code (the end-to-end proxy tests skip without it).
+e2e-install:
+	tests/e2e/install-claude-code.sh
+
 # Everything, slow tests included, every property-test example: what CI runs.
-test-all: $(STAMP)
+test-all: $(STAMP) e2e-install
 	$(BIN)/python -m pytest --hypothesis-profile=ci
 
 # Lint, format and types (CI runs this before the tests).

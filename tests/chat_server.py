@@ -19,7 +19,8 @@ from typing import Any, Literal
 # "malformed": a 200 whose body is not JSON; "hang": no answer before the client gives up;
 # "empty": empty content; "echo": the last user message's text as content.
 Fault = Literal[401, 429, 500, "quota", "malformed", "hang", "empty", "echo"]
-Responder = Callable[[dict[str, Any]], str]
+# A responder returns the reply's text, or a whole assistant message (e.g. with ``tool_calls``).
+Responder = Callable[[dict[str, Any]], str | dict[str, Any]]
 
 _ERRORS: dict[Any, tuple[int, dict[str, Any]]] = {
     401: (401, {"message": "Incorrect API key provided.", "type": "invalid_request_error", "code": "invalid_api_key"}),
@@ -172,7 +173,9 @@ class _Handler(BaseHTTPRequestHandler):
             pass  # the client timed out and left
 
 
-def _completion(request: dict[str, Any], content: str, default_model: str) -> dict[str, Any]:
+def _completion(request: dict[str, Any], reply: str | dict[str, Any], default_model: str) -> dict[str, Any]:
+    message = reply if isinstance(reply, dict) else {"role": "assistant", "content": reply}
+    content = str(message.get("content") or "")
     prompt_chars = sum(len(str(m.get("content") or "")) for m in request.get("messages", []))
     prompt_tokens, completion_tokens = prompt_chars // 4, len(content) // 4
     return {
@@ -180,7 +183,9 @@ def _completion(request: dict[str, Any], content: str, default_model: str) -> di
         "object": "chat.completion",
         "created": int(time.time()),
         "model": request.get("model") or default_model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+        "choices": [
+            {"index": 0, "message": message, "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}
+        ],
         "usage": {
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,

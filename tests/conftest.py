@@ -11,6 +11,7 @@ from hypothesis import settings
 
 import pg as pgserver
 from chat_server import ChatServer
+from upstream import ScriptedUpstream
 
 # Property tests run the examples their decorators name (strategies.examples) under "ci", the default and
 # what `make test-all` and CI run; `make test` passes --hypothesis-profile=fast for a quarter of them.
@@ -23,6 +24,13 @@ settings.load_profile("ci")
 def chat_server() -> Iterator[ChatServer]:
     """A local OpenAI-compatible server (see ``chat_server.py``), closed after the test."""
     with ChatServer() as server:
+        yield server
+
+
+@pytest.fixture
+def upstream() -> Iterator[ScriptedUpstream]:
+    """A scripted OpenAI + Anthropic upstream on 127.0.0.1 (see ``upstream/``), closed after the test."""
+    with ScriptedUpstream() as server:
         yield server
 
 

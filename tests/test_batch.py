@@ -630,9 +630,12 @@ def test_batch_marker_uses_the_fixed_sections_with_the_extractive_summarizer() -
     assert result.outcome == "compacted"
     body = marker_body(next(m for m in s.transcript if marker_kind(m) == "batch"))
     headings = [ln[4:] for ln in body.splitlines() if ln.startswith("### ")]
-    assert headings and set(headings) <= set(BATCH_SECTIONS)
-    assert headings == sorted(headings, key=BATCH_SECTIONS.index)  # in the fixed order
-    assert "ValueError: bad config" in body and "src/build.py" in body
+    prose = [h for h in headings if h in BATCH_SECTIONS]
+    assert prose and prose == sorted(prose, key=BATCH_SECTIONS.index)  # in the fixed order
+    # the ledger stands in for "Relevant files" and "Blocked (exact errors)", after the prose
+    assert headings[len(prose) :] == ["Files", "Failing commands"]
+    assert "- `python -m build` → exit 1: ValueError: bad config" in body
+    assert "- src/build.py — edited 1x" in body
 
 
 def test_user_floor_folds_the_oldest_user_messages_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
@@ -1302,6 +1305,10 @@ def test_real_transcripts_keep_every_invariant(path: Path, micro: bool) -> None:
     cfg = config(limit, protect_first_n=3, micro_compact=micro)
     summ = ExtractiveSummarizer(counter().count_text)
     s, checked = run_generated(messages, cfg, summ, set(), None, unique_lines=False)
+    if micro and not checked.results:
+        # a short session that micro-compaction alone kept under the threshold: nothing for batch to do
+        assert s.micro.state.passes_total >= 1 and s.tokens < (cfg.threshold_tokens() or 0)
+        return
     assert checked.results, "the threshold was never reached"
     # (or the middle held too little to be worth a summarizer call: low_yield, issue 8.7's convergence)
     assert s.batch.compactions >= 1 or {"pruned", "low_yield"} & set(checked.outcomes())

@@ -522,7 +522,7 @@ def test_jsonl_formats_refuse_non_finite_numbers_with_the_line(tmp_path: Path, f
         import_transcript(p, fmt)
 
 
-@pytest.mark.parametrize("fmt", ["swe-agent", "adp", "openai"])
+@pytest.mark.parametrize("fmt", ["swe-agent", "adp", "openhands", "openai"])
 def test_document_formats_refuse_non_finite_numbers_with_the_line(tmp_path: Path, fmt: str) -> None:
     p = tmp_path / "d.json"
     p.write_text(
@@ -532,7 +532,7 @@ def test_document_formats_refuse_non_finite_numbers_with_the_line(tmp_path: Path
         import_transcript(p, fmt)
 
 
-@pytest.mark.parametrize("fmt", ["claude-code", "swe-agent", "adp", "openai"])
+@pytest.mark.parametrize("fmt", ["claude-code", "codex", "openhands", "swe-agent", "adp", "goose", "openai"])
 def test_every_format_refuses_deep_nesting_and_lone_surrogates(tmp_path: Path, fmt: str) -> None:
     deep = tmp_path / "deep.json"
     deep.write_text("[" * 100_000, encoding="utf-8")

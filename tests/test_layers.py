@@ -16,14 +16,15 @@ PACKAGE = Path(microcompact.__file__).parent
 
 # Lowest first. A module (or a subpackage, named by its folder) may import from its own layer and below.
 LAYERS: list[set[str]] = [
-    {"messages", "jsoninput", "redact", "telemetry", "config", "render"},
+    {"messages", "identity", "jsoninput", "redact", "telemetry", "config", "render"},
     {"events", "tokens"},
     {"window", "properties"},
     {"summarizers"},
     {"micro", "batch"},
     {"background", "store"},
-    {"session"},
-    {"replay", "cost", "report", "importers"},
+    {"session", "aio"},
+    {"replay", "cost", "report", "importers", "router"},
+    {"integrations", "server"},
     {"compare"},
     {"cli", "__init__", "__main__"},
 ]

@@ -95,23 +95,33 @@ def test_extractive_is_deterministic(first_run: list[dict[str, Any]]) -> None:
 def test_extractive_picks_up_facts_of_a_real_exchange(first_run: list[dict[str, Any]]) -> None:
     summary = ExtractiveSummarizer(max_items=500).merge("", first_run)
     sections = sections_of(summary)
-    assert list(sections) == ["Decisions", "Files", "Commands and results", "Errors", "Open questions"]
-    files = "\n".join(sections["Files"])
-    assert f"{ROOT}/lib/spotter/services/session_registry.ex — read" in files
-    assert f"{ROOT}/lib/spotter/services/active_session_registry.ex — written" in files
-    assert f"{ROOT}/lib/spotter_web/router.ex — read, edited" in files
+    files_heading = f"Files under {ROOT}/"
+    assert list(sections) == [
+        "Findings",
+        "Open questions",
+        "Commands and results",
+        files_heading,
+        "Failing commands",
+        "Test runs",
+    ]
+    files = sections[files_heading]
+    assert any(f.startswith("lib/spotter/services/session_registry.ex — read: defines ") for f in files)
+    assert any(f.startswith("lib/spotter/services/active_session_registry.ex — created, edited 9x") for f in files)
+    assert any(f.startswith("lib/spotter_web/router.ex — edited 1x: + post(") for f in files)
     commands = "\n".join(sections["Commands and results"])
     assert "`bd update spotter-a0y.1 --status in_progress` → ✓ Updated issue: spotter-a0y.1" in commands
-    assert "`git push 2>&1` → exit 128" in commands
-    assert "Task `Explore existing codebase`" in commands
-    errors = sections["Errors"]
-    assert "`git push 2>&1`: fatal: The current branch spotter-a0y has no upstream branch." in errors
-    assert any(e.startswith("`mix credo --strict") and "exit 2" in e for e in errors)
-    assert "Let me explore the existing codebase to understand the current structure." in sections["Decisions"]
+    failing = sections["Failing commands"]
+    # The later `git push --set-upstream origin spotter-a0y` worked: the push error is resolved, not open.
+    assert "(resolved) `git push 2>&1` → exit 128: fatal: The current branch spotter-a0y has no upstream branch." in (
+        failing
+    )
+    assert any(f.startswith("`mix credo --strict") and "→ exit 2: " in f for f in failing)
+    assert "`mix test 2>&1` → 373 passed, 0 failed" in sections["Test runs"]
+    assert "Let me explore the existing codebase" not in summary  # narration is not a finding
     assert all(len(item) <= 240 for items in sections.values() for item in items)
 
 
-def test_extractive_reads_tracebacks_exit_codes_questions_and_requirements() -> None:
+def test_extractive_reads_tracebacks_exit_codes_questions_and_findings() -> None:
     traceback = (
         'Traceback (most recent call last):\n  File "app.py", line 3, in <module>\n    main()\n'
         "KeyError: 'user_id'\nExit code: 1"
@@ -130,35 +140,39 @@ def test_extractive_reads_tracebacks_exit_codes_questions_and_requirements() -> 
             "Edit",
             {"file_path": "src/app.py"},
             "<tool_use_error>String not found</tool_use_error>",
-            text="I'll use a default instead because the key is optional.",
+            text="I'll use a default instead because the key is optional. Let me check the fixture and fix the test.",
         ),
     ]
     sections = sections_of(ExtractiveSummarizer().merge("", exchange))
-    assert "`python app.py` → exit 1: KeyError: 'user_id'" in sections["Commands and results"]
-    assert "grep `user_id` in src → 2 lines of output" in sections["Commands and results"]
-    assert "`python app.py`: KeyError: 'user_id'" in sections["Errors"]
-    assert "Edit src/app.py: failed: String not found" in sections["Errors"]
-    assert sections["Requirements"] == ["The config must stay backwards compatible."]
+    assert sections["Failing commands"] == [
+        "`python app.py` → exit 1: KeyError: 'user_id'",
+        "`Edit src/app.py` → error: String not found",
+    ]
+    assert sections["Files"] == ["src — searched: grep 'user_id'"]  # the failed edit changed nothing
+    assert "Requirements" not in sections  # only the user states requirements
     assert sections["Open questions"] == ["Should I keep the old flag?"]
-    assert sections["Decisions"] == ["I'll use a default instead because the key is optional."]
-    assert "src/app.py — edited" in sections["Files"]
+    assert sections["Findings"] == [
+        "The config must stay backwards compatible.",
+        "I'll use a default instead because the key is optional.",
+    ]
 
 
-def test_merge_keeps_old_facts_adds_new_and_unions_file_verbs(transcript: list[dict[str, Any]]) -> None:
+def test_merge_keeps_old_facts_adds_new_and_counts_edits(transcript: list[dict[str, Any]]) -> None:
     summarizer = ExtractiveSummarizer()
     first = summarizer.merge("", transcript[1:4])  # bd show, bd ready
     read = tool_exchange("r1", "Read", {"file_path": "lib/app.ex"}, "defmodule App do\nend")
     second = summarizer.merge(first, transcript[4:8] + read)  # bd show .1, bd update
-    edit = tool_exchange("e1", "Edit", {"file_path": "lib/app.ex"}, "The file has been updated.")
+    edit = tool_exchange("e1", "Edit", {"file_path": "lib/app.ex", "new_string": "  def run, do: :ok"}, "updated.")
     third = summarizer.merge(second, edit)
     commands = "\n".join(sections_of(third)["Commands and results"])
     for command in ("`bd show spotter-a0y`", "`bd ready`", "`bd show spotter-a0y.1`", "`bd update spotter-a0y.1"):
         assert command in commands
-    assert sections_of(third)["Files"] == ["lib/app.ex — read, edited"]
-    assert summarizer.merge(third, edit) == third  # nothing new: nothing changes
+    assert sections_of(third)["Files"] == ["lib/app.ex — edited 1x: + def run, do: :ok"]
+    assert sections_of(summarizer.merge(third, edit))["Files"] == ["lib/app.ex — edited 2x: + def run, do: :ok"]
+    assert summarizer.merge(third, read) == third  # reading a changed file again adds nothing
 
 
-def test_section_caps_bound_growth_over_200_merges() -> None:
+def test_summary_stays_bounded_over_200_merges() -> None:
     summarizer = ExtractiveSummarizer(max_items=8)
     summary = ""
     for i in range(200):
@@ -167,36 +181,43 @@ def test_section_caps_bound_growth_over_200_merges() -> None:
             "Bash",
             {"command": f"make step-{i}"},
             f"error: step {i} broke\nexit code 2",
-            text=f"I'll retry step {i} with a smaller batch. Is step {i} still needed?",
+            text=f"Step {i} fails because the batch is too large. Is step {i} still needed?",
         )
         exchange += tool_exchange(f"r{i}", "Read", {"path": f"src/module_{i}.py"}, "x = 1")
         summary = summarizer.merge(summary, exchange)
     sections = sections_of(summary)
-    assert set(sections) == {"Decisions", "Files", "Commands and results", "Errors", "Open questions"}
-    assert all(len(items) <= 8 for items in sections.values())
-    assert "`make step-199` → exit 2: error: step 199 broke" in sections["Commands and results"]
+    assert set(sections) == {"Findings", "Open questions", "Files", "Failing commands"}
+    assert all(len(items) <= 8 for name, items in sections.items() if name in ("Findings", "Open questions"))
+    assert sections["Failing commands"][-1] == "`make step-199` → exit 2: error: step 199 broke"
     assert "`make step-0`" not in summary  # oldest dropped
-    assert sections["Files"][-1] == "src/module_199.py — read"
-    assert len(summary) < 5_000
+    files = sections["Files"]
+    folded = int(re.match(r"src/ — (\d+) read or searched", files[-1])[1])  # files only read: folded ...
+    assert folded + len(files) - 1 == 200  # ... but counted
+    assert len(sections["Failing commands"]) <= 10
+    assert estimate(summary) < 1_600
 
 
 def test_batch_uses_the_fixed_sections_and_updates_the_previous_summary(transcript: list[dict[str, Any]]) -> None:
     summarizer = ExtractiveSummarizer()
     end = next(i for i in range(1, len(transcript)) if transcript[i]["role"] == "user")
     first = summarizer.batch("", transcript[: end // 2])
-    assert [s for s in sections_of(first)] == [s for s in BATCH_SECTIONS if s in sections_of(first)]
+    prose = [s for s in sections_of(first) if s in BATCH_SECTIONS]
+    assert prose == [s for s in BATCH_SECTIONS if s in prose]
     assert sections_of(first)["Goal"][0].startswith("Work on bead spotter-a0y.")
     second = summarizer.batch(first, transcript[end // 2 : end + 3], focus="git push")
     sections = sections_of(second)
     assert sections["Goal"][0].startswith("Work on bead spotter-a0y.")  # kept from the previous summary
     assert "continue until all are done" in sections["Goal"]
     assert (
-        "`git push 2>&1`: fatal: The current branch spotter-a0y has no upstream branch."
-        in sections["Blocked (exact errors)"]
+        "(resolved) `git push 2>&1` → exit 128: fatal: The current branch spotter-a0y has no upstream branch."
+        in sections["Failing commands"]
     )
-    third = summarizer.batch(second, tool_exchange("z1", "Bash", {"command": "mix test"}, "31 tests, 0 failures"))
-    assert sections_of(third)["Active state"] == ["Last command: `mix test` → 31 tests, 0 failures"]  # replaced
-    assert "Ran `mix test`" in sections_of(third)["Completed actions"]
+    assert any(f.startswith("lib/spotter_web/router.ex — edited") for f in sections[f"Files under {ROOT}/"])
+    third = summarizer.batch(second, tool_exchange("z1", "Bash", {"command": "make build"}, "built"))
+    assert sections_of(third)["Active state"] == ["Last command: `make build` → built"]  # replaced
+    assert "Ran `make build`" in sections_of(third)["Completed actions"]
+    fourth = summarizer.batch(third, tool_exchange("z2", "Bash", {"command": "mix test"}, "31 tests, 0 failures"))
+    assert sections_of(fourth)["Test runs"][-1] == "`mix test` → 31 passed, 0 failed"
 
 
 def test_batch_focus_keeps_matching_bullets_when_capped() -> None:
@@ -247,7 +268,7 @@ def test_shortening_converges_on_a_real_summary(first_run: list[dict[str, Any]])
     counter = make_text_counter()
     summarizer = ExtractiveSummarizer(count_text=counter.count, max_items=500)
     summary = summarizer.merge("", first_run)
-    for target in (1500, 600, 200, 40, 5):
+    for target in (900, 600, 200, 40, 5):
         shorter = summarizer.condense(summary, target)
         assert len(shorter) < len(summary)
         assert counter.count(shorter) <= target

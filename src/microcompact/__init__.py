@@ -1,9 +1,11 @@
 """microcompact: keep long-running agent transcripts inside the context window.
 
 Micro-compaction folds the oldest not-yet-summarized exchange into one rolling summary after each turn;
-user messages are never summarized. Start with :class:`Session`.
+user messages are never summarized. Start with :class:`Session` (:class:`AsyncSession` for asyncio code);
+:func:`summarizer_from` makes your own OpenAI or Anthropic client (or a function) the summarizer.
 """
 
+from .aio import AsyncSession
 from .config import Config, ConfigError, load_config, parse_config
 from .events import Outcome
 from .messages import (
@@ -19,6 +21,8 @@ from .messages import (
 from .micro import MicroCompactor, RollingSummary, micro_compact
 from .session import Session
 from .store import SessionBusy, StoreError, open_store
+from .summarizers import ExtractiveSummarizer, FallbackChain, summarizer_from
+from .telemetry import log_telemetry
 
 __all__ = [
     "Config",
@@ -38,9 +42,14 @@ __all__ = [
     "RollingSummary",
     "micro_compact",
     "Session",
+    "AsyncSession",
     "SessionBusy",
     "StoreError",
     "open_store",
+    "ExtractiveSummarizer",
+    "FallbackChain",
+    "summarizer_from",
+    "log_telemetry",
 ]
 
 __version__ = "0.1.0"

@@ -22,13 +22,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .compare import POLICIES, compare, plot_compare
-from .config import Config, ConfigError, home_dir, load_config
+from .config import Config, ConfigError, load_config
 from .cost import load_pricing
+from .importers import FORMATS, run_import
 from .messages import TranscriptError, content_text
 from .replay import default_session_id, read_transcript, replay, resume_start, summary_json
 from .session import Session
 from .store import StoreError, default_store_path, open_store
-from .telemetry import setup_file_logging
+from .telemetry import default_log_path, setup_file_logging
 
 app = typer.Typer(
     add_completion=False,
@@ -66,21 +67,12 @@ def _fail(message: str, code: int = 2) -> None:
 
 
 def _open_log(log_file: Path | None) -> logging.Handler:
-    path = log_file or home_dir() / "logs" / "agent.log"
+    path = log_file or default_log_path()
     try:
-        _create_private(path)
         return setup_file_logging(path)
     except OSError as exc:
         _fail(f"cannot open log file {path}: {exc.strerror or exc}")
         raise  # unreachable: _fail exits
-
-
-def _create_private(path: Path) -> None:
-    """Create the log (and its folder) readable by the owner only: it names sessions, files and errors."""
-    if path.exists():
-        return
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    path.touch(mode=0o600)
 
 
 def _configure(
@@ -705,9 +697,7 @@ def import_cmd(
     file: Annotated[Path, typer.Argument(help="A recorded session (its format detected, or named by --from).")],
     fmt: Annotated[
         str,
-        typer.Option(
-            "--from", help="auto (detect from the file's start, the default) | claude-code | swe-agent | adp | openai"
-        ),
+        typer.Option("--from", help="auto (detect from the file's start, the default) | " + " | ".join(FORMATS)),
     ] = "auto",
     out_file: Annotated[Path | None, typer.Option("--out", help="Output JSONL (default: stdout).")] = None,
     record: Annotated[
@@ -725,11 +715,52 @@ def import_cmd(
     ] = False,
 ) -> None:
     """Convert a recorded agent session into the JSONL that replay reads."""
-    from .importers import run_import
 
     code = run_import(fmt, file, out_file, err, record=record, repair=repair)
     if code:
         raise typer.Exit(code)
+
+
+@app.command("serve")
+def serve_cmd(
+    config: Annotated[Path | None, typer.Option("--config", help="YAML config file.")] = None,
+    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to listen on (0: any free one).")] = 8765,
+    openai_upstream: Annotated[
+        str, typer.Option("--openai-upstream", help="OpenAI-compatible base URL requests go to.")
+    ] = "https://api.openai.com/v1",
+    anthropic_upstream: Annotated[
+        str, typer.Option("--anthropic-upstream", help="Anthropic base URL requests go to.")
+    ] = "https://api.anthropic.com",
+    db: DbOption = None,
+    context_limit: Annotated[int | None, typer.Option("--context-limit", help="Model context window, tokens.")] = None,
+    log_file: Annotated[
+        Path | None, typer.Option("--log", help="Log file (default $MICROCOMPACT_HOME/logs/agent.log).")
+    ] = None,
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            "--api-key",
+            envvar="MICROCOMPACT_PROXY_KEY",
+            help="Require this key from clients, in the X-Microcompact-Key header.",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Run the compaction proxy: point OpenAI or Anthropic clients (Claude Code, Codex, aider, SDKs) at it."""
+    from .server.run import ServeError, ServeOptions, serve
+
+    options = ServeOptions(config, host, port, openai_upstream, anthropic_upstream, db, context_limit, api_key)
+    handler = _open_log(log_file)
+    try:
+        serve(options, say=lambda line: err.print(escape(line), highlight=False, soft_wrap=True))
+    except ServeError as exc:
+        _fail(str(exc))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        logging.getLogger("microcompact").removeHandler(handler)
+        handler.close()
 
 
 def main() -> None:

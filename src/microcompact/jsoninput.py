@@ -41,6 +41,44 @@ def loads(text: str, where: str) -> Any:
     return value
 
 
+def message_values(text: str, source: str) -> list[tuple[str, Any]]:
+    """(where, value) of every message in a transcript file's ``text``, in the three shapes people have.
+
+    JSONL (one message per line; ``where`` is ``SOURCE:LINE``), a JSON array of messages, or a JSON object
+    with a ``messages`` list such as a chat-completions request body (``where`` is ``SOURCE: element I``).
+    Values are strict JSON (see :func:`loads`) but not yet checked to be messages.
+    """
+    stripped = text.lstrip("\ufeff \t\r\n")
+    if stripped.startswith("[") or (stripped.startswith("{") and not _is_jsonl(stripped)):
+        data = loads(text, source)
+        if isinstance(data, dict):
+            if not isinstance(data.get("messages"), list):
+                keys = ", ".join(sorted(data)) or "none"
+                raise TranscriptError(
+                    f"{source}: a JSON object needs a 'messages' list (a chat-completions request body); it has: {keys}"
+                )
+            data = data["messages"]
+        return [(f"{source}: element {i}", m) for i, m in enumerate(data)]
+    return [
+        (f"{source}:{lineno}", loads(line, f"{source}:{lineno}"))
+        for lineno, line in enumerate(text.splitlines(), 1)
+        if line.strip()
+    ]
+
+
+def _is_jsonl(text: str) -> bool:
+    """True when ``text`` (starting with ``{``) is one object per line rather than one JSON document: its
+    first line is a whole object, and not the only line of a one-line ``{"messages": [...]}`` body."""
+    first, _, rest = text.partition("\n")
+    try:
+        value = json.loads(first)
+    except (ValueError, RecursionError):
+        return False  # a document spread over lines (or broken JSON, which the document read reports)
+    if not isinstance(value, dict):
+        return False
+    return "role" in value or "messages" not in value or bool(rest.strip())
+
+
 def check_value(value: Any, where: str, *, surrogates: bool = True) -> None:
     """Raise TranscriptError when ``value`` nests deeper than MAX_DEPTH or (``surrogates``) holds a string
     that is not valid Unicode text. Iterative, so it cannot itself run out of stack."""

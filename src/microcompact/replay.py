@@ -40,9 +40,10 @@ def iter_transcript(path: str | Path) -> Iterator[Message]:
 
 
 def iter_located(path: str | Path) -> Iterator[tuple[str, Message]]:
-    """(where, message) for each message: ``FILE:LINE`` (1-based) for JSONL, ``FILE: element I`` for an
-    array. Each message is strict JSON (no NaN/Infinity, no lone surrogates, bounded nesting) and
-    well-formed (role, content parts, tool calls); a problem raises TranscriptError naming the place."""
+    """(where, message) for each message: ``FILE:LINE`` (1-based) for JSONL, ``FILE: element I`` for a JSON
+    array or an object with a ``messages`` list (what ``import --from openai`` accepts). Each message is
+    strict JSON (no NaN/Infinity, no lone surrogates, bounded nesting) and well-formed (role, content parts,
+    tool calls); a problem raises TranscriptError naming the place."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -50,17 +51,17 @@ def iter_located(path: str | Path) -> Iterator[tuple[str, Message]]:
         raise TranscriptError(f"cannot read transcript {p}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         raise TranscriptError(f"{p}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    if text.lstrip().startswith("["):
-        data = jsoninput.loads(text, str(p))
-        for i, m in enumerate(data):
-            yield _checked(m, f"{p}: element {i}")
-        return
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if line.strip():
-            yield _checked(jsoninput.loads(line, f"{p}:{lineno}"), f"{p}:{lineno}")
+    for where, m in jsoninput.message_values(text, str(p)):
+        yield _checked(m, where)
 
 
 def _checked(m: Any, where: str) -> tuple[str, Message]:
+    if isinstance(m, dict) and "role" not in m:  # most likely a recorded session in its agent's own format
+        keys = ", ".join(sorted(m)) or "none"
+        raise TranscriptError(
+            f"{where}: message has no 'role' (keys: {keys}); to replay an agent's recorded session, convert it "
+            "first: microcompact import FILE --out FILE.jsonl"
+        )
     validate_message(m, where)
     problems = message_shape_errors(m)
     if problems:

@@ -56,9 +56,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from .config import home_dir
 from .events import BATCH_COMPACTIONS, MICRO_COMMITTED, MICRO_FAILURES, Outcome
-from .telemetry import TELEMETRY_LOGGER, parse_line
+from .telemetry import TELEMETRY_LOGGER, default_log_path, parse_line
 
 Report = dict[str, Any]
 
@@ -74,7 +73,8 @@ _PREFIX = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:,\d+)?) (\S+) (\S+): "
 
 
 def default_log() -> Path:
-    return home_dir() / "logs" / "agent.log"
+    """The log ``report`` reads when given none: the one the CLI and :func:`~microcompact.log_telemetry` write."""
+    return default_log_path()
 
 
 # --------------------------------------------------------------------------- small numeric helpers
@@ -749,8 +749,10 @@ def run_report(
         also = f" ({batch} batch compaction line(s) were found)" if batch else ""
         err_console.print(
             f"[red]error:[/red] no micro-compaction telemetry found {where}{also}. "
-            "Micro-compaction may be off: set `compression.micro_compact: true` in the config "
-            "(and log to the file read here).",
+            "Micro-compaction may be off: set `compression.micro_compact: true` in the config. "
+            "A program using the library logs telemetry to a file only when asked: "
+            "`microcompact.log_telemetry()` writes it where report looks by default "
+            f"({escape(str(default_log_path()))}); `log_telemetry(PATH)` writes it to PATH.",
             highlight=False,
             soft_wrap=True,
         )

@@ -21,17 +21,28 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .background import BackgroundPasses
 from .batch import BatchCompactor, BatchResult
 from .config import Config
 from .events import Outcome
+from .identity import (
+    Divergence,
+    client_message,
+    common_prefix,
+    digests,
+    fork_prefix,
+    is_human,
+    known_digests,
+    tagged,
+)
 from .messages import Message, disown_marker_text, to_api, validate_message
 from .micro import CommitHook, MicroCompactor, PassResult
 from .store import StoreConflict, StoreError, StoreReadOnly
-from .summarizers import Summarizer, make_summarizer
+from .summarizers import Summarizer, ledger_budget, make_summarizer
 from .telemetry import occupancy_pct
 from .tokens import Ledger, TokenCounter, make_text_counter
 
@@ -45,7 +56,11 @@ def summarizer_for(config: Config, counter: TokenCounter | None = None) -> Summa
     """The summarizer ``auxiliary.compression`` describes (the offline extractive one by default)."""
     aux = config.auxiliary.compression
     if aux.kind == "extractive":
-        return make_summarizer("extractive", count_text=counter.count_text if counter else None)
+        return make_summarizer(
+            "extractive",
+            count_text=counter.count_text if counter else None,
+            ledger_budget_tokens=ledger_budget(config.compression.micro_compact_defrag_threshold_tokens),
+        )
     if not aux.model:
         from .config import ConfigError
 
@@ -84,6 +99,37 @@ def _own(message: Message) -> Message:
     if not any(k in message for k in _STORE_KEYS):
         return message
     return {k: v for k, v in message.items() if k not in _STORE_KEYS}
+
+
+# Turns one client message into the session messages that stand for it (a provider format's message may
+# become several: an Anthropic user message of tool results becomes one tool message per result).
+Convert = Callable[[Message], list[Message]]
+
+
+def _as_is(message: Message) -> list[Message]:
+    return [message]
+
+
+@dataclass(frozen=True)
+class HistorySync:
+    """What :meth:`Session.sync_history` did with a client's full history."""
+
+    matched: int  # client messages the session already held
+    appended: int  # client messages new in this history (appended, in order)
+    human: bool  # the new ones include a message a person wrote: the previous turn has ended
+    diverged: Divergence | None = None  # set when nothing was appended: the history is not the session's
+
+    @property
+    def ok(self) -> bool:
+        return self.diverged is None
+
+
+class HistoryDiverged(ValueError):
+    """The caller's history is not a continuation of the session's: fork it (``Session.fork``)."""
+
+    def __init__(self, session_id: str, divergence: Divergence) -> None:
+        super().__init__(f"session {session_id!r}: {divergence.describe()}; fork a new session from the common prefix")
+        self.divergence = divergence
 
 
 def _take_lease(store: SessionStore, session_id: str) -> str | None:
@@ -161,6 +207,8 @@ class Session:
         self._skips_saved: set[str] = set()
         self._flush_failed = False
         self._flush_error: str | None = None  # the last write failure logged (repeats are not logged again)
+        # Digests of the client messages this session holds, in client order (sync_history); None: not loaded.
+        self._known: list[str] | None = None
         # Row of the last message when finalize_turn last completed (restored by open): tells a resumed replay
         # whether the turn that ends the stored transcript was finalized before the interruption.
         self.finalized_row: int | None = None
@@ -293,6 +341,7 @@ class Session:
         stored = self.store.load_active(self.session_id)
         self.ledger = Ledger(self.counter, stored + self._unflushed)
         self._unflushed = self.ledger.messages[len(stored) :]
+        self._known = None  # reloaded from the store at the next sync_history
         self.micro.recover(self.ledger.messages)
         log.warning("Session store: the in-memory transcript was stale; reloaded %d stored message(s)", len(stored))
 
@@ -366,6 +415,97 @@ class Session:
             with self._lock:
                 self.counter.calibrate(self.ledger.total, int(prompt_tokens))
 
+    # ------------------------------------------------------------------ full history in, compacted view out
+
+    def _known_digests(self) -> list[str] | None:
+        """The client digests this session holds (loaded once: every stored row, absorbed ones included)."""
+        if self._known is None:
+            if self.store is not None:
+                rows = self.store.export(self.session_id, include_absorbed=True) + list(self._unflushed)
+            else:
+                rows = list(self.ledger.messages)
+            self._known = known_digests(rows)
+        return self._known
+
+    def sync_history(self, history: Sequence[Message], convert: Convert | None = None) -> HistorySync:
+        """Take the caller's *full*, uncompacted history (what frameworks and proxies hold): the messages this
+        session already has are recognised by a digest each, in order, and only the new suffix is appended.
+        Send ``messages`` (or read ``transcript``) afterwards for the compacted view.
+
+        When the history does not continue this session's (the caller compacted on its own, edited or
+        dropped a message, retried with other content), nothing is appended and the result's ``diverged``
+        says where: :meth:`fork` starts a new session from the common prefix, so no view mixes two
+        histories. ``convert`` turns one client message into the session messages that stand for it
+        (default: the message itself). Raises TranscriptError for an invalid new message (nothing appended).
+        O(history) digests per call; the stored digests are read once per session."""
+        convert = convert or _as_is
+        incoming = digests(history)
+        with self._lock:
+            known = self._known_digests()
+            if known is None:
+                return HistorySync(0, 0, False, Divergence(0, len(self.ledger), len(incoming)))
+            matched = common_prefix(known, incoming)
+            if matched < len(known):
+                return HistorySync(matched, 0, False, Divergence(matched, len(known), len(incoming)))
+            new = [
+                tagged(m, i, incoming[i])
+                for i in range(matched, len(history))
+                for m in convert(client_message(history[i], i))
+            ]
+            for j, m in enumerate(new):
+                validate_message(m, f"client message {m['_hid']} (part {j})")
+            self.extend(new)
+            known.extend(incoming[matched:])
+            return HistorySync(matched, len(history) - matched, any(is_human(m) for m in new))
+
+    def compacted(self, history: Sequence[Message], convert: Convert | None = None) -> list[Message]:
+        """The one call a framework hook needs: take the full history (:meth:`sync_history`), end the
+        previous turn when a person spoke (``finalize_turn``), run ``before_request`` and return the
+        compacted view to send. Raises :class:`HistoryDiverged` when the history is not this session's."""
+        result = self.sync_history(history, convert)
+        if result.diverged is not None:
+            raise HistoryDiverged(self.session_id, result.diverged)
+        if result.human and result.matched:
+            self.finalize_turn()
+        self.before_request()
+        return self.messages
+
+    def fork(
+        self,
+        session_id: str,
+        history: Sequence[Message],
+        at: int,
+        convert: Convert | None = None,
+        store: SessionStore | None = None,
+    ) -> Session:
+        """A new session for a history that shares only its first ``at`` client messages with this one.
+
+        It starts from this session's compacted form of that prefix when no summary here covers a later
+        message (an edited last message, a retry), else from the client's raw messages (compacted anew),
+        and then takes the rest of ``history``. The fork gets the same config and summarizer; with a store
+        (this session's by default) it is written there, its metadata naming where it came from."""
+        convert = convert or _as_is
+        incoming = digests(history)
+        store = store if store is not None else self.store
+        with self._lock:
+            known = self._known_digests()
+            prefix = fork_prefix(self.ledger.messages, len(known), at) if known is not None else None
+        start = at if prefix is not None else 0
+        messages = list(prefix or [])
+        messages += [
+            tagged(m, i, incoming[i])
+            for i in range(start, len(history))
+            for m in convert(client_message(history[i], i))
+        ]
+        child = Session(self.config, self.summarizer, session_id=session_id, messages=messages, store=store)
+        child._known = list(incoming)
+        if store is not None:
+            try:
+                store.update_meta(session_id, {"forked_from": self.session_id, "fork_at": at})
+            except Exception as exc:
+                log.warning("Session store: could not record where fork %s came from (%s)", session_id, exc)
+        return child
+
     # ------------------------------------------------------------------ hooks
 
     def should_compress(self, prompt_tokens: int | None = None) -> bool:
@@ -386,8 +526,10 @@ class Session:
                     results.append(self._batch(reason="threshold", prompt_tokens=prompt_tokens))
                 if self.background is None:
                     results += self.micro.before_request(self.ledger)
-                elif self.micro.active and not self.background.busy:
-                    self.background.submit(self.ledger, "request")
+                elif self.micro.active:  # the inline schedule (cache-aware included), run on the worker
+                    mode = self.micro.background_request_mode(self.ledger, self.background.busy)
+                    if mode is not None:
+                        self.background.submit(self.ledger, mode)
                 cut = self.batch.last_resort(self.ledger)  # still over the window: cut what is oversized
                 if cut is not None:
                     results.append(cut)

@@ -1,8 +1,12 @@
-"""One content-free JSON line per pass, on logger ``microcompact.telemetry``, and the CLI's log set-up.
+"""One content-free JSON line per pass, on logger ``microcompact.telemetry``, and where logs are written.
 
 Lines look like ``micro compaction telemetry: {"event": "micro_compaction", ...}`` with sorted keys, so
 ``grep 'compaction telemetry'`` plus a JSON parser is all a report needs. Only counts, sizes, timings and
 identifiers go in; never transcript text.
+
+The library only logs; an application decides where logs go. :func:`log_telemetry` sends them to
+:func:`default_log_path`, the file the ``replay`` command writes and ``report`` reads when given no file,
+so a program using :class:`~microcompact.Session` and the command line meet in one place.
 """
 
 from __future__ import annotations
@@ -11,9 +15,12 @@ import contextlib
 import json
 import logging
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any
+
+from .config import home_dir
 
 TELEMETRY_LOGGER = "microcompact.telemetry"
 telemetry_log = logging.getLogger(TELEMETRY_LOGGER)
@@ -71,10 +78,18 @@ def parse_line(line: str) -> tuple[str, dict[str, Any]] | None:
     return None
 
 
+def default_log_path() -> Path:
+    """``$MICROCOMPACT_HOME/logs/agent.log``: where the CLI logs and ``report`` looks by default."""
+    return home_dir() / "logs" / "agent.log"
+
+
 def setup_file_logging(path: str | Path, level: int = logging.INFO) -> logging.Handler:
-    """Send the ``microcompact`` loggers to ``path`` (created with its folder); returns the handler."""
+    """Send the ``microcompact`` loggers to ``path``; returns the handler.
+
+    A new log (and its folder) is created readable by its owner only: it names sessions, files and errors.
+    """
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
+    _create_private(p)
     handler = logging.FileHandler(p, encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     handler.setLevel(level)
@@ -82,6 +97,26 @@ def setup_file_logging(path: str | Path, level: int = logging.INFO) -> logging.H
     root.addHandler(degrade_quietly(handler))
     root.setLevel(min(level, root.level or level) if root.level else level)
     return handler
+
+
+def log_telemetry(path: str | Path | None = None) -> logging.Handler:
+    """Write the library's logs, telemetry included, to ``path`` (default :func:`default_log_path`, where
+    ``microcompact report`` looks). Calling it again for the same file returns the handler already there,
+    so no line is written twice."""
+    p = Path(path) if path is not None else default_log_path()
+    target = os.path.abspath(p)
+    for handler in logging.getLogger("microcompact").handlers:
+        if isinstance(handler, logging.FileHandler) and handler.baseFilename == target:
+            return handler
+    return setup_file_logging(p)
+
+
+def _create_private(path: Path) -> None:
+    """Create ``path`` (and its folder) with owner-only permissions, unless it exists."""
+    if path.exists():
+        return
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.touch(mode=0o600)
 
 
 def degrade_quietly(handler: logging.StreamHandler) -> logging.StreamHandler:

@@ -21,7 +21,7 @@ from typing import Any
 from ..config import Config
 from ..events import CommitHook, Outcome, apply_event, commit_or_log
 from ..messages import Message
-from ..summarizers import ExtractiveSummarizer, Summarizer
+from ..summarizers import ExtractiveSummarizer, Summarizer, ledger_budget
 from ..tokens import Ledger, TokenCounter
 from ..window import Window
 from .backoff import Backoff
@@ -57,7 +57,9 @@ class BatchCompactor(Scheduling, Summarize, UserFloor, SummarizerCalls, LastReso
         self.commit = commit
         self.clock = clock
         self.backoff = Backoff(clock)
-        self.fallback = ExtractiveSummarizer(counter.count_text)
+        self.fallback = ExtractiveSummarizer(
+            counter.count_text, ledger_budget_tokens=ledger_budget(self.cfg.micro_compact_defrag_threshold_tokens)
+        )
         self.compactions = 0
         self.low_yield = 0
         self.paused_below: int | None = None  # automatic compaction paused until the transcript reaches this

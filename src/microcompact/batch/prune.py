@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from ..events import Prune
+from ..identity import identity_of
 from ..messages import META_KEY, Message, content_text, is_marker
 from ..summarizers import describe_tool_result
 
@@ -102,6 +103,7 @@ def _stub(
         "tool_call_id": m.get("tool_call_id"),
         "content": stub,
         META_KEY: {"stub": True, "original_tokens": tokens},
+        **identity_of(m),  # still the same client message, shortened
     }
 
 
@@ -122,6 +124,7 @@ def _shortened_calls(m: Message, max_argument_tokens: int) -> Message | None:
         **{k: v for k, v in m.items() if not k.startswith("_")},
         "tool_calls": new_calls,
         META_KEY: {**(m.get(META_KEY) or {}), "shortened": True},
+        **identity_of(m),
     }
 
 

@@ -83,7 +83,10 @@ class Summarize:
         if not any(not is_marker(msgs[i]) for i in others):
             return self._done(ledger, Outcome.NOTHING_TO_COMPACT, t0, before_tokens, before_messages, reason=reason)
         folded = self._fold_users(msgs, tokens, h, t, users)
-        runs = [_Run(run, msgs) for run in split_runs(msgs, h, t, set(users))]
+        # Instructions in the middle (a system or developer entry: Claude Code's task notifications) stay
+        # verbatim like user messages: runs of work are split at them, never summarized across them.
+        instructions = {i for i in range(h, t) if msgs[i].get("role") in ("system", "developer")}
+        runs = [_Run(run, msgs) for run in split_runs(msgs, h, t, set(users) | instructions)]
         todo = [run for run in runs if not run.untouched]
         absorbed = [i for run in todo for i in run.indexes]
         shortfall = self._shortfall(tokens, absorbed, sum(self.counter.count_text(r.previous) for r in todo), len(todo))

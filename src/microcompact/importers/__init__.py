@@ -11,6 +11,10 @@ Formats, one module each, registered in :data:`REGISTRY` (``FORMATS`` maps their
 * ``swe-agent``: an SWE-agent ``.traj`` file (its ``history``, what the model saw).
 * ``adp``: an agent-data-protocol raw sample file (a JSON array of records: SWE-smith, SWE-Play/OpenHands
   ``messages`` lists, nebius ``trajectory`` lists of ``{role: system/user/ai, text}``).
+* ``codex``: a Codex CLI rollout (``~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl``).
+* ``openhands``: an OpenHands trajectory (a JSON array of events, or an evaluation output's ``history``).
+* ``goose``: a goose session file (JSONL: a metadata line, then one message per line).
+* ``aider``: an aider chat history (``.aider.chat.history.md``, every session in it).
 * ``openai``: chat-completions messages already (JSONL, a JSON array, or an object with ``messages``).
 
 :func:`detect_format` asks each format's ``sniff`` about the start of a file (``import --from auto``).
@@ -23,7 +27,7 @@ Timestamps, where the source has them, are kept as ``_ts`` (float seconds since 
 
 from __future__ import annotations
 
-from . import adp, claude_code, openai, swe_agent
+from . import adp, aider, claude_code, codex, goose, openai, openhands, swe_agent
 from .command import run_import
 from .common import (
     NO_RESULT,
@@ -68,6 +72,7 @@ __all__ = [
     "write_jsonl",
 ]
 
-# Detection order: specific shapes first; openai (any chat message) is the catch-all, so it goes last.
-for _module in (claude_code, swe_agent, adp, openai):
+# Detection order: specific shapes first (openhands before swe-agent: both may hold a ``history`` list);
+# openai (any chat message) is the catch-all, so it goes last.
+for _module in (claude_code, codex, openhands, swe_agent, adp, goose, aider, openai):
     register(_module.FORMAT)

@@ -19,6 +19,7 @@ from .common import (
     TS_KEY,
     ImportFormat,
     ImportReport,
+    compact_summary_indices,
     finish,
     iter_jsonl,
     text_only,
@@ -323,11 +324,7 @@ def import_claude_code(path: Path, **_: Any) -> ImportReport:
         else:
             _add_user_line(merge, rec, msg["content"], lineno, where)
     finish(report, _lay_out(merge))
-    report.compact_summary_indices = [
-        i
-        for i, m in enumerate(report.messages)
-        if isinstance(m.get(META_KEY), dict) and m[META_KEY].get("compact_summary")
-    ]
+    report.compact_summary_indices = compact_summary_indices(report.messages)
     return report
 
 

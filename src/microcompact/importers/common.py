@@ -1,6 +1,6 @@
 """What every importer shares: the report, reading helpers, timestamps, the repair pass, JSONL output.
 
-Each format module (``claude_code``, ``swe_agent``, ``adp``, ``openai``) turns its source into a list of
+Each format module (``claude_code``, ``codex``, ``openhands``, ``aider``...) turns its source into a list of
 chat-completions messages and hands it to :func:`finish`, which repairs it (see :func:`repair`) and checks
 that the result is a valid transcript. Keeping this in one place is what makes every format's output pass
 :func:`microcompact.messages.role_sequence_errors` the same way.
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -133,6 +134,14 @@ def load_json(path: Path) -> Any:
     return jsoninput.loads(read_text(path), str(path))
 
 
+def folder_files(path: Path) -> list[Path]:
+    """The ``*.json`` files of a folder in natural name order (``2.json`` before ``10.json``)."""
+    files = [f for f in path.glob("*.json") if f.is_file()]
+    if not files:
+        raise TranscriptError(f"{path}: a folder with no .json files")
+    return sorted(files, key=lambda f: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", f.name)])
+
+
 def iter_jsonl(path: Path, text: str | None = None) -> Iterator[tuple[int, Any]]:
     """(line number, parsed value) for every non-blank line; a bad line raises naming file and line."""
     text = read_text(path) if text is None else text
@@ -204,6 +213,13 @@ def take_ts(
             if ts is not None and ts > 1e8:
                 target[TS_KEY] = ts
                 return
+
+
+def compact_summary_indices(messages: list[Message]) -> list[int]:
+    """Where the agent's own compaction summaries sit (messages marked ``compact_summary`` by an importer)."""
+    return [
+        i for i, m in enumerate(messages) if isinstance(m.get(META_KEY), dict) and m[META_KEY].get("compact_summary")
+    ]
 
 
 # --------------------------------------------------------------------------------------------- repair
@@ -325,3 +341,5 @@ class ImportFormat:
     description: str
     importer: Importer
     sniff: Callable[[str], bool]
+    # True when a recording may also be a folder of JSON files, one record each (read in name order).
+    folders: bool = False

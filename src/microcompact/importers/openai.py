@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,6 @@ from .common import (
     ImportFormat,
     ImportReport,
     finish,
-    iter_jsonl,
     normalize_tool_calls,
     read_text,
     to_epoch,
@@ -53,16 +51,7 @@ def import_openai(path: Path, **_: Any) -> ImportReport:
 
 def _located_items(path: Path) -> list[tuple[str, Any]]:
     """(where, value) for every message, ``where`` naming its line (JSONL) or element (a JSON document)."""
-    text = read_text(path)
-    stripped = text.lstrip()
-    if stripped.startswith(("[", "{")) and not _looks_like_jsonl(stripped):
-        data = jsoninput.loads(text, str(path))
-        if isinstance(data, dict):
-            if not isinstance(data.get("messages"), list):
-                raise TranscriptError(f"{path}: a JSON object needs a 'messages' list")
-            data = data["messages"]
-        return [(f"{path}: element {i}", m) for i, m in enumerate(data)]
-    return [(f"{path}:{lineno}", m) for lineno, m in iter_jsonl(path, text)]
+    return jsoninput.message_values(read_text(path), str(path))
 
 
 def _openai_message(m: Any, where: str, report: ImportReport) -> Message:
@@ -94,18 +83,6 @@ def _openai_message(m: Any, where: str, report: ImportReport) -> Message:
     if problems:
         raise TranscriptError(f"{where}: {problems[0]}")
     return msg
-
-
-def _looks_like_jsonl(text: str) -> bool:
-    """True when the first line is a complete JSON object on its own (JSONL), not the start of a document."""
-    first = text.split("\n", 1)[0].strip()
-    if not first.startswith("{"):
-        return False
-    try:
-        value = json.loads(first)
-    except (ValueError, RecursionError):
-        return False
-    return isinstance(value, dict) and "role" in value
 
 
 def looks_like_openai(head: str) -> bool:

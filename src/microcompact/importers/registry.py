@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..messages import Message, TranscriptError
-from .common import Importer, ImportFormat, ImportReport
+from .common import Importer, ImportFormat, ImportReport, folder_files
 from .sniffing import read_head
 
 # The ``--from`` value that asks for detection instead of naming a format.
@@ -39,21 +39,40 @@ def resolve_format(fmt: str) -> str:
     return name
 
 
-def _check_file(p: Path) -> None:
-    """Refuse a missing path or a directory before any format looks at it."""
-    if not p.is_file():
-        raise TranscriptError(f"cannot read {p}: no such file" if not p.exists() else f"{p}: not a file")
+def _folder_formats() -> list[str]:
+    return [f.name for f in REGISTRY.values() if f.folders]
+
+
+def _check_path(p: Path, name: str | None = None) -> None:
+    """Refuse a missing path, or a folder where the format (or every format, unnamed) wants a file."""
+    if not p.exists():
+        raise TranscriptError(f"cannot read {p}: no such file")
+    if p.is_dir():
+        if name is None or name not in _folder_formats():
+            readers = " or ".join(_folder_formats()) or "no"
+            raise TranscriptError(f"{p}: a folder; only the {readers} format reads a folder (of event files)")
+    elif not p.is_file():
+        raise TranscriptError(f"{p}: not a file")
 
 
 def detect_format(path: str | Path) -> str:
-    """The name of the first registered format whose ``sniff`` recognizes the start of ``path``."""
+    """The name of the first registered format whose ``sniff`` recognizes the start of ``path``.
+
+    A folder reads as the JSON array of its files, so its head is ``[`` and the start of its first file;
+    only formats that read folders are asked.
+    """
     p = Path(path)
-    _check_file(p)
-    head = read_head(p)
-    for fmt in REGISTRY.values():
+    if p.is_dir():
+        head = "[" + read_head(folder_files(p)[0])
+        candidates = [REGISTRY[name] for name in _folder_formats()]
+    else:
+        _check_path(p)
+        head, candidates = read_head(p), list(REGISTRY.values())
+    for fmt in candidates:
         if fmt.sniff(head):
             return fmt.name
-    raise TranscriptError(f"{p}: cannot tell its format from its start; give --from with one of: {', '.join(REGISTRY)}")
+    names = ", ".join(f.name for f in candidates)
+    raise TranscriptError(f"{p}: cannot tell its format from its start; give --from with one of: {names}")
 
 
 def import_report(path: str | Path, fmt: str, record: int | None = None) -> ImportReport:
@@ -62,7 +81,7 @@ def import_report(path: str | Path, fmt: str, record: int | None = None) -> Impo
     p = Path(path)
     if record is not None and name != "adp":
         raise TranscriptError(f"--record applies to the adp format only, not {name}")
-    _check_file(p)
+    _check_path(p, name)
     return FORMATS[name](p, record=record)
 
 

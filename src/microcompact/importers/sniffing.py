@@ -5,7 +5,8 @@ line, the first record of an ADP array, the first step of an SWE-agent trajector
 only :data:`HEAD_BYTES` and never parses the whole file. :func:`key_paths` walks the first JSON value of
 that head, as far as it goes, and lists the object keys it meets as dotted paths: ``history``,
 ``trajectory[].action`` (a key of an element of the ``trajectory`` list), ``[].messages`` (a key of an
-element of a top-level array). A truncated head still yields the keys before the cut.
+element of a top-level array). A truncated head still yields the keys before the cut. (aider's Markdown
+history is the one format told apart by its text, not its keys.)
 """
 
 from __future__ import annotations

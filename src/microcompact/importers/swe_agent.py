@@ -90,9 +90,12 @@ def _observation_call_id(h: dict[str, Any], where: str, report: ImportReport) ->
 
 
 def looks_like_swe_agent(head: str) -> bool:
-    """A JSON object with a ``history`` list or SWE-agent trajectory steps (not a chat ``messages`` body)."""
+    """A JSON object with a ``history`` list or SWE-agent trajectory steps (not a chat ``messages`` body, nor
+    an OpenHands evaluation output, whose ``history`` holds events with a ``source``)."""
     keys = key_paths(head)
-    return "messages" not in keys and ("history" in keys or bool(keys & _STEP_KEYS))
+    if "messages" in keys or "history[].source" in keys:
+        return False
+    return "history" in keys or bool(keys & _STEP_KEYS)
 
 
 FORMAT = ImportFormat(

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ..config import CompressionConfig, Config
 from ..events import Event, Outcome, Rewrite, apply_event
 from ..messages import Message, render_micro_marker
-from ..summarizers import Summarizer, SummarizerAuthError, shorten_summary
+from ..summarizers import Summarizer, SummarizerAuthError, facts_block, ledger_budget, shorten_summary, with_facts
 from ..tokens import Ledger, TokenCounter
 from ..window import Window
 from .state import Condensed, PassResult, RollingSummary
@@ -60,25 +60,42 @@ class Defrag:
         return text_tokens > self.cfg.micro_compact_defrag_threshold_tokens
 
     def condense(self, text: str) -> Condensed:
-        """The slow half of defrag: a clearly shorter summary, from the model or, failing that, deterministic."""
-        old_tokens = self.counter.count_text(text)
+        """The slow half of defrag: a clearly shorter summary, from the model or, failing that, deterministic.
+
+        Only the prose is condensed. The ledger (files, failing commands, test runs) is compressed
+        deterministically to its budget and put back beside it, so no condensing, by a model or not,
+        can lose an edited file.
+        """
+        count = self.counter.count_text
+        old_tokens = count(text)
         target = self.cfg.micro_compact_defrag_threshold_tokens // 2
+        block = facts_block(text, (), ledger_budget(self.cfg.micro_compact_defrag_threshold_tokens), count)
+        prose = with_facts(text, "") if block else text  # no ledger: a model's own "### Files" stays prose
+        prose_tokens = count(prose)
+        prose_target = max(target - count(block), target // 4)
         result = Condensed(text=text, old_tokens=old_tokens)
         s0 = self.clock()
+        new_prose: str | None = None
         try:
             if self.auth_error is not None:
                 raise SummarizerAuthError(self.auth_error)  # not retried: the deterministic shortening follows
-            result.new = self._clean(self.summarizer.condense(text, target), limit=old_tokens)
+            if prose and prose_tokens > prose_target:
+                new_prose = with_facts(
+                    self._clean(self.summarizer.condense(prose, prose_target), limit=prose_tokens), ""
+                )
+            else:
+                new_prose, result.method = prose, "deterministic"  # nothing a model needs to shorten
         except Exception as exc:
             if isinstance(exc, SummarizerAuthError) and self.auth_error is None:
                 self.auth_error = str(exc)[:200]
             result.outcome, result.error = Outcome.DEFRAG_FAILED, type(exc).__name__
             log.warning("Micro-compaction defrag: summarizer failed (%s: %s)", type(exc).__name__, str(exc)[:200])
         result.summarizer_ms = (self.clock() - s0) * 1000
-        if result.new is None or self.counter.count_text(result.new) > DEFRAG_MAX_RATIO * old_tokens:
+        if new_prose is None or (prose and count(new_prose) > DEFRAG_MAX_RATIO * prose_tokens):
             # Not clearly shorter (an echoing model, say): a deterministic shortening takes over, so defrag
             # cannot run every turn forever.
-            result.new, result.method = shorten_summary(text, target, self.counter.count_text), "deterministic"
+            new_prose, result.method = shorten_summary(prose, prose_target, count), "deterministic"
+        result.new = with_facts(new_prose, block)
         return result
 
     def _maybe_defrag(self, ledger: Ledger, ready: Condensed | None = None) -> PassResult | None:
@@ -90,6 +107,8 @@ class Defrag:
             return None  # the marker is in the protected tail: never rewritten there; later, once it left
         t0 = self.clock()
         done = ready if ready is not None and ready.text == st.text else self.condense(st.text)
+        if done.new == st.text:
+            return None  # nothing left to shorten (the ledger's changed files alone): no rewrite
         tokens_before, messages_before = ledger.total, len(ledger.messages)
         new = done.new or ""
         event = Rewrite(st.marker_index, render_micro_marker(new), new)

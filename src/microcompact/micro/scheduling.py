@@ -85,6 +85,23 @@ class Scheduling:
         self.last_request_at = self.wall_clock()
         return results
 
+    def background_request_mode(self, ledger: Ledger, busy: bool) -> str | None:
+        """Background mode's :meth:`before_request`: the pass to start on the worker now, or None.
+
+        The same schedule as inline: with cache-aware scheduling nothing starts while the provider's cache
+        is warm (unless occupancy or the reclaim gate says waiting is no longer worth it), and a turn pass
+        deferred meanwhile goes first once it may. The request is noted either way (the next warmth check
+        counts from it); ``busy`` (a pass still running) starts nothing."""
+        mode: str | None = None
+        if not busy:
+            if not self.cache_aware:
+                mode = "request"
+            elif not self._cache_warm() or self._worth_a_cache_break(ledger):
+                mode = "turn" if self.deferred else "request"
+                self.deferred = max(0, self.deferred - 1)
+        self.last_request_at = self.wall_clock()
+        return mode
+
     def _catch_up(self, ledger: Ledger, mode: str, passes: int) -> list[PassResult]:
         """Up to ``passes`` passes in a row, stopping at the first that absorbs nothing."""
         results: list[PassResult] = []

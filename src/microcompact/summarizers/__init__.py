@@ -1,14 +1,18 @@
 """Summarizers: what turns an exchange into summary text, behind one small protocol.
 
-Two implementations: :class:`ExtractiveSummarizer` (deterministic, offline, no model) and
-:class:`OpenAISummarizer` (any OpenAI-compatible chat-completions endpoint). What a summarizer reads is
-bounded and redacted by :func:`prepare_exchange`; what comes back from a model is redacted again.
+Implementations: :class:`ExtractiveSummarizer` (deterministic, offline, no model), :class:`OpenAISummarizer`
+(any OpenAI-compatible chat-completions endpoint), :func:`summarizer_from` (the caller's own OpenAI or
+Anthropic client, sync or async, or a callable) and :class:`FallbackChain` (the first of several that
+succeeds). What a summarizer reads is bounded and redacted by :func:`prepare_exchange`; what comes back
+from a model is redacted again.
 
 One module per job; each imports only those listed before it (make_summarizer imports the two
 implementations when called)::
 
     base        the protocol, its errors, the section names, make_summarizer
     sections    a summary's shape: ### headings and bullets, parsed and rendered
+    facts       the file ledger, failing commands and test runs (facts_model, facts_extract, facts_text)
+    findings    findings, not narration: the sentences of prose worth keeping
     input       what a summarizer reads: redacted, bounded, rendered as text
     limits      a server's "does not fit my context" error, turned into an input budget
     prompts     the HTTP summarizer's prompts, rendered from templates/
@@ -16,6 +20,10 @@ implementations when called)::
     validation  the usable text of a chat completion; deterministic shortening
     extractive  the offline summarizer
     http        the OpenAI-compatible client: notes from the model, checked, facts kept by code
+    eventloop   running an async client's coroutines from the engine's threads
+    backends    request and answer shapes of caller-owned clients (OpenAI, Anthropic, callables), their errors
+    clients     summarizer_from: a caller-owned client as a summarizer
+    chain       the fallback chain
 """
 
 from ..render import exchange_text as render_exchange
@@ -35,8 +43,12 @@ from .base import (
     SummaryRejected,
     make_summarizer,
 )
+from .chain import FallbackChain
 from .checks import CheckInput, check_summary
+from .clients import ClientSummarizer, summarizer_from
+from .eventloop import bind_event_loop
 from .extractive import ExtractiveSummarizer, describe_tool_result
+from .facts import facts_block, ledger_budget, with_facts
 from .http import FactsHook, OpenAISummarizer
 from .input import OMISSION_NOTE, prepare_exchange
 from .prompts import BATCH_PROMPT, CONDENSE_PROMPT, MERGE_PROMPT
@@ -52,9 +64,11 @@ __all__ = [
     "PROSE_SECTIONS",
     "SHORTENED_NOTE",
     "CheckInput",
+    "ClientSummarizer",
     "CountText",
     "ExtractiveSummarizer",
     "FactsHook",
+    "FallbackChain",
     "OpenAISummarizer",
     "Rejection",
     "Summarizer",
@@ -65,11 +79,16 @@ __all__ = [
     "SummarizerTimeout",
     "SummarizerUnavailable",
     "SummaryRejected",
+    "bind_event_loop",
     "check_summary",
     "clean_summary",
     "describe_tool_result",
+    "facts_block",
+    "ledger_budget",
     "make_summarizer",
     "prepare_exchange",
     "render_exchange",
     "shorten_summary",
+    "summarizer_from",
+    "with_facts",
 ]

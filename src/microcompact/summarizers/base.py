@@ -96,7 +96,7 @@ BATCH_SECTIONS = (
 )
 # The sections a model's notes fill in (merge and condense); the facts beside them are kept by code.
 PROSE_SECTIONS = ("Goal", "Work done", "Findings", "Next")
-MICRO_SECTIONS = ("Decisions", "Requirements", "Files", "Commands and results", "Errors", "Open questions", "Answers")
+MICRO_SECTIONS = ("Requirements", "Findings", "Open questions", "Commands and results", "Answers")
 
 
 def make_summarizer(kind: str, **options: Any) -> Summarizer:

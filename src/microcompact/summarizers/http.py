@@ -44,6 +44,7 @@ from .prompts import (
     batch_request,
     condense_request,
     condense_system,
+    condense_words,
     merge_request,
     merge_system,
     retry_note,
@@ -126,8 +127,7 @@ class OpenAISummarizer:
     def condense(self, summary: str, target_tokens: int) -> str:
         prose, kept = split_prose(summary)
         trusted = self.facts(summary, []) if self.facts is not None else kept
-        room = max(0, target_tokens - self.count_text(trusted))
-        words = max(60, min(self.prose_words, room * 3 // 4))  # about 0.75 words per token
+        words = min(self.prose_words, condense_words(max(0, target_tokens - self.count_text(trusted))))
         system = condense_system(words)
         shown = prose or summary
         given = CheckInput(

@@ -61,6 +61,11 @@ def condense_system(max_words: int = PROSE_WORDS) -> str:
     return _system_prompt("condense_system.md", template=render("prose_template.md"), max_words=max_words)
 
 
+def condense_words(target_tokens: int) -> int:
+    """The stated length of condensed notes that fit ``target_tokens`` (about 0.75 words a token)."""
+    return max(60, min(PROSE_WORDS, target_tokens * 3 // 4))
+
+
 def retry_note(reason: str) -> str:
     """What a retry adds to the request: why the first answer was rejected (the request changes)."""
     return render("retry_note.txt", reason=reason)

@@ -1,0 +1,214 @@
+"""Message identity: how a session given a client's *full* history knows which messages it already holds.
+
+Proxies and framework hooks see the caller's whole, uncompacted list on every call. Each message the
+session takes from such a list carries its place in that list (``_hid``) and a digest of what it says
+(``_hd``), both kept by the store like any other metadata. Matching a new list against the stored digests,
+in order, tells what is new (a suffix to append), and where the caller's history stopped being ours (it
+ran its own compaction, edited a message, retried with other content): then a new session is forked from
+the common prefix, so a view never mixes two histories.
+
+Pure functions over message lists; :meth:`microcompact.session.Session.sync_history` ties them to a session.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from .messages import Message, TranscriptError, is_marker
+
+HID_KEY = "_hid"  # the message's index in the client's full history
+DIGEST_KEY = "_hd"  # the digest of that client message (several session messages may share one)
+PARTS_KEY = "_hn"  # how many session messages that client message became, when more than one
+IDENTITY_KEYS = (HID_KEY, DIGEST_KEY, PARTS_KEY)
+
+
+def digest(message: Any) -> str:
+    """A digest of what a client message says, whatever its key order (keys starting with ``_`` left out).
+
+    32 hex digits of BLAKE2b over canonical JSON: orjson for speed (a 150K-token history is digested in a
+    few milliseconds); what orjson refuses (lone surrogates, huge integers, non-string keys, deep nesting)
+    is hashed by :func:`_canonical_walk`, whose bytes never equal orjson's, so no two messages collide.
+    """
+    if isinstance(message, dict) and any(isinstance(k, str) and k.startswith("_") for k in message):
+        message = {k: v for k, v in message.items() if not (isinstance(k, str) and k.startswith("_"))}
+    try:
+        data = orjson.dumps(message, option=orjson.OPT_SORT_KEYS)
+    except (TypeError, orjson.JSONEncodeError):
+        data = _canonical_walk(message)
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+class _Encoded(bytes):
+    """Bytes the walk already encoded (a key, a closing bracket), told apart from a bytes value."""
+
+
+_END_DICT, _END_LIST = _Encoded(b"}"), _Encoded(b"]")
+
+
+def _canonical_walk(value: Any) -> bytes:
+    """An unambiguous encoding of any value (type-tagged, length-prefixed), built without recursion so no
+    nesting depth exhausts the stack. Starts with a NUL byte, which orjson output never does."""
+    out: list[bytes] = [b"\0"]
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        if type(item) is _Encoded:
+            out.append(item)
+        elif isinstance(item, dict):
+            items = sorted(item.items(), key=lambda kv: (type(kv[0]).__name__, str(kv[0])))
+            stack.append(_END_DICT)
+            for k, v in reversed(items):
+                stack += [v, _Encoded(_scalar(k))]
+            out.append(b"{")
+        elif isinstance(item, (list, tuple)):
+            stack.append(_END_LIST)
+            stack.extend(reversed(item))
+            out.append(b"[")
+        else:
+            out.append(_scalar(item))
+    return b"".join(out)
+
+
+def _scalar(value: Any) -> bytes:
+    """A leaf's type tag, length and text (lone surrogates kept distinct: ``surrogatepass``)."""
+    if value is None or isinstance(value, (bool, int, float)):
+        text = repr(value)
+    elif isinstance(value, str):
+        text = value
+    else:
+        text = f"{type(value).__name__}:{value}"
+    encoded = text.encode("utf-8", "surrogatepass")
+    return f"{type(value).__name__}{len(encoded)}:".encode() + encoded
+
+
+def digests(messages: Iterable[Any]) -> list[str]:
+    return [digest(m) for m in messages]
+
+
+def common_prefix(known: Sequence[str], incoming: Sequence[str]) -> int:
+    """How many leading digests the two lists share."""
+    n = min(len(known), len(incoming))
+    for i in range(n):
+        if known[i] != incoming[i]:
+            return i
+    return n
+
+
+def identity_of(message: Message) -> dict[str, Any]:
+    """The identity keys a message carries (for copies made by compaction: a shortened tool output is still
+    the same client message)."""
+    return {k: message[k] for k in IDENTITY_KEYS if k in message}
+
+
+# Keys only the library and its store may set: a marker, identity, store bookkeeping.
+RESERVED_KEYS = frozenset({"_mc", "_row", "_pos", "_tokens", "_state", "_absorbed_by", *IDENTITY_KEYS})
+
+
+def client_message(message: Any, hid: int) -> Message:
+    """A client's message as the library may trust it: every key starting with ``_`` dropped, so a client
+    can plant no marker, identity or store bookkeeping (the digest leaves them out too). Raises
+    TranscriptError for a non-object."""
+    if not isinstance(message, dict):
+        raise TranscriptError(f"client message {hid}: expected a JSON object, got {type(message).__name__}")
+    if not any(isinstance(k, str) and k.startswith("_") for k in message):
+        return message
+    return {k: v for k, v in message.items() if not (isinstance(k, str) and k.startswith("_"))}
+
+
+def tagged(message: Message, hid: int, hd: str, parts: int = 1) -> Message:
+    """A copy of ``message`` (what a trusted ``convert`` made of :func:`client_message`) carrying its
+    identity: its client index, the client message's digest and, when that client message became
+    ``parts`` > 1 session messages, their number (so a fork can tell a message only partly absorbed).
+    ``convert`` may add metadata of its own (an adapter's ``_items``); the reserved keys are never taken
+    from it."""
+    if not isinstance(message, dict):
+        raise TranscriptError(f"client message {hid}: expected a JSON object, got {type(message).__name__}")
+    own = {k: v for k, v in message.items() if k not in RESERVED_KEYS}
+    return {**own, HID_KEY: hid, DIGEST_KEY: hd, **({PARTS_KEY: parts} if parts > 1 else {})}
+
+
+def tagged_parts(client: Message, hid: int, hd: str, convert: Callable[[Message], list[Message]]) -> list[Message]:
+    """The session messages client message ``hid`` becomes, each tagged (raises TranscriptError when
+    ``convert`` makes none: a client message the session cannot hold would be asked for again forever)."""
+    parts = convert(client_message(client, hid))
+    if not parts:
+        raise TranscriptError(f"client message {hid}: it converts to no message (role {client.get('role')!r})")
+    return [tagged(m, hid, hd, len(parts)) for m in parts]
+
+
+def hid_of(message: Message) -> int | None:
+    hid = message.get(HID_KEY)
+    return hid if isinstance(hid, int) and not isinstance(hid, bool) else None
+
+
+def is_human(message: Message) -> bool:
+    """A message a person (or the harness on their behalf) wrote: a user message, not a tool result."""
+    return message.get("role") == "user"
+
+
+def known_digests(stored: Iterable[Message]) -> list[str] | None:
+    """The client digests a session holds, in client order, from every row it ever stored (absorbed ones
+    included); None when they do not form one unbroken history (rows written without identity, or a gap),
+    so the caller forks instead of guessing."""
+    by_hid: dict[int, str] = {}
+    for m in stored:
+        hid = hid_of(m)
+        if hid is None:
+            if is_marker(m):
+                continue
+            return None
+        hd = m.get(DIGEST_KEY)
+        if not isinstance(hd, str) or by_hid.setdefault(hid, hd) != hd:
+            return None
+    if sorted(by_hid) != list(range(len(by_hid))):
+        return None
+    return [by_hid[i] for i in range(len(by_hid))]
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """Where a client's history stops matching the session's: the first differing client message."""
+
+    at: int
+    known: int  # client messages the session holds
+    incoming: int  # client messages in the new history
+
+    def describe(self) -> str:
+        if self.at == self.incoming:
+            return f"the client sent {self.incoming} message(s), fewer than the {self.known} the session holds"
+        return f"client message {self.at} differs from the one the session holds"
+
+
+def fork_prefix(
+    transcript: Sequence[Message], known: int, at: int, parts: Mapping[int, int] | None = None
+) -> list[Message] | None:
+    """The compacted form of client messages ``[0, at)`` from a session's ``transcript``, to start a fork with.
+
+    Possible when no summary in the transcript covers a client message at or past ``at``: then the markers and
+    every kept (or shortened) message before ``at`` are exactly a compaction of that prefix. None otherwise
+    (the fork starts from the client's raw messages and compacts again), or when the transcript holds
+    messages that came without identity. ``parts`` (client index -> how many session messages it became)
+    also catches a client message only partly absorbed (its tool results summarized, its text kept);
+    without it, one present part counts as the whole message.
+    """
+    present: Counter[int] = Counter()
+    for m in transcript:
+        hid = hid_of(m)
+        if hid is not None:
+            present[hid] += 1
+        elif not is_marker(m):
+            return None
+    expected = dict(parts or {})
+    for m in transcript:  # each message tells how many parts its client message had
+        hid, count = hid_of(m), m.get(PARTS_KEY)
+        if hid is not None and isinstance(count, int) and count > expected.get(hid, 1):
+            expected[hid] = count
+    if any(present[i] < expected.get(i, 1) for i in range(at, known)):
+        return None
+    return [dict(m) for m in transcript if is_marker(m) or (hid_of(m) or 0) < at]

@@ -1,0 +1,188 @@
+"""The engine side of one request, run on a worker thread (it syncs, compacts and reads the store).
+
+Before the forward (:meth:`Compaction.prepare`): route the client's full history to its session, run
+``before_request`` (inline batch compaction only when the hard limit forces it; micro passes go to the
+session's background worker) and build the outgoing messages. After the response: calibrate with the
+reported prompt tokens and, when a person spoke, end the previous turn (``finalize_turn``), which starts
+that turn's pass in the background. That follow-up is queued the moment the response ends
+(:meth:`Compaction.answered`) and run on a worker thread (:meth:`Compaction.follow_up`), or first thing by
+the conversation's next request if it comes sooner: a fast client never gets ahead of its turn's end.
+
+When the store or the engine fails, the request still goes out, uncompacted if need be, and the reason is
+returned for the ``X-Microcompact-Degraded`` header; the failure is logged once per reason change.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..events import Outcome
+from ..identity import DIGEST_KEY, digest, hid_of
+from ..messages import Message, TranscriptError
+from ..router import SessionRouter
+from ..session import Session
+from ..store import StoreError
+from .errors import BadRequest
+from .metrics import Metrics
+from .provider import Provider, identity_form
+from .view import covered, outgoing_messages, spelled, unchanged
+
+log = logging.getLogger("microcompact")
+
+SUMMARIZER_FAILURES = frozenset({Outcome.SUMMARIZE_FAILED, Outcome.AUTH_FAILED, Outcome.ERROR})
+
+
+@dataclass
+class Prepared:
+    """What the engine made of one request."""
+
+    key: str
+    messages: list[Message]  # the outgoing messages (the client's own when nothing changed)
+    session: Session | None = None
+    human: bool = False
+    counted_tokens: int = 0  # the view's size as the session counts it (for calibration)
+    occupancy_pct: float | None = None
+    degraded: str | None = None
+    outcomes: list[str] = field(default_factory=list)
+    reported_tokens: int | None = None  # the prompt size the upstream reported (set when answered)
+
+
+def stable(history: list[Message]) -> list[Message]:
+    """The history as the session sees it: what each message says, however the client spelled it this time."""
+    return [identity_form(m) for m in history]
+
+
+class Compaction:
+    def __init__(self, router: SessionRouter, metrics: Metrics) -> None:
+        self.router = router
+        self.metrics = metrics
+        # The session each key's last request went to, for count_tokens; weak, so a session the router
+        # closed and let go of is not kept alive here.
+        self._recent: weakref.WeakValueDictionary[str, Session] = weakref.WeakValueDictionary()
+        self._recent_lock = threading.Lock()
+        self._last_failure: str | None = None
+        self._pending: dict[str, list[Prepared]] = {}  # answered requests whose follow-up has not run, by key
+        self._pending_lock = threading.Lock()
+
+    def prepare(self, provider: Provider, body: dict[str, Any], key: str, history: list[Message]) -> Prepared:
+        """Sync, compact and build the outgoing messages (raises BadRequest for a message the session
+        refuses; any other failure forwards the client's messages with a degraded reason)."""
+        if not history:  # nothing to compact; the upstream says what it thinks of an empty conversation
+            return Prepared(key, [])
+        try:
+            with self.router.lock(key):
+                self._run_pending(key)
+                routed = self.router.route(key, stable(history), provider.convert)
+                session = routed.session
+                results = session.before_request()
+                view = session.transcript
+                prepared = Prepared(
+                    key,
+                    [],
+                    session,
+                    human=routed.sync.human and routed.sync.matched > 0,
+                    counted_tokens=session.tokens,
+                    occupancy_pct=session.occupancy_pct(),
+                    outcomes=[str(r.outcome) for r in results],
+                )
+                if not session.flush():
+                    prepared.degraded = "store-write-failed"
+        except TranscriptError as exc:
+            raise BadRequest(str(exc)) from None
+        except StoreError as exc:
+            return self._fall_back(key, history, "store-unavailable", exc)
+        except Exception as exc:
+            return self._fall_back(key, history, "engine-error", exc)
+        if prepared.degraded is None and any(o in SUMMARIZER_FAILURES for o in prepared.outcomes):
+            prepared.degraded = "summarizer-failed"
+        try:
+            prepared.messages = outgoing_messages(provider, body, history, view)
+        except Exception as exc:
+            return self._fall_back(key, history, "engine-error", exc)
+        problem = None if unchanged(history, prepared.messages) else provider.view_problem(prepared.messages)
+        if problem is not None:
+            self._failed("view-invalid", key, ValueError(problem))
+            prepared.messages, prepared.degraded = list(history), "view-invalid"
+            return prepared
+        self._remember(key, session)
+        self._succeeded()
+        return prepared
+
+    def answered(self, prepared: Prepared, prompt_tokens: int | None) -> None:
+        """The response to ``prepared`` is over: queue its follow-up (cheap; call it at once)."""
+        if prepared.session is None:
+            return
+        prepared.reported_tokens = prompt_tokens
+        with self._pending_lock:
+            self._pending.setdefault(prepared.key, []).append(prepared)
+
+    def follow_up(self, key: str) -> None:
+        """Run the queued follow-ups of ``key`` (unless its next request already did). Never raises."""
+        try:
+            with self.router.lock(key):
+                self._run_pending(key)
+        except Exception as exc:  # the key could not be taken: the conversation's next request runs it
+            log.warning("Proxy: the follow-up of session %s waits for its next request (%s)", key, type(exc).__name__)
+
+    def _run_pending(self, key: str) -> None:
+        """Under the key's lock: calibrate, and end the previous turn when a person spoke, for each answered
+        request of ``key`` in order."""
+        with self._pending_lock:
+            queued = self._pending.pop(key, [])
+        for prepared in queued:
+            session = prepared.session
+            assert session is not None
+            try:
+                if prepared.reported_tokens:
+                    session.counter.calibrate(prepared.counted_tokens, prepared.reported_tokens)
+                if prepared.human:
+                    self.metrics.passes_done([str(r.outcome) for r in session.finalize_turn()])
+            except Exception:
+                log.exception("Proxy: the follow-up of a request to session %s failed", session.session_id)
+
+    def view_for_count(
+        self, provider: Provider, body: dict[str, Any], key: str, history: list[Message]
+    ) -> list[Message]:
+        """The messages a count_tokens request should count: the last compacted view of this conversation
+        when ``history`` continues it, then its newer messages as they are. Changes no session."""
+        with self._recent_lock:
+            session = self._recent.get(key)
+        if session is None:
+            return history
+        view = session.transcript
+        upto = covered(view)
+        if upto > len(history):
+            return history
+        for m in view:
+            hid = hid_of(m)
+            if hid is not None and m.get(DIGEST_KEY) != digest(identity_form(history[hid])):
+                return history
+        return provider.normalize(body, spelled(provider, history, view) + list(history[upto:]))
+
+    # ------------------------------------------------------------------ internals
+
+    def _remember(self, key: str, session: Session) -> None:
+        with self._recent_lock:
+            self._recent[key] = session
+
+    def _fall_back(self, key: str, history: Sequence[Message], reason: str, exc: Exception) -> Prepared:
+        """The client's messages as they came, with the reason."""
+        self._failed(reason, key, exc)
+        return Prepared(key, list(history), degraded=reason)
+
+    def _failed(self, reason: str, key: str, exc: Exception) -> None:
+        """One log line, until the failure changes."""
+        failure = f"{reason}: {type(exc).__name__}: {exc}"
+        if failure != self._last_failure:
+            log.error("Proxy: forwarding session %s uncompacted (%s)", key, failure)
+            self._last_failure = failure
+
+    def _succeeded(self) -> None:
+        if self._last_failure is not None:
+            log.warning("Proxy: compaction works again")
+            self._last_failure = None

@@ -1,0 +1,131 @@
+"""Sending a request upstream and its response back to the client, byte for byte as it arrives.
+
+Headers go both ways unchanged except hop-by-hop ones, ``host``, lengths (recomputed), and the proxy's own
+(``X-Microcompact-*``, never forwarded). ``accept-encoding`` is sent upstream as ``identity`` so the bytes
+passed back are the ones whose usage can be read on the side. Credentials (``authorization``,
+``x-api-key``) are forwarded and nothing else is done with them: never stored, never logged.
+
+The response is an ASGI app of its own: each chunk is written to the client as soon as it comes from
+upstream; an upstream that breaks mid-body leaves the client's response broken the same way (the
+connection is closed without the final chunk); a client that goes away stops the copy and closes the
+upstream response.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+
+import anyio
+import httpx
+from starlette.responses import Response
+from starlette.types import Message as ASGIMessage
+from starlette.types import Receive, Scope, Send
+
+from .usage_tap import UsageTap
+
+log = logging.getLogger("microcompact")
+
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+    }
+)
+OWN_PREFIX = "x-microcompact-"
+
+
+def _hop_by_hop(headers: list[tuple[str, str]]) -> frozenset[str]:
+    """HOP_BY_HOP plus the headers a ``Connection`` header names (they too end at this hop)."""
+    named = {token.strip().lower() for n, v in headers if n.lower() == "connection" for token in v.split(",")}
+    return HOP_BY_HOP | named
+
+
+def upstream_headers(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    items = list(headers)
+    dropped = _hop_by_hop(items) | {"accept-encoding"}
+    out = [(n, v) for n, v in items if n.lower() not in dropped and not n.lower().startswith(OWN_PREFIX)]
+    out.append(("accept-encoding", "identity"))
+    return out
+
+
+def client_headers(headers: Iterable[tuple[str, str]], extra: dict[str, str]) -> list[tuple[bytes, bytes]]:
+    items = list(headers)
+    dropped = _hop_by_hop(items)
+    out = [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in items if n.lower() not in dropped]
+    out += [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in extra.items()]
+    return out
+
+
+Done = Callable[[UsageTap, bool], None]
+
+
+class Passthrough(Response):
+    """The upstream response, streamed to the client; ``done(tap, complete)`` is called exactly once, as soon
+    as the copy ends (complete: the whole upstream body was passed on)."""
+
+    def __init__(self, upstream: httpx.Response, tap: UsageTap, extra_headers: dict[str, str], done: Done) -> None:
+        # Response.__init__ is not called: nothing is rendered here, the upstream's bytes are the body.
+        self.upstream = upstream
+        self.tap = tap
+        self.extra_headers = extra_headers
+        self.done: Done | None = done
+        self.status_code = upstream.status_code
+        self.background = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        complete = False
+        try:
+            headers = client_headers(self.upstream.headers.multi_items(), self.extra_headers)
+            await send({"type": "http.response.start", "status": self.upstream.status_code, "headers": headers})
+            async with anyio.create_task_group() as group:
+
+                async def copy() -> None:
+                    nonlocal complete
+                    complete = await self._copy(send)
+                    group.cancel_scope.cancel()
+
+                group.start_soon(_cancel_on_disconnect, receive, group.cancel_scope)
+                group.start_soon(copy)
+            self._done(complete)  # before the last chunk: the client's next request may follow at once
+            if complete:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except OSError:
+            pass  # the client went away while we wrote to it
+        finally:
+            self._done(False)
+            with anyio.CancelScope(shield=True):
+                await self.upstream.aclose()
+
+    def _done(self, complete: bool) -> None:
+        done, self.done = self.done, None
+        if done is not None:
+            done(self.tap, complete)
+
+    async def _copy(self, send: Send) -> bool:
+        try:
+            async for chunk in self.upstream.aiter_raw():
+                self.tap.feed(chunk)
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except httpx.HTTPError as exc:
+            log.warning("Proxy: the upstream response broke off mid-body (%s)", type(exc).__name__)
+            return False
+        return True
+
+
+async def _cancel_on_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:
+    while True:
+        message: ASGIMessage = await receive()
+        if message["type"] == "http.disconnect":
+            scope.cancel()
+            return

@@ -1,0 +1,102 @@
+"""Counters and histograms for ``GET /metrics``, in the Prometheus text exposition format.
+
+Kept in-process and thread-safe (engine work runs on worker threads); no client library needed for a
+handful of series.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Sequence
+
+OCCUPANCY_BUCKETS = (10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0, 100.0)
+OVERHEAD_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.5, 1.0)
+
+
+class Histogram:
+    def __init__(self, buckets: Sequence[float]) -> None:
+        self.buckets = tuple(buckets)
+        self.counts = [0] * len(self.buckets)
+        self.total = 0
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.total += 1
+        self.sum += value
+        for i, bound in enumerate(self.buckets):
+            if value <= bound:
+                self.counts[i] += 1
+
+    def lines(self, name: str) -> list[str]:
+        out = [
+            f'{name}_bucket{{le="{bound:g}"}} {count}' for bound, count in zip(self.buckets, self.counts, strict=True)
+        ]
+        out += [f'{name}_bucket{{le="+Inf"}} {self.total}', f"{name}_sum {self.sum:.6f}", f"{name}_count {self.total}"]
+        return out
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.requests: Counter[tuple[str, int]] = Counter()
+        self.passes: Counter[str] = Counter()
+        self.degraded: Counter[str] = Counter()
+        self.tokens_saved = 0
+        self.occupancy = Histogram(OCCUPANCY_BUCKETS)
+        self.overhead = Histogram(OVERHEAD_BUCKETS)
+
+    def request(self, api: str, status: int) -> None:
+        with self._lock:
+            self.requests[(api, status)] += 1
+
+    def passes_done(self, outcomes: Sequence[str]) -> None:
+        with self._lock:
+            self.passes.update(outcomes)
+
+    def compacted(self, occupancy_pct: float | None, tokens_saved: int) -> None:
+        with self._lock:
+            if occupancy_pct is not None:
+                self.occupancy.observe(occupancy_pct)
+            self.tokens_saved += max(0, tokens_saved)
+
+    def degrade(self, reason: str) -> None:
+        with self._lock:
+            self.degraded[reason] += 1
+
+    def proxy_overhead(self, seconds: float) -> None:
+        with self._lock:
+            self.overhead.observe(seconds)
+
+    def render(self) -> str:
+        with self._lock:
+            lines = [
+                "# HELP microcompact_requests_total Requests answered, by API and HTTP status.",
+                "# TYPE microcompact_requests_total counter",
+            ]
+            lines += [
+                f'microcompact_requests_total{{api="{api}",status="{status}"}} {n}'
+                for (api, status), n in sorted(self.requests.items())
+            ]
+            lines += [
+                "# HELP microcompact_passes_total Compaction passes, by outcome.",
+                "# TYPE microcompact_passes_total counter",
+            ]
+            lines += [f'microcompact_passes_total{{outcome="{o}"}} {n}' for o, n in sorted(self.passes.items())]
+            lines += [
+                "# HELP microcompact_degraded_total Requests forwarded without (full) compaction, by reason.",
+                "# TYPE microcompact_degraded_total counter",
+            ]
+            lines += [f'microcompact_degraded_total{{reason="{r}"}} {n}' for r, n in sorted(self.degraded.items())]
+            lines += [
+                "# HELP microcompact_tokens_saved_total Prompt tokens not sent thanks to compaction (estimated).",
+                "# TYPE microcompact_tokens_saved_total counter",
+                f"microcompact_tokens_saved_total {self.tokens_saved}",
+                "# HELP microcompact_occupancy_percent Prompt size as a percentage of the compaction threshold.",
+                "# TYPE microcompact_occupancy_percent histogram",
+                *self.occupancy.lines("microcompact_occupancy_percent"),
+                "# HELP microcompact_proxy_overhead_seconds Time in the proxy before the upstream request is sent.",
+                "# TYPE microcompact_proxy_overhead_seconds histogram",
+                *self.overhead.lines("microcompact_proxy_overhead_seconds"),
+            ]
+        return "\n".join(lines) + "\n"

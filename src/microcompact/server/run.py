@@ -1,0 +1,119 @@
+"""Running the proxy from the command line: options checked up front, the socket bound, uvicorn started."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import uvicorn
+
+from ..config import Config, ConfigError, load_config
+from ..router import SessionRouter
+from ..store import StoreError, open_store
+from .app import Proxy, ProxySettings
+
+
+class ServeError(ValueError):
+    """A bad option or an unusable resource, phrased for the user (one line)."""
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    config: Path | None = None
+    host: str = "127.0.0.1"
+    port: int = 8765
+    openai_upstream: str = "https://api.openai.com/v1"
+    anthropic_upstream: str = "https://api.anthropic.com"
+    db: str | None = None
+    context_limit: int | None = None
+    api_key: str | None = None
+
+
+def proxy_config(config_path: Path | None, context_limit: int | None) -> Config:
+    """The config file (or the defaults) with the proxy's defaults on top: micro-compaction on, its passes in
+    the background (so a request waits on a summarizer only when the hard limit forces a batch), and
+    cache-aware (a pass waits while the provider's prompt cache is warm, up to the occupancy cap: measured
+    with Claude Code's cache breakpoints, passes at every request cost about twice the cached full history),
+    unless the file says otherwise; ``--context-limit`` beats the file."""
+    config = load_config(config_path)
+    chosen = config.compression.model_fields_set
+    compression = {
+        "micro_compact": None if "micro_compact" in chosen else True,
+        "micro_compact_background": None if "micro_compact_background" in chosen else True,
+        "micro_compact_cache_ttl_seconds": None if "micro_compact_cache_ttl_seconds" in chosen else 300.0,
+    }
+    return config.with_overrides(
+        source="command-line options (--context-limit)",
+        compression=compression,
+        model={"context_length": context_limit},
+    )
+
+
+def check_upstream(flag: str, url: str) -> str:
+    parts = urlsplit(url)
+    try:
+        parts.port  # noqa: B018  (raises on a port that is not a number in range)
+    except ValueError:
+        raise ServeError(f"{flag}: {url!r} has an invalid port") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ServeError(
+            f"{flag}: expected an http:// or https:// base URL such as https://api.openai.com/v1, got {url!r}"
+        )
+    return url.rstrip("/")
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port`` (port 0: any free one)."""
+    if not 0 <= port <= 65535:
+        raise ServeError(f"--port: expected 0 to 65535, got {port}")
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return sock
+
+
+def serve(options: ServeOptions, say: Callable[[str], None]) -> None:
+    """Run until interrupted; ``say`` gets the startup line."""
+    settings = ProxySettings(
+        openai_upstream=check_upstream("--openai-upstream", options.openai_upstream),
+        anthropic_upstream=check_upstream("--anthropic-upstream", options.anthropic_upstream),
+        api_key=options.api_key or None,
+    )
+    if options.context_limit is not None and options.context_limit < 1024:
+        raise ServeError(f"--context-limit: expected at least 1024 tokens, got {options.context_limit}")
+    try:
+        config = proxy_config(options.config, options.context_limit)
+        store = open_store(options.db)
+    except (ConfigError, StoreError) as exc:
+        raise ServeError(str(exc)) from None
+    router = SessionRouter(config, store=store)
+    try:
+        sock = bind(options.host, options.port)
+        host, port = sock.getsockname()[:2]
+        base = f"http://{host if ':' not in host else f'[{host}]'}:{port}"
+        if not settings.api_key and not ipaddress.ip_address(host).is_loopback:
+            say(
+                f"warning: listening on {host} without --api-key: anyone who can reach this port can use the proxy "
+                "and fill its session store"
+            )
+        say(
+            f"microcompact serve: listening on {base} (OpenAI clients: {base}/v1, Anthropic clients and Claude Code: "
+            f"{base}); forwarding to {settings.openai_upstream} and {settings.anthropic_upstream}; "
+            f"sessions in {store.describe()}"
+        )
+        server = uvicorn.Server(
+            uvicorn.Config(Proxy(router, settings).app(), log_level="warning", access_log=False, lifespan="on")
+        )
+        server.run(sockets=[sock])
+    finally:
+        router.close()
+        store.close()

@@ -1,0 +1,70 @@
+"""The facts a summary must never lose, kept deterministically beside (or instead of) model prose.
+
+One API over three small modules: :mod:`.facts_model` (the values and how they merge),
+:mod:`.facts_extract` (reading them out of messages) and :mod:`.facts_text` (the marker sections they
+are written as, and read back from). Any summarizer can keep the facts of what it absorbed::
+
+    block = facts_block(previous_summary, exchange, budget_tokens)
+    summary = with_facts(model_prose, block)
+
+The ledger's budget scales with the defrag threshold (:func:`ledger_budget`), so the rolling summary
+keeps room for prose however many files the session touches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..messages import Message
+from ..tokens import EstimateCounter
+from .base import CountText
+from .facts_extract import extract_facts
+from .facts_model import CHANGED, Facts, Failure, FileFact, FolderFact, TestRun, merge_facts
+from .facts_text import LEDGER_HEADINGS, compress_facts, parse_facts, render_facts, strip_facts
+
+LEDGER_SHARE = 0.5  # of micro_compact_defrag_threshold_tokens
+
+__all__ = [
+    "CHANGED",
+    "LEDGER_HEADINGS",
+    "LEDGER_SHARE",
+    "Facts",
+    "Failure",
+    "FileFact",
+    "FolderFact",
+    "TestRun",
+    "compress_facts",
+    "extract_facts",
+    "facts_block",
+    "ledger_budget",
+    "merge_facts",
+    "parse_facts",
+    "render_facts",
+    "strip_facts",
+    "with_facts",
+]
+
+
+def ledger_budget(defrag_threshold_tokens: int) -> int:
+    """Tokens the ledger may take in a rolling summary that is defragmented above ``defrag_threshold_tokens``."""
+    return int(LEDGER_SHARE * defrag_threshold_tokens)
+
+
+def facts_block(
+    previous_summary_text: str | None,
+    messages: Sequence[Message],
+    budget_tokens: int,
+    count_text: CountText | None = None,
+) -> str:
+    """The ledger sections of ``previous_summary_text`` updated with what ``messages`` did, within
+    ``budget_tokens`` (never dropping a changed file); "" when there are no facts at all."""
+    old = parse_facts(previous_summary_text or "")
+    merged = merge_facts(old, extract_facts(messages))
+    return render_facts(compress_facts(merged, budget_tokens, count_text or EstimateCounter().count))
+
+
+def with_facts(summary_text: str, block: str) -> str:
+    """``summary_text`` with its ledger sections (if any, e.g. a model's rewrite of them) replaced by
+    ``block``, which goes last."""
+    prose = strip_facts(summary_text)
+    return "\n\n".join(part for part in (prose, block.strip()) if part)

@@ -1,0 +1,214 @@
+"""Facts as marker text and back: ``### Files``, ``### Failing commands`` and ``### Test runs`` sections.
+
+The transcript is the source of truth: after a restart the rolling summary is only its marker's text, so
+:func:`parse_facts` reads back exactly what :func:`render_facts` wrote (``parse(render(f)) == f`` for
+facts in canonical form). :func:`compress_facts` fits the ledger into a token budget: resolved failures,
+old open failures (beyond the newest ten) and old test runs go first, then the gists of files only read,
+then those files are folded under their folder (names kept), then edited files lose their gists, then
+folders their names. A created, edited or deleted file is never dropped, so the ledger can stay over
+budget only by naming changed files.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Callable
+from dataclasses import replace
+
+from .facts_model import LOOKED, STATES, Facts, Failure, FileFact, FolderFact, TestRun, folder_of
+
+FILES = "Files"
+FAILURES = "Failing commands"
+TESTS = "Test runs"
+LEDGER_HEADINGS = (FILES, FAILURES, TESTS)
+RESOLVED = "(resolved) "
+_SEP = " — "
+_FILES_HEADING = re.compile(r"^### Files(?: under (?P<root>/\S*/))?\s*$")
+_HEADING = re.compile(r"^\s*#{1,6}\s+(?P<name>.*?)\s*$")
+_STATE = re.compile(r"^(?P<state>created|edited|read|searched|deleted)(?:,? (?:edited )?(?P<edits>\d+)x)?$")
+_FOLDER_STATE = re.compile(r"^(?P<count>\d+) read or searched$")
+_FAILURE = re.compile(
+    r"^(?P<resolved>\(resolved\) )?`(?P<command>[^`]*)` → (?P<status>exit -?\d+|error)(?:: (?P<reason>.*))?$"
+)
+_TEST = re.compile(r"^`(?P<command>[^`]*)` → (?P<passed>\d+) passed, (?P<failed>\d+) failed$")
+# Verbs of the file bullets written before the ledger, strongest first, and the state each stands for.
+_LEGACY_VERBS = {"deleted": "deleted", "written": "created", "edited": "edited", "read": "read", "searched": "searched"}
+_OPEN_FAILURES = 10  # open failures kept once over budget (the newest)
+_MIN_ROOT_PARTS = 3  # "/home/user/" is worth factoring out; "/" is not
+
+
+def render_facts(facts: Facts) -> str:
+    """The ledger sections (empty ones left out), or "" when there are no facts."""
+    blocks = []
+    if facts.files or facts.folders:
+        root = _common_root([*facts.files, *facts.folders])
+        heading = f"### {FILES} under {root}" if root else f"### {FILES}"
+        lines = [_file_line(f, root) for f in facts.files.values()]
+        lines += [_folder_line(f, root) for f in facts.folders.values()]
+        blocks.append("\n".join([heading, *lines]))
+    if facts.failures:
+        blocks.append("\n".join([f"### {FAILURES}", *(_failure_line(f) for f in facts.failures)]))
+    if facts.tests:
+        lines = [f"- `{t.command}` → {t.passed} passed, {t.failed} failed" for t in facts.tests]
+        blocks.append("\n".join([f"### {TESTS}", *lines]))
+    return "\n\n".join(blocks)
+
+
+def parse_facts(text: str) -> Facts:
+    """The facts in a summary's ledger sections; lines that do not read as facts are ignored."""
+    facts = Facts()
+    section, root = "", ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        heading = _HEADING.match(line)
+        if heading:
+            files = _FILES_HEADING.match(line)
+            section = FILES if files else heading["name"]
+            root = (files["root"] or "") if files else ""
+            continue
+        if not line.startswith("- "):
+            continue
+        item = line[2:]
+        if section == FILES:
+            _parse_file_line(facts, item, root)
+        elif section == FAILURES and (m := _FAILURE.match(item)):
+            facts.failures.append(Failure(m["command"], m["status"], m["reason"] or "", bool(m["resolved"])))
+        elif section == TESTS and (m := _TEST.match(item)):
+            facts.tests.append(TestRun(m["command"], int(m["passed"]), int(m["failed"])))
+    return facts
+
+
+def strip_facts(text: str) -> str:
+    """``text`` without its ledger sections (what is left is prose: findings, requirements, ...)."""
+    kept: list[str] = []
+    skipping = False
+    for line in text.splitlines():
+        heading = _HEADING.match(line)
+        if heading:
+            skipping = bool(_FILES_HEADING.match(line.strip())) or heading["name"] in LEDGER_HEADINGS
+        if not skipping:
+            kept.append(line)
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(kept)).strip()
+
+
+def compress_facts(facts: Facts, budget_tokens: int, count_text: Callable[[str], int]) -> Facts:
+    """``facts`` shortened step by step until its rendering fits ``budget_tokens`` (see the module doc)."""
+    steps: list[Callable[[Facts], Facts]] = [
+        lambda f: replace(f, failures=[x for x in f.failures if not x.resolved][-_OPEN_FAILURES:], tests=f.tests[-3:]),
+        lambda f: replace(f, files={p: _without_gist(x) if x.state in LOOKED else x for p, x in f.files.items()}),
+        lambda f: _fold_looked(f, min_files=2),
+        lambda f: _fold_looked(f, min_files=1),
+        lambda f: replace(f, files={p: _without_gist(x) for p, x in f.files.items()}),
+        lambda f: replace(f, folders={p: replace(x, names=()) for p, x in f.folders.items()}),
+        lambda f: replace(f, failures=f.failures[-3:], tests=f.tests[-1:]),
+        lambda f: replace(f, folders=_top_folders(f.folders)),
+    ]
+    for step in steps:
+        if count_text(render_facts(facts)) <= budget_tokens:
+            break
+        facts = step(facts)
+    return facts
+
+
+def _file_line(fact: FileFact, root: str) -> str:
+    state = fact.state
+    if fact.edits:
+        state += f", edited {fact.edits}x" if fact.state == "created" else f" {fact.edits}x"
+    gist = f": {fact.gist}" if fact.gist else ""
+    return f"- {_relative(fact.path, root)}{_SEP}{state}{gist}"
+
+
+def _folder_line(folder: FolderFact, root: str) -> str:
+    names = f": {', '.join(folder.names)}" if folder.names else ""
+    return f"- {_relative(folder.path, root)}{_SEP}{folder.count} read or searched{names}"
+
+
+def _failure_line(failure: Failure) -> str:
+    reason = f": {failure.reason}" if failure.reason else ""
+    return f"- {RESOLVED if failure.resolved else ''}`{failure.command}` → {failure.status}{reason}"
+
+
+def _parse_file_line(facts: Facts, item: str, root: str) -> None:
+    path, sep, rest = item.partition(_SEP)
+    if not sep or not path:
+        return
+    state_text, _, gist = rest.partition(": ")
+    full = root + path if root and not path.startswith("/") else path
+    folder = _FOLDER_STATE.match(state_text)
+    if path.endswith("/") and folder:
+        names = tuple(n for n in gist.split(", ") if n) if gist else ()
+        facts.folders[full] = FolderFact(full, int(folder["count"]), names)
+        return
+    state = _STATE.match(state_text)
+    if state and state["state"] in STATES:
+        facts.files[full] = FileFact(full, state["state"], int(state["edits"] or 0), gist)
+        return
+    legacy = _legacy_state(state_text)
+    if legacy:
+        facts.files[full] = FileFact(full, legacy, 1 if legacy == "edited" else 0, "")
+
+
+def _legacy_state(verbs_text: str) -> str | None:
+    """The state a summary written before the ledger gave a file (``src/a.py — read, edited``), so a
+    session stored then keeps its files."""
+    verbs = {v.strip() for v in verbs_text.split(",")}
+    if not verbs or not verbs <= set(_LEGACY_VERBS):
+        return None
+    return next((state for verb, state in _LEGACY_VERBS.items() if verb in verbs), None)
+
+
+def _common_root(paths: list[str]) -> str:
+    """The absolute folder whose factoring out saves the most characters (held by at least two paths and
+    at least ``_MIN_ROOT_PARTS`` deep), or "". Only when every path is absolute; those outside it stay so."""
+    if not all(p.startswith("/") for p in paths):
+        return ""  # a relative path would read back as under the root
+    saved: dict[str, int] = {}
+    for path in paths:
+        parts = path.rstrip("/").split("/")
+        for depth in range(_MIN_ROOT_PARTS, len(parts)):
+            prefix = "/".join(parts[:depth]) + "/"
+            saved[prefix] = saved.get(prefix, 0) + len(prefix)
+    best = max(saved.items(), key=lambda kv: (kv[1], len(kv[0])), default=("", 0))
+    return best[0] if best[1] >= 2 * len(best[0]) else ""
+
+
+def _relative(path: str, root: str) -> str:
+    inside = root and path.startswith(root) and len(path) > len(root)
+    return path[len(root) :] if inside else path  # the root folder itself stays absolute
+
+
+def _without_gist(fact: FileFact) -> FileFact:
+    return replace(fact, gist="")
+
+
+def _fold_looked(facts: Facts, *, min_files: int) -> Facts:
+    """Files only read or searched, folded under their folder where it holds at least ``min_files``."""
+    groups: dict[str, list[str]] = {}
+    for path, fact in facts.files.items():
+        if fact.state in LOOKED:
+            groups.setdefault(folder_of(path), []).append(path)
+    folded = {p for paths in groups.values() if len(paths) >= min_files for p in paths}
+    if not folded:
+        return facts
+    folders = dict(facts.folders)
+    for folder, paths in groups.items():
+        paths = [p for p in paths if p in folded]
+        if not paths:
+            continue
+        mine = folders.pop(folder, FolderFact(folder, 0))
+        names = tuple(dict.fromkeys(mine.names + tuple(posixpath.basename(p.rstrip("/")) for p in paths)))
+        folders[folder] = FolderFact(folder, mine.count + len(paths), names)
+    files = {p: f for p, f in facts.files.items() if p not in folded}
+    return replace(facts, files=files, folders=folders)
+
+
+def _top_folders(folders: dict[str, FolderFact]) -> dict[str, FolderFact]:
+    """Folders merged into their top two levels (counts only): the last step before giving up."""
+    out: dict[str, FolderFact] = {}
+    for path, folder in folders.items():
+        parts = [p for p in path.split("/") if p]
+        top = ("/" if path.startswith("/") else "") + "/".join(parts[:2]) + "/" if parts else path
+        mine = out.get(top)
+        out[top] = FolderFact(top, folder.count + (mine.count if mine else 0))
+    return out

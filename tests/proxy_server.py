@@ -1,0 +1,113 @@
+"""``microcompact serve``'s app in this process: uvicorn on a random 127.0.0.1 port in a background thread,
+in front of a scripted upstream, with a real SQLite store that survives a restart of the proxy."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from microcompact.config import Config
+from microcompact.router import SessionRouter
+from microcompact.server import Proxy, ProxySettings
+from microcompact.server.run import proxy_config
+from microcompact.store import open_store
+
+
+class ProxyServer:
+    def __init__(
+        self,
+        upstream_url: str,
+        db: Path | str,
+        *,
+        context_limit: int | None = None,
+        config: Config | None = None,
+        api_key: str | None = None,
+        port: int = 0,
+    ) -> None:
+        self.config = config or proxy_config(None, context_limit)
+        self.store = open_store(db)
+        self.router = SessionRouter(self.config, store=self.store)
+        settings = ProxySettings(openai_upstream=f"{upstream_url}/v1", anthropic_upstream=upstream_url, api_key=api_key)
+        self.proxy = Proxy(self.router, settings)
+        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._socket.bind(("127.0.0.1", port))
+        self.port: int = self._socket.getsockname()[1]
+        self.received: list[tuple[str, bytes]] = []  # (path, body) of every POST the proxy got, in order
+        self._server = uvicorn.Server(
+            uvicorn.Config(self._recording(self.proxy.app()), log_level="warning", access_log=False, lifespan="on")
+        )
+        self._thread: threading.Thread | None = None
+
+    def _recording(self, app: ASGIApp) -> ASGIApp:
+        """``app``, with each POST body the clients sent kept in ``received`` (to compare with what went up)."""
+
+        async def recording(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] != "http" or scope["method"] != "POST":
+                await app(scope, receive, send)
+                return
+            chunks: list[bytes] = []
+
+            async def tee() -> Message:
+                message = await receive()
+                if message["type"] == "http.request":
+                    chunks.append(message.get("body", b""))
+                    if not message.get("more_body"):
+                        self.received.append((scope["path"], b"".join(chunks)))
+                return message
+
+            await app(scope, tee, send)
+
+        return recording
+
+    def client_messages(self, path: str = "/v1/messages") -> list[list[dict[str, Any]]]:
+        """The ``messages`` of every request the clients sent to ``path``, in order."""
+        return [json.loads(body)["messages"] for p, body in self.received if p == path]
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> ProxyServer:
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._socket]}, name="proxy", daemon=True
+        )
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the proxy did not start")
+            time.sleep(0.005)
+        return self
+
+    def settle(self, timeout: float = 10.0) -> None:
+        """Wait until every answered request's follow-up and every background pass has finished."""
+        deadline = time.monotonic() + timeout
+        while self.proxy.follow_ups_running and time.monotonic() < deadline:
+            time.sleep(0.01)
+        for session in self.router.sessions():
+            session.drain(timeout)
+
+    def close(self) -> None:
+        self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self._socket.close()
+        self.router.close()
+        self.store.close()
+
+    def __enter__(self) -> ProxyServer:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+__all__ = ["ProxyServer"]
