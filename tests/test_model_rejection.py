@@ -238,12 +238,12 @@ def test_facts_from_the_hook_sit_beside_the_notes_and_are_trusted(serve: Callabl
         return "### Files\n- src/ledger_only.py: edited 3x"
 
     hooked = summarizer(server, facts=facts)
-    out = hooked.merge("### Work done\nEarlier work.\n### Files\n- src/old.py: read", turn(3)[1:3])
-    assert (
-        out
-        == notes("Ran the tests; src/ledger_only.py is unchanged.") + "\n\n### Files\n- src/ledger_only.py: edited 3x"
-    )
-    assert calls == [("### Work done\nEarlier work.\n### Files\n- src/old.py: read", 2)]
+    previous = "### Work done\nEarlier work.\n### Requirements\n- keep the API\n### Files\n- src/old.py: read"
+    out = hooked.merge(previous, turn(3)[1:3])
+    # the notes, the previous summary's other sections as they were, the hook's ledger instead of the old one
+    kept = "### Requirements\n- keep the API\n\n### Files\n- src/ledger_only.py: edited 3x"
+    assert out == notes("Ran the tests; src/ledger_only.py is unchanged.") + "\n\n" + kept
+    assert calls == [(previous, 2)]
     # the model sees its own notes only, never the facts: it cannot corrupt them
     sent = user_text(server.requests[0])
     assert "Earlier work." in sent and "src/old.py" not in sent

@@ -2,9 +2,9 @@
 
 The model writes prose only: short notes in a fill-in template (``templates/prose_template.md``) of a
 stated length. The facts (file ledger, failing commands) are kept beside the notes by code: an optional
-``facts`` hook computes them from the previous summary and the exchange, and without one the previous
-summary's other sections are carried over as they were. A model can then rewrite or drop its prose but
-never lose a fact.
+``facts`` hook computes them from the previous summary and the exchange (``facts_block``), replacing the
+previous ledger sections; the previous summary's other sections are carried over as they were. A model
+can then rewrite or drop its prose but never lose a fact.
 
 Every answer goes through :func:`~.checks.check_summary`. A rejected answer is logged with its reason and a
 short redacted excerpt, and asked for once more with a changed request (a note saying why; a smaller
@@ -35,6 +35,7 @@ from .base import (
     SummaryRejected,
 )
 from .checks import CheckInput, check_summary
+from .facts_text import strip_facts
 from .input import prepare_exchange
 from .limits import context_overflow, input_budget
 from .prompts import (
@@ -108,7 +109,7 @@ class OpenAISummarizer:
     def merge(self, summary: str, exchange: list[dict]) -> str:
         prose, kept = split_prose(summary)
         shown = prose or summary  # the notes the model rewrites (all of it before the first notes exist)
-        trusted = self.facts(summary or None, exchange) if self.facts is not None else kept
+        trusted = self._facts(summary or None, kept, exchange)
         system = merge_system(self.prose_words)
         given = CheckInput(
             previous=summary,
@@ -126,7 +127,7 @@ class OpenAISummarizer:
 
     def condense(self, summary: str, target_tokens: int) -> str:
         prose, kept = split_prose(summary)
-        trusted = self.facts(summary, []) if self.facts is not None else kept
+        trusted = self._facts(summary, kept, [])
         words = min(self.prose_words, condense_words(max(0, target_tokens - self.count_text(trusted))))
         system = condense_system(words)
         shown = prose or summary
@@ -151,6 +152,13 @@ class OpenAISummarizer:
             return batch_request(summary, render_exchange(shown), focus) + note
 
         return self._checked(BATCH_PROMPT, build, list(messages), given)
+
+    def _facts(self, summary: str | None, kept: str, exchange: Sequence[Message]) -> str:
+        """What code keeps beside the notes: the previous summary's other sections (requirements, open
+        questions, ...) as they were, with its ledger sections replaced by the ``facts`` hook's block."""
+        if self.facts is None:
+            return kept
+        return "\n\n".join(part for part in (strip_facts(kept), self.facts(summary, exchange).strip()) if part)
 
     # ------------------------------------------------------------------ checked calls
 
