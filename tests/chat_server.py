@@ -37,9 +37,14 @@ _ERRORS: dict[Any, tuple[int, dict[str, Any]]] = {
 
 
 def default_responder(request: dict[str, Any]) -> str:
-    """A short deterministic summary that says how much it was asked to read."""
+    """A short deterministic summary that says how much it was asked to read, in the notes template."""
     chars = sum(len(str(m.get("content") or "")) for m in request.get("messages", []))
-    return f"### Summary\n- Test summary of a {chars}-character request."
+    return notes(f"Test summary of a {chars}-character request.")
+
+
+def notes(work: str, goal: str = "none", findings: str = "none", upcoming: str = "none") -> str:
+    """An answer in the HTTP summarizer's fill-in template (``templates/prose_template.md``)."""
+    return f"### Goal\n{goal}\n### Work done\n{work}\n### Findings\n{findings}\n### Next\n{upcoming}"
 
 
 def last_user_text(request: dict[str, Any]) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from chat_server import ChatServer
+from chat_server import ChatServer, notes
 from microcompact.cli import SPARK, app
 from microcompact.messages import (
     META_KEY,
@@ -414,7 +414,7 @@ def test_openai_summarizer_end_to_end(
     monkeypatch.delenv("MC_CLI_TEST_KEY", raising=False)
 
     def responder(request: dict[str, Any]) -> str:
-        return f"### Decisions\n- SERVER-SUMMARY-{len(chat_server.requests)}: kept the tail worker design"
+        return notes(f"SERVER-SUMMARY-{len(chat_server.requests)}: kept the tail worker design.")
 
     chat_server.responder = responder
     out = tmp_path / "out.jsonl"
@@ -440,9 +440,7 @@ def test_openai_summarizer_end_to_end(
     assert any(r["messages"][0]["content"] == MERGE_PROMPT for r in chat_server.requests)
     final = read_jsonl(out)
     (marker,) = [m for m in final if marker_kind(m) == "micro"]
-    assert marker_body(marker) == (
-        f"### Decisions\n- SERVER-SUMMARY-{len(chat_server.requests)}: kept the tail worker design"
-    )
+    assert marker_body(marker) == notes(f"SERVER-SUMMARY-{len(chat_server.requests)}: kept the tail worker design.")
     assert user_message_errors(load_transcript(DEMO), final) == []
     records = [parse_line(line)[1] for line in telemetry_lines(home / "logs" / "agent.log")]
     assert any(r.get("aux_model") == "test-model" for r in records)

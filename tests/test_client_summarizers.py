@@ -22,7 +22,6 @@ from microcompact.messages import marker_body, marker_kind
 from microcompact.redact import REDACTED
 from microcompact.summarizers import (
     BATCH_PROMPT,
-    CONDENSE_PROMPT,
     MERGE_PROMPT,
     ExtractiveSummarizer,
     SummarizerAuthError,
@@ -31,6 +30,7 @@ from microcompact.summarizers import (
     SummarizerRateLimited,
     SummarizerTimeout,
     SummarizerUnavailable,
+    prompts,
 )
 from microcompact.tokens import EstimateCounter, TokenCounter
 
@@ -64,7 +64,7 @@ def test_an_openai_client_summarizes_with_the_prompts_and_redacts_what_it_sends(
 ) -> None:
     summarizer = summarizer_from(openai_client(chat_server, cls), model="cheap-model")
     out = summarizer.merge("", EXCHANGE)
-    assert out.startswith("### Summary\n- Test summary of a")
+    assert out.startswith("### Goal\nnone\n### Work done\nTest summary of a")
     body = chat_server.requests[-1]
     assert body["model"] == "cheap-model" and body["max_tokens"] == 1024 and "temperature" not in body
     assert body["messages"][0] == {"role": "system", "content": MERGE_PROMPT}
@@ -72,7 +72,8 @@ def test_an_openai_client_summarizes_with_the_prompts_and_redacts_what_it_sends(
     assert SECRET not in json.dumps(body) and REDACTED in body["messages"][1]["content"]
     summarizer.condense("### Files\n- a.py — read", 50)
     summarizer.batch("", EXCHANGE, focus="tests")
-    assert [r["messages"][0]["content"] for r in chat_server.requests[-2:]] == [CONDENSE_PROMPT, BATCH_PROMPT]
+    condense_prompt = prompts.condense_system(prompts.condense_words(50))  # the stated length fits 50 tokens
+    assert [r["messages"][0]["content"] for r in chat_server.requests[-2:]] == [condense_prompt, BATCH_PROMPT]
     assert summarizer.name == "cheap-model"
 
 

@@ -57,7 +57,7 @@ def chain_logs(caplog: pytest.LogCaptureFixture) -> list[str]:
 def test_the_first_link_that_answers_wins(chat_server: ChatServer) -> None:
     chain = FallbackChain(model(chat_server), ExtractiveSummarizer())
     assert chain.name == "cheap-model>extractive"
-    assert chain.merge("", EXCHANGE).startswith("### Summary\n- Test summary")
+    assert chain.merge("", EXCHANGE).startswith("### Goal\nnone\n### Work done\nTest summary")
     assert chain.last_used == "cheap-model"
 
 
@@ -77,7 +77,7 @@ def test_a_failing_model_falls_back_with_one_line_and_rests(
     chain.merge("", EXCHANGE)  # resting: the endpoint is not asked again within the cooldown
     assert len(chat_server.requests) == 1 and chain.last_used == "extractive"
     clock.now += 31
-    assert chain.merge("", EXCHANGE).startswith("### Summary") and chain.last_used == "cheap-model"
+    assert chain.merge("", EXCHANGE).startswith("### Goal") and chain.last_used == "cheap-model"
     assert len(chat_server.requests) == 2
 
 
@@ -167,7 +167,7 @@ def test_a_session_reports_a_failed_chain_as_any_failed_summarizer(
             ("absorbed", None, "a>b"),
         ]
         (marker,) = [m for m in session.transcript if marker_kind(m) == "micro"]
-        assert marker_body(marker).startswith("### Summary")
+        assert marker_body(marker).startswith("### Goal")
         assert len(chain_logs(caplog)) == 2 and not any(CANARY in r.getMessage() for r in caplog.records)
 
 

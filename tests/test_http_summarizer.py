@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from chat_server import ChatServer
+from chat_server import ChatServer, notes
 from microcompact.config import Config, parse_config
 from microcompact.messages import (
     marker_body,
@@ -27,7 +27,7 @@ from microcompact.messages import (
 )
 from microcompact.redact import REDACTED
 from microcompact.session import Session
-from microcompact.summarizers import BATCH_PROMPT, CONDENSE_PROMPT, MERGE_PROMPT, OpenAISummarizer
+from microcompact.summarizers import BATCH_PROMPT, MERGE_PROMPT, OpenAISummarizer
 from microcompact.telemetry import parse_line
 from microcompact.tokens import EstimateCounter, TokenCounter
 
@@ -113,7 +113,7 @@ def check(s: Session, original: list[dict[str, Any]]) -> None:
 def test_success_marker_body_is_what_the_server_returned_redacted(chat_server: ChatServer) -> None:
     def responder(request: dict[str, Any]) -> str:
         n = len(chat_server.requests)
-        return f"### Decisions\n- pass {n}: moved the cache to Redis\n- deploy with password=hunter2hunter{n}"
+        return notes(f"Pass {n}: moved the cache to Redis.", findings=f"Deploy with password=hunter2hunter{n}")
 
     chat_server.responder = responder
     s = session(chat_server)
@@ -122,7 +122,7 @@ def test_success_marker_body_is_what_the_server_returned_redacted(chat_server: C
     original += msgs
     assert [r.outcome for r in results] == ["absorbed"]
     assert results[0].record["aux_model"] == MODEL
-    expected = f"### Decisions\n- pass 1: moved the cache to Redis\n- deploy with password={REDACTED}"
+    expected = notes("Pass 1: moved the cache to Redis.", findings=f"Deploy with password={REDACTED}")
     assert marker_body(the_marker(s)) == expected
     (request,) = chat_server.requests
     assert request["model"] == MODEL
@@ -136,9 +136,11 @@ def test_success_marker_body_is_what_the_server_returned_redacted(chat_server: C
     original += msgs
     assert [r.outcome for r in results] == ["absorbed"]
     second = chat_server.requests[1]
-    assert f"moved the cache to Redis\n- deploy with password={REDACTED}" in second["messages"][1]["content"]
+    assert (
+        f"moved the cache to Redis.\n### Findings\nDeploy with password={REDACTED}" in second["messages"][1]["content"]
+    )
     assert not ids_in(second) & ids_in(request), "an exchange was summarized twice"
-    assert marker_body(the_marker(s)).startswith("### Decisions\n- pass 2:")
+    assert "### Work done\nPass 2: moved" in marker_body(the_marker(s))
     check(s, original)
 
 
@@ -283,15 +285,16 @@ def merge_or_echo(chat_server: ChatServer, echo: str):
 
     def responder(request: dict[str, Any]) -> str:
         system, user = (m["content"] for m in request["messages"])
-        if system == CONDENSE_PROMPT:
+        if system.startswith("You shorten"):  # a condense (its stated length varies)
             if echo == "summary":  # hands the summary back unchanged
-                return user.split("SUMMARY TO SHORTEN:\n", 1)[1]
+                return user.split("NOTES TO SHORTEN:\n", 1)[1].split("\n\nNow write", 1)[0]
             return user  # the whole prompt, like the server's "echo" fault
         assert system == MERGE_PROMPT
-        current = user.split("CURRENT SUMMARY:\n", 1)[1].split("\n\nTRANSCRIPT EXCERPT TO FOLD IN:", 1)[0]
+        current = user.split("NOTES SO FAR:\n", 1)[1].split("\n\nNEW EXCERPT:", 1)[0]
         if current.startswith("(empty"):
-            current = "### Decisions"
-        return f"{current}\n- merge {len(chat_server.requests)}: " + "noted " * 40
+            current = notes("Started.")
+        n = len(chat_server.requests)
+        return f"{current} Merge {n} moved item{n} to slot{n}: " + "noted " * 40
 
     return responder
 
@@ -318,9 +321,9 @@ def test_defrag_converges_with_an_echoing_model(chat_server: ChatServer, echo: s
         assert r["outcome"] == ("defrag" if echo == "summary" else "defrag_failed")
         assert r["defrag_method"] == "deterministic"
         assert r["rolling_summary_tokens"] <= threshold // 2 < r["summary_tokens_before"]
-    condense = [r for r in chat_server.requests if r["messages"][0]["content"] == CONDENSE_PROMPT]
+    condense = [r for r in chat_server.requests if r["messages"][0]["content"].startswith("You shorten")]
     assert len(condense) == len(defrags), "every defrag asks the model first"
-    assert marker_body(the_marker(s)).startswith("### Decisions")
+    assert marker_body(the_marker(s)).startswith("### Goal")
     check(s, original)
 
 

@@ -20,11 +20,12 @@ from microcompact.summarizers import BATCH_PROMPT, BATCH_SECTIONS, CONDENSE_PROM
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# sha256 and length of each system prompt as summarizers.py built it with f-strings before the templates
-# (main at 7b9d145); the templates must render to the same bytes.
+# sha256 and length of each system prompt. The batch prompt is as summarizers.py built it with f-strings
+# before the templates (main at 7b9d145); merge and condense are the fill-in template for small models
+# (issue 12: a stated length, four headings, the facts kept beside the notes by code).
 SYSTEM_PROMPTS = {
-    "merge": (MERGE_PROMPT, 1119, "6172cc4d7575d8ecdbca43c19bfef86cbf6faf814cfff8c83a2ac5dd3d458af3"),
-    "condense": (CONDENSE_PROMPT, 793, "68e829ef2b451b5499a937f54016118ca7360d75ebd17c7ea54ac0ebd3b969d3"),
+    "merge": (MERGE_PROMPT, 1267, "a23d3f8ae5017c7e24fc6061f24fb57963508b5d4322028a50d022c278b0229f"),
+    "condense": (CONDENSE_PROMPT, 1055, "ea0c8c670e6404299484632ff92836842a894fc9ef38197860baea1beede6584"),
     "batch": (BATCH_PROMPT, 1242, "53531d7bf78230d8bc9cc9feb93633f92c82e7851ed53ae071781c2894a597f8"),
 }
 
@@ -62,16 +63,19 @@ def test_batch_prompt_lists_the_sections_in_order() -> None:
     assert headings == list(BATCH_SECTIONS)
 
 
-# The user messages as the HTTP summarizer built them inline before the templates: the reference.
+# The user messages written out inline: the reference the templates must render to.
 def inline_merge(summary: str, transcript: str) -> str:
     return (
-        f"CURRENT SUMMARY:\n{summary.strip() or '(empty: this is the first excerpt)'}\n\n"
-        f"TRANSCRIPT EXCERPT TO FOLD IN:\n{transcript}"
+        f"NOTES SO FAR:\n{summary.strip() or '(empty: this is the first excerpt)'}\n\n"
+        f"NEW EXCERPT:\n{transcript}\n\nNow write the updated notes: the four headings, at most 250 words."
     )
 
 
-def inline_condense(summary: str, target_tokens: int) -> str:
-    return f"TARGET LENGTH: about {target_tokens} tokens\n\nSUMMARY TO SHORTEN:\n{summary.strip()}"
+def inline_condense(summary: str, max_words: int) -> str:
+    return (
+        f"NOTES TO SHORTEN:\n{summary.strip()}\n\n"
+        f"Now write the shortened notes: the four headings, at most {max_words} words."
+    )
 
 
 def inline_batch(summary: str, transcript: str, focus: str | None) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from chat_server import ChatServer
+from chat_server import ChatServer, notes
 from microcompact.config import parse_config
 from microcompact.messages import marker_body, marker_kind
 from microcompact.session import Session
@@ -50,7 +50,7 @@ def exchange(call_id: str, command: str, output: str, text: str) -> list[dict[st
 def digest_answer(request: dict[str, Any]) -> str:
     """An answer no canned reply can match: it names the request's model and a digest of what was sent."""
     sent = request["messages"][-1]["content"]
-    return f"### Decisions\n- {request['model']} read {hashlib.sha256(sent.encode()).hexdigest()[:16]}"
+    return notes(f"{request['model']} read {hashlib.sha256(sent.encode()).hexdigest()[:16]}")
 
 
 EXCHANGE = exchange(
@@ -76,7 +76,8 @@ def test_the_summary_is_the_models_answer_to_the_request_carrying_every_fact(cha
     summary = summarizer.merge(previous, EXCHANGE)
 
     (request,) = chat_server.requests
-    assert summary == digest_answer(request)  # what the model said, for this very request
+    # what the model said, for this very request, with the previous summary's facts kept beside it by code
+    assert summary == digest_answer(request) + "\n\n" + previous
     assert (request["model"], request["max_tokens"], request["temperature"]) == ("summarizer-small", 300, 0.1)
     system, user = request["messages"]
     assert system == {"role": "system", "content": MERGE_PROMPT}

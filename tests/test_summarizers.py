@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chat_server import ChatServer
+from chat_server import ChatServer, notes
 from microcompact.redact import REDACTED
 from microcompact.summarizers import (
     BATCH_PROMPT,
@@ -28,6 +28,7 @@ from microcompact.summarizers import (
     SummarizerTimeout,
     SummarizerUnavailable,
     prepare_exchange,
+    prompts,
     render_exchange,
     shorten_summary,
 )
@@ -374,12 +375,11 @@ EXCHANGE = tool_exchange(
 def test_openai_success_request_shape(chat_server: ChatServer) -> None:
     summarizer = openai_summarizer(chat_server, max_output_tokens=300, temperature=0.1)
     assert isinstance(summarizer, Summarizer) and summarizer.name == "summarizer-small"
-    chat_server.responder = lambda request: (
-        "Here is the updated summary:\n```markdown\n"
-        "### Decisions\n- keep the API stable\n- deployed via ./deploy.sh\n```"
-    )
+    answer = notes("Deployed via ./deploy.sh; it exited with code 0.", goal="Keep the API stable.")
+    chat_server.responder = lambda request: f"Here is the updated summary:\n```markdown\n{answer}\n```"
     out = summarizer.merge("### Decisions\n- keep the API stable", EXCHANGE)
-    assert out == "### Decisions\n- keep the API stable\n- deployed via ./deploy.sh"  # the model's summary, unwrapped
+    # the model's notes, unwrapped, with the previous summary's other sections kept beside them by code
+    assert out == answer + "\n\n### Decisions\n- keep the API stable"
     (request,) = chat_server.requests
     assert request["model"] == "summarizer-small"
     assert request["temperature"] <= 0.2
@@ -391,11 +391,13 @@ def test_openai_success_request_shape(chat_server: ChatServer) -> None:
 
 def test_openai_condense_and_batch_prompts(chat_server: ChatServer) -> None:
     summarizer = openai_summarizer(chat_server)
-    summarizer.condense("### Files\n- a.py — read", 120)
+    summarizer.condense("### Work done\nRead a.py.\n### Files\n- a.py — read", 120)
     summarizer.batch("", EXCHANGE, focus="deployment")
     condense, batch = chat_server.requests
-    assert condense["messages"][0]["content"] == CONDENSE_PROMPT
-    assert "about 120 tokens" in condense["messages"][1]["content"]
+    words = int(re.search(r"at most (\d+) words", condense["messages"][1]["content"])[1])
+    assert 60 <= words < 120  # the stated length fits the target, less the facts kept beside the notes
+    assert condense["messages"][0]["content"] == prompts.condense_system(words)
+    assert condense["messages"][0]["content"] != CONDENSE_PROMPT  # the default length was not used
     assert batch["messages"][0]["content"] == BATCH_PROMPT
     assert "FOCUS: deployment" in batch["messages"][1]["content"]
     assert all(f"### {name}" in BATCH_PROMPT for name in BATCH_SECTIONS)
@@ -403,7 +405,7 @@ def test_openai_condense_and_batch_prompts(chat_server: ChatServer) -> None:
 
 def test_openai_latency_within_timeout_is_fine(chat_server: ChatServer) -> None:
     chat_server.latency = 0.3
-    assert openai_summarizer(chat_server, timeout=2.0).merge("", EXCHANGE).startswith("### Summary")
+    assert openai_summarizer(chat_server, timeout=2.0).merge("", EXCHANGE).startswith("### Goal")
 
 
 @pytest.mark.parametrize(
@@ -457,11 +459,11 @@ def test_openai_connection_refused_is_unavailable() -> None:
 
 
 def test_openai_strips_think_blocks_and_preamble(chat_server: ChatServer) -> None:
+    answer = notes("Ran ./deploy.sh.", findings="Deploys happen on Fridays.")
     chat_server.responder = lambda _: (
-        "<think>The user wants a summary. Long reasoning...</think>\n"
-        "Here is the updated summary:\n### Decisions\n- deploy on Fridays"
+        f"<think>The user wants a summary. Long reasoning...</think>\nHere is the updated summary:\n{answer}"
     )
-    assert openai_summarizer(chat_server).merge("", EXCHANGE) == "### Decisions\n- deploy on Fridays"
+    assert openai_summarizer(chat_server).merge("", EXCHANGE) == answer
     chat_server.responder = lambda _: "<think>reasoning cut off by max_tokens"
     with pytest.raises(SummarizerBadOutput):
         openai_summarizer(chat_server).merge("", EXCHANGE)
@@ -473,15 +475,17 @@ def test_openai_secrets_never_leave_and_never_come_back(chat_server: ChatServer)
     summarizer.merge(previous, EXCHANGE)  # raw exchange, not prepared: the summarizer redacts anyway
     summarizer.batch(previous, EXCHANGE, focus="deploy")
     chat_server.add_faults("echo")
-    echoed = summarizer.merge(previous, EXCHANGE)
-    chat_server.responder = lambda _: f"### Errors\n- leaked {OPENAI_KEY} and password: hunter2hunter2"
+    echoed = summarizer.merge(previous, EXCHANGE)  # the echo is rejected; the retry's answer is kept
+    chat_server.responder = lambda _: notes(f"leaked {OPENAI_KEY} and password: hunter2hunter2")
     leaked = summarizer.merge(previous, EXCHANGE)
     sent = json.dumps(chat_server.requests)
     for secret in (OPENAI_KEY, "correcthorse42", "ab12cd34ef56"):
         assert secret not in sent
         assert secret not in echoed
-    assert "TOOL RESULT [c1]: deployed with password=[REDACTED]" in echoed
-    assert leaked == f"### Errors\n- leaked {REDACTED} and password: {REDACTED}"
+    assert "TOOL RESULT [c1]: deployed with password=[REDACTED]" in sent
+    assert "TOOL RESULT" not in echoed, "an echo of the request was accepted"
+    kept = f"### Requirements\n- deploy token={REDACTED} must not change"  # the facts, redacted on the way out
+    assert leaked == notes(f"leaked {REDACTED} and password: {REDACTED}") + "\n\n" + kept
 
 
 def test_extractive_merge_of_a_plain_answer_is_not_empty():

@@ -114,6 +114,19 @@ class AuxCompressionConfig(_Strict):
     def kind(self) -> str:
         return "extractive" if self.provider == "extractive" else "openai"
 
+    @property
+    def local(self) -> bool:
+        """True for an endpoint on this machine (a local model, on CPU more often than not)."""
+        host = urlsplit(self.base_url).hostname if self.base_url else None
+        return host in ("127.0.0.1", "localhost", "::1", "0.0.0.0")
+
+    def timeout_seconds(self) -> float:
+        """``timeout`` when set; else one that suits the endpoint: a pass of a small local model on CPU takes
+        1.5-9 minutes (issue 12), a hosted model answers within a minute."""
+        if "timeout" in self.model_fields_set or not self.local:
+            return self.timeout
+        return LOCAL_TIMEOUT_SECONDS
+
 
 def _check_http_url(url: str) -> None:
     """Raise ValueError unless ``url`` is ``http(s)://host[:port][/path]``."""
@@ -174,6 +187,14 @@ class Config(_Strict):
         limit = self.model.context_length or FALLBACK_CONTEXT_LIMIT
         return int(HEAD_SHARE * c.threshold * limit)
 
+    def summarizer_output_tokens(self) -> int:
+        """``max_output_tokens`` when set; else at least the defrag threshold, so a merge can always write
+        back a rolling summary as long as defrag lets it grow (the 1,024 default is below 2,000)."""
+        aux = self.auxiliary.compression
+        if "max_output_tokens" in aux.model_fields_set:
+            return aux.max_output_tokens
+        return max(aux.max_output_tokens, self.compression.micro_compact_defrag_threshold_tokens)
+
     def with_overrides(self, source: str = "overrides", **sections: dict[str, Any]) -> Config:
         data = self.model_dump(exclude_unset=True)  # what was never set stays derivable (piece budget)
         for section, values in sections.items():
@@ -191,6 +212,8 @@ PIECE_BUDGET_DIVISOR = 8
 PIECE_BUDGET_MIN = 256
 # Derived head budget: this share of the threshold.
 HEAD_SHARE = 0.10
+# The summarizer's timeout for an endpoint on this machine when none is set (CPU speeds).
+LOCAL_TIMEOUT_SECONDS = 600.0
 
 
 def home_dir() -> Path:
@@ -239,9 +262,23 @@ def parse_config(data: Any, source: str = "<config>") -> Config:
             f"invalid configuration in {source}: the top level must be a mapping, got {type(data).__name__}"
         )
     try:
-        return Config.model_validate(data)
+        config = Config.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(_format_errors(exc, source)) from None
+    _check_settings_work_together(config, source)
+    return config
+
+
+def _check_settings_work_together(config: Config, source: str) -> None:
+    """Settings each valid alone that cannot work together: a clear error now, not failures at every pass."""
+    aux, c = config.auxiliary.compression, config.compression
+    threshold = c.micro_compact_defrag_threshold_tokens
+    if aux.kind == "openai" and c.micro_compact and config.summarizer_output_tokens() < threshold:
+        raise ConfigError(
+            f"invalid configuration in {source}: auxiliary.compression.max_output_tokens: {aux.max_output_tokens} "
+            f"is below compression.micro_compact_defrag_threshold_tokens ({threshold}), so the model could not "
+            f"write back a summary as long as defrag allows; set it to at least {threshold} (or leave it unset)"
+        )
 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> Config:

@@ -24,6 +24,8 @@ class Outcome(StrEnum):
 
     # micro passes
     ABSORBED = "absorbed"
+    # absorbed too, but by the deterministic summary: the model's answer failed the checks (never "absorbed")
+    MODEL_REJECTED = "model_rejected"
     DEFRAG = "defrag"
     DEFRAG_FAILED = "defrag_failed"
     NO_RECLAIM = "no_reclaim"
@@ -44,7 +46,9 @@ class Outcome(StrEnum):
 
 
 # Micro outcomes that changed the transcript (defrag_failed still rewrites: the deterministic shortening).
-MICRO_COMMITTED = frozenset({Outcome.ABSORBED, Outcome.DEFRAG, Outcome.DEFRAG_FAILED})
+MICRO_COMMITTED = frozenset({Outcome.ABSORBED, Outcome.MODEL_REJECTED, Outcome.DEFRAG, Outcome.DEFRAG_FAILED})
+# Micro outcomes of a pass that folded an exchange into the rolling summary.
+MICRO_ABSORBS = frozenset({Outcome.ABSORBED, Outcome.MODEL_REJECTED})
 MICRO_FAILURES = frozenset(
     {
         Outcome.SUMMARIZE_FAILED,

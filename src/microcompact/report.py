@@ -10,7 +10,11 @@ Definitions (also in the ``definitions`` entry of the report):
 
 * **pass**: one micro telemetry line, whatever its outcome. The pass index of a session counts its lines
   from 1 in time order. **Committed passes** are those that changed the transcript: outcomes ``absorbed``,
-  ``defrag`` and ``defrag_failed`` (a failed defrag still commits the deterministic shortening).
+  ``model_rejected``, ``defrag`` and ``defrag_failed`` (a failed defrag still commits the deterministic
+  shortening).
+* **model rejected**: passes whose model summary failed the checks (echo, unchanged, unknown path, cut
+  off, ...; the ``rejected`` field names which), so the deterministic summary absorbed the exchange.
+  They are committed but never counted as ``absorbed``.
 * **net tokens saved**: the sum of ``-tokens_delta`` over committed passes (the other outcomes leave the
   transcript as it was, delta 0). This only counts what the files read contain; ``counter_saved`` is the
   sum over sessions of the last ``tokens_saved_total`` seen, the engine's own running counter, which differs
@@ -194,6 +198,7 @@ class _Session:
             "passes": len(self.micro),
             "committed_passes": sum(outcomes[o] for o in COMMITTED),
             "absorbed": outcomes["absorbed"],
+            "model_rejected": outcomes[Outcome.MODEL_REJECTED],
             "failures": sum(outcomes[o] for o in FAILURES),
             "outcomes": _sorted_counts(outcomes),
             "tokens_saved": saved,
@@ -239,7 +244,10 @@ def _pct(part: float, whole: float) -> float | None:
 
 DEFINITIONS = {
     "pass": "one micro telemetry line; pass index = its 1-based position among the session's lines in time order",
-    "committed_passes": "passes with outcome absorbed, defrag or defrag_failed (they changed the transcript)",
+    "committed_passes": "passes with outcome absorbed, model_rejected, defrag or defrag_failed (they changed "
+    "the transcript)",
+    "model_rejected": "passes whose model summary failed the checks; the deterministic summary absorbed the "
+    "exchange (rejections: how many per check)",
     "net_saved": "sum of -tokens_delta over committed passes in the files read",
     "counter_saved": "sum over sessions of the last tokens_saved_total seen (the engine's running counter)",
     "failures": "outcomes summarize_failed, exchange_skipped, defrag_failed, store_failed",
@@ -273,11 +281,13 @@ def build_report(paths: list[Path]) -> Report:
                                                         "committed_passes/batch_compactions" | null}}
         activity: {sessions, sessions_with_micro, passes, committed_passes,
                    outcomes: {outcome: {count, pct}}, modes: {mode: n},
+                   model_rejected, rejections: {check: n},
                    duration_ms: {median, p95, max}, summarizer_share_pct}
         tokens: {net_saved, counter_saved, exchanges_absorbed, partial_absorbs, mean_exchange_tokens,
                  marker_overhead: {sessions, median, max, total},          # over sessions with overhead > 0
                  payback: {median_pass, paid_back, not_paid_back, no_overhead, start_missing, no_absorb}}
-        per_session: [{session_id, passes, committed_passes, absorbed, failures, outcomes, tokens_saved,
+        per_session: [{session_id, passes, committed_passes, absorbed, model_rejected, failures, outcomes,
+                       tokens_saved,
                        counter_saved, occupancy_max, occupancy_series: [pct | null per pass],
                        batch_compactions, batch_pruned, batch_attempts, marker_overhead, payback_pass,
                        payback_status: paid_back | not_paid_back | no_overhead | start_missing | no_absorb}]
@@ -417,6 +427,10 @@ def _activity(
         "committed_passes": committed,
         "outcomes": {k: {"count": v, "pct": _pct(v, len(micro))} for k, v in _sorted_counts(outcomes).items()},
         "modes": _sorted_counts(Counter(str(r.get("mode")) for r in micro if r.get("mode") is not None)),
+        "model_rejected": outcomes[Outcome.MODEL_REJECTED],
+        "rejections": _sorted_counts(
+            Counter(str(r.get("rejected")) for r in micro if r.get("outcome") == Outcome.MODEL_REJECTED)
+        ),
         "duration_ms": {
             "median": median(durations),
             "p95": percentile_nearest_rank(durations, 95),
@@ -558,6 +572,9 @@ def _activity_table(act: dict[str, Any]) -> Table:
     _row(t, "sessions", f"{act['sessions']} ({act['sessions_with_micro']} with micro passes)")
     _row(t, "passes", f"{act['passes']:,} ({act['committed_passes']:,} committed)")
     _row(t, "outcomes", ", ".join(f"{k} {v['count']} ({v['pct']}%)" for k, v in act["outcomes"].items()))
+    if act["model_rejected"]:
+        why = ", ".join(f"{k} {v}" for k, v in act["rejections"].items())
+        _row(t, "model summaries rejected", f"{act['model_rejected']:,} ({why}); the deterministic summary was used")
     d = act["duration_ms"]
     _row(t, "pass duration ms", f"median {_fmt(d['median'])}  p95 {_fmt(d['p95'])}  max {_fmt(d['max'])}")
     share = act["summarizer_share_pct"]

@@ -68,14 +68,24 @@ def summarizer_for(config: Config, counter: TokenCounter | None = None) -> Summa
             "auxiliary.compression.model: required when provider is "
             f"{aux.provider!r} (the model name the endpoint serves)"
         )
+    timeout = aux.timeout_seconds()
+    if aux.local and config.compression.micro_compact and not config.compression.micro_compact_background:
+        log.warning(
+            "Micro-compaction: the summarizer at %s is on this machine and background mode is off: a pass on a "
+            "CPU model takes minutes and blocks finalize_turn (up to the %.0f s timeout); set "
+            "compression.micro_compact_background: true",
+            aux.base_url,
+            timeout,
+        )
     return make_summarizer(
         "openai",
         model=aux.model,
         base_url=aux.base_url,
         api_key_env=aux.api_key_env,
-        timeout=aux.timeout,
-        max_output_tokens=aux.max_output_tokens,
+        timeout=timeout,
+        max_output_tokens=config.summarizer_output_tokens(),
         temperature=aux.temperature,
+        count_text=counter.count_text if counter else None,
     )
 
 

@@ -14,9 +14,11 @@ from ..config import CompressionConfig, Config
 from ..events import Absorb, CommitHook, Event, Outcome, Span, apply_event, commit_or_log
 from ..messages import Message, render_micro_marker
 from ..summarizers import (
+    ExtractiveSummarizer,
     Summarizer,
     SummarizerAuthError,
     SummarizerBadOutput,
+    SummaryRejected,
     clean_summary,
     prepare_exchange,
 )
@@ -102,14 +104,31 @@ class Passes:
             identity=tuple(msgs[i] for i in range(span.start, span.end)),
         )
         s0 = self.clock()
+        limit = st.text_tokens + span.tokens + 256
         try:
-            planned.summary = self._clean(
-                self.summarizer.merge(st.text, prepared), limit=st.text_tokens + span.tokens + 256
-            )
+            planned.summary = self._clean(self.summarizer.merge(st.text, prepared), limit=limit)
+        except SummaryRejected as exc:
+            planned.rejected = exc.rejection
+            self._deterministic(planned, prepared, limit)
         except Exception as exc:
             planned.error = exc
         planned.summarizer_ms = (self.clock() - s0) * 1000
         return planned
+
+    def _deterministic(self, planned: Planned, prepared: list[Message], limit: int) -> None:
+        """The model's answer was rejected: the extractive summary takes over for this exchange at once
+        (never a skip, never the same request again)."""
+        rejected = planned.rejected
+        log.warning(
+            "Micro-compaction: model summary rejected at cursor %d (%s); using the deterministic summary",
+            planned.span.start,
+            rejected.code if rejected else "?",
+        )
+        try:
+            fallback = ExtractiveSummarizer(count_text=self.counter.count_text)
+            planned.summary = self._clean(fallback.merge(planned.base_summary, prepared), limit=limit)
+        except Exception as exc:
+            planned.error = exc
 
     def still_valid(self, ledger: Ledger, planned: Planned) -> bool:
         """True when the span and the summary the plan was made from are still what the transcript holds."""
@@ -171,6 +190,7 @@ class Passes:
                 messages_before=messages_before,
                 **call,
             )
+        rejected = planned.rejected
         apply_event(ledger, event)
         st.marker_index = event.marker_index_after
         st.cursor = st.marker_index + 1
@@ -181,7 +201,7 @@ class Passes:
         log.info("Micro-compaction: %d -> %d messages", messages_before, len(ledger.messages))
         return self._finish(
             ledger,
-            Outcome.ABSORBED,
+            Outcome.ABSORBED if rejected is None else Outcome.MODEL_REJECTED,
             t0,
             summarizer_ms,
             exchange_tokens=span.tokens,
@@ -189,6 +209,7 @@ class Passes:
             tokens_before=tokens_before,
             messages_before=messages_before,
             partial=span.partial,
+            rejected=rejected.code if rejected else None,
             **call,
         )
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..config import CompressionConfig, Config
-from ..events import Outcome, Span
+from ..events import MICRO_ABSORBS, Span
 from ..telemetry import occupancy_pct
 from ..tokens import Ledger, TokenCounter
 from ..window import Window
@@ -108,7 +108,7 @@ class Scheduling:
         for _ in range(min(passes, MAX_CATCH_UP_PASSES)):
             done = self._guarded(ledger, mode)
             results += done
-            if not any(r.outcome == Outcome.ABSORBED for r in done):
+            if not any(r.outcome in MICRO_ABSORBS for r in done):
                 break
         return results
 

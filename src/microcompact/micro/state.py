@@ -13,6 +13,7 @@ from typing import Any
 
 from ..events import Outcome, Span
 from ..messages import Message
+from ..summarizers import Rejection
 
 
 @dataclass
@@ -47,6 +48,7 @@ class Planned:
     summary: str | None = None
     error: Exception | None = None
     summarizer_ms: float = 0.0
+    rejected: Rejection | None = None  # the model's answer failed the checks; ``summary`` is deterministic
 
 
 @dataclass

@@ -14,10 +14,12 @@ implementations when called)::
     facts       the file ledger, failing commands and test runs (facts_model, facts_extract, facts_text)
     findings    findings, not narration: the sentences of prose worth keeping
     input       what a summarizer reads: redacted, bounded, rendered as text
+    limits      a server's "does not fit my context" error, turned into an input budget
     prompts     the HTTP summarizer's prompts, rendered from templates/
-    validation  checks on model output; deterministic shortening
+    checks      is a model's answer a summary of its input? (echoes, unchanged, unknown paths, ...)
+    validation  the usable text of a chat completion; deterministic shortening
     extractive  the offline summarizer
-    http        the OpenAI-compatible client
+    http        the OpenAI-compatible client: notes from the model, checked, facts kept by code
     eventloop   running an async client's coroutines from the engine's threads
     backends    request and answer shapes of caller-owned clients (OpenAI, Anthropic, callables), their errors
     clients     summarizer_from: a caller-owned client as a summarizer
@@ -28,7 +30,9 @@ from ..render import exchange_text as render_exchange
 from .base import (
     BATCH_SECTIONS,
     MICRO_SECTIONS,
+    PROSE_SECTIONS,
     CountText,
+    Rejection,
     Summarizer,
     SummarizerAuthError,
     SummarizerBadOutput,
@@ -36,14 +40,16 @@ from .base import (
     SummarizerRateLimited,
     SummarizerTimeout,
     SummarizerUnavailable,
+    SummaryRejected,
     make_summarizer,
 )
 from .chain import FallbackChain
+from .checks import CheckInput, check_summary
 from .clients import ClientSummarizer, summarizer_from
 from .eventloop import bind_event_loop
 from .extractive import ExtractiveSummarizer, describe_tool_result
 from .facts import facts_block, ledger_budget, with_facts
-from .http import OpenAISummarizer
+from .http import FactsHook, OpenAISummarizer
 from .input import OMISSION_NOTE, prepare_exchange
 from .prompts import BATCH_PROMPT, CONDENSE_PROMPT, MERGE_PROMPT
 from .validation import SHORTENED_NOTE, clean_summary, shorten_summary
@@ -55,12 +61,16 @@ __all__ = [
     "MERGE_PROMPT",
     "MICRO_SECTIONS",
     "OMISSION_NOTE",
+    "PROSE_SECTIONS",
     "SHORTENED_NOTE",
+    "CheckInput",
     "ClientSummarizer",
     "CountText",
     "ExtractiveSummarizer",
+    "FactsHook",
     "FallbackChain",
     "OpenAISummarizer",
+    "Rejection",
     "Summarizer",
     "SummarizerAuthError",
     "SummarizerBadOutput",
@@ -68,7 +78,9 @@ __all__ = [
     "SummarizerRateLimited",
     "SummarizerTimeout",
     "SummarizerUnavailable",
+    "SummaryRejected",
     "bind_event_loop",
+    "check_summary",
     "clean_summary",
     "describe_tool_result",
     "facts_block",

@@ -8,7 +8,11 @@ summary that grew too long) and ``batch`` (compact a whole span into fixed secti
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from .limits import ContextOverflow
 
 CountText = Callable[[str], int]
 
@@ -35,6 +39,32 @@ class SummarizerUnavailable(SummarizerError):
 
 class SummarizerBadOutput(SummarizerError):
     """Empty, truncated, unparseable or otherwise unusable output."""
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """Why a model's answer was not accepted: a short code for telemetry and a one-line reason.
+
+    Codes: cut_off, context_size, unchanged, prompt_echo, message_copy, unknown_path, unknown_command,
+    unsupported_claim, missing_sections.
+    """
+
+    code: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.reason}"
+
+
+class SummaryRejected(SummarizerBadOutput):
+    """The model answered, but the answer cannot be used (it failed a check, was cut off, or the request
+    did not fit the endpoint's context). The engine writes the deterministic summary instead, at once."""
+
+    def __init__(self, rejection: Rejection, excerpt: str = "", overflow: ContextOverflow | None = None) -> None:
+        super().__init__(str(rejection))
+        self.rejection = rejection
+        self.excerpt = excerpt  # redacted, short: for the log
+        self.overflow = overflow  # what the server said when the request did not fit its context
 
 
 @runtime_checkable
@@ -64,6 +94,8 @@ BATCH_SECTIONS = (
     "Relevant files",
     "Open questions",
 )
+# The sections a model's notes fill in (merge and condense); the facts beside them are kept by code.
+PROSE_SECTIONS = ("Goal", "Work done", "Findings", "Next")
 MICRO_SECTIONS = ("Requirements", "Findings", "Open questions", "Commands and results", "Answers")
 
 

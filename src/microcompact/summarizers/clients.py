@@ -21,7 +21,15 @@ from ..render import exchange_text as render_exchange
 from .backends import AnthropicMessages, Backend, OpenAIChat, PlainCallable, summarizer_error
 from .base import Summarizer
 from .eventloop import LoopRunner
-from .prompts import BATCH_PROMPT, CONDENSE_PROMPT, MERGE_PROMPT, batch_request, condense_request, merge_request
+from .prompts import (
+    BATCH_PROMPT,
+    MERGE_PROMPT,
+    batch_request,
+    condense_request,
+    condense_system,
+    condense_words,
+    merge_request,
+)
 from .validation import completion_summary
 
 DEFAULT_TIMEOUT = 60.0  # seconds per summarizer call, as auxiliary.compression.timeout
@@ -47,7 +55,8 @@ class ClientSummarizer:
         return self._complete(MERGE_PROMPT, merge_request(summary, render_exchange(exchange)))
 
     def condense(self, summary: str, target_tokens: int) -> str:
-        return self._complete(CONDENSE_PROMPT, condense_request(summary, target_tokens))
+        words = condense_words(target_tokens)
+        return self._complete(condense_system(words), condense_request(summary, words))
 
     def batch(self, summary: str, messages: list[dict], focus: str | None = None) -> str:
         return self._complete(BATCH_PROMPT, batch_request(summary, render_exchange(messages), focus))

@@ -12,7 +12,7 @@ from functools import cache
 from importlib import resources
 from string import Template
 
-from .base import BATCH_SECTIONS
+from .base import BATCH_SECTIONS, PROSE_SECTIONS
 
 TEMPLATES = "templates"
 # Every template this module renders (tests check each one loads and renders completely).
@@ -25,9 +25,14 @@ TEMPLATE_NAMES = (
     "condense_request.txt",
     "batch_request.txt",
     "batch_focus.txt",
+    "prose_template.md",
+    "retry_note.txt",
 )
 EMPTY_MERGE_SUMMARY = "(empty: this is the first excerpt)"  # what the model sees before the first fold
 EMPTY_BATCH_SUMMARY = "(none)"
+# The stated length of a model's notes (merge and condense): small models follow a number of words better
+# than a number of tokens. The facts kept beside the notes by code are not counted in it.
+PROSE_WORDS = 250
 
 
 @cache
@@ -46,19 +51,43 @@ def _system_prompt(name: str, **values: object) -> str:
     return render(name, common_rules=render("common_rules.md"), **values)
 
 
-MERGE_PROMPT = _system_prompt("merge_system.md")
-CONDENSE_PROMPT = _system_prompt("condense_system.md")
+def merge_system(max_words: int = PROSE_WORDS) -> str:
+    """The system prompt of a merge: the fill-in template, its stated length, the rules."""
+    return _system_prompt("merge_system.md", template=render("prose_template.md"), max_words=max_words)
+
+
+def condense_system(max_words: int = PROSE_WORDS) -> str:
+    """The system prompt of a condense: the same template, a shorter stated length."""
+    return _system_prompt("condense_system.md", template=render("prose_template.md"), max_words=max_words)
+
+
+def condense_words(target_tokens: int) -> int:
+    """The stated length of condensed notes that fit ``target_tokens`` (about 0.75 words a token)."""
+    return max(60, min(PROSE_WORDS, target_tokens * 3 // 4))
+
+
+def retry_note(reason: str) -> str:
+    """What a retry adds to the request: why the first answer was rejected (the request changes)."""
+    return render("retry_note.txt", reason=reason)
+
+
+MERGE_PROMPT = merge_system()
+CONDENSE_PROMPT = condense_system()
+PROSE_HEADINGS = tuple(name.lower() for name in PROSE_SECTIONS)
 BATCH_PROMPT = _system_prompt("batch_system.md", section_headings="\n".join(f"### {name}" for name in BATCH_SECTIONS))
 
 
-def merge_request(summary: str, transcript: str) -> str:
-    """The user message of a merge: the current summary and the excerpt to fold into it."""
-    return render("merge_request.txt", summary=summary.strip() or EMPTY_MERGE_SUMMARY, transcript=transcript)
+def merge_request(summary: str, transcript: str, max_words: int = PROSE_WORDS) -> str:
+    """The user message of a merge: the notes so far, the excerpt to fold in, and the length once more
+    (after the data, where a small model still sees it)."""
+    return render(
+        "merge_request.txt", summary=summary.strip() or EMPTY_MERGE_SUMMARY, transcript=transcript, max_words=max_words
+    )
 
 
-def condense_request(summary: str, target_tokens: int) -> str:
-    """The user message of a condense: the target length and the summary to shorten."""
-    return render("condense_request.txt", target_tokens=target_tokens, summary=summary.strip())
+def condense_request(summary: str, max_words: int) -> str:
+    """The user message of a condense: the notes to shorten and the length to shorten them to."""
+    return render("condense_request.txt", max_words=max_words, summary=summary.strip())
 
 
 def batch_request(summary: str, transcript: str, focus: str | None) -> str:

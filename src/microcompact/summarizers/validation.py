@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..redact import redact_text
-from .base import CountText, SummarizerBadOutput
+from .base import CountText, Rejection, SummarizerBadOutput, SummaryRejected
 from .sections import Section, clip, parse_sections, render_sections
 
 SHORTENED_NOTE = "[... summary shortened by microcompact ...]"
@@ -99,7 +99,8 @@ _FENCE = re.compile(r"^\s*```[\w-]*\n(?P<body>.*)\n```\s*$", re.DOTALL)
 def completion_summary(response: Any, model: str) -> str:
     """The usable summary in a chat completion: reasoning blocks, preambles and fences removed.
 
-    Output cut off at ``max_tokens`` is rejected: a summary missing its tail would silently lose facts.
+    Output cut off at ``max_tokens`` is rejected (:class:`SummaryRejected`): a summary missing its tail
+    would silently lose facts, and a small model cut off is usually copying its input.
     """
     choices = getattr(response, "choices", None)
     if not choices:
@@ -109,7 +110,10 @@ def completion_summary(response: Any, model: str) -> str:
     if not isinstance(content, str):
         raise SummarizerBadOutput(f"{model}: response has no text content")
     if getattr(choice, "finish_reason", None) == "length":
-        raise SummarizerBadOutput(f"{model}: output was cut off at max_output_tokens")
+        raise SummaryRejected(
+            Rejection("cut_off", f"{model}: output was cut off at max_output_tokens"),
+            clip(redact_text(content), 160),
+        )
     text = _THINK_BLOCK.sub("", content)
     if "</think>" in text:  # the opening tag was part of the prompt template
         text = text.rsplit("</think>", 1)[1]
