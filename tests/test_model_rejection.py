@@ -355,3 +355,52 @@ def test_through_a_session_a_context_error_never_costs_a_failed_pass(serve: Call
     assert outcomes and set(outcomes) == {Outcome.ABSORBED}
     statuses_400 = len(server.requests) - len(outcomes)
     assert statuses_400 == 1  # learned once, then every request fits
+
+
+# --------------------------------------------------------------------------- the configured model keeps the ledger
+
+
+def test_a_configured_model_summary_keeps_the_file_ledger_beside_its_notes(
+    serve: Callable[[Script], ScriptedServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``auxiliary.compression`` with a model: session.summarizer_for wires the deterministic facts in, so the
+    marker names the files and failing commands whatever the model wrote."""
+    server = serve(lambda body: completion(notes("Fixed the modules.")))
+    monkeypatch.setenv(KEY_ENV, "sk-test")
+    config = parse_config(
+        {
+            "compression": {"micro_compact": True, "protect_first_n": 1, "micro_compact_max_exchange_tokens": 4000},
+            "model": {"context_length": 20_000},
+            "auxiliary": {
+                "compression": {
+                    "provider": "openai",
+                    "model": "m",
+                    "base_url": server.base_url,
+                    "api_key_env": KEY_ENV,
+                    "timeout": 5,
+                }
+            },
+        }
+    )
+    s = Session(config, counter=TokenCounter(EstimateCounter()), session_id="facts")
+    edit = {
+        "id": "e1",
+        "type": "function",
+        "function": {"name": "Edit", "arguments": json.dumps({"file_path": "src/ledger_file.py", "old_string": "a"})},
+    }
+    s.extend(
+        [
+            {"role": "user", "content": "fix it"},
+            {"role": "assistant", "content": "Editing.", "tool_calls": [edit]},
+            {"role": "tool", "tool_call_id": "e1", "content": "The file src/ledger_file.py has been updated."},
+            *bash("c9", "make check", "error: missing symbol\nexit status 2", "Checking."),
+            {"role": "assistant", "content": "Done."},
+        ]
+    )
+    for n in range(1, 6):
+        s.extend(turn(n))
+        s.finalize_turn()
+    body = next(marker_body(m) for m in s.transcript if marker_kind(m) == "micro")
+    assert "Fixed the modules." in body
+    assert "src/ledger_file.py" in body and "### Files" in body
+    assert server.requests, "the model was asked"

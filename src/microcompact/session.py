@@ -42,7 +42,7 @@ from .identity import (
 from .messages import Message, disown_marker_text, to_api, validate_message
 from .micro import CommitHook, MicroCompactor, PassResult
 from .store import StoreConflict, StoreError, StoreReadOnly
-from .summarizers import Summarizer, ledger_budget, make_summarizer
+from .summarizers import Summarizer, facts_block, ledger_budget, make_summarizer
 from .telemetry import occupancy_pct
 from .tokens import Ledger, TokenCounter, make_text_counter
 
@@ -69,6 +69,8 @@ def summarizer_for(config: Config, counter: TokenCounter | None = None) -> Summa
             f"{aux.provider!r} (the model name the endpoint serves)"
         )
     timeout = aux.timeout_seconds()
+    budget = ledger_budget(config.compression.micro_compact_defrag_threshold_tokens)
+    count_text = counter.count_text if counter else None
     if aux.local and config.compression.micro_compact and not config.compression.micro_compact_background:
         log.warning(
             "Micro-compaction: the summarizer at %s is on this machine and background mode is off: a pass on a "
@@ -86,6 +88,9 @@ def summarizer_for(config: Config, counter: TokenCounter | None = None) -> Summa
         max_output_tokens=config.summarizer_output_tokens(),
         temperature=aux.temperature,
         count_text=counter.count_text if counter else None,
+        # The file ledger and failing commands are kept by code beside the model's prose: a model may
+        # rewrite or drop the prose, never the facts.
+        facts=lambda previous, messages: facts_block(previous, messages, budget, count_text),
     )
 
 
