@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from microcompact.config import Config
+from microcompact.config import Config, ConfigError, load_config
 from microcompact.messages import Message, content_text, is_marker, marker_body
 from microcompact.render import message_text
 from microcompact.replay import load_transcript, replay
@@ -167,7 +167,8 @@ def make_config(args: argparse.Namespace) -> Config:
         if args.timeout:
             aux["timeout"] = args.timeout
         sections["auxiliary"] = {"compression": aux}
-    return Config().with_overrides(**sections)
+    base = load_config(args.config) if args.config else Config()
+    return base.with_overrides(source="bench/fidelity.py options", **sections)
 
 
 def run_one(path: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -248,8 +249,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", help="the model name the endpoint serves (with --summarizer openai)")
     parser.add_argument("--api-key-env", help="environment variable holding the endpoint's key")
     parser.add_argument("--timeout", type=float, help="seconds per summarizer request")
+    parser.add_argument("--config", type=Path, help="a config file under these options (e.g. configs/local-model.yaml)")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = parser.parse_args(argv)
+    if args.config:
+        try:
+            load_config(args.config)
+        except ConfigError as exc:
+            print(f"fidelity: {exc}", file=sys.stderr)
+            return 2
     if args.summarizer == "openai" and not args.model:
         parser.error("--summarizer openai needs --model (and usually --base-url)")
     logging.disable(logging.WARNING)
