@@ -29,10 +29,14 @@ SESSIONS = sorted(p.stem for p in NORMALIZED.glob("cc_*.jsonl"))
 
 
 def config_for(context_limit: int, background: bool) -> Any:
-    """The proxy's config for this window, its micro passes inline or in the background."""
-    return proxy_config(None, context_limit).with_overrides(
+    """The proxy's config for this window, its micro passes inline or in the background, and cache-aware
+    scheduling off: it decides by the wall clock, which a replay takes from recorded timestamps (or an
+    assumed gap) and the proxy from real time, so the two would schedule passes differently by design."""
+    config = proxy_config(None, context_limit).with_overrides(
         source="test", compression={"micro_compact_background": background}
     )
+    compression = config.compression.model_copy(update={"micro_compact_cache_ttl_seconds": None})
+    return config.model_copy(update={"compression": compression})
 
 
 def replay_peak(name: str, context_limit: int) -> float:
