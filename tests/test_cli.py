@@ -440,7 +440,10 @@ def test_openai_summarizer_end_to_end(
     assert any(r["messages"][0]["content"] == MERGE_PROMPT for r in chat_server.requests)
     final = read_jsonl(out)
     (marker,) = [m for m in final if marker_kind(m) == "micro"]
-    assert marker_body(marker) == notes(f"SERVER-SUMMARY-{len(chat_server.requests)}: kept the tail worker design.")
+    body = marker_body(marker)
+    # the server's notes, then the file ledger and commands the library keeps beside them
+    assert body.startswith(notes(f"SERVER-SUMMARY-{len(chat_server.requests)}: kept the tail worker design."))
+    assert "### Files" in body[len(notes("")) :]
     assert user_message_errors(load_transcript(DEMO), final) == []
     records = [parse_line(line)[1] for line in telemetry_lines(home / "logs" / "agent.log")]
     assert any(r.get("aux_model") == "test-model" for r in records)
