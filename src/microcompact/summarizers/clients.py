@@ -21,6 +21,8 @@ from ..render import exchange_text as render_exchange
 from .backends import AnthropicMessages, Backend, OpenAIChat, PlainCallable, summarizer_error
 from .base import Summarizer
 from .eventloop import LoopRunner
+from .facts import facts_block, ledger_budget, with_facts
+from .facts_text import strip_facts
 from .prompts import (
     BATCH_PROMPT,
     MERGE_PROMPT,
@@ -33,6 +35,7 @@ from .prompts import (
 from .validation import completion_summary
 
 DEFAULT_TIMEOUT = 60.0  # seconds per summarizer call, as auxiliary.compression.timeout
+DEFAULT_DEFRAG_THRESHOLD = 2000  # compression.micro_compact_defrag_threshold_tokens' default: sizes the ledger
 _REQUEST_KEYS = frozenset({"model", "messages", "system", "stream"})  # what the request itself consists of
 
 
@@ -45,14 +48,21 @@ class ClientSummarizer:
     loop; a plain sync callable cannot be interrupted, so it must bound itself.
     """
 
-    def __init__(self, backend: Backend, name: str, timeout: float | None = None) -> None:
+    def __init__(
+        self, backend: Backend, name: str, timeout: float | None = None, ledger_budget_tokens: int | None = None
+    ) -> None:
         self.backend = backend
         self.name = name
         self.timeout = timeout
+        # The file ledger and failing commands are kept by code beside the model's notes (as the HTTP
+        # summarizer does): a model may rewrite or drop its notes, never those facts.
+        self.ledger_budget_tokens = ledger_budget_tokens or ledger_budget(DEFAULT_DEFRAG_THRESHOLD)
         self._runner = LoopRunner()
 
     def merge(self, summary: str, exchange: list[dict]) -> str:
-        return self._complete(MERGE_PROMPT, merge_request(summary, render_exchange(exchange)))
+        notes = self._complete(MERGE_PROMPT, merge_request(strip_facts(summary), render_exchange(exchange)))
+        block = facts_block(summary or None, exchange, self.ledger_budget_tokens)
+        return redact_text(with_facts(notes, block)) if block else notes
 
     def condense(self, summary: str, target_tokens: int) -> str:
         words = condense_words(target_tokens)
