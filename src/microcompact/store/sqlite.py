@@ -8,6 +8,7 @@ import logging
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -118,22 +119,36 @@ class SQLiteStore(_SQLiteLeases, _SQLiteSchema, _SQLStore):
         except OSError as exc:
             raise StoreError(f"{self.path}: cannot create the database file: {exc.strerror or exc}") from None
 
+    def _pragmas(self, conn: sqlite3.Connection) -> set[str]:
+        """The connection's settings (busy timeout, foreign keys, WAL); the tables and views that exist."""
+        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
+        if not self.read_only and self.path != ":memory:":
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                log.warning("%s: WAL journal mode unavailable (got %s); concurrent readers will block", self.path, mode)
+            conn.execute("PRAGMA synchronous = NORMAL")
+        return names
+
     def _setup(self, want_fts: bool) -> None:
         conn = self._conn
         assert conn is not None
-        try:
-            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
-            conn.execute("PRAGMA foreign_keys = ON")
-            names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
-            if not self.read_only and self.path != ":memory:":
-                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-                if str(mode).lower() != "wal":
-                    log.warning(
-                        "%s: WAL journal mode unavailable (got %s); concurrent readers will block", self.path, mode
-                    )
-                conn.execute("PRAGMA synchronous = NORMAL")
-        except sqlite3.Error as exc:
-            raise self._translate(exc, "set up the connection") from None
+        # Processes opening one database at once: switching it to WAL (and WAL recovery) can answer "locked"
+        # at once, without the busy handler, so setup itself retries until the busy timeout.
+        deadline = time.monotonic() + self.busy_timeout
+        names: set[str] = set()
+        while True:
+            try:
+                names = self._pragmas(conn)
+                break
+            except sqlite3.OperationalError as exc:
+                if _locked(exc) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    continue
+                raise self._translate(exc, "set up the connection") from None
+            except sqlite3.Error as exc:
+                raise self._translate(exc, "set up the connection") from None
         version = self._version(conn, names)
         if version < SCHEMA_VERSION:
             if self.read_only:
@@ -270,3 +285,11 @@ class SQLiteStore(_SQLiteLeases, _SQLiteSchema, _SQLStore):
                     self._conn.close()
                 self._conn = None
             self._closed = True
+
+
+def _locked(exc: sqlite3.Error) -> bool:
+    """SQLITE_BUSY or SQLITE_LOCKED (any extended code)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    return "locked" in str(exc).lower() or "busy" in str(exc).lower()
