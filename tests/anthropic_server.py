@@ -7,11 +7,11 @@ Faults are queued (``add_faults``); each is consumed by the next request. ``late
 from __future__ import annotations
 
 import json
-import threading
-from collections import deque
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Literal
+
+from chat_server import RecordingServer, _HTTPServer
 
 # 401/429/500/529: that status with an Anthropic-style error body; "credit": the 400 a prepaid account
 # out of credit gets; "max_tokens": output stopped at the token limit; "thinking_only": a thinking block and
@@ -33,57 +33,13 @@ def default_responder(request: dict[str, Any]) -> str:
     return f"### Summary\n- Anthropic test summary of a {chars}-character request."
 
 
-class AnthropicServer:
+class AnthropicServer(RecordingServer):
     """Serves ``POST /v1/messages``; records every request body."""
 
+    thread_name = "anthropic-server"
+
     def __init__(self, responder: Responder | None = None, latency: float = 0.0, hang_seconds: float = 5.0) -> None:
-        self.responder: Responder = responder or default_responder
-        self.latency = latency
-        self.hang_seconds = hang_seconds
-        self.requests: list[dict[str, Any]] = []
-        self._faults: deque[Fault] = deque()
-        self._lock = threading.Lock()
-        self._closing = threading.Event()
-        self._httpd = _HTTPServer(("127.0.0.1", 0), _Handler)
-        self._httpd.api = self
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="anthropic-server", daemon=True
-        )
-        self._thread.start()
-
-    @property
-    def base_url(self) -> str:
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
-
-    def add_faults(self, *faults: Fault) -> None:
-        with self._lock:
-            self._faults.extend(faults)
-
-    def close(self) -> None:
-        self._closing.set()
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=5)
-
-    def __enter__(self) -> AnthropicServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def _record(self, body: dict[str, Any]) -> Fault | None:
-        with self._lock:
-            self.requests.append(body)
-            return self._faults.popleft() if self._faults else None
-
-    def _wait(self, seconds: float) -> bool:
-        return not self._closing.wait(seconds) if seconds > 0 else not self._closing.is_set()
-
-
-class _HTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
-    api: AnthropicServer
+        super().__init__(_Handler, responder or default_responder, latency, hang_seconds)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -93,7 +49,7 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def do_POST(self) -> None:
-        api = self.server.api
+        api = self.server.app
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
         if self.path.rstrip("/") != "/v1/messages":
             self._error(404, "not_found_error", f"no route {self.path}")

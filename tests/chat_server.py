@@ -13,7 +13,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 # 401/429/500: that status with an OpenAI-style error body; "quota": a 429 saying insufficient_quota;
 # "malformed": a 200 whose body is not JSON; "hang": no answer before the client gives up;
@@ -52,37 +52,36 @@ def last_user_text(request: dict[str, Any]) -> str:
     return str(users[-1].get("content") or "") if users else ""
 
 
-class ChatServer:
-    """Serves ``POST /v1/chat/completions`` and ``GET /v1/models``; records every request body."""
+class RecordingServer:
+    """A scripted HTTP server on 127.0.0.1 in a thread: records every request body and hands out queued
+    faults, one per request. Subclasses give the handler class and the base URL's path."""
+
+    path = ""
+    thread_name = "recording-server"
 
     def __init__(
-        self,
-        responder: Responder | None = None,
-        latency: float = 0.0,
-        hang_seconds: float = 5.0,
-        model: str = "test-model",
+        self, handler: type[BaseHTTPRequestHandler], responder: Any, latency: float, hang_seconds: float
     ) -> None:
-        self.responder: Responder = responder or default_responder
+        self.responder = responder
         self.latency = latency
         self.hang_seconds = hang_seconds
-        self.model = model
         self.requests: list[dict[str, Any]] = []
-        self._faults: deque[Fault] = deque()
+        self._faults: deque[Any] = deque()
         self._lock = threading.Lock()
         self._closing = threading.Event()
-        self._httpd = _HTTPServer(("127.0.0.1", 0), _Handler)
-        self._httpd.chat = self
+        self._httpd = _HTTPServer(("127.0.0.1", 0), handler)
+        self._httpd.app = self
         self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="chat-server", daemon=True
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name=self.thread_name, daemon=True
         )
         self._thread.start()
 
     @property
     def base_url(self) -> str:
         host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        return f"http://{host}:{port}{self.path}"
 
-    def add_faults(self, *faults: Fault) -> None:
+    def add_faults(self, *faults: Any) -> None:
         with self._lock:
             self._faults.extend(faults)
 
@@ -93,13 +92,13 @@ class ChatServer:
         self._httpd.server_close()
         self._thread.join(timeout=5)
 
-    def __enter__(self) -> ChatServer:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _record(self, body: dict[str, Any]) -> Fault | None:
+    def _record(self, body: dict[str, Any]) -> Any:
         with self._lock:
             self.requests.append(body)
             return self._faults.popleft() if self._faults else None
@@ -111,7 +110,24 @@ class ChatServer:
 
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
-    chat: ChatServer
+    app: Any
+
+
+class ChatServer(RecordingServer):
+    """Serves ``POST /v1/chat/completions`` and ``GET /v1/models``; records every request body."""
+
+    path = "/v1"
+    thread_name = "chat-server"
+
+    def __init__(
+        self,
+        responder: Responder | None = None,
+        latency: float = 0.0,
+        hang_seconds: float = 5.0,
+        model: str = "test-model",
+    ) -> None:
+        self.model = model
+        super().__init__(_Handler, responder or default_responder, latency, hang_seconds)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -124,11 +140,11 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path.rstrip("/") != "/v1/models":
             self._json(404, {"error": {"message": f"no route {self.path}", "type": "invalid_request_error"}})
             return
-        model = {"id": self.server.chat.model, "object": "model", "created": 0, "owned_by": "tests"}
+        model = {"id": self.server.app.model, "object": "model", "created": 0, "owned_by": "tests"}
         self._json(200, {"object": "list", "data": [model]})
 
     def do_POST(self) -> None:
-        chat = self.server.chat
+        chat = self.server.app
         length = int(self.headers.get("Content-Length") or 0)
         try:
             body = json.loads(self.rfile.read(length) or b"{}")
