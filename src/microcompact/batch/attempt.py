@@ -28,7 +28,7 @@ class BatchResult:
 
 
 @dataclass(frozen=True)
-class Engine:
+class Context:
     """What every record names about the engine that ran the attempt (fixed for the engine's life)."""
 
     config: Config
@@ -44,7 +44,7 @@ class Attempt:
     messages, for ``reason``; ``extra`` are the caller's telemetry fields (e.g. micro passes since the
     last batch), ``fold`` what the policy decided for it."""
 
-    engine: Engine
+    context: Context
     ledger: Ledger
     reason: str
     fold: Fold
@@ -54,8 +54,8 @@ class Attempt:
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def start(cls, engine: Engine, ledger: Ledger, reason: str, fold: Fold, extra: dict[str, Any]) -> Attempt:
-        return cls(engine, ledger, reason, fold, engine.clock(), ledger.total, len(ledger.messages), extra)
+    def start(cls, context: Context, ledger: Ledger, reason: str, fold: Fold, extra: dict[str, Any]) -> Attempt:
+        return cls(context, ledger, reason, fold, context.clock(), ledger.total, len(ledger.messages), extra)
 
     @property
     def freed(self) -> int:
@@ -66,7 +66,7 @@ class Attempt:
 
         ``compactions`` is the engine's running total; ``fields`` (None values left out) follow the
         caller's ``extra`` and the reason, in the order given."""
-        eng, ledger = self.engine, self.ledger
+        eng, ledger = self.context, self.ledger
         threshold = eng.config.threshold_tokens()
         record: dict[str, Any] = {
             "event": "batch_compaction",
@@ -97,7 +97,7 @@ class Attempt:
     def _why_over(self, ledger: Ledger) -> dict[str, int]:
         """What compaction may not touch (head and tail) and what it keeps verbatim (user messages)."""
         msgs, tokens = ledger.messages, ledger.tokens
-        window = Window.of(msgs, tokens, self.engine.config)
+        window = Window.of(msgs, tokens, self.context.config)
         h, t = window.head, window.tail
         return {
             "head_tokens": sum(tokens[:h]),

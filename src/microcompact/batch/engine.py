@@ -28,7 +28,7 @@ from ..messages import Message
 from ..summarizers import ExtractiveSummarizer, Summarizer, ledger_budget
 from ..tokens import Ledger, TokenCounter
 from ..window import Window
-from .attempt import Attempt, BatchResult, Engine
+from .attempt import Attempt, BatchResult, Context
 from .calls import SummarizerCalls
 from .last_resort import plan_cuts
 from .policy import BatchPolicy, Fold, Moment, ThresholdPolicy
@@ -67,7 +67,7 @@ class BatchCompactor:
         self.counter = counter
         self.commit = commit
         self.wall_clock = wall_clock
-        self.engine = Engine(config, counter, session_id, summarizer, clock)
+        self.context = Context(config, counter, session_id, summarizer, clock)
         self.policy: BatchPolicy = policy if policy is not None else ThresholdPolicy(config)
         fallback = ExtractiveSummarizer(
             counter.count_text, ledger_budget_tokens=ledger_budget(self.cfg.micro_compact_defrag_threshold_tokens)
@@ -127,7 +127,7 @@ class BatchCompactor:
         fold = self.policy.fold(self.moment(ledger, prompt_tokens, reason))
         if force:
             fold = Fold(low_water=None, at_risk=fold.at_risk)
-        attempt = Attempt.start(self.engine, ledger, reason, fold, extra)
+        attempt = Attempt.start(self.context, ledger, reason, fold, extra)
         try:
             return self._compact(attempt, focus)
         except Exception as exc:  # never into the caller
@@ -218,7 +218,7 @@ class BatchCompactor:
         limit = self.config.model.context_length
         if not limit or not self.cfg.enabled or self.counter.estimate_prompt(ledger.total) <= limit:
             return None
-        attempt = Attempt.start(self.engine, ledger, "window", Fold(low_water=None, at_risk=True), {})
+        attempt = Attempt.start(self.context, ledger, "window", Fold(low_water=None, at_risk=True), {})
         try:
             event = plan_cuts(self.counter, ledger, limit)
             if event is None:  # only user and system messages, markers and small messages are left

@@ -15,7 +15,7 @@ from .state import PassResult, RollingSummary
 
 
 @dataclass(frozen=True)
-class Engine:
+class Context:
     """What every record names about the engine that ran the pass (fixed for the engine's life)."""
 
     config: Config
@@ -31,7 +31,7 @@ class PassAttempt:
     transcript of ``tokens_before`` tokens in ``messages_before`` messages (when its outcome is known),
     absorbing ``exchange_tokens``; ``summarizer_ms`` is the time its summarizer call took."""
 
-    engine: Engine
+    context: Context
     ledger: Ledger
     mode: str
     t0: float
@@ -42,14 +42,20 @@ class PassAttempt:
 
     @classmethod
     def of(
-        cls, engine: Engine, ledger: Ledger, mode: str, t0: float, exchange_tokens: int = 0, summarizer_ms: float = 0.0
+        cls,
+        context: Context,
+        ledger: Ledger,
+        mode: str,
+        t0: float,
+        exchange_tokens: int = 0,
+        summarizer_ms: float = 0.0,
     ) -> PassAttempt:
         """The attempt as the transcript is now."""
-        return cls(engine, ledger, mode, t0, ledger.total, len(ledger.messages), exchange_tokens, summarizer_ms)
+        return cls(context, ledger, mode, t0, ledger.total, len(ledger.messages), exchange_tokens, summarizer_ms)
 
     def result(self, outcome: str, state: RollingSummary, **fields: Any) -> PassResult:
         """The telemetry record (emitted) and the result; ``fields`` with a None value are left out."""
-        eng, ledger = self.engine, self.ledger
+        eng, ledger = self.context, self.ledger
         duration_ms = (eng.clock() - self.t0) * 1000
         threshold = eng.config.threshold_tokens()
         tokens_after = ledger.total

@@ -29,7 +29,7 @@ from ..summarizers import Summarizer, SummarizerAuthError, SummarizerBadOutput
 from ..tokens import Ledger, TokenCounter
 from ..window import Window, head_end, protected_head
 from . import spans
-from .attempt import Engine, PassAttempt
+from .attempt import Context, PassAttempt
 from .defrag import Defrag
 from .passes import Merging
 from .policy import MAX_CATCH_UP_PASSES, CadencePolicy, Fold, MicroPolicy, Moment
@@ -70,7 +70,7 @@ class MicroCompactor:
         self.commit = commit
         self.clock = clock
         self.wall_clock = wall_clock
-        self.engine = Engine(config, counter, session_id, summarizer, clock)
+        self.context = Context(config, counter, session_id, summarizer, clock)
         self.policy: MicroPolicy = policy if policy is not None else CadencePolicy(config)
         self.refusal = Refusal()
         self.merging = Merging(config, summarizer, counter, clock)
@@ -152,7 +152,7 @@ class MicroCompactor:
             return []
         if not self.turn_due(ledger, completed):
             return []
-        return self._guarded(ledger, "turn")
+        return self.run_pass(ledger, "turn")
 
     def turn_due(self, ledger: Ledger, completed: bool = True) -> bool:
         """Advance the turn counter; True when the policy says a turn pass should run now."""
@@ -184,7 +184,7 @@ class MicroCompactor:
         for _ in range(min(fold.passes, MAX_CATCH_UP_PASSES)):
             if fold.low_water is not None and ledger.total <= fold.low_water:
                 break
-            done = self._guarded(ledger, fold.mode)
+            done = self.run_pass(ledger, fold.mode)
             results += done
             if not any(r.outcome in MICRO_ABSORBS for r in done):
                 break
@@ -193,11 +193,9 @@ class MicroCompactor:
     # ------------------------------------------------------------------ one pass
 
     def run_pass(self, ledger: Ledger, mode: str) -> list[PassResult]:
-        """One pass of ``mode`` plus defrag if due, now, whatever the policy says (``micro_compact()``)."""
-        return self._guarded(ledger, mode)
-
-    def _guarded(self, ledger: Ledger, mode: str) -> list[PassResult]:
-        """One pass plus defrag if due; an unexpected error is logged and the transcript left as it was."""
+        """One pass of ``mode`` plus defrag if due, now, whatever the policy says (the policy's folds and
+        ``micro_compact()`` run passes through here); an unexpected error is logged and the transcript left
+        as it was."""
         try:
             results = []
             res = self._pass(ledger, mode)
@@ -230,7 +228,7 @@ class MicroCompactor:
         span, reason = self.select_span(ledger, mode, window)
         if span is None:
             if reason == Outcome.NO_RECLAIM:
-                return self._report(PassAttempt.of(self.engine, ledger, mode, t0), Outcome.NO_RECLAIM)
+                return self._report(PassAttempt.of(self.context, ledger, mode, t0), Outcome.NO_RECLAIM)
             return None
         if self.refusal.error is not None:
             return None  # credentials or quota were refused earlier in this session: never retried
@@ -251,7 +249,7 @@ class MicroCompactor:
         """The quick half: write the event through the store, then apply it and update the state."""
         st, span = self.state, planned.span
         self.largest_pass_tokens = max(self.largest_pass_tokens, planned.read)
-        attempt = PassAttempt.of(self.engine, ledger, planned.mode, planned.t0, span.tokens, planned.summarizer_ms)
+        attempt = PassAttempt.of(self.context, ledger, planned.mode, planned.t0, span.tokens, planned.summarizer_ms)
         if planned.error is not None or planned.summary is None:
             return self._failed(attempt, planned, planned.error or SummarizerBadOutput("no summary"))
         summary = planned.summary
@@ -349,7 +347,7 @@ class MicroCompactor:
         done = ready if ready is not None and ready.text == st.text else self.condense(st.text)
         if done.new == st.text:
             return None  # nothing left to shorten (the ledger's changed files alone): no rewrite
-        attempt = PassAttempt.of(self.engine, ledger, "defrag", t0, 0, done.summarizer_ms)
+        attempt = PassAttempt.of(self.context, ledger, "defrag", t0, 0, done.summarizer_ms)
         new = done.new or ""
         event = Rewrite(st.marker_index, render_micro_marker(new), new)
         if not self._commit(event, ledger.messages):
