@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from microcompact.config import Config, parse_config
 from microcompact.messages import (
     content_text,
     marker_count,
@@ -26,6 +25,7 @@ from microcompact.messages import (
 )
 from microcompact.replay import load_transcript, replay
 from microcompact.session import Session
+from support.builders import config
 from support.paths import NORMALIZED, manifest_sessions
 from support.strategies import head_of, same_head
 
@@ -39,10 +39,6 @@ if not FILES:
 
 def strip(m: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in m.items() if not k.startswith("_")}
-
-
-def config(limit: int) -> Config:
-    return parse_config({"compression": {"micro_compact": True}, "model": {"context_length": limit}})
 
 
 class _Errors(logging.Handler):

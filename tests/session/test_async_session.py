@@ -10,6 +10,7 @@ import asyncio
 import json
 import time
 from collections import Counter
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -17,20 +18,19 @@ import openai
 import pytest
 
 from microcompact import AsyncSession, Session, open_store, summarizer_from
-from microcompact.config import Config, parse_config
+from microcompact.config import parse_config
 from microcompact.messages import TranscriptError, marker_body, marker_kind, to_api
 from microcompact.replay import load_transcript, replay
 from microcompact.session import HistoryDiverged
 from microcompact.tokens import EstimateCounter, TokenCounter
+from support import builders
 from support.chat_server import ChatServer
 from support.paths import NORMALIZED
 
 LATENCY = 0.5
 
 
-def config(**compression: Any) -> Config:
-    base = {"micro_compact": True, "protect_first_n": 1, "micro_compact_max_exchange_tokens": 4000}
-    return parse_config({"compression": {**base, **compression}, "model": {"context_length": 20_000}})
+config = partial(builders.config, protect_first_n=1, micro_compact_max_exchange_tokens=4000)
 
 
 def turn(n: int) -> list[dict[str, Any]]:

@@ -20,19 +20,15 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from microcompact.config import parse_config
 from microcompact.session import Session
 from microcompact.store import SessionBusy, SQLiteStore, open_store
 from microcompact.tokens import EstimateCounter, TokenCounter
+from support.builders import config
 from support.paths import NORMALIZED
 
 SID = "shared"
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 RACE_FILE = NORMALIZED / "cc_ae4a77f8.jsonl"
-
-
-def config():
-    return parse_config({"compression": {"micro_compact": True}, "model": {"context_length": 20_000}})
 
 
 def open_session(store, sid=SID):

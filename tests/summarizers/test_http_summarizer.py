@@ -12,11 +12,11 @@ import logging
 import random
 import string
 import time
+from functools import partial
 from typing import Any
 
 import pytest
 
-from microcompact.config import Config, parse_config
 from microcompact.messages import (
     marker_body,
     marker_count,
@@ -29,6 +29,7 @@ from microcompact.session import Session
 from microcompact.summarizers import BATCH_PROMPT, MERGE_PROMPT, OpenAISummarizer
 from microcompact.telemetry import parse_line
 from microcompact.tokens import EstimateCounter, TokenCounter
+from support import builders
 from support.chat_server import ChatServer, notes
 
 KEY_ENV = "MICROCOMPACT_TEST_HTTP_SUMMARIZER_KEY"
@@ -40,10 +41,8 @@ def _no_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(KEY_ENV, raising=False)
 
 
-def config(**compression: Any) -> Config:
-    base = {"micro_compact": True, "protect_first_n": 3, "micro_compact_max_exchange_tokens": 4000}
-    base.update(compression)
-    return parse_config({"compression": base, "model": {"context_length": 20_000}})  # tail budget 2,000
+# 20K tokens: a tail budget of 2,000
+config = partial(builders.config, protect_first_n=3, micro_compact_max_exchange_tokens=4000)
 
 
 def session(server: ChatServer, *, timeout: float = 2.0, **compression: Any) -> Session:

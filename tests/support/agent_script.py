@@ -19,6 +19,7 @@ from microcompact.config import Config
 from microcompact.messages import Message
 from microcompact.replay import replay
 from microcompact.tokens import TokenCounter, make_text_counter
+from support import builders
 
 CONTEXT_LENGTH = 16_384
 ITERATIONS_PER_TURN = 12
@@ -44,7 +45,7 @@ def tool_path(turn: int, step: int) -> str:
 
 
 def config() -> Config:
-    return Config().with_overrides(compression={"micro_compact": True}, model={"context_length": CONTEXT_LENGTH})
+    return builders.config(CONTEXT_LENGTH)
 
 
 @dataclass
