@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from collections.abc import Iterator
@@ -9,9 +10,6 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import settings
 
-import support.chat_server
-import support.paths
-import support.strategies  # noqa: F401  (aliased below)
 from support import pg as pgserver
 from support.chat_server import ChatServer
 from support.stores import FreshPgDatabase, StoreFactory
@@ -23,11 +21,17 @@ settings.register_profile("ci", max_examples=100)
 settings.register_profile("fast", max_examples=25)
 settings.load_profile("ci")
 
-# Transitional: tests/test_batch.py and tests/test_background_cache_aware.py (being split elsewhere; moved into
-# the folders later) still import these helpers by their old top-level names. Remove this when they import
-# ``support.*`` like every other test file.
-for _old in ("chat_server", "paths", "strategies"):
-    sys.modules.setdefault(_old, sys.modules[f"support.{_old}"])
+# Transitional, while the branches written before tests/support existed merge: their files (and
+# tests/test_batch.py, tests/test_background_cache_aware.py, moved later) import the helpers by their old
+# top-level names. Each old name is the support module itself. Remove this (and the same list in
+# pyproject.toml's isort section) once every test imports ``support.*``.
+OLD_HELPER_NAMES = (
+    "agent_script anthropic_contract anthropic_server chat_server claude_code compaction_runs http_tap "
+    "import_checks numbered_steps paths pg proxy_server router_worker secrets_table serve_process "
+    "server_contract stored_session strategies"
+).split()
+for _old in OLD_HELPER_NAMES:
+    sys.modules.setdefault(_old, importlib.import_module(f"support.{_old}"))
 
 
 @pytest.fixture
