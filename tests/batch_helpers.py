@@ -31,8 +31,8 @@ from microcompact.messages import (
 from microcompact.session import Session
 from microcompact.tokens import EstimateCounter, Ledger, TokenCounter
 from microcompact.window import protected_head, tail_start
-from paths import NORMALIZED
-from strategies import head_of, same_head, units
+from support.paths import NORMALIZED
+from support.strategies import head_of, same_head, units
 
 TRANSCRIPTS = NORMALIZED
 LONGEST = TRANSCRIPTS / "cc_4d5611e5.jsonl"

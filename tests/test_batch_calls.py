@@ -24,7 +24,6 @@ from batch_helpers import (
     opening,
     turn,
 )
-from chat_server import ChatServer
 from microcompact.batch import (
     BatchCompactor,
 )
@@ -36,6 +35,7 @@ from microcompact.messages import (
 from microcompact.session import Session
 from microcompact.summarizers import BATCH_PROMPT, OpenAISummarizer
 from microcompact.tokens import Ledger
+from support.chat_server import ChatServer
 
 # --------------------------------------------------------------------------- faults, over real HTTP
 

@@ -36,7 +36,7 @@ from microcompact.messages import (
 )
 from microcompact.session import Session
 from microcompact.tokens import Ledger
-from strategies import examples, transcripts, units
+from support.strategies import examples, transcripts, units
 
 # --------------------------------------------------------------------------- generated transcripts (hypothesis)
 

@@ -34,7 +34,7 @@ from microcompact.messages import (
     content_text,
 )
 from microcompact.tokens import Ledger
-from strategies import examples
+from support.strategies import examples
 
 # --------------------------------------------------------------------------- prune phase
 

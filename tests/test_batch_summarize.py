@@ -44,7 +44,7 @@ from microcompact.session import Session
 from microcompact.summarizers import BATCH_SECTIONS, ExtractiveSummarizer
 from microcompact.telemetry import parse_line
 from microcompact.tokens import Ledger
-from strategies import units
+from support.strategies import units
 
 # --------------------------------------------------------------------------- the summarize phase
 
