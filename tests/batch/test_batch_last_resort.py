@@ -11,13 +11,6 @@ from typing import Any
 
 import pytest
 
-from batch_helpers import (
-    Scribe,
-    call,
-    config,
-    counter,
-    system,
-)
 from microcompact.config import parse_config
 from microcompact.messages import (
     META_KEY,
@@ -28,6 +21,13 @@ from microcompact.messages import (
 )
 from microcompact.session import Session
 from microcompact.tokens import TokenCounter
+from support.batch_helpers import (
+    Scribe,
+    call,
+    config,
+    counter,
+    system,
+)
 
 
 def six_parallel_reads(tokens_each: int = 4_750) -> list[dict[str, Any]]:

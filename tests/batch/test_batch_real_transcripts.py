@@ -12,15 +12,6 @@ from typing import Any
 
 import pytest
 
-from batch_helpers import (
-    LONGEST,
-    TRANSCRIPTS,
-    Checked,
-    check_markers,
-    config,
-    counter,
-    run_generated,
-)
 from microcompact.config import parse_config
 from microcompact.messages import (
     marker_count,
@@ -32,6 +23,15 @@ from microcompact.replay import load_transcript, replay, summary_json
 from microcompact.session import Session
 from microcompact.summarizers import ExtractiveSummarizer
 from microcompact.telemetry import parse_line
+from support.batch_helpers import (
+    LONGEST,
+    TRANSCRIPTS,
+    Checked,
+    check_markers,
+    config,
+    counter,
+    run_generated,
+)
 
 # --------------------------------------------------------------------------- real transcripts
 
