@@ -36,6 +36,7 @@ from microcompact.batch import (
     shorten_arguments,
 )
 from microcompact.config import Config, parse_config
+from microcompact.contract import role_sequence_errors, user_message_errors
 from microcompact.messages import (
     META_KEY,
     content_text,
@@ -45,9 +46,7 @@ from microcompact.messages import (
     marker_kind,
     render_marker,
     render_micro_marker,
-    role_sequence_errors,
     to_api,
-    user_message_errors,
     user_texts,
 )
 from microcompact.replay import load_transcript, replay, summary_json

@@ -18,13 +18,8 @@ import pytest
 
 from chat_server import ChatServer, notes
 from microcompact.config import Config, parse_config
-from microcompact.messages import (
-    marker_body,
-    marker_count,
-    marker_kind,
-    role_sequence_errors,
-    user_message_errors,
-)
+from microcompact.contract import role_sequence_errors, user_message_errors
+from microcompact.messages import marker_body, marker_count, marker_kind
 from microcompact.redact import REDACTED
 from microcompact.session import Session
 from microcompact.summarizers import BATCH_PROMPT, MERGE_PROMPT, OpenAISummarizer

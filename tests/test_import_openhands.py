@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from import_checks import DATA, assert_replays_keeping_the_contract, cli, import_with_cli, sniffers_of
+from microcompact.contract import role_sequence_errors
 from microcompact.importers import NO_RESULT, import_report, to_epoch
-from microcompact.messages import TranscriptError, role_sequence_errors
+from microcompact.messages import TranscriptError
 
 INTERACTIONS = DATA / "openhands" / "basic_interactions.json"
 GUI_MODE = DATA / "openhands" / "basic_gui_mode_first_events.json"

@@ -21,10 +21,10 @@ from .events import BATCH_COMPACTIONS, Outcome
 from .messages import (
     Message,
     TranscriptError,
-    check_tool_pairing,
     message_shape_errors,
     validate_message,
 )
+from .properties import check_tool_pairing
 from .session import Session
 
 REPAIR_HINT = (

@@ -9,10 +9,10 @@ from .. import jsoninput
 from ..messages import (
     Message,
     TranscriptError,
-    check_tool_pairing,
     message_shape_errors,
     validate_message,
 )
+from ..properties import check_tool_pairing
 from .common import (
     TS_KEY,
     ImportFormat,
