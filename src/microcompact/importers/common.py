@@ -199,7 +199,7 @@ def normalize_tool_calls(calls: Any, where: str, report: ImportReport) -> list[d
 def take_ts(
     source: dict[str, Any], target: Message, keys: Iterable[str] = (TS_KEY, "timestamp", "created_at", "created")
 ) -> None:
-    """Copy the first usable timestamp of ``source`` to ``target['_ts']`` (numbers before 1973 are not times)."""
+    """Copy the first usable timestamp of ``source`` to ``target[TS_KEY]`` (numbers before 1973 are not times)."""
     for key in keys:
         if key in source:
             ts = to_epoch(source[key])
