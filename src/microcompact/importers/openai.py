@@ -28,9 +28,6 @@ from .sniffing import key_paths
 _MESSAGE_KEYS = frozenset({"role", "[].role", "messages"})
 
 
-_OPENAI_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name", "refusal", "audio", "function_call")
-
-
 def import_openai(path: Path, **_: Any) -> ImportReport:
     """Chat-completions messages already: JSONL, a JSON array, or an object with a ``messages`` list.
 
