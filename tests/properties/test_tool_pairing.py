@@ -6,8 +6,8 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 
-from microcompact import tool_pairing_errors as exported_checker
 from microcompact.messages import tool_pairing_errors
+from microcompact.messages import tool_pairing_errors as exported_checker
 from microcompact.properties import TOOL_PAIRING
 from strategies import examples, transcripts
 

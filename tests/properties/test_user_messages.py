@@ -7,8 +7,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from microcompact import user_message_errors as exported_checker
 from microcompact.messages import render_micro_marker, user_message_errors
+from microcompact.messages import user_message_errors as exported_checker
 from microcompact.properties import USER_MESSAGES, absorbable
 from strategies import examples, transcripts
 
