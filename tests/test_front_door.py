@@ -42,7 +42,7 @@ from microcompact import (
     summarizer_from,
     to_api,
 )
-from paths import NORMALIZED
+from support.paths import NORMALIZED
 
 FRONT_DOOR = {
     "Session",
