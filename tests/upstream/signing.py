@@ -132,7 +132,9 @@ def check(body: dict[str, Any], headers: dict[str, str]) -> Verdict:
                 first_kind = first_kind or str(block["type"])
     asked, beta = _asks_drop(body, headers)
     if asked and not beta:
-        verdict.refusal = f"thinking.block_binding: This setting requires the value `{BINDING_BETA}` in the `anthropic-beta` header."
+        verdict.refusal = (
+            f"thinking.block_binding: This setting requires the value `{BINDING_BETA}` in the `anthropic-beta` header."
+        )
     elif verdict.invalid and not asked:
         verdict.refusal = binding_message(verdict.invalid[0], first_kind)
     elif verdict.invalid:

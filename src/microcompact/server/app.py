@@ -272,7 +272,7 @@ class Proxy:
             await response.aclose()
             attempt = next(retries, None) if is_binding_refusal(response.status_code, refusal) else None
             if attempt is None:
-                return httpx.Response(400, headers=response.headers, content=refusal)
+                return httpx.Response(400, headers=response.headers, stream=httpx.ByteStream(refusal))
             retry = httpx.Request(first.method, first.url, headers=plan.upstream_headers(sent), content=attempt.content)
             response = await self.client.send(retry, stream=True)
         plan.answered(response.status_code)
