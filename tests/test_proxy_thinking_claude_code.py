@@ -8,7 +8,6 @@ printed (``pytest -s``)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest

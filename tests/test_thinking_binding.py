@@ -225,10 +225,10 @@ def binding_refusals(count: int, marked_only: bool = True):  # type: ignore[no-u
 def test_an_unknown_model_refused_anyway_is_retried_without_the_changed_parts_thinking(tmp_path: Path) -> None:
     """A model of no listed family (``keep``) behind an upstream that binds every model: each refusal is
     retried once with all thinking removed from the changed part, which the upstream accepts."""
-    with SigningUpstream(NumberedSteps("k", STEPS, lines=LINES), binding=lambda model: True) as upstream:
-        with ProxyServer(upstream.base_url, tmp_path / "s.db", config=config_with(None)) as proxy:
-            loop = tool_loop(proxy.base_url, STEPS, stream=True, extra_body={"model": "claude-unknown-9"})
-            page = proxy.proxy.metrics.render()
+    upstream = SigningUpstream(NumberedSteps("k", STEPS, lines=LINES), binding=lambda model: True)
+    with upstream, ProxyServer(upstream.base_url, tmp_path / "s.db", config=config_with(None)) as proxy:
+        loop = tool_loop(proxy.base_url, STEPS, stream=True, extra_body={"model": "claude-unknown-9"})
+        page = proxy.proxy.metrics.render()
     refused = upstream.refused()
     assert loop.final == "Run k: all steps are done." and set(loop.statuses) == {200}, "the client saw no error"
     retried = [h for h in loop.headers if h.get("x-microcompact-thinking-retry") == "stripped"]

@@ -149,7 +149,7 @@ def empty_message_problem(body: dict[str, Any]) -> str | None:
             continue
         final_assistant = i == len(messages) - 1 and message.get("role") == "assistant"
         if message.get("content") in ([], "") and not final_assistant:
-            return f"messages.{i}: all messages must have non-empty content except for the optional final assistant message"
+            return f"messages.{i}: all messages must have non-empty content except for the optional final assistant message"  # noqa: E501
     return None
 
 
