@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from anthropic_contract import marker_texts
+from anthropic_contract import binds_thinking, marker_texts, thinking_errors
 from microcompact.config import Config
 from microcompact.server.run import proxy_config
 from microcompact.server.thinking import BINDING_BETA, family_of, merged_beta, without_thinking
@@ -355,3 +355,26 @@ def test_removing_thinking_never_sends_an_empty_assistant_message() -> None:
     out, removed = without_thinking(messages, len(messages))
     assert removed == 2 and [m["role"] for m in out] == ["user", "assistant", "user"]
     assert out[1]["content"] == [{"type": "text", "text": "c"}]
+
+
+def _turns(n: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [{"role": "user", "content": PROMPT}]
+    for k in range(n):
+        thought = {"type": "thinking", "thinking": f"t{k}", "signature": f"s{k}"}
+        call = {"type": "tool_use", "id": f"toolu_{k}", "name": "Bash", "input": {}}
+        out.append({"role": "assistant", "content": [thought, call]})
+        out.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{k}", "content": "ok"}]})
+    return out
+
+
+def test_the_contract_lets_a_binding_model_leave_out_the_oldest_turns_thinking_only() -> None:
+    client = _turns(4)
+    start = [strip_thinking(m) if m["role"] == "assistant" and i < 5 else m for i, m in enumerate(client)]
+    middle = [strip_thinking(m) if i == 3 else m for i, m in enumerate(client)]
+    forged = copy.deepcopy(client)
+    forged[3]["content"][0]["signature"] = "forged"
+    assert thinking_errors(client, start, removable=True) == []
+    assert any("left out between" in e for e in thinking_errors(client, middle, removable=True))
+    assert any("is not the client's" in e for e in thinking_errors(client, forged, removable=True))
+    assert any("is not the client's" in e for e in thinking_errors(client, start, removable=False))
+    assert binds_thinking(MODEL) and not binds_thinking("claude-sonnet-4-5")
