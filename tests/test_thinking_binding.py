@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -161,8 +162,9 @@ def first_prompt_kept(record: RecordedRequest) -> bool:
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
 @pytest.mark.parametrize("mode", [None, "drop_block"], ids=["default-remove", "drop_block"])
 def test_sdk_tool_loop_with_thinking_through_the_proxy_is_never_refused(
-    tmp_path: Path, stream: bool, mode: str | None
+    tmp_path: Path, stream: bool, mode: str | None, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="microcompact.telemetry")
     with SigningUpstream(NumberedSteps("s", STEPS, lines=LINES)) as upstream:
         with ProxyServer(upstream.base_url, tmp_path / "s.db", config=config_with(mode)) as proxy:
             loop = tool_loop(
@@ -181,6 +183,9 @@ def test_sdk_tool_loop_with_thinking_through_the_proxy_is_never_refused(
     told = sum(int(h.get(header, 0)) for h in loop.headers)
     action = "removed" if mode is None else "dropped"
     assert told > 0 and f'microcompact_thinking_blocks_total{{action="{action}"}} {told}' in page
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("thinking compaction telemetry: ")]
+    last = json.loads(lines[-1].split(": ", 1)[1])
+    assert last[f"{action}_total"] == told, "the telemetry line carries the session's running total"
     if mode is None:
         assert all(not v.invalid for v in verdicts), "every block that went up was valid"
         assert all(
