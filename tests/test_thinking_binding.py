@@ -198,6 +198,25 @@ def test_sdk_tool_loop_with_thinking_through_the_proxy_is_never_refused(
         assert all(r.body["thinking"]["type"] == "adaptive" for r in asked), "the client's own settings kept"
 
 
+def test_count_tokens_of_a_compacted_conversation_sends_no_stale_block(tmp_path: Path) -> None:
+    with SigningUpstream(NumberedSteps("c", STEPS, lines=LINES)) as upstream:
+        with ProxyServer(upstream.base_url, tmp_path / "s.db", config=config_with(None)) as proxy:
+            loop = tool_loop(proxy.base_url, STEPS, stream=False)
+            proxy.settle()
+            body = {k: v for k, v in request(loop.messages).items() if k != "max_tokens"}
+            answer = httpx.post(
+                f"{proxy.base_url}/v1/messages/count_tokens",
+                json=body,
+                headers={"anthropic-version": "2023-06-01", "x-api-key": "k"},
+                timeout=30,
+            )
+            page = proxy.proxy.metrics.render()
+        counted = [r for r in upstream.requests if r.path == "/v1/messages/count_tokens"]
+    assert answer.status_code == 200, answer.text
+    assert marker_texts(counted[0].messages), "the compacted view was counted"
+    assert 'microcompact_thinking_refusals_retried_total{retry="stripped"} 0' in page
+
+
 def test_a_request_forwarded_unchanged_keeps_every_block(tmp_path: Path) -> None:
     with SigningUpstream(NumberedSteps("u", 4, lines=20)) as upstream:
         with ProxyServer(upstream.base_url, tmp_path / "s.db", config=config_with(None)) as proxy:

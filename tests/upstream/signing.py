@@ -25,10 +25,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from starlette.requests import Request
+
 from . import anthropic_wire
+from .body import ScriptedBody
 from .recorded import RecordedRequest, Script
 from .replies import Answer, Block, Fault, RedactedThinking, Reply, Thinking
 from .server import ScriptedUpstream
+from .usage import prompt_tokens
 
 BINDING_BETA = "thinking-binding-controls-2026-08-01"
 BINDING_FAMILIES = ("fable-5-1", "fable-5-2", "mythos-5-1", "mythos-5-2", "opus-5-5", "sonnet-5-5", "haiku-5-5")
@@ -204,6 +208,18 @@ class SigningUpstream(ScriptedUpstream):
                 if verdict.refusal:
                     return Fault(status=400, error_type="invalid_request_error", message=verdict.refusal)
         return super()._next_answer(record)
+
+    async def _count_tokens(self, request: Request) -> ScriptedBody:
+        """count_tokens runs the same prefix check (a request that sends blocks back)."""
+        record = await self._record(request)
+        if not isinstance(record.body, dict):
+            return self._error(record, 400, "The request body is not valid JSON.", "invalid_request_error")
+        if self.binding(record.body.get("model")):
+            verdict = check(record.body, record.headers)
+            if verdict.refusal:
+                return self._error(record, 400, verdict.refusal, "invalid_request_error")
+        payload = json.dumps({"input_tokens": prompt_tokens(record.body, self.overhead)}).encode()
+        return self._body(record, 200, self._headers(record, "application/json"), [payload])
 
     def _render_anthropic(self, record: RecordedRequest, reply: Reply) -> list[bytes]:
         return super()._render_anthropic(record, signed(record.body, reply, record.number))

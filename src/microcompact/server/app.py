@@ -15,6 +15,7 @@ The event loop only parses, forwards and copies bytes; engine work runs on worke
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import json
 import logging
@@ -44,7 +45,6 @@ from .provider import Provider, stripped
 from .session_key import session_key
 from .thinking import ThinkingGuard, ThinkingPlan, is_binding_refusal
 from .usage_tap import UsageTap
-from .view import unchanged
 
 log = logging.getLogger("microcompact")
 
@@ -164,8 +164,10 @@ class Proxy:
         except BadRequest as exc:
             return self._answer(ANTHROPIC.name, 400, str(exc))
         messages = await anyio.to_thread.run_sync(self.compaction.view_for_count, ANTHROPIC, body, key, history)
-        content = raw if unchanged(history, messages) else _body(body, messages)
-        return await self._forward(request, ANTHROPIC, content, started, None, {})
+        plan = await anyio.to_thread.run_sync(
+            functools.partial(self.thinking.plan, ANTHROPIC.name, key, body, history, messages, raw, _body, count=True)
+        )
+        return await self._forward(request, ANTHROPIC, plan.first.content, started, None, {}, plan)
 
     async def passthrough(self, request: Request) -> Response:
         started = time.perf_counter()

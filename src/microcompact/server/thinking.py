@@ -187,12 +187,14 @@ class ThinkingPlan:
     first: Attempt
     changed_from: int | None  # the first changed position, None when the request goes as it came
     dump: Dump
+    count: bool = False  # a count_tokens request: nothing counted, and its answer binds no reply
     current: Attempt = field(init=False)
     headers: dict[str, str] = field(default_factory=dict)  # response headers this plan adds
 
     def __post_init__(self) -> None:
         self.current = self.first
-        self.headers.update(self.guard.counted(self.key, self.first))
+        if not self.count:
+            self.headers.update(self.guard.counted(self.key, self.first))
 
     @property
     def fell_back(self) -> bool:
@@ -211,7 +213,7 @@ class ThinkingPlan:
 
     def _now(self, attempt: Attempt) -> Attempt:
         self.current = attempt
-        self.guard.retrying(self.key, attempt)
+        self.guard.retrying(self.key, attempt, self.count)
         self.headers[RETRY_HEADER] = attempt.label
         return attempt
 
@@ -220,7 +222,7 @@ class ThinkingPlan:
 
     def answered(self, status: int) -> None:
         """The upstream answered ``status`` to the current attempt: a success binds its reply to its prefix."""
-        if status < 400:
+        if status < 400 and not self.count:
             self.guard.remember(self.body, self.current.messages)
 
 
@@ -268,16 +270,18 @@ class ThinkingGuard:
         outgoing: list[Message],
         raw: bytes,
         dump: Dump,
+        count: bool = False,
     ) -> ThinkingPlan:
         """What to send for a request whose compacted messages are ``outgoing`` (``history`` itself when
-        the proxy changed nothing)."""
+        the proxy changed nothing); ``count``: a count_tokens request (the same blocks go, nothing counted)."""
         if _same(history, outgoing):
-            return ThinkingPlan(self, key, body, history, raw, Attempt("first", raw, history), None, dump)
+            return ThinkingPlan(self, key, body, history, raw, Attempt("first", raw, history), None, dump, count)
         mode = self.mode_for(body.get("model")) if api == "anthropic" else "keep"
         changed = first_change(history, outgoing)
         stale = self._stale(body, history, outgoing, changed) if mode != "keep" else []
         first = self._first(mode, body, outgoing, stale, dump)
-        return ThinkingPlan(self, key, body, history, raw, first, changed if api == "anthropic" else None, dump)
+        changed_from = changed if api == "anthropic" else None
+        return ThinkingPlan(self, key, body, history, raw, first, changed_from, dump, count)
 
     def _stale(self, body: dict[str, Any], history: list[Message], outgoing: list[Message], changed: int) -> list[int]:
         """Positions of the messages whose thinking the upstream would refuse: from the first change on,
@@ -330,7 +334,9 @@ class ThinkingGuard:
         emit("thinking", {"event": "thinking_blocks", "session_key": key, kind: n, f"{kind}_total": totals})
         return {REMOVED_HEADER if kind == "removed" else DROPPED_HEADER: str(n)}
 
-    def retrying(self, key: str, attempt: Attempt) -> None:
+    def retrying(self, key: str, attempt: Attempt, count: bool = False) -> None:
+        if count:
+            return
         self.metrics.thinking_event(f"refusals_retried_{attempt.label}")
         total = self._session(key, "refusals_retried", 1)
         log.warning(
