@@ -352,7 +352,13 @@ class Proxy:
         return self._answer(api, 401, f"microcompact: this proxy needs its key in the {PROXY_KEY_HEADER} header")
 
     def _answer(self, api: str, status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+        """The proxy's own error answer; without a mode of its own it says passthrough, and why: the
+        request went nowhere (a bad request, a missing proxy key, a failure of the proxy)."""
         self.metrics.request(api, status)
+        if headers is None or MODE_HEADER not in headers:
+            reason = {400: "invalid_request", 401: "proxy_key"}.get(status, "proxy_error")
+            self.metrics.mode(api, "passthrough", reason)
+            headers = {**(headers or {}), MODE_HEADER: mode(reason)}
         return error_response(api, status, message, headers)
 
     @property
