@@ -237,3 +237,20 @@ def test_reasoning_items_and_unknown_items_stay_where_they_were(
         "assistant",
         "user",
     ]
+
+
+def test_a_passthrough_is_logged_once_per_conversation(
+    responses_upstream: ResponsesUpstream, proxy: ProxyServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = _client(proxy)
+    first = client.responses.create(model="gpt-test", input="Start.")
+    caplog.set_level("WARNING", logger="microcompact")
+    for conversation in ("codex-a", "codex-a", "codex-a", "codex-b"):
+        client.responses.create(
+            model="gpt-test", input="More.", previous_response_id=first.id, extra_headers={"session-id": conversation}
+        )
+    lines = [r.getMessage() for r in caplog.records if "uncompacted" in r.getMessage()]
+    assert lines == [
+        "Proxy: passing conversation codex-a through uncompacted (previous_response_id)",
+        "Proxy: passing conversation codex-b through uncompacted (previous_response_id)",
+    ]

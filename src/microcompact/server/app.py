@@ -236,7 +236,7 @@ class Proxy:
             body, history = _parse(provider, raw)
             reason = provider.passthrough_reason(body)
             if reason is not None:
-                headers = self._passthrough(provider.name, reason, request.headers.get("x-microcompact-session", ""))
+                headers = self._passthrough(provider.name, reason, _conversation_hint(request, body))
                 return await self._forward(request, provider, raw, started, None, headers)
             key = session_key(request.headers, provider.name, stripped(provider.key_material(body)))
             prepared = await anyio.to_thread.run_sync(self.compaction.prepare, provider, body, key, history)
@@ -381,6 +381,16 @@ def _parse(provider: Provider, raw: bytes) -> tuple[dict[str, Any], list[Any]]:
         except (ValueError, RecursionError):
             raise BadRequest(f"the request body is not valid JSON ({exc})") from None
     return body, provider.history(body)
+
+
+def _conversation_hint(request: Request, body: dict[str, Any]) -> str:
+    """What names a passed-through conversation in the log (its history is not here to digest): the
+    client's session header (Codex sends ``session-id``), else its prompt cache key, else nothing."""
+    for name in ("x-microcompact-session", "x-claude-code-session-id", "session-id"):
+        if request.headers.get(name):
+            return f"conversation {request.headers[name][:200]}"
+    cache_key = body.get("prompt_cache_key")
+    return f"conversation {cache_key[:200]}" if isinstance(cache_key, str) and cache_key else ""
 
 
 def _tokens_saved(counted_tokens: int, sent_by_client: int, forwarded: int) -> int:
