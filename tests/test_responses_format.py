@@ -35,7 +35,7 @@ def step(draw: st.DrawFn, n: int) -> list[dict[str, Any]]:
     if draw(st.booleans()):
         text = [{"type": "output_text", "text": draw(st.text(min_size=1, max_size=40))}]
         items.append({"type": "message", "role": "assistant", "id": f"msg_{n}", "content": text})
-    outputs = []
+    outputs: list[dict[str, Any]] = []
     for c in range(draw(st.integers(1, 2))):
         kind, cid = draw(st.sampled_from(CALL_KINDS)), f"call_{n}_{c}"
         if kind == "function_call":
@@ -47,8 +47,8 @@ def step(draw: st.DrawFn, n: int) -> list[dict[str, Any]]:
                 {"type": kind, "call_id": cid, "id": f"lsh_{n}", "action": {"type": "exec", "command": ["ls"]}}
             )
         output = draw(st.sampled_from(["short", "long", "long"]))
-        text = draw(words_text(20, 4000)) if output == "long" else "ok"
-        outputs.append({"type": kind.replace("_call", "_call_output"), "call_id": cid, "output": text})
+        result = draw(words_text(20, 4000)) if output == "long" else "ok"
+        outputs.append({"type": kind.replace("_call", "_call_output"), "call_id": cid, "output": result})
     return items + outputs
 
 
