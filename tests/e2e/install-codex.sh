@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the pinned Codex CLI (tests/e2e/codex/package-lock.json) for tests/test_proxy_codex.py.
+# Installs the pinned Codex CLI (tests/e2e/codex/package-lock.json) for tests/proxy/test_proxy_codex.py.
 # Idempotent: when the pinned version is already installed and runs, it returns at once without npm.
 # Needs npm and the npm registry only: the native binary ships as an npm package (~400 MB unpacked).
 set -euo pipefail

@@ -13,7 +13,7 @@ import openai
 import pytest
 
 from microcompact.messages import MARKER_PREFIX
-from proxy_server import ProxyServer
+from support.proxy_server import ProxyServer
 from upstream import Reply, Text, Thinking
 from upstream.responses_server import ResponsesToolLoop, ResponsesUpstream
 

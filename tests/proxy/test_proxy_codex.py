@@ -22,12 +22,12 @@ from typing import Any
 
 import pytest
 
-from codex_cli import API_KEY, CodexRun, run_codex, unavailable_reason
-from http_tap import Exchange, TapRelay
 from microcompact.messages import MARKER_PREFIX
 from microcompact.server.responses_format import grouped
-from serve_process import ServeProcess
-from stored_session import stored_session_errors
+from support.codex_cli import API_KEY, CodexRun, run_codex, unavailable_reason
+from support.http_tap import Exchange, TapRelay
+from support.serve_process import ServeProcess
+from support.stored_session import stored_session_errors
 from upstream import RecordedRequest
 from upstream.responses_server import ResponsesToolLoop, ResponsesUpstream, last_call_step
 

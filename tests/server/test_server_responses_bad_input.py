@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy_server import ProxyServer
+from support.proxy_server import ProxyServer
 from upstream.responses_server import ResponsesUpstream
 
 SESSION = {"x-microcompact-session": "bad-input-conversation"}

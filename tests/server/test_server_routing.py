@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from microcompact.server import ProxySettings
 from microcompact.server.routes import CREDENTIALS
-from proxy_server import ProxyServer
-from recording_upstream import Received, RecordingUpstream
+from support.proxy_server import ProxyServer
+from support.recording_upstream import Received, RecordingUpstream
 
 OPENAI_KEY, ANTHROPIC_KEY, GOOGLE_KEY = "sk-openai-ROUTING", "sk-ant-ROUTING", "goog-ROUTING"
 BEARER = {"authorization": f"Bearer {OPENAI_KEY}"}

@@ -17,7 +17,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-INSTALL_DIR = Path(__file__).parent / "e2e" / "codex"
+INSTALL_DIR = Path(__file__).parents[1] / "e2e" / "codex"
 INSTALL_SCRIPT = "tests/e2e/install-codex.sh"
 BIN_ENV = "MICROCOMPACT_CODEX_BIN"  # an explicit path to a codex binary overrides the pinned install
 API_KEY = "sk-codex-e2e-dummy"

@@ -20,7 +20,7 @@ from microcompact.server.metrics import Metrics
 from microcompact.server.responses_format import GROUP, ResponsesFormat, flatten, kind_of, pairing_problem
 from microcompact.server.run import proxy_config
 from microcompact.store import open_store
-from strategies import examples, words_text
+from support.strategies import examples, words_text
 
 R = ResponsesFormat()
 CALL_KINDS = ("function_call", "custom_tool_call", "local_shell_call")
