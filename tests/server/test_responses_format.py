@@ -13,7 +13,8 @@ import orjson
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from microcompact.messages import tool_pairing_errors, validate_message
+from microcompact.messages import validate_message
+from microcompact.properties import tool_pairing_errors
 from microcompact.router import SessionRouter
 from microcompact.server.compaction import Compaction
 from microcompact.server.metrics import Metrics
