@@ -205,6 +205,6 @@ def test_no_path_and_no_credential_set_sends_a_key_to_another_provider(
         assert not FOREIGN_TO_OPENAI & set(seen.headers), seen
         assert ANTHROPIC_KEY not in str(seen) and GOOGLE_KEY not in str(seen), seen
         assert seen.path.startswith("/v1/"), seen
-    if "x-goog-api-key" in sent and openai + anthropic:
-        # a Google key on a shared resource (models, files) is Gemini's: not served, never forwarded
+    if "x-goog-api-key" in sent and not {"x-api-key", "anthropic-version"} & sent and openai + anthropic:
+        # a Google key (with no Anthropic header) on a shared resource is Gemini's: not served, never forwarded
         assert (segments[1:2] if segments[:1] == ["v1"] else segments[:1])[0] not in ("models", "files")
