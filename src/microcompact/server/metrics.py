@@ -44,6 +44,7 @@ class Metrics:
         self.degraded: Counter[str] = Counter()
         self.tokens_saved = 0
         self.thinking: Counter[str] = Counter()  # thinking blocks removed or left to drop, binding refusals retried
+        self.modes: Counter[tuple[str, str, str]] = Counter()  # (api, mode, passthrough reason or "")
         self.occupancy = Histogram(OCCUPANCY_BUCKETS)
         self.overhead = Histogram(OVERHEAD_BUCKETS)
 
@@ -68,6 +69,11 @@ class Metrics:
     def thinking_event(self, name: str, n: int = 1) -> None:
         with self._lock:
             self.thinking[name] += n
+
+    def mode(self, api: str, mode: str, reason: str) -> None:
+        """One answer's X-Microcompact-Mode: ``compacted``, or ``passthrough`` and why."""
+        with self._lock:
+            self.modes[(api, mode, reason)] += 1
 
     def proxy_overhead(self, seconds: float) -> None:
         with self._lock:
@@ -101,6 +107,12 @@ class Metrics:
                 "# HELP microcompact_occupancy_percent Prompt size as a percentage of the compaction threshold.",
                 "# TYPE microcompact_occupancy_percent histogram",
                 *self.occupancy.lines("microcompact_occupancy_percent"),
+                "# HELP microcompact_mode_total Answers by X-Microcompact-Mode (compacted, or passthrough and why).",
+                "# TYPE microcompact_mode_total counter",
+                *(
+                    f'microcompact_mode_total{{api="{api}",mode="{mode}",reason="{reason}"}} {n}'
+                    for (api, mode, reason), n in sorted(self.modes.items())
+                ),
                 "# HELP microcompact_proxy_overhead_seconds Time in the proxy before the upstream request is sent.",
                 "# TYPE microcompact_proxy_overhead_seconds histogram",
                 *self.overhead.lines("microcompact_proxy_overhead_seconds"),
