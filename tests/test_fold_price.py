@@ -87,6 +87,7 @@ def test_the_rule_switches_at_the_cycle_optimum(preset):
     assert 10_000 < optimum < 150_000
     assert not decide(quote(int(optimum * 0.9), kept), p, WARM).fold
     assert decide(quote(int(optimum * 1.1), kept), p, WARM).fold
+
     # the optimum minimises the cost per request of a cycle grown by D above the kept part
     def per_request(d: float) -> float:
         return p.read_price * d / 2 + p.rewrite_premium * kept * GROWTH / d

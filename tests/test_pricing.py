@@ -58,7 +58,9 @@ def test_prompt_and_summarizer_costs_in_dollars():
     st.booleans(),
 )
 def test_a_token_written_never_costs_less_than_one_read_when_writes_are_dearer(inp, read, write, r, w, premium):
-    p = CachePricing(input=inp, cached_read=min(read, inp), cache_write=max(write, inp), output=1, write_premium=premium)
+    p = CachePricing(
+        input=inp, cached_read=min(read, inp), cache_write=max(write, inp), output=1, write_premium=premium
+    )
     assert p.rewrite_premium >= 0
     assert p.prompt_cost(r, w) <= p.prompt_cost(0, r + w) + 1e-9
 

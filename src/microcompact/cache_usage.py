@@ -18,6 +18,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from .pricing import CachePricing
+
 log = logging.getLogger("microcompact")
 
 RECENT_REPORTS = 16  # reports kept per session: enough for a rate, small enough to follow a change
@@ -53,7 +55,7 @@ def usage_count(value: Any, name: str, where: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        log.warning("%s: ignoring usage field %s=%r (not a token count)", where, name, _shown(value))
+        log.warning("%s: ignoring usage field %s=%s (not a token count)", where, name, _shown(value))
         return None
     return value
 
@@ -156,4 +158,39 @@ class CacheObservations:
         return sum(steps) / len(steps) if steps else None
 
 
-__all__ = ["CacheObservations", "UsageReport", "checked_report", "usage_count"]
+class SessionBill:
+    """What a session's requests cost as the provider billed them, and what the same requests would have
+    cost uncompacted: the counterfactual the session's own usage implies (the client's full prompt, its
+    cache reading the previous full prompt when the real one read anything, writing the rest)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.spent = 0.0
+        self.uncompacted = 0.0
+        self._previous_full: int | None = None
+
+    def add(self, pricing: CachePricing, report: UsageReport, full_prompt_tokens: int) -> tuple[float, float]:
+        """Bill one request (``full_prompt_tokens``: its prompt had it not been compacted); returns the
+        request's (spent, uncompacted) dollars."""
+        read = report.cache_read_tokens or 0
+        written = report.cache_write_tokens if report.cache_write_tokens is not None else None
+        if written is None:  # automatic caching: what is not read is written (premium) or plain input
+            spent = pricing.prompt_cost(read, report.prompt_tokens - read)
+        else:
+            spent = pricing.prompt_cost(read, written, report.prompt_tokens - read - written)
+        full = max(full_prompt_tokens, report.prompt_tokens)
+        with self._lock:
+            warm = bool(read) and self._previous_full is not None
+            full_read = min(self._previous_full or 0, full) if warm else 0
+            self._previous_full = full
+            uncompacted = pricing.prompt_cost(full_read, full - full_read)
+            self.spent += spent
+            self.uncompacted += uncompacted
+        return spent, uncompacted
+
+    def add_summarizer(self, pricing: CachePricing, input_tokens: int, output_tokens: int) -> None:
+        with self._lock:
+            self.spent += pricing.summarizer_cost(input_tokens, output_tokens)
+
+
+__all__ = ["CacheObservations", "SessionBill", "UsageReport", "checked_report", "usage_count"]

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from . import carry
 from .background import BackgroundPasses
 from .batch import BatchCompactor, BatchResult
+from .cache_usage import CacheObservations, checked_report
 from .config import Config
 from .events import Outcome
 from .identity import (
@@ -211,6 +212,7 @@ class Session:
             self.config, self.summarizer, self.counter, session_id=self.session_id, commit=commit
         )
         self._micro_passes_at_last_batch = 0
+        self.cache = CacheObservations()  # what the provider's cache did, as its responses reported (record_usage)
         self.background = BackgroundPasses(self.micro) if self.config.compression.micro_compact_background else None
         # Messages appended but not yet written to the store (each is written once, in order).
         self._unflushed: list[Message] = [m for m in self.ledger.messages if "_row" not in m] if store else []
@@ -423,11 +425,31 @@ class Session:
         with self._lock:
             return occupancy_pct(self.counter.estimate_prompt(self.ledger.total), self.config.threshold_tokens())
 
-    def record_usage(self, prompt_tokens: int | None) -> None:
-        """Calibrate token estimates with the provider's ``usage.prompt_tokens`` for the last request."""
-        if prompt_tokens:
-            with self._lock:
-                self.counter.calibrate(self.ledger.total, int(prompt_tokens))
+    def record_usage(
+        self,
+        prompt_tokens: int | None,
+        *,
+        cache_read_tokens: int | None = None,
+        cache_write_tokens: int | None = None,
+    ) -> None:
+        """Calibrate token estimates with the provider's ``usage.prompt_tokens`` for the last request, and
+        note what its cache did: ``cache_read_tokens`` (Anthropic ``cache_read_input_tokens``, OpenAI
+        ``prompt_tokens_details.cached_tokens``) and ``cache_write_tokens`` (Anthropic
+        ``cache_creation_input_tokens``), whole prompt included (``prompt_tokens`` = input + read + written).
+        A figure that is not a count or exceeds the prompt is ignored with one log line."""
+        if not prompt_tokens:
+            return
+        with self._lock:
+            self.counter.calibrate(self.ledger.total, int(prompt_tokens))
+        report = checked_report(
+            int(prompt_tokens),
+            cache_read_tokens,
+            cache_write_tokens,
+            at=self.micro.wall_clock(),
+            where=f"session {self.session_id} record_usage",
+        )
+        if report is not None:
+            self.cache.record(report)
 
     # ------------------------------------------------------------------ full history in, compacted view out
 
