@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import re
 import shutil
 import sys
@@ -109,10 +110,13 @@ class CostSteps:
                 self._seen.add(call)
                 return self.done + 1
             return self.done
-        blocks = last.get("content") if isinstance(last.get("content"), list) else []
-        ids = [b.get("tool_use_id", "") for b in blocks if isinstance(b, dict) and b.get("type") == "tool_result"]
-        found = re.fullmatch(rf"toolu_{self.run}_(\d+)", ids[-1]) if ids else None
-        return int(found.group(1)) if found else 0
+        for message in reversed(request.messages[-4:]):  # after its compaction Claude Code sends text last
+            blocks = message.get("content") if isinstance(message.get("content"), list) else []
+            ids = [b.get("tool_use_id", "") for b in blocks if isinstance(b, dict) and b.get("type") == "tool_result"]
+            found = re.fullmatch(rf"toolu_{self.run}_(\d+)", ids[-1]) if ids else None
+            if found:
+                return int(found.group(1))
+        return 0
 
     def __call__(self, request: RecordedRequest) -> Reply:
         if not offers_tool(request.body, "Bash"):
@@ -395,6 +399,7 @@ def main() -> None:
     parser.add_argument("--routes", default=",".join(ROUTES))
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, stores)")
     args = parser.parse_args()
+    os.environ.setdefault("BENCH_SUMMARIZER_KEY", "sk-bench-summarizer")  # the scripted summarizer takes any key
     work = Path(tempfile.mkdtemp(prefix="bench-cost-"))
     rows: list[Row] = []
     try:

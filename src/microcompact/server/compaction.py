@@ -28,6 +28,7 @@ from ..messages import Message, TranscriptError
 from ..router import SessionRouter
 from ..session import Session
 from ..store import StoreError
+from ..telemetry import emit
 from .errors import BadRequest
 from .metrics import Metrics
 from .provider import Provider, identity_form
@@ -200,8 +201,24 @@ class Compaction:
         pricing = session.config.cache_pricing(prepared.api)
         if pricing is not None:
             bill = self.bills.setdefault(session.session_id, SessionBill())
-            spent, uncompacted = bill.add(pricing, usage, round(usage.prompt_tokens * max(1.0, prepared.full_ratio)))
+            full = round(usage.prompt_tokens * max(1.0, prepared.full_ratio))
+            spent, uncompacted = bill.add(pricing, usage, full)
             self.metrics.cost(spent, uncompacted)
+            emit(
+                "cost",
+                {
+                    "event": "proxy_cost",
+                    "session_id": session.session_id,
+                    "pricing": pricing.name,
+                    "prompt_tokens": usage.prompt_tokens,
+                    "uncompacted_tokens": full,
+                    "cache_read_tokens": usage.cache_read_tokens,
+                    "cache_write_tokens": usage.cache_write_tokens,
+                    "folded": prepared.folded,
+                    "spent": round(spent, 6),
+                    "uncompacted": round(uncompacted, 6),
+                },
+            )
 
     # ------------------------------------------------------------------ internals
 
