@@ -74,6 +74,9 @@ class CompressionConfig(_Strict):
     micro_compact_background: bool = False
     micro_compact_cache_ttl_seconds: float | None = Field(None, gt=0, le=86_400)
     micro_compact_max_occupancy_pct: float = Field(60.0, gt=0, le=100)
+    micro_compact_schedule: Literal["auto", "cadence", "price"] = Field(
+        "auto", description="price: fold when it pays (microcompact.fold_price); auto: price when one is known"
+    )
     micro_compact_low_water_tokens: int | None = Field(
         None, ge=0, le=10_000_000, description="price policy: history a fold keeps verbatim; unset = derived"
     )
