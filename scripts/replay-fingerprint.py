@@ -19,7 +19,17 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TRANSCRIPTS = ROOT.parent / "shared" / "transcripts" / "normalized"
+
+
+def transcripts_dir() -> Path:
+    """``shared/transcripts/normalized`` beside the checkout, or beside a folder above it (a worktree)."""
+    for base in ROOT.parents:
+        found = base / "shared" / "transcripts" / "normalized"
+        if found.is_dir():
+            return found
+    raise SystemExit("replay-fingerprint: no shared/transcripts/normalized beside this checkout")
+
+
 RUNS = [(limit, []) for limit in (32000, 64000, 200000)] + [(32000, ["--no-micro"])]
 TIMING = re.compile(r"(_ms|_seconds|elapsed)(_total)?$")
 LOG_PREFIX = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ ")
@@ -53,7 +63,7 @@ def main() -> int:
     out_dir = Path(sys.argv[1])
     exe = shutil.which("microcompact") or str(ROOT / ".venv" / "bin" / "microcompact")
     out_dir.mkdir(parents=True, exist_ok=True)
-    for transcript in sorted(TRANSCRIPTS.glob("*.jsonl")):
+    for transcript in sorted(transcripts_dir().glob("*.jsonl")):
         for limit, extra in RUNS:
             name = f"{transcript.stem}-{limit}{''.join(extra)}"
             run_dir = out_dir / name

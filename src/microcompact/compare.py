@@ -11,6 +11,7 @@ from typing import Any
 
 from .config import Config
 from .cost import CacheModel, Pricing
+from .events import Outcome
 from .messages import Message
 from .replay import SimClock, replay, request_times
 from .session import Session
@@ -64,7 +65,7 @@ def run_policy(
         "peak_occupancy": round(100 * peak / threshold, 1) if threshold else None,
         "final_occupancy": session.occupancy_pct(),
         "batch_compactions": session.batch.compactions,
-        "batch_prunes": sum(1 for b in stats.batches if b["outcome"] == "pruned"),
+        "batch_prunes": sum(1 for b in stats.batches if b["outcome"] == Outcome.PRUNED),
         "micro_passes": session.micro.state.passes_total,
         "largest_summarization_tokens": max(session.micro.largest_pass_tokens, session.batch.largest_input_tokens),
         "summarizer_calls": tally.summarizer_calls,

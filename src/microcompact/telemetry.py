@@ -17,13 +17,15 @@ import logging
 import math
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from .config import home_dir
 
 TELEMETRY_LOGGER = "microcompact.telemetry"
 telemetry_log = logging.getLogger(TELEMETRY_LOGGER)
+_Handler = TypeVar("_Handler", bound=logging.Handler)
 
 # Fields a micro-compaction line always has; values are numbers, short identifiers or null.
 MICRO_FIELDS = (
@@ -99,6 +101,19 @@ def setup_file_logging(path: str | Path, level: int = logging.INFO) -> logging.H
     return handler
 
 
+@contextlib.contextmanager
+def file_logging(path: str | Path, level: int = logging.INFO) -> Iterator[logging.Handler]:
+    """The ``microcompact`` loggers write to ``path`` while the block runs; the handler is taken off and closed
+    after it, however it ends (a command logs only while it runs, and a second command in the same process
+    must not write into the first one's file). An OSError opening the file is raised on entry."""
+    handler = setup_file_logging(path, level)
+    try:
+        yield handler
+    finally:
+        logging.getLogger("microcompact").removeHandler(handler)
+        handler.close()
+
+
 def log_telemetry(path: str | Path | None = None) -> logging.Handler:
     """Write the library's logs, telemetry included, to ``path`` (default :func:`default_log_path`, where
     ``microcompact report`` looks). Calling it again for the same file returns the handler already there,
@@ -119,7 +134,7 @@ def _create_private(path: Path) -> None:
     path.touch(mode=0o600)
 
 
-def degrade_quietly(handler: logging.StreamHandler) -> logging.StreamHandler:
+def degrade_quietly(handler: _Handler) -> _Handler:
     """A log file that stops taking writes (disk full, I/O error) costs one warning on stderr, never the
     session: the first failure is reported, later records are dropped, and flush/close never raise.
     (``logging`` would otherwise print a "Logging error" dump per record and ``close`` would raise.)"""

@@ -1,0 +1,5 @@
+"""``python -m microcompact.cli``: the ``microcompact`` command."""
+
+from . import main
+
+main()

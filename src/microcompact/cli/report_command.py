@@ -1,0 +1,26 @@
+"""``microcompact report``: telemetry logs turned into answers (the work is :mod:`microcompact.report`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .base import err, out
+
+
+def report_cmd(
+    logfiles: Annotated[
+        list[Path] | None, typer.Argument(help="Log files (default $MICROCOMPACT_HOME/logs/agent.log).")
+    ] = None,
+    per_session: Annotated[bool, typer.Option("--per-session", help="Add the per-session table.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Draw occupancy per pass for each session (PNG).")] = None,
+) -> None:
+    """Turn telemetry logs into answers: headroom, activity, tokens, per session."""
+    from ..report import run_report
+
+    code = run_report(logfiles, per_session, as_json, plot, out, err)
+    if code:
+        raise typer.Exit(code)

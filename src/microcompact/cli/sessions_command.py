@@ -1,0 +1,156 @@
+"""``microcompact sessions``: what the store holds, read-only: list, show, search absorbed originals, export."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from ..render import content_text
+from ..store import PostgresStore, SQLiteStore, StoreError, default_store_path, open_store
+from .base import DbOption, fail, out
+from .output import export_form
+
+sessions_app = typer.Typer(
+    help="Sessions in the store: list, show, search absorbed originals, export.", no_args_is_help=True
+)
+
+
+def _store(db: str | None) -> SQLiteStore | PostgresStore:
+    """The store for a read-only command: it must exist already (a mistyped --db must not create one)."""
+    if not str(db or "").startswith(("postgresql://", "postgres://")):
+        path = _sqlite_path(db)
+        if path != ":memory:" and not Path(path).is_file():
+            fail(f"no session store at {path}")
+    try:
+        return open_store(db)
+    except StoreError as exc:
+        fail(str(exc))
+
+
+def _sqlite_path(db: str | None) -> str:
+    """The file a SQLite --db names (as open_store reads it), the default store when None."""
+    if db is None:
+        return str(default_store_path())
+    if db.startswith("sqlite:///"):
+        return db[len("sqlite:///") :] if db.startswith("sqlite:////") else db[len("sqlite://") :]
+    return db
+
+
+def _require_session(store: SQLiteStore | PostgresStore, session_id: str) -> None:
+    if not any(r["id"] == session_id for r in store.list_sessions()):
+        fail(f"no session {session_id!r} in {store.describe()}")
+
+
+@sessions_app.command("list")
+def sessions_list(db: DbOption = None) -> None:
+    """Every stored session with its message counts."""
+    with _store(db) as store:
+        rows = store.list_sessions()
+    table = Table(title="sessions", title_justify="left")
+    for col in ("session", "created", "updated", "active", "absorbed", "superseded", "markers"):
+        table.add_column(col, justify="left" if col in ("session", "created", "updated") else "right")
+    for r in rows:
+        c = r["counts"]
+        table.add_row(
+            escape(str(r["id"])),
+            str(r["created_at"])[:19],
+            str(r["updated_at"])[:19],
+            str(c["active"]),
+            str(c["absorbed"]),
+            str(c["superseded"]),
+            str(r["markers"]),
+        )
+    out.print(table if rows else "no sessions stored")
+
+
+@sessions_app.command("show")
+def sessions_show(
+    session_id: str,
+    db: DbOption = None,
+    full: Annotated[bool, typer.Option("--full", help="Print whole messages, not one line each.")] = False,
+) -> None:
+    """The active transcript of a session (what the model is sent), one line per message."""
+    with _store(db) as store:
+        _require_session(store, session_id)
+        messages = store.load_active(session_id)
+    table = Table(title=f"session {escape(session_id)}: {len(messages)} active messages", title_justify="left")
+    for col in ("pos", "row", "role", "content"):
+        table.add_column(col, overflow="fold")
+    for m in messages:
+        kind = (m.get("_mc") or {}).get("marker")
+        text = content_text(m)
+        calls = ", ".join((tc.get("function") or {}).get("name", "?") for tc in m.get("tool_calls") or [])
+        line = text if full else " ".join(text.split())[:120]
+        if calls:
+            line = f"{line} [calls: {calls}]".strip()
+        table.add_row(
+            str(m.get("_pos")),
+            str(m.get("_row")),
+            f"{m['role']}{' (' + kind + ' marker)' if kind else ''}",
+            escape(line),
+        )
+    out.print(table)
+
+
+@sessions_app.command("search")
+def sessions_search(
+    session_id: str,
+    query: str,
+    db: DbOption = None,
+    limit: Annotated[int, typer.Option("--limit")] = 20,
+    active: Annotated[bool, typer.Option("--include-active", help="Search active messages too.")] = False,
+) -> None:
+    """Full-text search over what compaction absorbed: nothing summarized is lost for good."""
+    with _store(db) as store:
+        _require_session(store, session_id)
+        hits = store.search(session_id, query, limit=limit, include_active=active)
+    if not hits:
+        out.print(f"no match for {escape(query)!s} in session {escape(session_id)}")
+        raise typer.Exit(1)
+    table = Table(title=f"{len(hits)} match(es)", title_justify="left")
+    for col in ("row", "pos", "role", "state", "absorbed by", "snippet"):
+        table.add_column(col, overflow="fold")
+    for h in hits:
+        table.add_row(
+            str(h["row"]),
+            str(h["position"]),
+            h["role"],
+            h["state"],
+            str(h.get("absorbed_by") or ""),
+            escape(h["snippet"]),
+        )
+    out.print(table)
+
+
+@sessions_app.command("export")
+def sessions_export(
+    session_id: str,
+    db: DbOption = None,
+    include_absorbed: Annotated[
+        bool, typer.Option("--include-absorbed", help="Also the originals compaction absorbed, in position order.")
+    ] = False,
+    expand: Annotated[
+        int | None, typer.Option("--expand", help="Only the originals the marker with this row id stands for.")
+    ] = None,
+) -> None:
+    """The session as JSONL on stdout (replayable)."""
+    if expand is not None and not 0 <= expand < 2**63:
+        fail(f"--expand must be a marker's row id (0 to {2**63 - 1}), got {expand}")
+    with _store(db) as store:
+        _require_session(store, session_id)
+        try:
+            messages = (
+                store.expand(session_id, expand)
+                if expand is not None
+                else store.export(session_id, include_absorbed=include_absorbed)
+            )
+        except (ValueError, StoreError) as exc:
+            fail(str(exc))
+    for m in messages:
+        sys.stdout.write(json.dumps(export_form(m), ensure_ascii=False) + "\n")
