@@ -230,3 +230,34 @@ def test_after_a_fold_the_stable_part_is_read_and_the_user_is_told(tmp_path: Pat
     assert f"microcompact_cache_read_tokens_total {sum(reads)}" in metrics
     assert f"microcompact_cache_write_tokens_total {sum(writes)}" in metrics
     assert 'microcompact_cost_dollars_total{kind="spent"}' in metrics and "microcompact_folds_total" in metrics
+
+
+def test_report_gives_spent_and_saved_per_proxy_session(tmp_path: Path):
+    import logging
+
+    from microcompact.report.cost import read_costs
+    from microcompact.telemetry import log_telemetry
+    from serve_process import run_cli
+
+    log = tmp_path / "proxy.log"
+    handler = log_telemetry(log)
+    try:
+        with (
+            ScriptedUpstream(min_cacheable=0) as upstream,
+            ProxyServer(upstream.base_url, tmp_path / "s.db", context_limit=40_000) as proxy,
+        ):
+            answers = run_loop(proxy, upstream, 30)
+    finally:
+        logging.getLogger("microcompact").removeHandler(handler)
+        handler.close()
+    (cost,) = read_costs([log])
+    sent = [r for r in upstream.generation_requests() if r.usage]
+    assert cost.requests == len(sent) == len(answers)
+    assert cost.cache_read_tokens == sum(r.usage["cache_read_input_tokens"] for r in sent)
+    assert cost.cache_write_tokens == sum(r.usage["cache_creation_input_tokens"] for r in sent)
+    assert cost.spent > 0 and cost.uncompacted > cost.spent * 0.5 and cost.tokens_saved > 0
+    shown = run_cli(tmp_path / "home", "report", str(log))
+    assert shown.returncode == 0, shown.stderr
+    assert "Cost against not compacting" in shown.stdout and f"{cost.spent:.4f}" in shown.stdout
+    as_json = json.loads(run_cli(tmp_path / "home", "report", "--json", str(log)).stdout)
+    assert as_json["cost"][0]["requests"] == cost.requests

@@ -22,7 +22,9 @@ from .pricing import CachePricing
 
 log = logging.getLogger("microcompact")
 
-RECENT_REPORTS = 16  # reports kept per session: enough for a rate, small enough to follow a change
+RECENT_REPORTS = 16
+# The proxy logs one line per answered request on the telemetry logger: this, then the record as JSON.
+COST_TAG = "proxy cost telemetry: "  # reports kept per session: enough for a rate, small enough to follow a change
 
 
 @dataclass(frozen=True)
@@ -193,4 +195,4 @@ class SessionBill:
             self.spent += pricing.summarizer_cost(input_tokens, output_tokens)
 
 
-__all__ = ["CacheObservations", "SessionBill", "UsageReport", "checked_report", "usage_count"]
+__all__ = ["COST_TAG", "CacheObservations", "SessionBill", "UsageReport", "checked_report", "usage_count"]

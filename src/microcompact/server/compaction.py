@@ -14,6 +14,7 @@ returned for the ``X-Microcompact-Degraded`` header; the failure is logged once 
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import weakref
@@ -28,7 +29,8 @@ from ..messages import Message, TranscriptError
 from ..router import SessionRouter
 from ..session import Session
 from ..store import StoreError
-from ..telemetry import emit
+from ..cache_usage import COST_TAG
+from ..telemetry import telemetry_log
 from .errors import BadRequest
 from .metrics import Metrics
 from .provider import Provider, identity_form
@@ -204,21 +206,19 @@ class Compaction:
             full = round(usage.prompt_tokens * max(1.0, prepared.full_ratio))
             spent, uncompacted = bill.add(pricing, usage, full)
             self.metrics.cost(spent, uncompacted)
-            emit(
-                "cost",
-                {
-                    "event": "proxy_cost",
-                    "session_id": session.session_id,
-                    "pricing": pricing.name,
-                    "prompt_tokens": usage.prompt_tokens,
-                    "uncompacted_tokens": full,
-                    "cache_read_tokens": usage.cache_read_tokens,
-                    "cache_write_tokens": usage.cache_write_tokens,
-                    "folded": prepared.folded,
-                    "spent": round(spent, 6),
-                    "uncompacted": round(uncompacted, 6),
-                },
-            )
+            record = {
+                "event": "proxy_cost",
+                "session_id": session.session_id,
+                "pricing": pricing.name,
+                "prompt_tokens": usage.prompt_tokens,
+                "uncompacted_tokens": full,
+                "cache_read_tokens": usage.cache_read_tokens,
+                "cache_write_tokens": usage.cache_write_tokens,
+                "folded": prepared.folded,
+                "spent": round(spent, 6),
+                "uncompacted": round(uncompacted, 6),
+            }
+            telemetry_log.info("%s%s", COST_TAG, json.dumps(record, sort_keys=True, separators=(", ", ": ")))
 
     # ------------------------------------------------------------------ internals
 
