@@ -254,13 +254,14 @@ class Config(_Strict):
 
     def low_water_tokens(self) -> int:
         """What a fold keeps verbatim after its marker (the price policy's low-water mark, in tokens):
-        ``micro_compact_low_water_tokens`` when set, else the tail budget capped at two piece budgets
-        (16,000 at a 200K window): the recent iterations of the current turn. What a fold keeps is what the
+        ``micro_compact_low_water_tokens`` when set, else the tail budget capped at half a piece budget
+        (4,000 at a 200K window; the tail keeps ``min_tail_messages`` anyway): the last iterations of the
+        current turn. What a fold keeps is what the
         next request writes again, so this is the main lever on what folding costs."""
         c = self.compression
         if c.micro_compact_low_water_tokens is not None:
             return c.micro_compact_low_water_tokens
-        return min(self.tail_budget_tokens(), LOW_WATER_PIECES * self.piece_budget_tokens())
+        return min(self.tail_budget_tokens(), self.piece_budget_tokens() // LOW_WATER_DIVISOR)
 
     def summarizer_output_tokens(self) -> int:
         """``max_output_tokens`` when set; else at least the defrag threshold, so a merge can always write
@@ -285,8 +286,8 @@ FALLBACK_CONTEXT_LIMIT = 128_000
 # Derived piece budget: threshold / this, never below the smallest configurable budget.
 PIECE_BUDGET_DIVISOR = 8
 PIECE_BUDGET_MIN = 256
-# Derived low-water mark: at most this many piece budgets.
-LOW_WATER_PIECES = 2
+# Derived low-water mark: at most a piece budget divided by this (4,000 tokens at a 200K window).
+LOW_WATER_DIVISOR = 2
 # Derived head budget: this share of the threshold.
 HEAD_SHARE = 0.10
 # The summarizer's timeout for an endpoint on this machine when none is set (CPU speeds).
