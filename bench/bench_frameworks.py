@@ -257,7 +257,7 @@ def run_one(name: str, method: str, window: int) -> dict[str, Any]:
 
 def normalized_dir() -> Path:
     sys.path.insert(0, str(ROOT / "tests"))
-    from paths import NORMALIZED
+    from support.paths import NORMALIZED
 
     return NORMALIZED
 

@@ -56,7 +56,7 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
 
-from paths import NORMALIZED  # noqa: E402  (tests/ helpers: the shared transcripts, the scripted upstream)
+from support.paths import NORMALIZED  # noqa: E402  (tests/ helpers: the shared transcripts, the scripted upstream)
 from upstream.replay import anthropic_history, load_transcript, tail_key  # noqa: E402
 
 CONTEXT_LIMIT = 200_000  # Claude Code's window: the 150K history is over its batch threshold

@@ -23,7 +23,7 @@ once. The first two passes of each size are a warm-up and not reported. Medians 
 
 SQLite always (a file in a temporary directory: WAL, synchronous=NORMAL, as ``SQLiteStore`` opens it);
 PostgreSQL when ``$MICROCOMPACT_TEST_PG_DSN`` is set (a fresh database is created and dropped on it) or a
-throwaway server can be started with ``tests/pg.py`` (PostgreSQL binaries under /usr/lib/postgresql/*/bin).
+throwaway server can be started with ``tests/support/pg.py`` (PostgreSQL binaries under /usr/lib/postgresql/*/bin).
 """
 
 from __future__ import annotations
@@ -295,16 +295,16 @@ def postgres_target() -> tuple[str | None, Any, str]:
         return env, None, "$MICROCOMPACT_TEST_PG_DSN"
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
     try:
-        import pg as pgserver
+        from support import pg as pgserver
     except ImportError:
-        return None, None, "tests/pg.py not found"
+        return None, None, "tests/support/pg.py not found"
     if pgserver.find_bin_dir() is None:
         return None, None, "no PostgreSQL binaries under /usr/lib/postgresql/*/bin"
     try:
         server = pgserver.PgServer().start()
     except Exception as exc:  # report and go on with SQLite only
         return None, None, f"could not start a throwaway server: {exc}"
-    return server.dsn, server, f"throwaway server from tests/pg.py ({pgserver.FAST_OPTIONS})"
+    return server.dsn, server, f"throwaway server from tests/support/pg.py ({pgserver.FAST_OPTIONS})"
 
 
 def fresh_pg_database(admin_dsn: str) -> tuple[str, Any]:

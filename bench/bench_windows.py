@@ -32,9 +32,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def normalized_dir() -> Path:
-    """The shared transcripts, found the way the tests find them (tests/paths.py)."""
+    """The shared transcripts, found the way the tests find them (tests/support/paths.py)."""
     sys.path.insert(0, str(ROOT / "tests"))
-    from paths import NORMALIZED
+    from support.paths import NORMALIZED
 
     return NORMALIZED
 

@@ -16,8 +16,8 @@ from microcompact.messages import is_marker, tool_pairing_errors, user_texts
 from microcompact.replay import load_transcript
 from microcompact.router import SessionRouter
 from microcompact.session import HistoryDiverged, Session
-from paths import NORMALIZED
-from strategies import examples, transcripts
+from support.paths import NORMALIZED
+from support.strategies import examples, transcripts
 
 SMALL = {
     "model": {"context_length": 40_000},

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the pinned Claude Code CLI (tests/e2e/claude-code/package-lock.json) for tests/test_claude_code.py.
+# Installs the pinned Claude Code CLI (tests/e2e/claude-code/package-lock.json) for tests/e2e/test_claude_code.py.
 # Idempotent: when the pinned version is already installed and runs, it returns at once without npm.
 # Needs npm and the npm registry only: the native binary ships as an npm package (~400 MB unpacked).
 set -euo pipefail

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from compaction_runs import run_passes
 from hypothesis import HealthCheck, given, settings
 
 from microcompact.messages import render_micro_marker
@@ -18,7 +17,8 @@ from microcompact.properties import (
     allowed_cuts,
     contract_errors,
 )
-from strategies import examples, micro_configs, transcripts
+from support.compaction_runs import run_passes
+from support.strategies import examples, micro_configs, transcripts
 
 Message = dict[str, Any]
 PASSES = settings(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from compaction_runs import run_passes
 from hypothesis import HealthCheck, given, settings
 
 from microcompact.config import parse_config
@@ -13,7 +12,8 @@ from microcompact.messages import render_micro_marker
 from microcompact.properties import TOOL_PAIRING, Head, allowed_cuts
 from microcompact.tokens import EstimateCounter, Ledger, TokenCounter
 from microcompact.window import Window
-from strategies import examples, micro_configs, transcripts
+from support.compaction_runs import run_passes
+from support.strategies import examples, micro_configs, transcripts
 
 Message = dict[str, Any]
 PASSES = settings(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from compaction_runs import run_passes
 from hypothesis import HealthCheck, given, settings
 
 from microcompact.messages import (
@@ -15,7 +14,8 @@ from microcompact.messages import (
 )
 from microcompact.properties import MARKERS, absorbable
 from microcompact.window import bounded_exchange, exchange_start
-from strategies import examples, micro_configs, transcripts
+from support.compaction_runs import run_passes
+from support.strategies import examples, micro_configs, transcripts
 
 Message = dict[str, Any]
 PASSES = settings(

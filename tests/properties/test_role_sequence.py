@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from microcompact import role_sequence_errors as exported_checker
 from microcompact.messages import render_micro_marker, role_sequence_errors
 from microcompact.properties import ROLE_SEQUENCE, TOOL_PAIRING
-from strategies import examples, transcripts
+from support.strategies import examples, transcripts
 
 Message = dict[str, Any]
 FAST = settings(

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from compaction_runs import run_passes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from microcompact.messages import render_micro_marker
 from microcompact.properties import TOOL_PAIRING, Tail, allowed_cuts
 from microcompact.window import tail_start
-from strategies import examples, micro_configs, transcripts
+from support.compaction_runs import run_passes
+from support.strategies import examples, micro_configs, transcripts
 
 Message = dict[str, Any]
 PASSES = settings(

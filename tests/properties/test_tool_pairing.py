@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from microcompact import tool_pairing_errors as exported_checker
 from microcompact.messages import tool_pairing_errors
 from microcompact.properties import TOOL_PAIRING
-from strategies import examples, transcripts
+from support.strategies import examples, transcripts
 
 Message = dict[str, Any]
 FAST = settings(

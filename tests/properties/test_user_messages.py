@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from microcompact import user_message_errors as exported_checker
 from microcompact.messages import render_micro_marker, user_message_errors
 from microcompact.properties import USER_MESSAGES, absorbable
-from strategies import examples, transcripts
+from support.strategies import examples, transcripts
 
 Message = dict[str, Any]
 FAST = settings(

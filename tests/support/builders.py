@@ -1,0 +1,16 @@
+"""Builders the test files share, so a test says only what is particular to it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from microcompact.config import Config, parse_config
+
+
+def config(context_length: int = 20_000, **compression: Any) -> Config:
+    """Micro-compaction on, a ``context_length``-token window, and ``compression`` options on top (which
+    may turn ``micro_compact`` off again). A file with its own defaults binds them once:
+    ``config = partial(builders.config, protect_first_n=1)``; a call's keywords still win."""
+    return parse_config(
+        {"compression": {"micro_compact": True, **compression}, "model": {"context_length": context_length}}
+    )
