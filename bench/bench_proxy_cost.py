@@ -40,8 +40,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
 
-from claude_code import comparable, run_claude, unavailable_reason  # noqa: E402
-from serve_process import ServeProcess  # noqa: E402
+from support.claude_code import comparable, run_claude, unavailable_reason  # noqa: E402
+from support.serve_process import ServeProcess  # noqa: E402
 from upstream import Reply, ScriptedUpstream, Text, ToolCall, text  # noqa: E402
 from upstream.recorded import RecordedRequest  # noqa: E402
 from upstream.scripts import offers_tool, seq_command  # noqa: E402

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from microcompact.messages import MARKER_PREFIX
 from microcompact.server.breakpoints import breakpoint_count, cache_stable_prefix, marker_position
-from proxy_server import ProxyServer
+from support.proxy_server import ProxyServer
 from upstream import Reply, ScriptedUpstream, Text, ToolCall, text
 from upstream.usage import PrefixCache, PromptCache
 
@@ -237,7 +237,7 @@ def test_report_gives_spent_and_saved_per_proxy_session(tmp_path: Path):
 
     from microcompact.report.cost import read_costs
     from microcompact.telemetry import log_telemetry
-    from serve_process import run_cli
+    from support.serve_process import run_cli
 
     log = tmp_path / "proxy.log"
     handler = log_telemetry(log)
