@@ -395,7 +395,7 @@ class _NoAliasLoader(yaml.SafeLoader):
     """
 
     def compose_node(self, parent: Any, index: Any) -> Any:
-        event = self.peek_event()  # type: ignore[no-untyped-call]  # untyped in types-PyYAML
+        event = self.peek_event()  # type: ignore[no-untyped-call,unused-ignore]  # untyped in types-PyYAML
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
             what = f"aliases (*{event.anchor})" if isinstance(event, yaml.AliasEvent) else f"anchors (&{event.anchor})"
             raise yaml.composer.ComposerError(

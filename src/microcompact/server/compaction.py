@@ -22,14 +22,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..cache_usage import SessionBill, UsageReport
+from ..cache_usage import COST_TAG, SessionBill, UsageReport
 from ..events import Outcome
 from ..identity import DIGEST_KEY, digest, hid_of
 from ..messages import Message, TranscriptError
 from ..router import SessionRouter
 from ..session import Session
 from ..store import StoreError
-from ..cache_usage import COST_TAG
 from ..telemetry import telemetry_log
 from .errors import BadRequest
 from .metrics import Metrics
