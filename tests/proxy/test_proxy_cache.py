@@ -107,28 +107,9 @@ def test_a_breakpoint_goes_on_the_marker_and_the_clients_stay():
     ]
     out = cache_stable_prefix(body_of(), messages)
     assert out[1]["content"][0]["cache_control"] == EPHEMERAL
-    assert out[0]["content"][-1]["cache_control"] == EPHEMERAL  # the end of the head: the next fold reads it
-    assert out[2] == messages[2]
-    assert breakpoint_count(body_of(), out) == 4
+    assert out[2] == messages[2] and out[0] is messages[0]
+    assert breakpoint_count(body_of(), out) == 3
     assert cache_stable_prefix(body_of(), out) is out  # marked already: nothing to do
-    crowded = cache_stable_prefix(body_of(), [messages[0], marker_message(), *messages[1:]])
-    assert breakpoint_count(body_of(), crowded) <= 4
-
-
-def test_no_head_breakpoint_without_room_or_on_a_thinking_block():
-    body = {"system": [block("a", True), block("b", True)], "messages": []}
-    messages = [
-        {"role": "user", "content": [block("task")]},
-        marker_message(),
-        {"role": "user", "content": [block("n", True)]},
-    ]
-    out = cache_stable_prefix(body, messages)
-    assert out[0] is messages[0] and out[1]["content"][0].get("cache_control")  # 2 + marker + newest = 4
-    thinking = [
-        {"role": "assistant", "content": [{"type": "thinking", "thinking": "t", "signature": "s"}]},
-        marker_message(),
-    ]
-    assert cache_stable_prefix(body_of(), thinking)[0] is thinking[0]
 
 
 def test_the_clients_cache_kind_is_kept():
@@ -157,7 +138,7 @@ def test_never_more_than_four_and_the_newest_client_breakpoint_stays(marks, fixe
     out = cache_stable_prefix(body, messages)
     after = breakpoint_count(body, out)
     assert after <= max(4, before)  # a client that sent too many is _limit_breakpoints' business, not made worse
-    assert after <= before + 2  # the marker's and the head's
+    assert after <= before + 1
     newest = max((i for i, m in enumerate(messages) for b in m["content"] if b.get("cache_control")), default=None)
     if newest is not None:
         assert any(b.get("cache_control") for b in out[newest]["content"])

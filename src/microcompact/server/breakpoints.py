@@ -1,15 +1,13 @@
-"""Keep the new prefix cached: after a fold, Anthropic cache breakpoints at the end of the stable part.
+"""Keep the new prefix cached: after a fold, one Anthropic cache breakpoint at the end of the stable part.
 
 A fold rewrites the prompt from its change point on; what comes before the newest marker (system, head,
-marker) then stays the same until the next fold, and system and head through the next fold too. Clients
-place their own breakpoints (Claude Code: on the system prompt and on the newest message, which finds the
-previous request's entry by looking back up to 20 blocks); a request that adds more blocks than that, or a
-later fold, would find no entry for the stable part and write it again. So the outgoing request gets one
-breakpoint on the newest marker's block and, room permitting, one at the end of the head (the message
-before the marker: the next fold rewrites the marker but reads system and head), of the kind the client
-uses (its ``ttl``). Every breakpoint the client placed stays unless the provider's limit (4) leaves no
-room for the marker's: then the client's oldest message breakpoint gives way, never its newest one, and
-never one on its tools or system prompt. With no room at all, nothing is added.
+marker) then stays the same until the next fold. Clients place their own breakpoints (Claude Code: on the
+system prompt and on the newest message, which finds the previous request's entry by looking back up to
+20 blocks); a request that adds more blocks than that, or a later fold, would find no entry for the stable
+part and write it again. So the outgoing request gets one breakpoint on the newest marker's block, of the
+kind the client uses (its ``ttl``), keeping every breakpoint the client placed unless the provider's limit
+(4) leaves no room: then the client's oldest message breakpoint gives way, never its newest one, and never
+one on its tools or system prompt. With no room at all, nothing is added.
 """
 
 from __future__ import annotations
@@ -104,24 +102,7 @@ def cache_stable_prefix(body: dict[str, Any], messages: list[Message], limit: in
         oi, oj = found[0]
         out[oi] = _without_breakpoint(out[oi], oj)
     out[i] = _with_breakpoint(out[i], j, kind)
-    if i > 0 and _fixed_breakpoints(body) + len(_message_breakpoints(out)) < limit:
-        out[i - 1] = _head_end_breakpoint(out[i - 1], kind)
     return out
-
-
-def _head_end_breakpoint(message: Message, kind: dict[str, Any]) -> Message:
-    """``message`` (the last before the marker: the end of the head) with a breakpoint on its last block,
-    so the next fold, which rewrites the marker, still reads system and head; unchanged when that block is
-    a thinking block (those take no breakpoint) or is marked already."""
-    content = message.get("content")
-    blocks = _blocks(content)
-    if isinstance(content, str) and content:
-        return {**message, "content": [{"type": "text", "text": content, CACHE_CONTROL: kind}]}
-    if not blocks or not isinstance(blocks[-1], dict) or _marked(blocks[-1]):
-        return message
-    if blocks[-1].get("type") in ("thinking", "redacted_thinking"):
-        return message
-    return _with_breakpoint(message, len(blocks) - 1, kind)
 
 
 def breakpoint_count(body: dict[str, Any], messages: list[Message]) -> int:
