@@ -408,36 +408,6 @@ def test_a_huge_early_tool_output_is_not_pinned_by_the_head():
     check(s, original)
 
 
-def test_every_name_of_the_old_micro_module_is_still_importable():
-    """micro.py became a package: callers (the session, batch, background, user code) import as before."""
-    import microcompact.micro as micro
-    from microcompact.micro import engine, passes, scheduling, spans, state
-
-    old_names = [
-        "Absorb",
-        "CommitHook",
-        "Condensed",
-        "DEFRAG_MAX_RATIO",
-        "Event",
-        "MAX_CATCH_UP_PASSES",
-        "MicroCompactor",
-        "Outcome",
-        "PassResult",
-        "Planned",
-        "Rewrite",
-        "RollingSummary",
-        "Span",
-        "apply_event",
-        "commit_or_log",
-        "micro_compact",
-        "span_key",
-    ]
-    assert [n for n in old_names if not hasattr(micro, n)] == []
-    assert micro.MicroCompactor is engine.MicroCompactor and micro.RollingSummary is state.RollingSummary
-    assert micro.span_key is spans.span_key and micro.commit_or_log is passes.commit_or_log
-    assert micro.MAX_CATCH_UP_PASSES is scheduling.MAX_CATCH_UP_PASSES
-
-
 def test_span_selection_works_inside_the_window_it_is_handed():
     """A pass computes one Window and hands it down: span selection never reaches past that tail."""
     from microcompact.micro import MicroCompactor

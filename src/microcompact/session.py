@@ -42,6 +42,7 @@ from .identity import (
 )
 from .messages import Message, disown_marker_text, to_api, validate_message
 from .micro import CommitHook, MicroCompactor, PassResult
+from .micro.price import policy_for
 from .store import StoreConflict, StoreError, StoreReadOnly
 from .summarizers import Summarizer, facts_block, ledger_budget, make_summarizer
 from .telemetry import occupancy_pct
@@ -205,14 +206,20 @@ class Session:
         if store is not None and not _stored:
             self._start_new(store)
         self.ledger = Ledger(self.counter, initial)
+        self.cache = CacheObservations()  # what the provider's cache did, as its responses reported (record_usage)
         self.micro = MicroCompactor(
-            self.config, self.summarizer, self.counter, session_id=self.session_id, commit=commit, wall_clock=clock
+            self.config,
+            self.summarizer,
+            self.counter,
+            session_id=self.session_id,
+            commit=commit,
+            wall_clock=clock,
+            policy=policy_for(self.config, self.cache),
         )
         self.batch = BatchCompactor(
             self.config, self.summarizer, self.counter, session_id=self.session_id, commit=commit
         )
         self._micro_passes_at_last_batch = 0
-        self.cache = CacheObservations()  # what the provider's cache did, as its responses reported (record_usage)
         self.background = BackgroundPasses(self.micro) if self.config.compression.micro_compact_background else None
         # Messages appended but not yet written to the store (each is written once, in order).
         self._unflushed: list[Message] = [m for m in self.ledger.messages if "_row" not in m] if store else []
@@ -428,11 +435,13 @@ class Session:
     def record_usage(
         self,
         prompt_tokens: int | None,
+        counted_tokens: int | None = None,
         *,
         cache_read_tokens: int | None = None,
         cache_write_tokens: int | None = None,
     ) -> None:
-        """Calibrate token estimates with the provider's ``usage.prompt_tokens`` for the last request, and
+        """Calibrate token estimates with the provider's ``usage.prompt_tokens`` for the last request
+        (``counted_tokens``: what was counted when that request was sent, if the transcript grew since), and
         note what its cache did: ``cache_read_tokens`` (Anthropic ``cache_read_input_tokens``, OpenAI
         ``prompt_tokens_details.cached_tokens``) and ``cache_write_tokens`` (Anthropic
         ``cache_creation_input_tokens``), whole prompt included (``prompt_tokens`` = input + read + written).
@@ -440,7 +449,8 @@ class Session:
         if not prompt_tokens:
             return
         with self._lock:
-            self.counter.calibrate(self.ledger.total, int(prompt_tokens))
+            counted = self.ledger.total if counted_tokens is None else counted_tokens
+            self.counter.calibrate(counted, int(prompt_tokens))
         report = checked_report(
             int(prompt_tokens),
             cache_read_tokens,

@@ -151,9 +151,17 @@ class Compaction:
             assert prepared.session is not None
             session = self.router.live(prepared.session)  # shared store: the object the lock left current
             try:
+                if prepared.folded:
+                    session.cache.note_fold()  # before its usage: that tells whether the fold was paid for
                 if prepared.reported_tokens:
-                    session.counter.calibrate(prepared.counted_tokens, prepared.reported_tokens)
-                self._note_cache(session, prepared)
+                    usage = prepared.usage
+                    session.record_usage(
+                        prepared.reported_tokens,
+                        prepared.counted_tokens,
+                        cache_read_tokens=usage.cache_read_tokens if usage else None,
+                        cache_write_tokens=usage.cache_write_tokens if usage else None,
+                    )
+                self._bill(session, prepared)
                 if prepared.human:
                     self.metrics.passes_done([str(r.outcome) for r in session.finalize_turn()])
             except Exception:
@@ -191,14 +199,11 @@ class Compaction:
             self._shapes[key] = shape
         return previous is not None and shape[: len(previous)] != previous
 
-    def _note_cache(self, session: Session, prepared: Prepared) -> None:
-        """Record what the upstream said about its cache on the session, and bill the request."""
-        if prepared.folded:
-            session.cache.note_fold()
+    def _bill(self, session: Session, prepared: Prepared) -> None:
+        """Price the answered request as the upstream reported it, against the uncompacted counterfactual."""
         usage = prepared.usage
         if usage is None:
             return
-        session.cache.record(usage)
         pricing = session.config.cache_pricing(prepared.api)
         if pricing is not None:
             bill = self.bills.setdefault(session.session_id, SessionBill())
