@@ -188,14 +188,17 @@ class PricingConfig(_Strict):
 
     @property
     def configured(self) -> bool:
-        """True when the config names a price at all (a preset or any field)."""
-        return bool(self.model_fields_set)
+        """True when the config names a price at all (a preset or any field; a dumped and reloaded config
+        holds every key, unset ones as null)."""
+        return any(getattr(self, k) is not None for k in self.model_fields_set)
 
     def resolve(self, api: str | None = None, summarizer_free: bool = False) -> CachePricing:
         """The prices in force: the preset (else ``api``'s default), with the fields set here over it. An
         offline summarizer (``summarizer_free``) costs nothing unless its prices are set."""
         base = PRESETS[self.preset] if self.preset else for_api(api or "")
-        overrides = {k: getattr(self, k) for k in self.model_fields_set if k != "preset"}
+        overrides = {
+            k: getattr(self, k) for k in self.model_fields_set if k != "preset" and getattr(self, k) is not None
+        }
         if summarizer_free:
             overrides.setdefault("summarizer_input", 0.0)
             overrides.setdefault("summarizer_output", 0.0)
