@@ -84,6 +84,10 @@ def checked_report(
     return UsageReport(prompt, read, written, at)
 
 
+def _opt(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
 def _shown(value: Any) -> str:
     shown = repr(value)
     return shown if len(shown) <= 40 else shown[:40] + "..."
@@ -117,6 +121,28 @@ class CacheObservations:
         with self._lock:
             self.folds += 1
             self._fold_pending = True
+
+    def memory(self) -> dict[str, Any]:
+        """The observations as JSON values (carried to the next process that continues the session)."""
+        with self._lock:
+            return {
+                "reports": [[r.prompt_tokens, r.cache_read_tokens, r.cache_write_tokens, r.at] for r in self._reports],
+                "fold_pending": self._fold_pending,
+                "last_fold_paid": self.last_fold_paid,
+                "totals": [self.cache_read_total, self.cache_write_total, self.folds, self.paid_folds],
+            }
+
+    def restore(self, memory: dict[str, Any]) -> None:
+        """Take back :meth:`memory` (TypeError/ValueError on a malformed value)."""
+        reports = [UsageReport(int(p), _opt(r), _opt(w), float(at)) for p, r, w, at in memory.get("reports") or []]
+        read, written, folds, paid = (int(v) for v in memory.get("totals") or (0, 0, 0, 0))
+        paid_last = memory.get("last_fold_paid")
+        with self._lock:
+            self._reports.clear()
+            self._reports.extend(reports)
+            self._fold_pending = bool(memory.get("fold_pending"))
+            self.last_fold_paid = None if paid_last is None else bool(paid_last)
+            self.cache_read_total, self.cache_write_total, self.folds, self.paid_folds = read, written, folds, paid
 
     @property
     def last(self) -> UsageReport | None:

@@ -79,10 +79,19 @@ class PricePolicy:
         self.last_request_at = at
 
     def memory(self) -> dict[str, Any]:
-        return {}
+        """What the next process continuing the session needs to decide as this one would: the cache
+        observations, the recent prompt sizes and the last request's time."""
+        return {"price": {"cache": self.cache.memory(), "sizes": list(self._sizes), "at": self.last_request_at}}
 
     def restore(self, memory: dict[str, Any]) -> None:
-        return None
+        carried = memory.get("price")
+        if not isinstance(carried, dict):
+            return
+        self.cache.restore(carried.get("cache") or {})
+        self._sizes.clear()
+        self._sizes.extend(int(v) for v in carried.get("sizes") or [])
+        at = carried.get("at")
+        self.last_request_at = None if at is None else float(at)
 
     # ------------------------------------------------------------------ the decision
 
