@@ -30,6 +30,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -217,6 +218,15 @@ class Row:
         return main / 1e6 + self.summarizer_cost
 
 
+def stop(served: ServeProcess) -> None:
+    """Ctrl-C, as a user stops it (a background fold of a slow summarizer may still be running: it gets
+    two minutes), then SIGKILL."""
+    try:
+        served.stop(timeout=120)
+    except subprocess.TimeoutExpired:
+        served.kill()
+
+
 def serve_config(home: Path, inline: bool, summarizer_url: str | None) -> list[str]:
     lines = []
     if inline:
@@ -279,7 +289,7 @@ def claude_row(task: str, steps: int, lines: int, route: str, work: Path) -> Row
             )
         finally:
             if served is not None:
-                served.stop()
+                stop(served)
             if summarizer is not None:
                 summarizer.close()
     row = Row(task, route, tally, time.monotonic() - started, run.ok)
@@ -345,7 +355,7 @@ def sdk_rows(work: Path, steps: int = 48) -> list[Row]:
                 ok = sdk_loop(base, steps)
             finally:
                 if served is not None:
-                    served.stop()
+                    stop(served)
         seconds = time.monotonic() - started
         for prices in ("openai", "openai-write"):
             rows.append(Row("sdk-24k", route, tally, seconds, ok, prices=prices))
