@@ -10,7 +10,15 @@ from typing import Any
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-from batch_helpers import (
+from microcompact.batch import (
+    BatchCompactor,
+)
+from microcompact.config import Config, parse_config
+from microcompact.contract import role_sequence_errors
+from microcompact.messages import content_text, is_marker, marker_body
+from microcompact.session import Session
+from microcompact.tokens import Ledger
+from support.batch_helpers import (
     CHANGED,
     COMMON,
     Checked,
@@ -24,18 +32,6 @@ from batch_helpers import (
     strip,
     system,
 )
-from microcompact.batch import (
-    BatchCompactor,
-)
-from microcompact.config import Config, parse_config
-from microcompact.messages import (
-    content_text,
-    is_marker,
-    marker_body,
-    role_sequence_errors,
-)
-from microcompact.session import Session
-from microcompact.tokens import Ledger
 from support.strategies import examples, transcripts, units
 
 # --------------------------------------------------------------------------- generated transcripts (hypothesis)

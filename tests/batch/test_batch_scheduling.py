@@ -10,16 +10,6 @@ from typing import Any
 
 import pytest
 
-from batch_helpers import (
-    CHANGED,
-    Checked,
-    Scribe,
-    build,
-    config,
-    counter,
-    iteration,
-    system,
-)
 from microcompact.batch import (
     SUMMARY_ALLOWANCE_TOKENS,
     BatchCompactor,
@@ -29,6 +19,16 @@ from microcompact.messages import (
 )
 from microcompact.session import Session
 from microcompact.tokens import Ledger
+from support.batch_helpers import (
+    CHANGED,
+    Checked,
+    Scribe,
+    build,
+    config,
+    counter,
+    iteration,
+    system,
+)
 
 # --------------------------------------------------------------------------- should_compress
 

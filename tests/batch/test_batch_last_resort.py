@@ -11,23 +11,18 @@ from typing import Any
 
 import pytest
 
-from batch_helpers import (
+from microcompact.config import parse_config
+from microcompact.contract import role_sequence_errors, user_message_errors
+from microcompact.messages import META_KEY, content_text, to_api
+from microcompact.session import Session
+from microcompact.tokens import TokenCounter
+from support.batch_helpers import (
     Scribe,
     call,
     config,
     counter,
     system,
 )
-from microcompact.config import parse_config
-from microcompact.messages import (
-    META_KEY,
-    content_text,
-    role_sequence_errors,
-    to_api,
-    user_message_errors,
-)
-from microcompact.session import Session
-from microcompact.tokens import TokenCounter
 
 
 def six_parallel_reads(tokens_each: int = 4_750) -> list[dict[str, Any]]:

@@ -12,7 +12,14 @@ from typing import Any
 
 import pytest
 
-from batch_helpers import (
+from microcompact.config import parse_config
+from microcompact.contract import role_sequence_errors, user_message_errors
+from microcompact.messages import marker_count, marker_kind
+from microcompact.replay import load_transcript, replay, summary_json
+from microcompact.session import Session
+from microcompact.summarizers import ExtractiveSummarizer
+from microcompact.telemetry import parse_line
+from support.batch_helpers import (
     LONGEST,
     TRANSCRIPTS,
     Checked,
@@ -21,17 +28,6 @@ from batch_helpers import (
     counter,
     run_generated,
 )
-from microcompact.config import parse_config
-from microcompact.messages import (
-    marker_count,
-    marker_kind,
-    role_sequence_errors,
-    user_message_errors,
-)
-from microcompact.replay import load_transcript, replay, summary_json
-from microcompact.session import Session
-from microcompact.summarizers import ExtractiveSummarizer
-from microcompact.telemetry import parse_line
 
 # --------------------------------------------------------------------------- real transcripts
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from batch_helpers import Scribe, build, config, counter
 from microcompact import carry
 from microcompact.batch import BatchCompactor, BatchPolicy, Fold, Moment, ThresholdPolicy
 from microcompact.micro import CadencePolicy, MicroCompactor, MicroPolicy
 from microcompact.micro import Fold as MicroFold
 from microcompact.micro import Moment as MicroMoment
 from microcompact.tokens import Ledger
+from support.batch_helpers import Scribe, build, config, counter
 
 
 class Never:

@@ -11,18 +11,6 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from batch_helpers import (
-    COMMON,
-    Checked,
-    Scribe,
-    build,
-    call,
-    config,
-    counter,
-    iteration,
-    opening,
-    turn,
-)
 from microcompact.batch import (
     BatchCompactor,
     plan_prune,
@@ -34,6 +22,18 @@ from microcompact.messages import (
     content_text,
 )
 from microcompact.tokens import Ledger
+from support.batch_helpers import (
+    COMMON,
+    Checked,
+    Scribe,
+    build,
+    call,
+    config,
+    counter,
+    iteration,
+    opening,
+    turn,
+)
 from support.strategies import examples
 
 # --------------------------------------------------------------------------- prune phase

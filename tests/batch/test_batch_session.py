@@ -7,15 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from batch_helpers import (
-    Checked,
-    Scribe,
-    build,
-    check_markers,
-    config,
-    counter,
-    turn,
-)
 from microcompact.config import Config
 from microcompact.messages import (
     is_marker,
@@ -24,6 +15,15 @@ from microcompact.messages import (
     marker_kind,
 )
 from microcompact.session import Session
+from support.batch_helpers import (
+    Checked,
+    Scribe,
+    build,
+    check_markers,
+    config,
+    counter,
+    turn,
+)
 
 # --------------------------------------------------------------------------- Session: micro and batch together
 

@@ -13,20 +13,6 @@ from typing import Any
 
 import pytest
 
-from batch_helpers import (
-    Checked,
-    Echo,
-    Scribe,
-    bounds,
-    build,
-    config,
-    counter,
-    iteration,
-    opening,
-    strip,
-    system,
-    turn,
-)
 from microcompact.batch import (
     BatchCompactor,
 )
@@ -44,6 +30,20 @@ from microcompact.session import Session
 from microcompact.summarizers import BATCH_SECTIONS, ExtractiveSummarizer
 from microcompact.telemetry import parse_line
 from microcompact.tokens import Ledger
+from support.batch_helpers import (
+    Checked,
+    Echo,
+    Scribe,
+    bounds,
+    build,
+    config,
+    counter,
+    iteration,
+    opening,
+    strip,
+    system,
+    turn,
+)
 from support.strategies import units
 
 # --------------------------------------------------------------------------- the summarize phase

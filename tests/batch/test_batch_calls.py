@@ -12,18 +12,6 @@ from typing import Any
 
 import pytest
 
-from batch_helpers import (
-    KEY_ENV,
-    OPENAI_KEY,
-    Checked,
-    FakeClock,
-    build,
-    config,
-    counter,
-    iteration,
-    opening,
-    turn,
-)
 from microcompact.batch import (
     BatchCompactor,
 )
@@ -35,6 +23,18 @@ from microcompact.messages import (
 from microcompact.session import Session
 from microcompact.summarizers import BATCH_PROMPT, OpenAISummarizer
 from microcompact.tokens import Ledger
+from support.batch_helpers import (
+    KEY_ENV,
+    OPENAI_KEY,
+    Checked,
+    FakeClock,
+    build,
+    config,
+    counter,
+    iteration,
+    opening,
+    turn,
+)
 from support.chat_server import ChatServer
 
 # --------------------------------------------------------------------------- faults, over real HTTP

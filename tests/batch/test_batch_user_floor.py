@@ -9,7 +9,15 @@ import logging
 
 import pytest
 
-from batch_helpers import (
+from microcompact.batch import (
+    BatchCompactor,
+)
+from microcompact.messages import (
+    user_texts,
+)
+from microcompact.session import Session
+from microcompact.tokens import Ledger
+from support.batch_helpers import (
     Checked,
     Scribe,
     bounds,
@@ -20,14 +28,6 @@ from batch_helpers import (
     system,
     turn,
 )
-from microcompact.batch import (
-    BatchCompactor,
-)
-from microcompact.messages import (
-    user_texts,
-)
-from microcompact.session import Session
-from microcompact.tokens import Ledger
 
 
 def test_user_floor_folds_the_oldest_user_messages_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
