@@ -16,7 +16,19 @@ PACKAGE = Path(microcompact.__file__).parent
 
 # Lowest first. A module (or a subpackage, named by its folder) may import from its own layer and below.
 LAYERS: list[set[str]] = [
-    {"keys", "messages", "identity", "jsoninput", "redact", "telemetry", "config", "render"},
+    {
+        "keys",
+        "messages",
+        "identity",
+        "jsoninput",
+        "redact",
+        "telemetry",
+        "config",
+        "render",
+        "pricing",
+        "cache_usage",
+        "fold_price",
+    },
     {"events", "tokens"},
     {"window", "properties", "contract"},
     {"summarizers"},

@@ -188,9 +188,20 @@ class AsyncSession:
         """Write appended messages to the store; False when the store failed (retried at the next call)."""
         return await self._call(self.session.flush)
 
-    async def record_usage(self, prompt_tokens: int | None) -> None:
-        """Calibrate token estimates with the provider's ``usage.prompt_tokens`` for the last request."""
-        await self._call(lambda: self.session.record_usage(prompt_tokens))
+    async def record_usage(
+        self,
+        prompt_tokens: int | None,
+        *,
+        cache_read_tokens: int | None = None,
+        cache_write_tokens: int | None = None,
+    ) -> None:
+        """Calibrate token estimates with the provider's ``usage.prompt_tokens`` for the last request, and
+        note what its cache read and wrote (see :meth:`Session.record_usage`)."""
+        await self._call(
+            lambda: self.session.record_usage(
+                prompt_tokens, cache_read_tokens=cache_read_tokens, cache_write_tokens=cache_write_tokens
+            )
+        )
 
     async def should_compress(self, prompt_tokens: int | None = None) -> bool:
         return await self._call(lambda: self.session.should_compress(prompt_tokens))

@@ -9,14 +9,23 @@ from __future__ import annotations
 
 from typing import Any
 
+from .cache_usage import UsageReport
 from .config import Config
 from .cost import CacheModel, Pricing
 from .events import Outcome
 from .messages import Message
+from .micro.price import PricePolicy
 from .replay import SimClock, replay, request_times
 from .session import Session
 
-POLICIES = ("batch-only", "micro-every-turn", "micro-every-N", "micro-reclaim-gate", "micro-cache-aware")
+POLICIES = (
+    "batch-only",
+    "micro-every-turn",
+    "micro-every-N",
+    "micro-reclaim-gate",
+    "micro-cache-aware",
+    "micro-price",
+)
 
 
 def policy_config(base: Config, policy: str, *, every_n: int, reclaim_tokens: int, ttl_seconds: float) -> Config:
@@ -34,6 +43,8 @@ def policy_config(base: Config, policy: str, *, every_n: int, reclaim_tokens: in
         micro["micro_compact_min_reclaim_tokens"] = reclaim_tokens
     elif policy == "micro-cache-aware":
         micro["micro_compact_cache_ttl_seconds"] = ttl_seconds
+    elif policy == "micro-price":
+        micro["micro_compact_schedule"] = "price"
     elif policy != "micro-every-turn":
         raise ValueError(f"unknown policy {policy!r} (known: {', '.join(POLICIES)})")
     data = base.model_dump()
@@ -47,10 +58,18 @@ def run_policy(
     clock = SimClock()
     session = Session(config, session_id=policy, clock=clock)
     model = CacheModel(pricing)
+    priced = policy == "micro-price"
+    if priced:  # folds by the prices of this comparison, reading the cache model's figures as usage
+        session.micro.policy = PricePolicy(config, pricing, session.cache)
 
     def on_request(i: int, s: Session) -> None:
         # The reply to this request is the message about to be appended.
+        read, written = model.tally.cached_read_tokens, model.tally.cache_write_tokens + model.tally.uncached_tokens
         model.request(s.ledger.messages, s.ledger.tokens, clock.now, s.counter.count_message(messages[i]))
+        if priced:
+            read = model.tally.cached_read_tokens - read
+            written = model.tally.cache_write_tokens + model.tally.uncached_tokens - written
+            s.cache.record(UsageReport(read + written, read, written, clock.now))
 
     stats = replay(messages, session, clock=clock, times=times, on_request=on_request)
     for record in stats.passes + stats.batches:

@@ -17,6 +17,9 @@ Keys follow Hermes Agent's names so its users find them where they expect::
                     api_key_env: OPENAI_API_KEY, timeout: 60}
     model:
       context_length: 200000
+    pricing:                 # the provider's cache prices (microcompact.pricing); unset: by the API
+      preset: anthropic      # anthropic | anthropic-1h | openai | openai-write | gpt-4o | none
+      summarizer_input: 0.8  # any preset field may be overridden (dollars per million tokens)
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+
+from .pricing import PRESETS, CachePricing, for_api
 
 
 class ConfigError(ValueError):
@@ -69,6 +74,12 @@ class CompressionConfig(_Strict):
     micro_compact_background: bool = False
     micro_compact_cache_ttl_seconds: float | None = Field(None, gt=0, le=86_400)
     micro_compact_max_occupancy_pct: float = Field(60.0, gt=0, le=100)
+    micro_compact_schedule: Literal["auto", "cadence", "price"] = Field(
+        "auto", description="price: fold when it pays (microcompact.fold_price); auto: price when one is known"
+    )
+    micro_compact_low_water_tokens: int | None = Field(
+        None, ge=0, le=10_000_000, description="price policy: history a fold keeps verbatim; unset = derived"
+    )
     proactive_prune_min_reclaim_tokens: int = Field(4096, ge=0, le=10_000_000)
     prune_min_tool_tokens: int = Field(200, ge=1, le=10_000_000)
     prune_max_argument_tokens: int = Field(1000, ge=50, le=10_000_000)
@@ -148,6 +159,55 @@ class ModelConfig(_Strict):
     context_length: int | None = Field(None, ge=1024, le=100_000_000)
 
 
+class PricingConfig(_Strict):
+    """The provider's prices and cache rules (see :mod:`microcompact.pricing`): a preset, and any field of it
+    overridden. Unset, the proxy takes the preset of the API a request speaks and a library ``Session`` knows
+    no price (it schedules as before)."""
+
+    preset: str | None = None
+    input: float | None = Field(None, ge=0, description="dollars per million input tokens")
+    cached_read: float | None = Field(None, ge=0)
+    cache_write: float | None = Field(None, ge=0)
+    cache_write_1h: float | None = Field(None, ge=0)
+    output: float | None = Field(None, ge=0)
+    ttl_seconds: float | None = Field(None, gt=0, le=86_400)
+    write_premium: bool | None = None
+    cache: bool | None = None
+    max_breakpoints: int | None = Field(None, ge=0, le=64)
+    lookback_blocks: int | None = Field(None, ge=0, le=10_000)
+    min_cacheable_tokens: int | None = Field(None, ge=0, le=1_000_000)
+    summarizer_input: float | None = Field(None, ge=0, description="the summarizer model's own input price")
+    summarizer_output: float | None = Field(None, ge=0)
+
+    @field_validator("preset")
+    @classmethod
+    def _known_preset(cls, v: str | None) -> str | None:
+        if v is not None and v not in PRESETS:
+            raise ValueError(f"unknown preset (known: {', '.join(PRESETS)})")
+        return v
+
+    @property
+    def configured(self) -> bool:
+        """True when the config names a price at all (a preset or any field; a dumped and reloaded config
+        holds every key, unset ones as null)."""
+        return any(getattr(self, k) is not None for k in self.model_fields_set)
+
+    def resolve(self, api: str | None = None, summarizer_free: bool = False) -> CachePricing:
+        """The prices in force: the preset (else ``api``'s default), with the fields set here over it. An
+        offline summarizer (``summarizer_free``) costs nothing unless its prices are set."""
+        base = PRESETS[self.preset] if self.preset else for_api(api or "")
+        overrides = {
+            k: getattr(self, k) for k in self.model_fields_set if k != "preset" and getattr(self, k) is not None
+        }
+        if summarizer_free:
+            overrides.setdefault("summarizer_input", 0.0)
+            overrides.setdefault("summarizer_output", 0.0)
+        data = {**base.model_dump(), **overrides}
+        if overrides:
+            data["name"] = f"{base.name} (configured)"
+        return CachePricing.model_validate(data)
+
+
 # Anthropic models whose thinking blocks are bound to their prefix ("preserved thinking"): a fold before a
 # block invalidates it. What the proxy does about it, per model family (see server/thinking.py):
 # "remove" the blocks a fold invalidated (a valid edit on every account), "drop_block" (leave them and ask the
@@ -187,6 +247,14 @@ class Config(_Strict):
     auxiliary: AuxiliaryConfig = AuxiliaryConfig()
     model: ModelConfig = ModelConfig()
     thinking: ThinkingConfig = ThinkingConfig()
+    pricing: PricingConfig = PricingConfig()
+
+    def cache_pricing(self, api: str | None = None) -> CachePricing | None:
+        """The prices scheduling goes by: the configured ones, else ``api``'s preset when an API is named
+        (the proxy), else None (a library session with no price known)."""
+        if not self.pricing.configured and api is None:
+            return None
+        return self.pricing.resolve(api, summarizer_free=self.auxiliary.compression.kind == "extractive")
 
     def threshold_tokens(self) -> int | None:
         limit = self.model.context_length
@@ -222,6 +290,17 @@ class Config(_Strict):
         limit = self.model.context_length or FALLBACK_CONTEXT_LIMIT
         return int(HEAD_SHARE * c.threshold * limit)
 
+    def low_water_tokens(self) -> int:
+        """What a fold keeps verbatim after its marker (the price policy's low-water mark, in tokens):
+        ``micro_compact_low_water_tokens`` when set, else the tail budget capped at half a piece budget
+        (4,000 at a 200K window; the tail keeps ``min_tail_messages`` anyway): the last iterations of the
+        current turn. What a fold keeps is what the
+        next request writes again, so this is the main lever on what folding costs."""
+        c = self.compression
+        if c.micro_compact_low_water_tokens is not None:
+            return c.micro_compact_low_water_tokens
+        return min(self.tail_budget_tokens(), self.piece_budget_tokens() // LOW_WATER_DIVISOR)
+
     def summarizer_output_tokens(self) -> int:
         """``max_output_tokens`` when set; else at least the defrag threshold, so a merge can always write
         back a rolling summary as long as defrag lets it grow (the 1,024 default is below 2,000)."""
@@ -245,6 +324,8 @@ FALLBACK_CONTEXT_LIMIT = 128_000
 # Derived piece budget: threshold / this, never below the smallest configurable budget.
 PIECE_BUDGET_DIVISOR = 8
 PIECE_BUDGET_MIN = 256
+# Derived low-water mark: at most a piece budget divided by this (4,000 tokens at a 200K window).
+LOW_WATER_DIVISOR = 2
 # Derived head budget: this share of the threshold.
 HEAD_SHARE = 0.10
 # The summarizer's timeout for an endpoint on this machine when none is set (CPU speeds).
@@ -352,7 +433,7 @@ class _NoAliasLoader(yaml.SafeLoader):
     """
 
     def compose_node(self, parent: Any, index: Any) -> Any:
-        event = self.peek_event()  # type: ignore[no-untyped-call,unused-ignore]
+        event = self.peek_event()  # type: ignore[no-untyped-call,unused-ignore]  # untyped in types-PyYAML
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
             what = f"aliases (*{event.anchor})" if isinstance(event, yaml.AliasEvent) else f"anchors (&{event.anchor})"
             raise yaml.composer.ComposerError(

@@ -8,7 +8,11 @@ The model, request by request:
 - Anthropic-style pricing (explicit cache breakpoints at the end of the prompt): the shared prefix is billed
   as cached reads, the rest is written to the cache at the write price (1.25x input).
 - OpenAI-style pricing (automatic caching): the shared prefix is billed as cached reads, the rest as plain
-  input; there is no write premium.
+  input (``write_premium: false``), or written at a premium on newer models (the ``openai-write`` preset).
+- No cache (``cache: false``, the ``none`` preset): every prompt token is plain input.
+
+Prices and cache rules are :mod:`microcompact.pricing`'s (the engine and the proxy use the same model);
+this module tallies a replay's requests against them.
 - The reply (the next assistant message) is billed as output; summarizer calls at their own prices.
 
 Request times come from ``_ts`` on messages (seconds; importers keep the source's timestamps there);
@@ -23,54 +27,18 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from .config import ConfigError
 from .messages import Message
+from .pricing import PRESETS, CachePricing
 
-
-class Pricing(BaseModel):
-    """Prices in US dollars per million tokens, and the cache's time to live."""
-
-    model_config = ConfigDict(extra="forbid")
-    name: str = "custom"
-    input: float = Field(ge=0)
-    cached_read: float = Field(ge=0)
-    cache_write: float = Field(ge=0)
-    output: float = Field(ge=0)
-    ttl_seconds: float = Field(300.0, gt=0)
-    write_premium: bool = True  # False: automatic caching, the uncached part is plain input
-    summarizer_input: float | None = Field(None, ge=0)  # defaults to the main model's input price
-    summarizer_output: float | None = Field(None, ge=0)
-
-
-PRESETS: dict[str, Pricing] = {
-    # Anthropic-style (Claude Sonnet list prices): writes 1.25x input, reads 0.1x input, 5-minute TTL.
-    "anthropic": Pricing(
-        name="anthropic",
-        input=3.00,
-        cached_read=0.30,
-        cache_write=3.75,
-        output=15.00,
-        ttl_seconds=300,
-        write_premium=True,
-    ),
-    # OpenAI-style (GPT-4o list prices): automatic caching, reads at half price, no write premium; caches
-    # are typically cleared after 5-10 minutes of inactivity (we take 5).
-    "openai": Pricing(
-        name="openai",
-        input=2.50,
-        cached_read=1.25,
-        cache_write=2.50,
-        output=10.00,
-        ttl_seconds=300,
-        write_premium=False,
-    ),
-}
+# One home for prices and cache rules: :mod:`microcompact.pricing`. ``Pricing`` stays the name replays use.
+Pricing = CachePricing
 
 
 def load_pricing(spec: str) -> Pricing:
-    """A preset name (``anthropic``, ``openai``) or a YAML file with the fields of :class:`Pricing`."""
+    """A preset name (see :data:`microcompact.pricing.PRESETS`) or a YAML file with the fields of :class:`Pricing`."""
     if spec in PRESETS:
         return PRESETS[spec]
     path = Path(spec)
@@ -101,17 +69,9 @@ class CostTally:
     summarizer_output_tokens: int = 0
 
     def cost(self, p: Pricing) -> dict[str, float]:
-        m = 1_000_000
-        main = (
-            self.cached_read_tokens * p.cached_read
-            + self.cache_write_tokens * p.cache_write
-            + self.uncached_tokens * p.input
-            + self.output_tokens * p.output
-        ) / m
-        summ = (
-            self.summarizer_input_tokens * (p.summarizer_input if p.summarizer_input is not None else p.input)
-            + self.summarizer_output_tokens * (p.summarizer_output if p.summarizer_output is not None else p.output)
-        ) / m
+        main = p.prompt_cost(self.cached_read_tokens, self.cache_write_tokens, self.uncached_tokens)
+        main += p.output_cost(self.output_tokens)
+        summ = p.summarizer_cost(self.summarizer_input_tokens, self.summarizer_output_tokens)
         return {"main": round(main, 6), "summarizer": round(summ, 6), "total": round(main + summ, 6)}
 
     def as_dict(self) -> dict[str, Any]:
@@ -133,7 +93,9 @@ class CacheModel:
         t.requests += 1
         expired = self._last_time is not None and now - self._last_time > self.pricing.ttl_seconds
         shared = 0
-        if not expired:
+        if not self.pricing.cache:
+            expired = False  # nothing was cached, so nothing expires
+        elif not expired:
             limit = min(len(prompt), len(self._cached))
             while shared < limit and prompt[shared] is self._cached[shared]:
                 shared += 1
@@ -142,7 +104,7 @@ class CacheModel:
         read = sum(tokens[:shared])
         rest = sum(tokens[shared:])
         t.cached_read_tokens += read
-        if self.pricing.write_premium:
+        if self.pricing.cache and self.pricing.write_premium:
             t.cache_write_tokens += rest
         else:
             t.uncached_tokens += rest

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from . import carry
 from .background import BackgroundPasses
 from .batch import BatchCompactor, BatchResult
+from .cache_usage import CacheObservations, checked_report
 from .config import Config
 from .events import Outcome
 from .identity import (
@@ -41,6 +42,7 @@ from .identity import (
 )
 from .messages import Message, disown_marker_text, to_api, validate_message
 from .micro import CommitHook, MicroCompactor, PassResult
+from .micro.price import policy_for
 from .session_store import StoreWriter
 from .store import StoreConflict
 from .summarizers import Summarizer, facts_block, ledger_budget, make_summarizer
@@ -215,8 +217,15 @@ class Session:
         self.summarizer = summarizer or summarizer_for(self.config, self.counter)
         initial, self._writer = begin()
         self.ledger = Ledger(self.counter, initial)
+        self.cache = CacheObservations()  # what the provider's cache did, as its responses reported (record_usage)
         self.micro = MicroCompactor(
-            self.config, self.summarizer, self.counter, session_id=self.session_id, commit=commit, wall_clock=clock
+            self.config,
+            self.summarizer,
+            self.counter,
+            session_id=self.session_id,
+            commit=commit,
+            wall_clock=clock,
+            policy=policy_for(self.config, self.cache),
         )
         self.batch = BatchCompactor(
             self.config, self.summarizer, self.counter, session_id=self.session_id, commit=commit
@@ -350,13 +359,34 @@ class Session:
         with self._lock:
             return occupancy_pct(self.counter.estimate_prompt(self.ledger.total), self.config.threshold_tokens())
 
-    def record_usage(self, prompt_tokens: int | None, counted_tokens: int | None = None) -> None:
+    def record_usage(
+        self,
+        prompt_tokens: int | None,
+        counted_tokens: int | None = None,
+        *,
+        cache_read_tokens: int | None = None,
+        cache_write_tokens: int | None = None,
+    ) -> None:
         """Calibrate token estimates with the provider's ``usage.prompt_tokens`` for the last request
-        (``counted_tokens``: what was counted when that request was sent, if the transcript grew since)."""
-        if prompt_tokens:
-            with self._lock:
-                counted = self.ledger.total if counted_tokens is None else counted_tokens
-                self.counter.calibrate(counted, int(prompt_tokens))
+        (``counted_tokens``: what was counted when that request was sent, if the transcript grew since), and
+        note what its cache did: ``cache_read_tokens`` (Anthropic ``cache_read_input_tokens``, OpenAI
+        ``prompt_tokens_details.cached_tokens``) and ``cache_write_tokens`` (Anthropic
+        ``cache_creation_input_tokens``), whole prompt included (``prompt_tokens`` = input + read + written).
+        A figure that is not a count or exceeds the prompt is ignored with one log line."""
+        if not prompt_tokens:
+            return
+        with self._lock:
+            counted = self.ledger.total if counted_tokens is None else counted_tokens
+            self.counter.calibrate(counted, int(prompt_tokens))
+        report = checked_report(
+            int(prompt_tokens),
+            cache_read_tokens,
+            cache_write_tokens,
+            at=self.micro.wall_clock(),
+            where=f"session {self.session_id} record_usage",
+        )
+        if report is not None:
+            self.cache.record(report)
 
     # ------------------------------------------------------------------ full history in, compacted view out
 

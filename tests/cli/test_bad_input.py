@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 import microcompact
 from microcompact import cli
 from microcompact.cli import app
+from microcompact.compare import POLICIES
 from support.chat_server import ChatServer
 
 DEMO = Path(str(resources.files("microcompact") / "data" / "demo_transcript.jsonl"))
@@ -290,7 +291,7 @@ def test_compare_with_openai_says_it_calls_the_model_per_policy(
         "--json",
     )
     assert result.exit_code == 0, result.output
-    assert "5 times the model calls" in result.stderr
+    assert f"{len(POLICIES)} times the model calls" in result.stderr  # one replay per policy
     assert json.loads(result.stdout)["policies"][1]["summarizer_calls"] > 0 and chat_server.requests
     quiet = invoke("replay", small, "--compare", "--context-limit", 2048, "--json")
     assert "times the model calls" not in quiet.stderr

@@ -31,9 +31,11 @@ SESSIONS = sorted(p.stem for p in NORMALIZED.glob("cc_*.jsonl"))
 def config_for(context_limit: int, background: bool) -> Any:
     """The proxy's config for this window, its micro passes inline or in the background, and cache-aware
     scheduling off: it decides by the wall clock, which a replay takes from recorded timestamps (or an
-    assumed gap) and the proxy from real time, so the two would schedule passes differently by design."""
+    assumed gap) and the proxy from real time, so the two would schedule passes differently by design.
+    The same holds for folding by price (the proxy's default), which also reads the upstream's usage, which
+    a replay never sees: the cadence schedule is compared."""
     config = proxy_config(None, context_limit).with_overrides(
-        source="test", compression={"micro_compact_background": background}
+        source="test", compression={"micro_compact_background": background, "micro_compact_schedule": "cadence"}
     )
     compression = config.compression.model_copy(update={"micro_compact_cache_ttl_seconds": None})
     return config.model_copy(update={"compression": compression})

@@ -27,6 +27,7 @@ class RecordedRequest:
     response: bytearray = field(default_factory=bytearray)  # every byte of the body sent
     completed: bool = False  # the whole body was sent (False after a cut stream, a hang, or while sending)
     usage: dict[str, Any] | None = None  # the usage object the upstream reported, when it answered a reply
+    refused_tokens: int | None = None  # the prompt size when the upstream refused it as too long
     client_disconnected: bool = False  # the client closed the connection before the body was complete
 
     @property

@@ -27,7 +27,7 @@ from . import anthropic_wire, openai_wire, validate
 from .body import ScriptedBody
 from .recorded import RecordedRequest, Script
 from .replies import Answer, Fault, Reply, text
-from .usage import DEFAULT_OVERHEAD, PromptCache, PromptUsage, output_tokens, prompt_tokens
+from .usage import DEFAULT_OVERHEAD, PrefixCache, PromptCache, PromptUsage, output_tokens, prompt_tokens
 
 
 def default_script(request: RecordedRequest) -> Reply:
@@ -54,6 +54,9 @@ class ScriptedUpstream:
     Anthropic side splits it into cache reads and writes at the request's breakpoints. With ``validate``,
     requests the real API would reject (broken tool pairs, more than 4 breakpoints) get its 400. With
     ``gzip_json``, JSON bodies go out gzip-compressed to clients that accept it, as the real APIs' edges do.
+    ``cache_ttl`` and ``min_cacheable`` add the cache's expiry and minimum cacheable length; ``openai_cache``
+    reports OpenAI's automatic prefix caching (``cached_tokens``); with ``context_window`` a prompt over it
+    gets the API's 400 ("prompt is too long: N tokens > M maximum").
     """
 
     def __init__(
@@ -69,6 +72,10 @@ class ScriptedUpstream:
         gzip_json: bool = False,
         keep: int | None = None,
         model: str = "scripted-model",
+        cache_ttl: float | None = None,
+        min_cacheable: int = 0,
+        openai_cache: bool = False,
+        context_window: int | None = None,
     ) -> None:
         self.script: Script = script or default_script
         self.latency = latency
@@ -80,7 +87,9 @@ class ScriptedUpstream:
         self.requests: list[RecordedRequest] = []
         self.keep = keep  # keep only the newest ``keep`` records (benchmarks send thousands of large bodies)
         self._received = 0
-        self._cache = PromptCache() if prompt_cache else None
+        self._cache = PromptCache(cache_ttl, min_cacheable) if prompt_cache else None
+        self._openai_cache = PrefixCache(cache_ttl) if openai_cache else None
+        self.context_window = context_window  # prompts over it are refused, as the real APIs refuse them
         self._answers: deque[Answer] = deque()
         self._lock = threading.Lock()
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -230,6 +239,8 @@ class ScriptedUpstream:
         if self.validate:
             check = validate.anthropic_problem if record.api == "anthropic" else validate.openai_problem
             problem = check(record.body)
+        if not problem:
+            problem = self._too_long(record)
         if problem:
             return self._error(record, 400, problem, "invalid_request_error")
         answer = self._next_answer(record)
@@ -238,6 +249,21 @@ class ScriptedUpstream:
         if isinstance(answer, Reply):
             return self._reply(record, answer, render)
         return await self._fault(record, answer, render)
+
+    def _too_long(self, record: RecordedRequest) -> str | None:
+        """The API's refusal of a prompt over the window (its wording: Claude Code compacts when it reads it)."""
+        if self.context_window is None or not isinstance(record.body, dict):
+            return None
+        tokens = prompt_tokens(record.body, self.overhead)
+        if tokens <= self.context_window:
+            return None
+        record.refused_tokens = tokens
+        if record.api == "anthropic":
+            return f"prompt is too long: {tokens} tokens > {self.context_window} maximum"
+        return (
+            f"This model's maximum context length is {self.context_window} tokens. However, your messages "
+            f"resulted in {tokens} tokens. Please reduce the length of the messages."
+        )
 
     def _reply(
         self,
@@ -302,6 +328,8 @@ class ScriptedUpstream:
     def _render_openai(self, record: RecordedRequest, reply: Reply) -> list[bytes]:
         body = record.body
         usage = openai_wire.usage_json(prompt_tokens(body, self.overhead), output_tokens(reply))
+        if self._openai_cache is not None:
+            usage["prompt_tokens_details"]["cached_tokens"] = self._openai_cache.cached_tokens(body, self.overhead)
         model = reply.model or body.get("model") or self.model
         full = openai_wire.completion(reply, model, record.number, usage)
         record.usage = usage

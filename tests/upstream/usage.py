@@ -17,6 +17,8 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,14 +108,25 @@ class PromptCache:
 
     As the API documents, a breakpoint also finds entries written at any of the ``LOOKBACK`` blocks before
     it, so a client that moves its breakpoint to the newest message (as Claude Code does) still reads the
-    prefix the previous request wrote.
+    prefix the previous request wrote. With ``ttl_seconds`` an entry expires that long after it was last
+    written or read (each hit refreshes it, as the 5-minute cache does); with ``min_tokens`` a prefix shorter
+    than that is never cached (the API's minimum cacheable length, 1,024 tokens on many models).
     """
 
     LOOKBACK = 20
 
-    def __init__(self) -> None:
-        self._written: set[str] = set()
+    def __init__(
+        self, ttl_seconds: float | None = None, min_tokens: int = 0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._written: dict[str, float] = {}  # prefix digest -> when it was last written or read
         self._lock = threading.Lock()
+        self.ttl_seconds = ttl_seconds
+        self.min_tokens = min_tokens
+        self.clock = clock
+
+    def _alive(self, key: str, now: float) -> bool:
+        at = self._written.get(key)
+        return at is not None and (self.ttl_seconds is None or now - at <= self.ttl_seconds)
 
     def usage(self, body: dict[str, Any], overhead: int = DEFAULT_OVERHEAD) -> PromptUsage:
         digest = hashlib.sha256()
@@ -126,10 +139,54 @@ class PromptCache:
             prefixes.append((digest.copy().hexdigest(), running))
             if isinstance(unit, dict) and unit.get("cache_control"):
                 breakpoints.append(index)
+        cacheable = [b for b in breakpoints if prefixes[b][1] >= self.min_tokens]
         with self._lock:
-            candidates = {p for b in breakpoints for p in range(max(0, b - self.LOOKBACK), b + 1)}
-            read = max((prefixes[p][1] for p in candidates if prefixes[p][0] in self._written), default=0)
-            last = prefixes[breakpoints[-1]] if breakpoints else None
-            written = last[1] - read if last is not None and last[0] not in self._written else 0
-            self._written.update(prefixes[b][0] for b in breakpoints)
+            now = self.clock()
+            candidates = {p for b in cacheable for p in range(max(0, b - self.LOOKBACK), b + 1)}
+            hits = [p for p in candidates if self._alive(prefixes[p][0], now)]
+            hit = max(hits, key=lambda p: prefixes[p][1], default=None)
+            read = prefixes[hit][1] if hit is not None else 0
+            last = prefixes[cacheable[-1]] if cacheable else None
+            written = last[1] - read if last is not None and not self._alive(last[0], now) else 0
+            if hit is not None:
+                self._written[prefixes[hit][0]] = now
+            self._written.update((prefixes[b][0], now) for b in cacheable)
         return PromptUsage(running + overhead - read - written, written, read)
+
+
+class PrefixCache:
+    """OpenAI's automatic prompt caching: a request reads the longest prefix an earlier request (within the
+    TTL) shared with it, counted in 128-token steps from 1,024 tokens on; nothing is marked and nothing is
+    billed as a write (``usage.prompt_tokens_details.cached_tokens``). Thread-safe, one per upstream."""
+
+    STEP = 128
+
+    def __init__(
+        self, ttl_seconds: float | None = None, min_tokens: int = 1024, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._seen: dict[str, float] = {}  # prefix digest (at each unit) -> when a request last had it
+        self._lock = threading.Lock()
+        self.ttl_seconds = ttl_seconds
+        self.min_tokens = min_tokens
+        self.clock = clock
+
+    def cached_tokens(self, body: dict[str, Any], overhead: int = DEFAULT_OVERHEAD) -> int:
+        digest = hashlib.sha256()
+        running = 0
+        prefixes: list[tuple[str, int]] = []
+        for unit in request_units(body):
+            running += unit_tokens(unit)
+            digest.update(_compact(unit) + b"\0")
+            prefixes.append((digest.copy().hexdigest(), running))
+        with self._lock:
+            now = self.clock()
+            read = 0
+            for key, tokens in reversed(prefixes):
+                at = self._seen.get(key)
+                if at is not None and (self.ttl_seconds is None or now - at <= self.ttl_seconds):
+                    read = tokens
+                    break
+            self._seen.update((key, now) for key, _ in prefixes)
+        if read < self.min_tokens:
+            return 0
+        return read - read % self.STEP

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import Config
+from ..config import FALLBACK_CONTEXT_LIMIT, Config
 from ..events import MICRO_ABSORBS, Absorb, CommitHook, Event, Outcome, Rewrite, Span, apply_event, commit_or_log
 from ..messages import Message, marker_body, marker_kind, render_micro_marker
 from ..summarizers import Summarizer, SummarizerAuthError, SummarizerBadOutput
@@ -32,10 +32,13 @@ from . import spans
 from .attempt import Context, PassAttempt
 from .defrag import Defrag
 from .passes import Merging
-from .policy import MAX_CATCH_UP_PASSES, CadencePolicy, Fold, MicroPolicy, Moment
+from .policy import MAX_CATCH_UP_PASSES, CadencePolicy, Fold, FoldEstimate, MicroPolicy, Moment
 from .state import Condensed, PassResult, Planned, Refusal, RollingSummary
 
 log = logging.getLogger("microcompact")
+
+# A fold's shrunk tail as a share of the threshold never goes below this (the config's target_ratio > 0).
+MIN_TARGET_RATIO = 0.001
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,7 @@ class MicroCompactor:
         self.state = RollingSummary()
         self.summarizer_ms_total = 0.0
         self.largest_pass_tokens = 0
+        self._fold_configs: dict[int, Config] = {}  # fold_config's, by tail size
 
     @property
     def active(self) -> bool:
@@ -144,7 +148,35 @@ class MicroCompactor:
             turns=self.state.turns,
             usage=tuple(self.counter.observations()),
             pending=pending,
+            estimate=lambda: self.fold_estimate(ledger),
         )
+
+    def fold_estimate(self, ledger: Ledger) -> FoldEstimate:
+        """What a fold down to the low-water mark would take now (see :class:`FoldEstimate`): O(middle)."""
+        self.sync(ledger)
+        msgs, tokens, st = ledger.messages, ledger.tokens, self.state
+        window = Window.of(msgs, tokens, self.fold_config(self.config.low_water_tokens()))
+        start = max(st.cursor or 0, window.head)
+        absorbable = sum(
+            t
+            for m, t in zip(msgs[start : window.tail], tokens[start : window.tail], strict=True)
+            if m.get("role") != "user"
+        )
+        old_marker = tokens[st.marker_index] if st.marker_index is not None else 0
+        change = st.marker_index if st.marker_index is not None else start
+        return FoldEstimate(sum(tokens[:change]), absorbable, old_marker)
+
+    def fold_config(self, tail_tokens: int | None) -> Config:
+        """The config a fold's passes see: the protected tail shrunk to ``tail_tokens`` (never grown)."""
+        if tail_tokens is None or tail_tokens >= self.config.tail_budget_tokens():
+            return self.config
+        cached = self._fold_configs.get(tail_tokens)
+        if cached is None:
+            limit = self.config.model.context_length or FALLBACK_CONTEXT_LIMIT
+            ratio = max(MIN_TARGET_RATIO, tail_tokens / (self.cfg.threshold * limit))
+            cached = self.config.with_overrides(source="a fold's low-water mark", compression={"target_ratio": ratio})
+            self._fold_configs[tail_tokens] = cached
+        return cached
 
     def finalize_turn(self, ledger: Ledger, completed: bool = True) -> list[PassResult]:
         """After a turn: advance the cadence counter and, when due, run one pass (plus defrag if needed)."""
@@ -166,7 +198,7 @@ class MicroCompactor:
             return []
         results: list[PassResult] = []
         for fold in self.policy.before_request(self.moment(ledger)):
-            results += self._catch_up(ledger, fold)
+            results += self.catch_up(ledger, fold)
         self.policy.requested(self.wall_clock())
         return results
 
@@ -177,14 +209,15 @@ class MicroCompactor:
         self.policy.requested(self.wall_clock())
         return mode
 
-    def _catch_up(self, ledger: Ledger, fold: Fold) -> list[PassResult]:
+    def catch_up(self, ledger: Ledger, fold: Fold) -> list[PassResult]:
         """Up to ``fold.passes`` passes in a row, stopping at the first that absorbs nothing (or at the
         fold's low-water mark)."""
         results: list[PassResult] = []
+        config = self.fold_config(fold.tail_tokens)
         for _ in range(min(fold.passes, MAX_CATCH_UP_PASSES)):
             if fold.low_water is not None and ledger.total <= fold.low_water:
                 break
-            done = self.run_pass(ledger, fold.mode)
+            done = self.run_pass(ledger, fold.mode, config)
             results += done
             if not any(r.outcome in MICRO_ABSORBS for r in done):
                 break
@@ -192,13 +225,13 @@ class MicroCompactor:
 
     # ------------------------------------------------------------------ one pass
 
-    def run_pass(self, ledger: Ledger, mode: str) -> list[PassResult]:
+    def run_pass(self, ledger: Ledger, mode: str, config: Config | None = None) -> list[PassResult]:
         """One pass of ``mode`` plus defrag if due, now, whatever the policy says (the policy's folds and
         ``micro_compact()`` run passes through here); an unexpected error is logged and the transcript left
-        as it was."""
+        as it was. ``config``: the window's config for this pass (a fold's shrunk tail), else the engine's."""
         try:
             results = []
-            res = self._pass(ledger, mode)
+            res = self._pass(ledger, mode, config)
             if res is not None:
                 results.append(res)
             defrag = self.maybe_defrag(ledger)
@@ -209,9 +242,9 @@ class MicroCompactor:
             log.exception("Micro-compaction pass failed unexpectedly; transcript left as it was")
             return []
 
-    def _pass(self, ledger: Ledger, mode: str) -> PassResult | None:
+    def _pass(self, ledger: Ledger, mode: str, config: Config | None = None) -> PassResult | None:
         """Sync the cursor, plan and commit, all against one :class:`Window` of the transcript."""
-        window = Window.of(ledger.messages, ledger.tokens, self.config)
+        window = Window.of(ledger.messages, ledger.tokens, config or self.config)
         self.sync(ledger, window.head)
         planned = self.plan(ledger, mode, window)
         return planned if not isinstance(planned, Planned) else self.commit_planned(ledger, planned)
@@ -319,6 +352,10 @@ class MicroCompactor:
         """Every pass ends here: the summarizer's time counted, the record built by the attempt."""
         self.summarizer_ms_total += attempt.summarizer_ms
         return attempt.result(outcome, self.state, **fields)
+
+    def commit_event(self, event: Event, msgs: list[Message]) -> bool:
+        """Hand ``event`` to the commit hook (the store); False when it failed (logged)."""
+        return self._commit(event, msgs)
 
     def _commit(self, event: Event, msgs: list[Message]) -> bool:
         return commit_or_log(

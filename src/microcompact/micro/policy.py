@@ -22,6 +22,22 @@ MAX_CATCH_UP_PASSES = 64
 
 
 @dataclass(frozen=True)
+class FoldEstimate:
+    """What folding now would do (counted tokens), for a policy that prices it: everything before the
+    ``change_point`` stays (the previous marker, else the first absorbable message, is where the rewrite
+    starts); ``absorbable`` is what the passes could take outside a tail of the low-water mark;
+    ``old_marker`` the rolling summary the fold replaces."""
+
+    change_point: int
+    absorbable: int
+    old_marker: int
+
+
+def _no_estimate() -> FoldEstimate:
+    return FoldEstimate(0, 0, 0)
+
+
+@dataclass(frozen=True)
 class Moment:
     """What a policy is given when asked: the transcript's size, the time, and what the session recorded.
 
@@ -34,17 +50,21 @@ class Moment:
     turns: int  # turns ended so far in this session (this one included, at a turn's end)
     usage: tuple[tuple[int, int], ...]  # what the session recorded: (counted, provider-reported) per request
     pending: Callable[[], int | None]
+    estimate: Callable[[], FoldEstimate] = _no_estimate  # computed only when called, like ``pending``
 
 
 @dataclass(frozen=True)
 class Fold:
     """Passes to run now: up to ``passes`` in a row of ``mode`` ("turn": whole exchanges; "request": the
-    completed iterations of a long turn), stopping at the first that absorbs nothing, or once the counted
-    transcript is at most ``low_water`` tokens. ``passes=MAX_CATCH_UP_PASSES``: everything that is due."""
+    completed iterations of a long turn once a piece budget of them piled up; "drain": the same without
+    that minimum), stopping at the first that absorbs nothing, or once the counted
+    transcript is at most ``low_water`` tokens. ``passes=MAX_CATCH_UP_PASSES``: everything that is due.
+    ``tail_tokens`` lets a fold reach into the configured tail, down to the policy's low-water mark."""
 
     mode: str
     passes: int = 1
     low_water: int | None = None
+    tail_tokens: int | None = None  # the protected tail for these passes (None: the configured one)
 
 
 class MicroPolicy(Protocol):

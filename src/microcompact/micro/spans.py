@@ -60,8 +60,9 @@ def select_span(
     if start is None:
         return None, "nothing in the middle"
     budget = piece_budget(config, window)
-    if mode == "request":
-        span, reason = piece(msgs, tokens, start, t, budget, across_turns=True, minimum=budget)
+    if mode in ("request", "drain"):  # drain: a fold's request pass, whatever has piled up (no minimum)
+        minimum = budget if mode == "request" else 0
+        span, reason = piece(msgs, tokens, start, t, budget, across_turns=True, minimum=minimum)
         floor = state.gate_floor
         if span and floor and floor[0] == span_key(msgs, span.start) and span.tokens <= floor[1]:
             return None, "reclaim gate: waiting for more"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from rich.console import Console
@@ -9,6 +10,7 @@ from rich.markup import escape
 
 from ..telemetry import default_log_path
 from .aggregate import Report, report_of
+from .cost import costs_json, read_costs, render_costs
 from .plot import PLOT_INSTALL_HINT, matplotlib_available, plot_report
 from .reading import read_telemetry
 from .tables import render_report, report_json
@@ -51,10 +53,15 @@ def run_report(
             reason = escape(str(exc.strerror or exc))
             err_console.print(f"[red]error:[/red] cannot write plot {escape(str(plot))}: {reason}", highlight=False)
             return 2
+    costs = read_costs(paths)
     if as_json:
-        console.out(report_json(report), highlight=False)
+        text = report_json(report)
+        if costs:  # proxy sessions: what they spent against not compacting
+            text = json.dumps({**json.loads(text), "cost": costs_json(costs)}, indent=2)
+        console.out(text, highlight=False)
     else:
         render_report(report, per_session, console)
+        render_costs(costs, console)
     if plot is not None:
         err_console.print(f"occupancy plot written to {plot}", markup=False, highlight=False, soft_wrap=True)
     return 0

@@ -38,6 +38,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route as Path
 
+from ..cache_usage import UsageReport
 from ..router import SessionRouter
 from .anthropic_format import AnthropicFormat
 from .compaction import Compaction, Prepared
@@ -307,6 +308,28 @@ class Proxy:
             self.metrics.degrade(prepared.degraded)
         self.metrics.passes_done(prepared.outcomes)
         self.metrics.compacted(prepared.occupancy_pct, saved)
+        headers.update(self._cost_headers(prepared, sent_by_client, forwarded))
+        return headers
+
+    def _cost_headers(self, prepared: Prepared, sent_by_client: int, forwarded: int) -> dict[str, str]:
+        """What the provider's cache did for the session so far (as its responses reported, up to the
+        previous one: this response's figures come after its headers), and its cost against not
+        compacting, in dollars."""
+        session = prepared.session
+        if session is None:
+            return {}
+        prepared.full_ratio = sent_by_client / forwarded if forwarded > 0 else 1.0
+        headers = {
+            "x-microcompact-cache-read": str(session.cache.cache_read_total),
+            "x-microcompact-cache-write": str(session.cache.cache_write_total),
+            "x-microcompact-folds": str(session.cache.folds + int(prepared.folded)),
+        }
+        bill = self.compaction.bills.get(session.session_id)
+        if bill is not None:
+            headers["x-microcompact-cost"] = f"{bill.spent:.6f}"
+            headers["x-microcompact-cost-uncompacted"] = f"{bill.uncompacted:.6f}"
+        if prepared.folded:
+            self.metrics.fold()
         return headers
 
     # ------------------------------------------------------------------ forwarding
@@ -345,12 +368,15 @@ class Proxy:
                 headers,
             )
         self.metrics.request(provider.name, response.status_code)
-        tap = UsageTap(response.headers.get("content-type", ""), provider.prompt_tokens)
+        tap = UsageTap(response.headers.get("content-type", ""), provider.prompt_tokens, api=provider.name)
 
         def done(tap: UsageTap, complete: bool) -> None:
             if prepared is not None:
                 ok = response.status_code < 400 and complete and not (plan is not None and plan.fell_back)
-                self._follow_up(prepared, tap.finish() if ok else None)
+                prompt_tokens = tap.finish() if ok else None
+                usage = tap.report(time.time()) if prompt_tokens else None
+                self.metrics.cache_usage(usage)
+                self._follow_up(prepared, prompt_tokens, usage)
 
         return Passthrough(response, tap, headers, done)
 
@@ -372,9 +398,9 @@ class Proxy:
         plan.answered(response.status_code)
         return response
 
-    def _follow_up(self, prepared: Prepared, prompt_tokens: int | None) -> None:
+    def _follow_up(self, prepared: Prepared, prompt_tokens: int | None, usage: UsageReport | None = None) -> None:
         """Queue the request's after-work at once, and run it on a worker thread, not awaited."""
-        self.compaction.answered(prepared, prompt_tokens)
+        self.compaction.answered(prepared, prompt_tokens, usage)
         task = asyncio.get_running_loop().create_task(anyio.to_thread.run_sync(self.compaction.follow_up, prepared.key))
         self._follow_ups.add(task)
         task.add_done_callback(self._follow_ups.discard)

@@ -14,6 +14,7 @@ returned for the ``X-Microcompact-Degraded`` header; the failure is logged once 
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import weakref
@@ -21,12 +22,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..cache_usage import COST_TAG, SessionBill, UsageReport
 from ..events import Outcome
 from ..identity import DIGEST_KEY, digest, hid_of
 from ..messages import Message, TranscriptError
 from ..router import SessionRouter
 from ..session import Session
 from ..store import StoreError
+from ..telemetry import telemetry_log
 from .errors import BadRequest
 from .metrics import Metrics
 from .provider import Provider, identity_form
@@ -34,6 +37,7 @@ from .view import covered, outgoing_messages, spelled, unchanged
 
 log = logging.getLogger("microcompact")
 
+MAX_SHAPES = 10_000  # keys whose last view shape is kept for fold detection (oldest dropped first)
 SUMMARIZER_FAILURES = frozenset({Outcome.SUMMARIZE_FAILED, Outcome.AUTH_FAILED, Outcome.ERROR})
 
 
@@ -50,6 +54,10 @@ class Prepared:
     degraded: str | None = None
     outcomes: list[str] = field(default_factory=list)
     reported_tokens: int | None = None  # the prompt size the upstream reported (set when answered)
+    usage: UsageReport | None = None  # what the upstream reported about its cache (set when answered)
+    folded: bool = False  # the view changed before its end since this key's last request (a fold)
+    full_ratio: float = 1.0  # the client's request over the forwarded one, in bytes (set by the app)
+    api: str | None = None  # the provider's name ("anthropic", "openai"): which prices apply
 
 
 def stable(history: list[Message]) -> list[Message]:
@@ -68,6 +76,8 @@ class Compaction:
         self._last_failure: str | None = None
         self._pending: dict[str, list[Prepared]] = {}  # answered requests whose follow-up has not run, by key
         self._pending_lock = threading.Lock()
+        self._shapes: dict[str, list[str]] = {}  # each key's last view, one digest per message (fold detection)
+        self.bills: dict[str, SessionBill] = {}  # spent and uncompacted cost, by session id
 
     def prepare(self, provider: Provider, body: dict[str, Any], key: str, history: list[Message]) -> Prepared:
         """Sync, compact and build the outgoing messages (raises BadRequest for a message the session
@@ -89,6 +99,7 @@ class Compaction:
                     counted_tokens=session.tokens,
                     occupancy_pct=session.occupancy_pct(),
                     outcomes=[str(r.outcome) for r in results],
+                    api=provider.name,
                 )
                 if not session.flush():
                     prepared.degraded = "store-write-failed"
@@ -109,15 +120,17 @@ class Compaction:
             self._failed("view-invalid", key, ValueError(problem))
             prepared.messages, prepared.degraded = list(history), "view-invalid"
             return prepared
+        prepared.folded = self._view_changed(key, view)
         self._remember(key, session)
         self._succeeded()
         return prepared
 
-    def answered(self, prepared: Prepared, prompt_tokens: int | None) -> None:
+    def answered(self, prepared: Prepared, prompt_tokens: int | None, usage: UsageReport | None = None) -> None:
         """The response to ``prepared`` is over: queue its follow-up (cheap; call it at once)."""
         if prepared.session is None:
             return
         prepared.reported_tokens = prompt_tokens
+        prepared.usage = usage
         with self._pending_lock:
             self._pending.setdefault(prepared.key, []).append(prepared)
 
@@ -138,8 +151,17 @@ class Compaction:
             assert prepared.session is not None
             session = self.router.live(prepared.session)  # shared store: the object the lock left current
             try:
+                if prepared.folded:
+                    session.cache.note_fold()  # before its usage: that tells whether the fold was paid for
                 if prepared.reported_tokens:
-                    session.record_usage(prepared.reported_tokens, prepared.counted_tokens)
+                    usage = prepared.usage
+                    session.record_usage(
+                        prepared.reported_tokens,
+                        prepared.counted_tokens,
+                        cache_read_tokens=usage.cache_read_tokens if usage else None,
+                        cache_write_tokens=usage.cache_write_tokens if usage else None,
+                    )
+                self._bill(session, prepared)
                 if prepared.human:
                     self.metrics.passes_done([str(r.outcome) for r in session.finalize_turn()])
             except Exception:
@@ -163,6 +185,44 @@ class Compaction:
             if hid is not None and m.get(DIGEST_KEY) != digest(identity_form(history[hid])):
                 return history
         return provider.normalize(body, spelled(provider, history, view) + list(history[upto:]))
+
+    # ------------------------------------------------------------------ the provider's cache
+
+    def _view_changed(self, key: str, view: Sequence[Message]) -> bool:
+        """True when ``view`` differs from this key's previous view before that one's end: the prefix the
+        provider cached was rewritten (a fold, a prune, a cut)."""
+        shape = [str(m.get(DIGEST_KEY) or digest(m)) for m in view]
+        with self._recent_lock:
+            previous = self._shapes.get(key)
+            if len(self._shapes) >= MAX_SHAPES and key not in self._shapes:
+                self._shapes.pop(next(iter(self._shapes)))
+            self._shapes[key] = shape
+        return previous is not None and shape[: len(previous)] != previous
+
+    def _bill(self, session: Session, prepared: Prepared) -> None:
+        """Price the answered request as the upstream reported it, against the uncompacted counterfactual."""
+        usage = prepared.usage
+        if usage is None:
+            return
+        pricing = session.config.cache_pricing(prepared.api)
+        if pricing is not None:
+            bill = self.bills.setdefault(session.session_id, SessionBill())
+            full = round(usage.prompt_tokens * max(1.0, prepared.full_ratio))
+            spent, uncompacted = bill.add(pricing, usage, full)
+            self.metrics.cost(spent, uncompacted)
+            record = {
+                "event": "proxy_cost",
+                "session_id": session.session_id,
+                "pricing": pricing.name,
+                "prompt_tokens": usage.prompt_tokens,
+                "uncompacted_tokens": full,
+                "cache_read_tokens": usage.cache_read_tokens,
+                "cache_write_tokens": usage.cache_write_tokens,
+                "folded": prepared.folded,
+                "spent": round(spent, 6),
+                "uncompacted": round(uncompacted, 6),
+            }
+            telemetry_log.info("%s%s", COST_TAG, json.dumps(record, sort_keys=True, separators=(", ", ": ")))
 
     # ------------------------------------------------------------------ internals
 

@@ -9,6 +9,10 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..cache_usage import UsageReport
 
 OCCUPANCY_BUCKETS = (10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0, 100.0)
 OVERHEAD_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.5, 1.0)
@@ -47,6 +51,12 @@ class Metrics:
         self.modes: Counter[tuple[str, str, str]] = Counter()  # (api, mode, passthrough reason or "")
         self.occupancy = Histogram(OCCUPANCY_BUCKETS)
         self.overhead = Histogram(OVERHEAD_BUCKETS)
+        # The provider's cache, as responses reported it, and the estimated cost against not compacting.
+        self.cache_read_tokens = 0
+        self.cache_write_tokens = 0
+        self.folds = 0
+        self.cost_spent = 0.0
+        self.cost_uncompacted = 0.0
 
     def request(self, api: str, status: int) -> None:
         with self._lock:
@@ -78,6 +88,42 @@ class Metrics:
     def proxy_overhead(self, seconds: float) -> None:
         with self._lock:
             self.overhead.observe(seconds)
+
+    def cache_usage(self, usage: UsageReport | None) -> None:
+        if usage is None:
+            return
+        with self._lock:
+            self.cache_read_tokens += usage.cache_read_tokens or 0
+            self.cache_write_tokens += usage.cache_write_tokens or 0
+
+    def fold(self) -> None:
+        with self._lock:
+            self.folds += 1
+
+    def cost(self, spent: float, uncompacted: float) -> None:
+        with self._lock:
+            self.cost_spent += spent
+            self.cost_uncompacted += uncompacted
+
+    def _cache_lines(self) -> list[str]:
+        return [
+            "# HELP microcompact_cache_read_tokens_total Prompt tokens the upstream read from its cache (reported).",
+            "# TYPE microcompact_cache_read_tokens_total counter",
+            f"microcompact_cache_read_tokens_total {self.cache_read_tokens}",
+            "# HELP microcompact_cache_write_tokens_total Prompt tokens the upstream wrote to its cache (reported).",
+            "# TYPE microcompact_cache_write_tokens_total counter",
+            f"microcompact_cache_write_tokens_total {self.cache_write_tokens}",
+            "# HELP microcompact_folds_total Requests whose view changed before its end (a fold rewrote the prefix).",
+            "# TYPE microcompact_folds_total counter",
+            f"microcompact_folds_total {self.folds}",
+            "# HELP microcompact_cost_dollars_total Estimated prompt dollars: spent, and had nothing been compacted.",
+            "# TYPE microcompact_cost_dollars_total counter",
+            f'microcompact_cost_dollars_total{{kind="spent"}} {self.cost_spent:.6f}',
+            f'microcompact_cost_dollars_total{{kind="uncompacted"}} {self.cost_uncompacted:.6f}',
+            "# HELP microcompact_cost_saved_dollars Estimated dollars saved against not compacting (negative: lost).",
+            "# TYPE microcompact_cost_saved_dollars gauge",
+            f"microcompact_cost_saved_dollars {self.cost_uncompacted - self.cost_spent:.6f}",
+        ]
 
     def render(self) -> str:
         with self._lock:
@@ -116,6 +162,7 @@ class Metrics:
                 "# HELP microcompact_proxy_overhead_seconds Time in the proxy before the upstream request is sent.",
                 "# TYPE microcompact_proxy_overhead_seconds histogram",
                 *self.overhead.lines("microcompact_proxy_overhead_seconds"),
+                *self._cache_lines(),
             ]
         return "\n".join(lines) + "\n"
 

@@ -47,6 +47,7 @@ def proxy_config(config_path: Path | None, context_limit: int | None) -> Config:
         "micro_compact": None if "micro_compact" in chosen else True,
         "micro_compact_background": None if "micro_compact_background" in chosen else True,
         "micro_compact_cache_ttl_seconds": None if "micro_compact_cache_ttl_seconds" in chosen else 300.0,
+        "micro_compact_schedule": None if "micro_compact_schedule" in chosen else "price",
     }
     return config.with_overrides(
         source="command-line options (--context-limit)",

@@ -1,8 +1,14 @@
-"""The prompt size a response reports, read on the side while its bytes pass through untouched.
+"""The prompt size a response reports, and what the provider's cache did, read on the side while its bytes
+pass through untouched.
 
 A streamed response (SSE) is split into events as it arrives; only events that mention ``usage`` are
 parsed (OpenAI's final chunk with ``stream_options.include_usage``, Anthropic's ``message_start`` and
 ``message_delta``). A JSON response is kept up to ``MAX_JSON_BYTES`` and parsed once it is complete.
+
+The cache figures: Anthropic's ``cache_read_input_tokens`` and ``cache_creation_input_tokens`` (in the
+message's ``usage``, or a stream's ``message_start`` / ``message_delta``; the largest value seen counts),
+OpenAI's ``prompt_tokens_details.cached_tokens``. A figure that is not a count, or larger than the prompt,
+is ignored with one log line (:func:`microcompact.cache_usage.checked_report`).
 """
 
 from __future__ import annotations
@@ -12,17 +18,62 @@ from typing import Any
 
 import orjson
 
+from ..cache_usage import UsageReport, checked_report
+
 MAX_JSON_BYTES = 16 * 1024 * 1024
 MAX_PENDING_EVENT_BYTES = 4 * 1024 * 1024
 
 
+# Where each API reports its cache figures: (read field, write field) in ``usage``; OpenAI's read is nested.
+ANTHROPIC_CACHE_FIELDS = ("cache_read_input_tokens", "cache_creation_input_tokens")
+OPENAI_DETAILS = "prompt_tokens_details"
+OPENAI_CACHED = "cached_tokens"
+_MISSING = object()
+
+
+def usage_of(parsed: Any) -> dict[str, Any] | None:
+    """The ``usage`` object of a response or of one stream event (Anthropic's ``message_start`` nests it
+    in ``message``)."""
+    if not isinstance(parsed, dict):
+        return None
+    message = parsed.get("message")
+    usage = (message if isinstance(message, dict) else parsed).get("usage")
+    return usage if isinstance(usage, dict) else None
+
+
+def cache_fields(api: str | None, usage: dict[str, Any]) -> tuple[Any, Any]:
+    """The raw (read, written) cache figures a ``usage`` object carries, ``_MISSING`` where it has none."""
+    if api == "anthropic":
+        return usage.get(ANTHROPIC_CACHE_FIELDS[0], _MISSING), usage.get(ANTHROPIC_CACHE_FIELDS[1], _MISSING)
+    if api == "openai":
+        details = usage.get(OPENAI_DETAILS)
+        read = details.get(OPENAI_CACHED, _MISSING) if isinstance(details, dict) else _MISSING
+        return read, _MISSING
+    return _MISSING, _MISSING
+
+
+def _larger(kept: Any, new: Any) -> Any:
+    """Of two raw figures, the one to keep: a count beats a missing field, the larger count wins (a stream's
+    ``message_delta`` may repeat ``message_start``'s figures, or carry cumulative ones); anything else that
+    is present is kept so the check names it."""
+    if new is _MISSING:
+        return kept
+    if kept is _MISSING:
+        return new
+    both = all(isinstance(v, int) and not isinstance(v, bool) for v in (kept, new))
+    return max(kept, new) if both else (kept if not isinstance(new, int) else new)
+
+
 class UsageTap:
-    def __init__(self, content_type: str, read_usage: Callable[[Any], int | None]) -> None:
+    def __init__(self, content_type: str, read_usage: Callable[[Any], int | None], api: str | None = None) -> None:
         self.streaming = content_type.startswith("text/event-stream")
         self.json = "json" in content_type
         self._read_usage = read_usage
+        self._api = api
         self._buffer = bytearray()
         self.prompt_tokens: int | None = None
+        self._cache_read: Any = _MISSING
+        self._cache_write: Any = _MISSING
 
     def feed(self, chunk: bytes) -> None:
         if self.streaming:
@@ -37,6 +88,13 @@ class UsageTap:
             self._take(bytes(self._buffer))
             self._buffer.clear()
         return self.prompt_tokens
+
+    def report(self, at: float = 0.0) -> UsageReport | None:
+        """What the response reported (call after :meth:`finish`): the prompt size and the cache figures,
+        checked; None without a usable prompt size."""
+        read = None if self._cache_read is _MISSING else self._cache_read
+        written = None if self._cache_write is _MISSING else self._cache_write
+        return checked_report(self.prompt_tokens, read, written, at=at, where=f"{self._api or 'upstream'} response")
 
     def _events(self) -> None:
         data = self._buffer.replace(b"\r\n", b"\n") if b"\r" in self._buffer else self._buffer
@@ -63,3 +121,8 @@ class UsageTap:
         tokens = self._read_usage(parsed)
         if tokens is not None:
             self.prompt_tokens = max(tokens, self.prompt_tokens or 0)
+        usage = usage_of(parsed)
+        if usage is not None:
+            read, written = cache_fields(self._api, usage)
+            self._cache_read = _larger(self._cache_read, read)
+            self._cache_write = _larger(self._cache_write, written)

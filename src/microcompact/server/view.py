@@ -14,14 +14,17 @@ from typing import Any
 
 from ..identity import hid_of
 from ..messages import Message
+from .breakpoints import cache_stable_prefix
 from .provider import Provider, rewritten
 
 
 def outgoing_messages(
     provider: Provider, body: dict[str, Any], history: Sequence[Message], view: Sequence[Message]
 ) -> list[Message]:
-    """The messages to forward for ``view`` (a session transcript, with metadata) of ``history``."""
-    return provider.normalize(body, spelled(provider, history, view))
+    """The messages to forward for ``view`` (a session transcript, with metadata) of ``history``; for
+    Anthropic with a breakpoint at the end of the stable part, so the next request reads it (``breakpoints``)."""
+    outgoing = provider.normalize(body, spelled(provider, history, view))
+    return cache_stable_prefix(body, outgoing) if provider.name == "anthropic" else outgoing
 
 
 def spelled(provider: Provider, history: Sequence[Message], view: Sequence[Message]) -> list[Message]:

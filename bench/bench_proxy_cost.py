@@ -1,0 +1,437 @@
+"""What the proxy costs with the provider's prompt cache: Claude Code and an OpenAI SDK loop, direct and
+through ``microcompact serve``, priced from what a scripted upstream with the real cache rules reported.
+
+    PYTHONPATH=src:tests python bench/bench_proxy_cost.py            # every row (about 20-40 min on 2 busy cores)
+    PYTHONPATH=src:tests python bench/bench_proxy_cost.py --rows sdk # only the SDK rows
+
+The upstream (tests/upstream, one per run) implements Anthropic's cache: breakpoints, a 20-block lookback,
+a 5-minute TTL refreshed on every hit, a 1,024-token minimum; reads are billed at 0.1x input and writes at
+1.25x. It refuses a prompt over the 200K window as the API does ("prompt is too long: N tokens > M
+maximum"), so the direct run includes Claude Code's own compaction. Its OpenAI side reports automatic
+prefix caching (``cached_tokens``), priced at 0.1x with the rest at 1x, or at 1.25x (the write premium).
+
+Tasks (Claude Code 2.1.x from npm, ``claude -p``; the upstream counts its steps itself, since a compacting
+proxy shortens the history): ``24k``, 50 Bash steps of ~24 KB outputs; ``8k``, 150 steps of ~8 KB. Rows:
+direct, ``serve`` with its defaults (background passes), inline passes, and a scripted model summarizer
+of 2 s per call with model answers of 1 s. The SDK loop: 48 tool steps of ~24 KB through the openai SDK
+(no window refusal: a 400K-window model).
+
+Cost is the main model's prompt and output at Claude Sonnet / GPT-5 list prices, plus the summarizer's
+calls (a model summarizer at $0.80/$4 per million tokens; the offline one is free). "folds" counts main
+requests whose messages do not extend the previous request's (a rewrite of the cached prefix: a fold of
+the proxy, or Claude Code's own compaction).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
+
+from support.claude_code import comparable, run_claude, unavailable_reason  # noqa: E402
+from support.serve_process import ServeProcess  # noqa: E402
+from upstream import Reply, ScriptedUpstream, Text, ToolCall, text  # noqa: E402
+from upstream.recorded import RecordedRequest  # noqa: E402
+from upstream.scripts import offers_tool, seq_command  # noqa: E402
+
+WINDOW = 200_000
+SDK_WINDOW = 400_000
+TTL = 300.0
+ANTHROPIC = {"input": 3.00, "read": 0.30, "write": 3.75, "output": 15.00}
+OPENAI = {"input": 1.25, "read": 0.125, "output": 10.00}
+SUMMARIZER = {"input": 0.80, "output": 4.00}
+SUMMARY_ASK = re.compile(r"create a detailed summary of the conversation", re.IGNORECASE)
+
+
+def digest(message: Any) -> str:
+    return hashlib.sha256(json.dumps(comparable(message), sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclass
+class Tally:
+    """What the upstream billed for one run's main requests."""
+
+    requests: int = 0
+    prompt: int = 0
+    read: int = 0
+    write: int = 0
+    uncached: int = 0
+    output: int = 0
+    peak: int = 0
+    refused: int = 0
+    folds: int = 0
+    compactions: int = 0  # the client's own (Claude Code's summary requests)
+    _previous: list[str] = field(default_factory=list)
+
+    def shape(self, messages: list[Any]) -> None:
+        current = [digest(m) for m in messages]
+        if self._previous and current[: len(self._previous)] != self._previous:
+            self.folds += 1
+        self._previous = current
+
+
+class CostSteps:
+    """Bash ``steps`` times with ``lines`` numbers each, then a final text. The step count is the upstream's
+    own (the highest step answered so far, from the newest tool result's id when there is one), so neither a
+    compacting proxy nor Claude Code's own compaction moves it back. Claude Code's summary request (its own
+    compaction) gets a text summary; side requests get a short text."""
+
+    def __init__(self, run: str, steps: int, lines: int, tally: Tally) -> None:
+        self.run, self.steps, self.lines, self.tally = run, steps, lines, tally
+        self.done = 0
+        self._seen: set[str] = set()
+
+    def _last_text(self, request: RecordedRequest) -> str:
+        last = request.messages[-1] if request.messages else {}
+        content = last.get("content")
+        if isinstance(content, str):
+            return content
+        return " ".join(b.get("text", "") for b in content or [] if isinstance(b, dict))
+
+    def _answered(self, request: RecordedRequest) -> int:
+        """The step the request's newest tool result answers: from its id (Anthropic: ours), or one more
+        than before for an OpenAI tool message not seen yet (the wire names its calls itself)."""
+        last = request.messages[-1] if request.messages else {}
+        if last.get("role") == "tool":
+            call = str(last.get("tool_call_id"))
+            if call not in self._seen:
+                self._seen.add(call)
+                return self.done + 1
+            return self.done
+        for message in reversed(request.messages[-4:]):  # after its compaction Claude Code sends text last
+            blocks = message.get("content") if isinstance(message.get("content"), list) else []
+            ids = [b.get("tool_use_id", "") for b in blocks if isinstance(b, dict) and b.get("type") == "tool_result"]
+            found = re.fullmatch(rf"toolu_{self.run}_(\d+)", ids[-1]) if ids else None
+            if found:
+                return int(found.group(1))
+        return 0
+
+    def __call__(self, request: RecordedRequest) -> Reply:
+        if not offers_tool(request.body, "Bash"):
+            return text("Side request answered.")
+        if SUMMARY_ASK.search(self._last_text(request)):
+            self.tally.compactions += 1
+            return text(f"Summary: run {self.run}, steps 1-{self.done} done with the Bash tool; continue.")
+        self.done = max(self.done, self._answered(request))
+        n = self.done + 1
+        if n > self.steps:
+            return text(f"Run {self.run}: all steps are done.")
+        command = {"command": seq_command(n, self.lines), "description": f"Print numbers (step {n})"}
+        return Reply((Text(f"Step {n}."), ToolCall("Bash", command, id=f"toolu_{self.run}_{n}")))
+
+
+class PricedUpstream(ScriptedUpstream):
+    """The scripted upstream, tallying the usage of every main request (bodies are not kept)."""
+
+    def __init__(self, tally: Tally, **options: Any) -> None:
+        super().__init__(keep=2, cache_ttl=TTL, min_cacheable=1024, openai_cache=True, **options)
+        self.tally = tally
+
+    def _too_long(self, record: RecordedRequest) -> str | None:
+        problem = super()._too_long(record)
+        if problem and offers_tool(record.body, "Bash"):
+            self.tally.refused += 1
+            self.tally.peak = max(self.tally.peak, record.refused_tokens or 0)
+        return problem
+
+    def _count(self, record: RecordedRequest, prompt: int, read: int, write: int, output: int) -> None:
+        if not offers_tool(record.body, "Bash"):
+            return
+        t = self.tally
+        t.requests += 1
+        t.prompt += prompt
+        t.read += read
+        t.write += write
+        t.uncached += prompt - read - write
+        t.output += output
+        t.peak = max(t.peak, prompt)
+        t.shape(record.body.get("messages") or [])
+
+    def _render_anthropic(self, record: RecordedRequest, reply: Reply) -> list[bytes]:
+        chunks = super()._render_anthropic(record, reply)
+        u = record.usage or {}
+        read, write = u.get("cache_read_input_tokens", 0), u.get("cache_creation_input_tokens", 0)
+        self._count(record, u.get("input_tokens", 0) + read + write, read, write, u.get("output_tokens", 0))
+        return chunks
+
+    def _render_openai(self, record: RecordedRequest, reply: Reply) -> list[bytes]:
+        chunks = super()._render_openai(record, reply)
+        u = record.usage or {}
+        cached = (u.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+        self._count(record, u.get("prompt_tokens", 0), cached, 0, u.get("completion_tokens", 0))
+        return chunks
+
+
+class SummarizerUpstream(ScriptedUpstream):
+    """A model summarizer (OpenAI-compatible) that takes ``latency`` seconds per call; tallies its tokens."""
+
+    def __init__(self, latency: float) -> None:
+        super().__init__(self._answer, keep=2, latency=latency)
+        self.calls = 0
+        self.input_tokens = 0
+        self.output_tokens = 0
+
+    def _answer(self, request: RecordedRequest) -> Reply:
+        return text("## Progress\n- The Bash steps so far printed their numbers; nothing failed.\n")
+
+    def _render_openai(self, record: RecordedRequest, reply: Reply) -> list[bytes]:
+        chunks = super()._render_openai(record, reply)
+        u = record.usage or {}
+        self.calls += 1
+        self.input_tokens += u.get("prompt_tokens", 0)
+        self.output_tokens += u.get("completion_tokens", 0)
+        return chunks
+
+
+@dataclass
+class Row:
+    task: str
+    route: str
+    tally: Tally
+    seconds: float
+    ok: bool
+    summarizer_cost: float = 0.0
+    summarizer_calls: int = 0
+    prices: str = "anthropic"
+
+    def cost(self) -> float:
+        t = self.tally
+        if self.prices == "anthropic":
+            p = ANTHROPIC
+            main = t.read * p["read"] + t.write * p["write"] + t.uncached * p["input"] + t.output * p["output"]
+        else:
+            write = OPENAI["input"] * (1.25 if self.prices == "openai-write" else 1.0)
+            main = t.read * OPENAI["read"] + (t.prompt - t.read) * write + t.output * OPENAI["output"]
+        return main / 1e6 + self.summarizer_cost
+
+
+def stop(served: ServeProcess) -> None:
+    """Ctrl-C, as a user stops it (a background fold of a slow summarizer may still be running: it gets
+    two minutes), then SIGKILL."""
+    try:
+        served.stop(timeout=120)
+    except subprocess.TimeoutExpired:
+        served.kill()
+
+
+def serve_config(home: Path, inline: bool, summarizer_url: str | None) -> list[str]:
+    lines = []
+    if inline:
+        lines += ["compression:", "  micro_compact_background: false"]
+    if summarizer_url:
+        lines += [
+            "auxiliary:",
+            "  compression:",
+            "    provider: openai",
+            "    model: scripted-summarizer",
+            f"    base_url: {summarizer_url}",
+            "    api_key_env: BENCH_SUMMARIZER_KEY",
+            "    timeout: 60",
+        ]
+    if not lines:
+        return []
+    path = home / "config.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return ["--config", str(path)]
+
+
+def claude_row(task: str, steps: int, lines: int, route: str, work: Path) -> Row:
+    """One Claude Code run of ``task`` by ``route``: direct, serve, serve-inline, serve-model2s(-inline)."""
+    tally = Tally()
+    model = "model2s" in route
+    upstream = PricedUpstream(tally, context_window=WINDOW, latency=1.0 if model else 0.0)
+    upstream.script = CostSteps(task.replace("k", ""), steps, lines, tally)
+    summarizer = SummarizerUpstream(2.0) if model else None
+    served: ServeProcess | None = None
+    home = work / f"{task}-{route}"
+    home.mkdir(parents=True)
+    started = time.monotonic()
+    with upstream:
+        if summarizer is not None:
+            summarizer.start()
+        try:
+            base = upstream.base_url
+            if route != "direct":
+                options = serve_config(home, "inline" in route, summarizer.openai_base_url if summarizer else None)
+                served = ServeProcess(
+                    home,
+                    *options,
+                    "--db",
+                    str(home / "s.db"),
+                    "--log",
+                    str(home / "proxy.log"),
+                    "--anthropic-upstream",
+                    base,
+                    "--context-limit",
+                    str(WINDOW),
+                ).start()
+                base = served.base_url
+            run = run_claude(
+                base,
+                "Run the numbered steps with the Bash tool until they are done.",
+                workdir=home / "work",
+                home=home / "claude",
+                max_turns=steps + 20,
+                timeout=3600,
+            )
+        finally:
+            if served is not None:
+                stop(served)
+            if summarizer is not None:
+                summarizer.close()
+    row = Row(task, route, tally, time.monotonic() - started, run.ok)
+    if summarizer is not None:
+        row.summarizer_calls = summarizer.calls
+        row.summarizer_cost = (
+            summarizer.input_tokens * SUMMARIZER["input"] + summarizer.output_tokens * SUMMARIZER["output"]
+        ) / 1e6
+    if not run.ok:
+        print(f"  {task} {route}: Claude Code did not finish: {run.stderr[-500:] or run.stdout[-500:]}", flush=True)
+    return row
+
+
+def sdk_loop(base_url: str, steps: int) -> bool:
+    """An agent loop on the openai SDK: a tool call per step, each answered with ~24 KB of output."""
+    import openai
+
+    client = openai.OpenAI(base_url=base_url, api_key="sk-bench", max_retries=0)
+    tools = [{"type": "function", "function": {"name": "Bash", "parameters": {"type": "object", "properties": {}}}}]
+    messages: list[Any] = [
+        {"role": "system", "content": "You run shell steps. " + "Rules. " * 400},
+        {"role": "user", "content": "Run the numbered steps with the Bash tool until they are done."},
+    ]
+    for n in range(steps + 1):
+        reply = client.chat.completions.create(
+            model="gpt-bench", messages=messages, tools=tools, extra_headers={"x-session-id": "sdk-bench"}
+        )
+        message = reply.choices[0].message
+        messages.append(message.model_dump(exclude_none=True))
+        if not message.tool_calls:
+            return n == steps
+        output = "\n".join(str(i) for i in range(n * 1_000_000 + 1, n * 1_000_000 + 3001))
+        messages.append({"role": "tool", "tool_call_id": message.tool_calls[0].id, "content": output})
+    return False
+
+
+def sdk_rows(work: Path, steps: int = 48) -> list[Row]:
+    rows = []
+    for route in ("direct", "serve"):
+        tally = Tally()
+        upstream = PricedUpstream(tally)
+        upstream.script = CostSteps("sdk", steps, 3000, tally)
+        home = work / f"sdk-{route}"
+        home.mkdir(parents=True)
+        started = time.monotonic()
+        with upstream:
+            served = None
+            base = upstream.openai_base_url
+            if route == "serve":
+                served = ServeProcess(
+                    home,
+                    "--db",
+                    str(home / "s.db"),
+                    "--log",
+                    str(home / "proxy.log"),
+                    "--openai-upstream",
+                    upstream.openai_base_url,
+                    "--context-limit",
+                    str(SDK_WINDOW),
+                ).start()
+                base = f"{served.base_url}/v1"
+            try:
+                ok = sdk_loop(base, steps)
+            finally:
+                if served is not None:
+                    stop(served)
+        seconds = time.monotonic() - started
+        for prices in ("openai", "openai-write"):
+            rows.append(Row("sdk-24k", route, tally, seconds, ok, prices=prices))
+    return rows
+
+
+def table(rows: list[Row]) -> str:
+    head = [
+        "task",
+        "route",
+        "prices",
+        "requests",
+        "prompt M",
+        "read M",
+        "written M",
+        "peak %",
+        "refused",
+        "CC compactions",
+        "folds",
+        "summ calls",
+        "cost $",
+        "x direct",
+        "ok",
+        "s",
+    ]
+    direct = {(r.task, r.prices): r.cost() for r in rows if r.route == "direct"}
+    lines = [" | ".join(head), " | ".join("---" for _ in head)]
+    for r in rows:
+        t = r.tally
+        window = SDK_WINDOW if r.task.startswith("sdk") else WINDOW
+        base = direct.get((r.task, r.prices))
+        written = t.write if r.prices == "anthropic" else t.prompt - t.read
+        cells = [
+            r.task, r.route, r.prices, str(t.requests), f"{t.prompt / 1e6:.2f}", f"{t.read / 1e6:.2f}",
+            f"{written / 1e6:.2f}", f"{100 * t.peak / window:.0f}", str(t.refused), str(t.compactions),
+            str(t.folds), str(r.summarizer_calls), f"{r.cost():.2f}",
+            f"{r.cost() / base:.2f}" if base else "-", "yes" if r.ok else "NO", f"{r.seconds:.0f}",
+        ]  # fmt: skip
+        lines.append(" | ".join(cells))
+    return "\n".join(lines)
+
+
+TASKS = {"24k": (50, 3000), "8k": (150, 1000), "smoke": (4, 3000)}
+ROUTES = ("direct", "serve", "serve-inline", "serve-model2s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", default="claude,sdk", help="claude, sdk, or both (comma-separated)")
+    parser.add_argument("--tasks", default="24k,8k")
+    parser.add_argument("--routes", default=",".join(ROUTES))
+    parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, stores)")
+    args = parser.parse_args()
+    os.environ.setdefault("BENCH_SUMMARIZER_KEY", "sk-bench-summarizer")  # the scripted summarizer takes any key
+    work = Path(tempfile.mkdtemp(prefix="bench-cost-"))
+    rows: list[Row] = []
+    try:
+        if "claude" in args.rows:
+            missing = unavailable_reason()
+            if missing:
+                print(f"Claude Code rows skipped: {missing}")
+            else:
+                for task in args.tasks.split(","):
+                    steps, lines = TASKS[task]
+                    for route in args.routes.split(","):
+                        rows.append(claude_row(task, steps, lines, route, work))
+                        print(f"  {task} {route}: ${rows[-1].cost():.2f} in {rows[-1].seconds:.0f} s", flush=True)
+        if "sdk" in args.rows:
+            rows += sdk_rows(work)
+        print(table(rows))
+    finally:
+        if args.keep:
+            print(f"work folder: {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+"""Fold by price: the micro scheduling policy that rewrites history only when it pays.
+
+The session grows with the provider's cache warm (every request reads the last one's prompt at the read
+price), folds once when the rule of :mod:`microcompact.fold_price` says the saving over the requests to
+come beats the rewrite premium on what the fold keeps, goes all the way down to the low-water mark in that
+one switch of the view, and grows cached again. A cold cache (idle past the TTL, or the upstream read
+nothing) folds everything due at no cache cost; the cap (the batch threshold) forces a fold whatever it
+costs, so batch compaction and the window's last resort stay what they were: the hard limits.
+
+The cache is read, not guessed: the session's :class:`~microcompact.cache_usage.CacheObservations` (fed by
+``Session.record_usage`` and by the proxy from every response) say whether it is warm, how fast the prompt
+grows and how often requests come; the TTL clock from the last request is the fallback.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from typing import Any
+
+from ..cache_usage import CacheObservations
+from ..config import Config
+from ..fold_price import CacheState, Decision, FoldQuote, Verdict, decide
+from ..pricing import CachePricing
+from .policy import MAX_CATCH_UP_PASSES, Fold, FoldEstimate, Moment
+
+# The new marker's size, as a share of what a fold absorbs, until the summary reaches its defrag threshold.
+MARKER_SHARE = 0.05
+# Prompt sizes kept to measure growth when the provider reported none (a replay, a library session).
+RECENT_SIZES = 16
+
+
+class PricePolicy:
+    """Micro passes when folding pays (see the module docstring); one instance per engine."""
+
+    def __init__(self, config: Config, pricing: CachePricing, cache: CacheObservations) -> None:
+        self.config = config
+        self.cfg = config.compression
+        self.pricing = pricing
+        self.cache = cache
+        self.last_request_at: float | None = None
+        self.last: Decision | None = None  # the last decision (telemetry, tests)
+        self.folds = 0
+        self._planned: tuple[Fold, ...] = ()  # background: the fold the worker should run next
+        self._sizes: deque[int] = deque(maxlen=RECENT_SIZES)  # prompt estimates at recent requests
+
+    # ------------------------------------------------------------------ the protocol
+
+    def turn_ended(self, moment: Moment, completed: bool) -> bool:
+        return False  # the fold is decided before the next request, where the view switches anyway
+
+    def before_request(self, moment: Moment) -> tuple[Fold, ...]:
+        self._sizes.append(moment.prompt_tokens)
+        decision = self.decide(moment)
+        if decision is None or not decision.fold:
+            return ()
+        self.folds += 1
+        return self.folds_to_run(moment)
+
+    def background_mode(self, moment: Moment, busy: bool) -> str | None:
+        """The same decision; the worker runs the whole fold and the view switches when it is applied (at
+        a later request: deciding earlier to make up for that was measured to fold more often, not less)."""
+        self._sizes.append(moment.prompt_tokens)
+        if busy:
+            return None
+        decision = self.decide(moment)
+        if decision is None or not decision.fold:
+            return None
+        self.folds += 1
+        self._planned = self.folds_to_run(moment)
+        return "fold"
+
+    def take_planned(self) -> tuple[Fold, ...]:
+        """The fold ``background_mode`` chose (the worker runs all of it, the view switches once)."""
+        planned, self._planned = self._planned, ()
+        return planned
+
+    def requested(self, at: float) -> None:
+        self.last_request_at = at
+
+    def memory(self) -> dict[str, Any]:
+        """What the next process continuing the session needs to decide as this one would: the cache
+        observations, the recent prompt sizes and the last request's time."""
+        return {"price": {"cache": self.cache.memory(), "sizes": list(self._sizes), "at": self.last_request_at}}
+
+    def restore(self, memory: dict[str, Any]) -> None:
+        carried = memory.get("price")
+        if not isinstance(carried, dict):
+            return
+        self.cache.restore(carried.get("cache") or {})
+        self._sizes.clear()
+        self._sizes.extend(int(v) for v in carried.get("sizes") or [])
+        at = carried.get("at")
+        self.last_request_at = None if at is None else float(at)
+
+    # ------------------------------------------------------------------ the decision
+
+    def folds_to_run(self, moment: Moment) -> tuple[Fold, ...]:
+        """Every due exchange, then every completed iteration outside a tail of the low-water mark (``drain``:
+        request passes without waiting for a piece budget to pile up), down to that mark."""
+        estimate = moment.estimate()
+        tail = self.config.low_water_tokens()
+        low_water = estimate.change_point + self._new_marker(estimate) + tail
+        return (
+            Fold("turn", MAX_CATCH_UP_PASSES, low_water, tail),
+            Fold("drain", MAX_CATCH_UP_PASSES, low_water, tail),
+        )
+
+    def decide(self, moment: Moment) -> Decision | None:
+        """The rule of :func:`~microcompact.fold_price.decide` on the fold that would run now."""
+        estimate = moment.estimate()
+        if estimate.absorbable <= 0:
+            return None
+        cache = self.cache_state(moment)
+        scale = moment.prompt_tokens / moment.counted_tokens if moment.counted_tokens else 1.0
+        new_marker = self._new_marker(estimate)
+        removed = estimate.absorbable + estimate.old_marker - new_marker
+        summarizer_in = estimate.absorbable + estimate.old_marker
+        quote = FoldQuote(
+            prompt_tokens=moment.prompt_tokens,
+            change_point_tokens=round(estimate.change_point * scale),
+            removed_tokens=round(removed * scale),
+            summarizer_input_tokens=summarizer_in,
+            summarizer_output_tokens=new_marker,
+        )
+        self.last = decide(quote, self.pricing, cache, self.config.threshold_tokens())
+        return self.last
+
+    def cache_state(self, moment: Moment) -> CacheState:
+        """Warm or cold from the reports (the TTL clock when there are none), growth from the reports."""
+        ttl = self.pricing.ttl_seconds
+        if self.cache.last is not None:
+            warm = self.cache.warm(moment.at, ttl)
+        else:
+            warm = self.last_request_at is not None and moment.at - self.last_request_at <= ttl
+        growth = self.cache.growth_per_request() or self._growth()
+        return CacheState(warm=warm and self.pricing.cache, growth_per_request=growth)
+
+    def _growth(self) -> float | None:
+        """Growth per request from the prompt estimates this policy saw (drops, i.e. folds, left out)."""
+        sizes = list(self._sizes)
+        steps = [b - a for a, b in itertools.pairwise(sizes) if b >= a]
+        return sum(steps) / len(steps) if steps else None
+
+    def _new_marker(self, estimate: FoldEstimate) -> int:
+        grown = estimate.old_marker + MARKER_SHARE * estimate.absorbable
+        return round(min(grown, float(self.cfg.micro_compact_defrag_threshold_tokens)))
+
+
+def policy_for(config: Config, cache: CacheObservations) -> PricePolicy | None:
+    """The price policy when ``compression.micro_compact_schedule`` asks for it, or (``auto``) when the
+    config knows a cache price; None keeps the cadence schedule. Asked for without a price, it schedules by
+    Anthropic's cache ratios (the proxy's case: one process serves both APIs, whose ratios are close)."""
+    schedule = config.compression.micro_compact_schedule
+    pricing = config.cache_pricing()
+    if schedule == "cadence" or (schedule == "auto" and pricing is None):
+        return None
+    if pricing is None:
+        summarizer_free = config.auxiliary.compression.kind == "extractive"
+        pricing = config.pricing.resolve("anthropic", summarizer_free=summarizer_free)
+    return PricePolicy(config, pricing, cache)
+
+
+__all__ = ["PricePolicy", "Verdict", "policy_for"]

@@ -1,0 +1,175 @@
+"""Reading what the provider's cache did: usage fields from JSON and streams of both providers (from the
+scripted upstream's own wire format), responses that lack them, bad figures (one log line, never a crash),
+``Session.record_usage``'s new keywords, and the per-session observations scheduling reads."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from microcompact.cache_usage import CacheObservations, SessionBill, UsageReport, checked_report
+from microcompact.config import parse_config
+from microcompact.pricing import PRESETS
+from microcompact.server.anthropic_format import AnthropicFormat
+from microcompact.server.openai_format import OpenAIFormat
+from microcompact.server.usage_tap import UsageTap
+from microcompact.session import Session
+from upstream import anthropic_wire, openai_wire, text
+from upstream.usage import PromptUsage
+
+ANTHROPIC, OPENAI = AnthropicFormat(), OpenAIFormat()
+
+
+def tap_of(api: str, content_type: str, chunks: list[bytes]) -> UsageReport | None:
+    provider = ANTHROPIC if api == "anthropic" else OPENAI
+    tap = UsageTap(content_type, provider.prompt_tokens, api=api)
+    for chunk in chunks:
+        for i in range(0, len(chunk), 7):  # split events across reads, as a network does
+            tap.feed(chunk[i : i + 7])
+    tap.finish()
+    return tap.report(at=5.0)
+
+
+def anthropic_message(usage: PromptUsage) -> dict:
+    return anthropic_wire.message(text("hi"), "m", 1, usage, 3)
+
+
+def openai_completion(prompt: int, cached: int | None) -> dict:
+    usage = openai_wire.usage_json(prompt, 3)
+    if cached is None:
+        del usage["prompt_tokens_details"]
+    else:
+        usage["prompt_tokens_details"]["cached_tokens"] = cached
+    return openai_wire.completion(text("hi"), "m", 1, usage)
+
+
+def test_anthropic_json_and_stream_report_reads_and_writes():
+    message = anthropic_message(
+        PromptUsage(input_tokens=10, cache_creation_input_tokens=300, cache_read_input_tokens=5000)
+    )
+    as_json = tap_of("anthropic", "application/json", [json.dumps(message).encode()])
+    streamed = tap_of("anthropic", "text/event-stream", anthropic_wire.stream_events(text("hi"), message))
+    for report in (as_json, streamed):
+        assert report == UsageReport(5310, 5000, 300, 5.0)
+
+
+def test_an_anthropic_message_delta_with_cumulative_cache_figures_counts_the_largest():
+    message = anthropic_message(PromptUsage(10, 0, 0))
+    events = anthropic_wire.stream_events(text("hi"), message)
+    delta = {
+        "type": "message_delta",
+        "delta": {"stop_reason": "end_turn"},
+        "usage": {
+            "output_tokens": 3,
+            "input_tokens": 10,
+            "cache_read_input_tokens": 900,
+            "cache_creation_input_tokens": 40,
+        },
+    }
+    events.insert(-1, f"event: message_delta\ndata: {json.dumps(delta)}\n\n".encode())
+    report = tap_of("anthropic", "text/event-stream; charset=utf-8", events)
+    assert report is not None and (report.cache_read_tokens, report.cache_write_tokens) == (900, 40)
+
+
+def test_openai_json_and_stream_with_usage_report_cached_tokens():
+    full = openai_completion(8000, 6144)
+    assert tap_of("openai", "application/json", [json.dumps(full).encode()]) == UsageReport(8000, 6144, None, 5.0)
+    chunks = openai_wire.stream_chunks(text("hi"), full, include_usage=True)
+    assert tap_of("openai", "text/event-stream", chunks) == UsageReport(8000, 6144, None, 5.0)
+
+
+def test_responses_without_cache_figures_report_the_prompt_only():
+    assert tap_of("openai", "application/json", [json.dumps(openai_completion(900, None)).encode()]) == UsageReport(
+        900, None, None, 5.0
+    )
+    bare = {"type": "message", "usage": {"input_tokens": 700, "output_tokens": 2}}
+    assert tap_of("anthropic", "application/json", [json.dumps(bare).encode()]) == UsageReport(700, None, None, 5.0)
+    chunks = openai_wire.stream_chunks(text("hi"), openai_completion(900, 0), include_usage=False)
+    assert tap_of("openai", "text/event-stream", chunks) is None  # no usage at all: nothing to report
+
+
+@pytest.mark.parametrize(
+    ("usage", "expected"),
+    [
+        ({"input_tokens": 100, "cache_read_input_tokens": "lots"}, UsageReport(100, None, None, 5.0)),
+        ({"input_tokens": 100, "cache_read_input_tokens": True}, UsageReport(100, None, None, 5.0)),
+        ({"input_tokens": 100, "cache_creation_input_tokens": 1.5}, UsageReport(100, None, None, 5.0)),
+        ({"input_tokens": 900, "cache_read_input_tokens": -5}, UsageReport(895, None, None, 5.0)),
+    ],
+)
+def test_bad_anthropic_figures_are_ignored_with_one_line(caplog, usage, expected):
+    with caplog.at_level(logging.WARNING, logger="microcompact"):
+        report = tap_of("anthropic", "application/json", [json.dumps({"usage": usage}).encode()])
+    assert report == expected
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "ignoring usage field cache_" in lines[0] and "anthropic response" in lines[0]
+
+
+def test_openai_cached_tokens_larger_than_the_prompt_are_ignored(caplog):
+    with caplog.at_level(logging.WARNING, logger="microcompact"):
+        report = tap_of("openai", "application/json", [json.dumps(openai_completion(1000, 5000)).encode()])
+    assert report == UsageReport(1000, None, None, 5.0)
+    assert len(caplog.records) == 1 and "more than the prompt" in caplog.records[0].getMessage()
+
+
+@given(
+    st.one_of(st.none(), st.integers(-10, 10**7), st.text(max_size=5), st.floats(), st.booleans()),
+    st.integers(1, 10**6),
+)
+def test_checked_report_never_raises_and_never_exceeds_the_prompt(value, prompt):
+    report = checked_report(prompt, value, value)
+    assert report is not None and report.prompt_tokens == prompt
+    assert (report.cache_read_tokens or 0) + (report.cache_write_tokens or 0) <= prompt
+
+
+def test_record_usage_keeps_the_old_call_and_takes_the_cache_figures():
+    now = [100.0]
+    session = Session(clock=lambda: now[0])
+    session.record_usage(5000)  # the old call
+    session.record_usage(None)
+    now[0] = 110.0
+    session.record_usage(6000, cache_read_tokens=5000, cache_write_tokens=900)
+    assert session.cache.last == UsageReport(6000, 5000, 900, 110.0)
+    assert session.cache.cached_prefix_tokens == 5900
+    assert session.cache.request_interval() == pytest.approx(10.0)
+    assert session.cache.warm(now=200.0, ttl_seconds=300) and not session.cache.warm(now=500.0, ttl_seconds=300)
+
+
+def test_record_usage_with_bad_figures_logs_one_line(caplog):
+    session = Session(parse_config({"model": {"context_length": 100_000}}))
+    with caplog.at_level(logging.WARNING, logger="microcompact"):
+        session.record_usage(1000, cache_read_tokens=-1)  # type: ignore[arg-type]
+    assert session.cache.last is not None and session.cache.last.cache_read_tokens is None
+    assert len(caplog.records) == 1 and "record_usage" in caplog.records[0].getMessage()
+
+
+def test_observations_tell_a_paid_fold_from_a_free_one_and_a_cold_cache():
+    seen = CacheObservations()
+    seen.record(UsageReport(20_000, 0, 20_000, at=0))
+    seen.record(UsageReport(26_000, 20_000, 6_000, at=10))
+    seen.note_fold()
+    seen.record(UsageReport(15_000, 4_000, 11_000, at=20))  # warm: read the head, wrote the rest
+    assert seen.last_fold_paid is True and seen.folds == 1 and seen.paid_folds == 1
+    seen.note_fold()
+    seen.record(UsageReport(16_000, 0, 16_000, at=900))  # cold: nothing read, the fold came free
+    assert seen.last_fold_paid is False
+    assert seen.growth_per_request() == pytest.approx((6_000 + 1_000) / 2)
+    assert not seen.warm(now=1300, ttl_seconds=300)
+    seen.record(UsageReport(17_000, 0, 0, at=1310))  # the upstream reads and writes nothing: no cache
+    assert not seen.warm(now=1311, ttl_seconds=300)
+
+
+def test_the_bill_prices_what_was_reported_against_the_uncompacted_counterfactual():
+    bill = SessionBill()
+    p = PRESETS["anthropic"]
+    bill.add(p, UsageReport(20_000, 0, 20_000), 20_000)
+    spent, uncompacted = bill.add(p, UsageReport(15_000, 4_000, 11_000), 40_000)
+    assert spent == pytest.approx(p.prompt_cost(4_000, 11_000))
+    assert uncompacted == pytest.approx(p.prompt_cost(20_000, 20_000))  # read the last full prompt, wrote the growth
+    openai = PRESETS["openai"]
+    spent, _ = SessionBill().add(openai, UsageReport(10_000, 8_000, None), 10_000)
+    assert spent == pytest.approx((8_000 * 0.125 + 2_000 * 1.25) / 1e6)

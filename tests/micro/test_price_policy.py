@@ -1,0 +1,168 @@
+"""The price policy as the micro scheduling policy: grow cached, fold once down to the low-water mark,
+grow cached again; a cold cache folds; the cap always wins; background mode runs a whole fold on the
+worker and switches the view once, never one exchange per request."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from typing import Any
+
+from microcompact.config import parse_config
+from microcompact.events import MICRO_ABSORBS
+from microcompact.micro import CadencePolicy
+from microcompact.micro.price import PricePolicy
+from microcompact.session import Session
+from microcompact.tokens import EstimateCounter, TokenCounter
+
+WINDOW = 200_000
+STEP_LINES = 3000  # ~6K tokens a step, as Claude Code's 24 KB outputs
+
+
+class Notes:
+    """A deterministic summarizer: one line per exchange (``delay`` seconds per call, like a model)."""
+
+    name = "notes"
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.delay = delay
+        self.calls = 0
+        self.threads: set[str] = set()
+
+    def merge(self, summary: str, exchange: list[dict[str, Any]]) -> str:
+        self.calls += 1
+        self.threads.add(threading.current_thread().name)
+        time.sleep(self.delay)
+        ids = [c["id"] for m in exchange for c in (m.get("tool_calls") or [])]
+        return (summary + "\n- ran " + ",".join(ids)).strip()
+
+    def batch(self, summary: str, messages: list[dict[str, Any]], focus: str | None = None) -> str:
+        return (summary + f"\n- batch of {len(messages)}").strip()
+
+    def condense(self, summary: str, target_tokens: int) -> str:
+        return summary[: len(summary) // 4]
+
+
+def config(**compression: Any) -> Any:
+    return parse_config(
+        {
+            "compression": {"micro_compact": True, **compression},
+            "model": {"context_length": WINDOW},
+            "pricing": {"preset": "anthropic"},
+        }
+    )
+
+
+def session(cfg: Any, now: list[float], summarizer: Notes | None = None) -> Session:
+    s = Session(cfg, summarizer=summarizer or Notes(), counter=TokenCounter(EstimateCounter()), clock=lambda: now[0])
+    s.append({"role": "system", "content": "system " * 16_000})
+    s.append({"role": "user", "content": "Run the numbered steps."})
+    return s
+
+
+def step(s: Session, n: int) -> None:
+    call = f"c{n}"
+    s.append(
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": call, "type": "function", "function": {"name": "Bash", "arguments": "{}"}}],
+        }
+    )
+    s.append(
+        {"role": "tool", "tool_call_id": call, "content": "\n".join(str(n * 10**6 + i) for i in range(STEP_LINES))}
+    )
+
+
+def answered(s: Session, read_all: bool = True) -> None:
+    """The provider's answer: the prompt read from the cache up to the last request, the rest written."""
+    t = s.tokens
+    last = s.cache.last
+    read = min(t, last.cached_after) if read_all and last is not None else 0
+    s.record_usage(t, cache_read_tokens=read, cache_write_tokens=t - read)
+
+
+def run(s: Session, steps: int, now: list[float], gap: float = 10.0, idle: dict[int, float] | None = None) -> list[int]:
+    """Absorbed passes before each request."""
+    absorbed = []
+    for n in range(steps):
+        now[0] += gap + (idle or {}).get(n, 0.0)
+        results = s.before_request()
+        absorbed.append(sum(1 for r in results if r.outcome in MICRO_ABSORBS))
+        answered(s)
+        step(s, n)
+    return absorbed
+
+
+def test_the_price_policy_is_the_default_when_a_price_is_known():
+    assert isinstance(Session(config()).micro.policy, PricePolicy)
+    plain = parse_config({"compression": {"micro_compact": True}, "model": {"context_length": WINDOW}})
+    assert isinstance(Session(plain).micro.policy, CadencePolicy)
+    assert isinstance(Session(config(micro_compact_schedule="cadence")).micro.policy, CadencePolicy)
+    forced = parse_config({"compression": {"micro_compact": True, "micro_compact_schedule": "price"}})
+    assert isinstance(Session(forced).micro.policy, PricePolicy)
+
+
+def test_grow_cached_fold_once_grow_cached_again():
+    now = [0.0]
+    s = session(config(), now)
+    absorbed = run(s, 50, now)
+    folds = [i for i, a in enumerate(absorbed) if a]
+    assert 2 <= len(folds) <= 10, absorbed
+    assert all(absorbed[i] >= 2 for i in folds), "a fold takes every due exchange at once"
+    assert all(b - a >= 3 for a, b in itertools.pairwise(folds)), "never one exchange per request"
+    threshold = s.config.threshold_tokens()
+    assert threshold is not None and s.micro.policy.last is not None
+
+
+def test_a_fold_that_does_not_pay_is_not_made_and_the_cap_wins():
+    now = [0.0]
+    s = session(config(), now)
+    sizes = []
+    for n in range(40):
+        now[0] += 10
+        s.before_request()
+        sizes.append(s.tokens)
+        answered(s)
+        step(s, n)
+    threshold = s.config.threshold_tokens()
+    assert threshold is not None
+    assert max(sizes) < threshold, "folded before batch compaction had to"
+    assert s.batch.stats().compactions == 0
+    assert all(b > a for a, b in itertools.pairwise(sizes[:8])), "no fold while it would not pay"
+    policy = s.micro.policy
+    assert isinstance(policy, PricePolicy) and policy.folds >= 2
+
+
+def test_a_cold_cache_folds_what_a_warm_one_keeps():
+    warm_now, cold_now = [0.0], [0.0]
+    warm, cold = session(config(), warm_now), session(config(), cold_now)
+    warm_absorbed = run(warm, 8, warm_now)
+    cold_absorbed = run(cold, 8, cold_now, idle={7: 600.0})  # the user went away: the cache expired
+    assert sum(warm_absorbed) == 0
+    assert cold_absorbed[7] > 0 and sum(cold_absorbed[:7]) == 0
+
+
+def test_background_runs_the_whole_fold_on_the_worker_and_switches_once():
+    now = [0.0]
+    notes = Notes(delay=0.05)
+    s = session(config(micro_compact_background=True), now, notes)
+    switches, waits = 0, []
+    previous: list[Any] = []
+    for n in range(45):
+        now[0] += 10
+        started = time.perf_counter()
+        s.before_request()
+        waits.append(time.perf_counter() - started)
+        view = s.ledger.messages
+        if previous and [id(m) for m in view[: len(previous)]] != [id(m) for m in previous]:
+            switches += 1
+        previous = list(view)
+        answered(s)
+        step(s, n)
+        s.background.wait(5) if s.background is not None else None
+    assert notes.calls >= 4 and notes.threads and all(t.startswith("microcompact-pass") for t in notes.threads)
+    assert 1 <= switches <= notes.calls // 2, (switches, notes.calls)  # several passes per switch
+    print(f"background: {notes.calls} summarizer calls, {switches} view switches")
+    assert max(waits) < 0.05 * 2, "no request waited on the summarizer"
