@@ -16,7 +16,7 @@ PACKAGE = Path(microcompact.__file__).parent
 
 # Lowest first. A module (or a subpackage, named by its folder) may import from its own layer and below.
 LAYERS: list[set[str]] = [
-    {"messages", "identity", "jsoninput", "redact", "telemetry", "config", "render"},
+    {"messages", "identity", "jsoninput", "redact", "telemetry", "config", "render", "windows"},
     {"events", "tokens"},
     {"window", "properties"},
     {"summarizers"},

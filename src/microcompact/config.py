@@ -24,11 +24,11 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, ValidationInfo, field_validator
 
 
 class ConfigError(ValueError):
@@ -148,10 +148,23 @@ class ModelConfig(_Strict):
     context_length: int | None = Field(None, ge=1024, le=100_000_000)
 
 
+# A model's context window in the ``models:`` section (name -> tokens; see microcompact.windows).
+ModelWindow = Annotated[StrictInt, Field(ge=1024, le=100_000_000)]
+
+
 class Config(_Strict):
     compression: CompressionConfig = CompressionConfig()
     auxiliary: AuxiliaryConfig = AuxiliaryConfig()
     model: ModelConfig = ModelConfig()
+    # The proxy's per-model windows, added to (or overriding) the built-in table: {model name: tokens}.
+    models: dict[str, ModelWindow] = Field(default_factory=dict)
+
+    @field_validator("models")
+    @classmethod
+    def _named_models(cls, v: dict[str, int]) -> dict[str, int]:
+        if any(not k.strip() for k in v):
+            raise ValueError("a model name must not be empty")
+        return v
 
     def threshold_tokens(self) -> int | None:
         limit = self.model.context_length
@@ -317,7 +330,7 @@ class _NoAliasLoader(yaml.SafeLoader):
     """
 
     def compose_node(self, parent: Any, index: Any) -> Any:
-        event = self.peek_event()
+        event = self.peek_event()  # type: ignore[no-untyped-call]
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
             what = f"aliases (*{event.anchor})" if isinstance(event, yaml.AliasEvent) else f"anchors (&{event.anchor})"
             raise yaml.composer.ComposerError(

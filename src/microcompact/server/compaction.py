@@ -21,16 +21,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from ..events import Outcome
-from ..identity import DIGEST_KEY, digest, hid_of
+from ..identity import DIGEST_KEY, digest, digests, hid_of
 from ..messages import Message, TranscriptError
 from ..router import SessionRouter
 from ..session import Session
 from ..store import StoreError
 from .errors import BadRequest
+from .fixed_blocks import FixedBlocks, client_order
 from .metrics import Metrics
+from .model_windows import ModelWindows
 from .provider import Provider, identity_form
-from .view import covered, outgoing_messages, spelled, unchanged
+from .view import covered, spelled, spelled_runs, unchanged
 
 log = logging.getLogger("microcompact")
 
@@ -57,6 +61,29 @@ def stable(history: list[Message]) -> list[Message]:
     return [identity_form(m) for m in history]
 
 
+def outgoing(
+    provider: Provider, body: dict[str, Any], history: list[Message], order: list[int], view: list[Message]
+) -> list[Message]:
+    """The messages to forward: ``view`` (of the history in canonical ``order``) spelled with the client's
+    own messages, in the client's order."""
+    canonical = [history[i] for i in order]
+    return provider.normalize(body, client_order(spelled_runs(provider, canonical, view), order))
+
+
+def _size(messages: Sequence[Message]) -> int | None:
+    try:
+        return len(orjson.dumps(list(messages)))
+    except (TypeError, orjson.JSONEncodeError):
+        return None
+
+
+def larger(outgoing: Sequence[Message], history: Sequence[Message]) -> bool:
+    """True when the compacted messages would be larger than the client's own (a pass that replaced a
+    3-character "Ok." by a marker of hundreds): then the client's are forwarded."""
+    out, client = _size(outgoing), _size(history)
+    return out is not None and client is not None and out > client
+
+
 class Compaction:
     def __init__(self, router: SessionRouter, metrics: Metrics) -> None:
         self.router = router
@@ -68,6 +95,8 @@ class Compaction:
         self._last_failure: str | None = None
         self._pending: dict[str, list[Prepared]] = {}  # answered requests whose follow-up has not run, by key
         self._pending_lock = threading.Lock()
+        self.windows = ModelWindows(router.config)
+        self.fixed_blocks = FixedBlocks()
 
     def prepare(self, provider: Provider, body: dict[str, Any], key: str, history: list[Message]) -> Prepared:
         """Sync, compact and build the outgoing messages (raises BadRequest for a message the session
@@ -77,7 +106,10 @@ class Compaction:
         try:
             with self.router.lock(key):
                 self._run_pending(key)
-                routed = self.router.route(key, stable(history), provider.convert)
+                identity = stable(history)
+                order = self.fixed_blocks.order(key, digests(identity))
+                config = self.windows.config_for(body, history)
+                routed = self.router.route(key, [identity[i] for i in order], provider.convert, config)
                 session = routed.session
                 results = session.before_request()
                 view = session.transcript
@@ -101,7 +133,7 @@ class Compaction:
         if prepared.degraded is None and any(o in SUMMARIZER_FAILURES for o in prepared.outcomes):
             prepared.degraded = "summarizer-failed"
         try:
-            prepared.messages = outgoing_messages(provider, body, history, view)
+            prepared.messages = outgoing(provider, body, history, order, view)
         except Exception as exc:
             return self._fall_back(key, history, "engine-error", exc)
         problem = None if unchanged(history, prepared.messages) else provider.view_problem(prepared.messages)
@@ -109,6 +141,8 @@ class Compaction:
             self._failed("view-invalid", key, ValueError(problem))
             prepared.messages, prepared.degraded = list(history), "view-invalid"
             return prepared
+        if not unchanged(history, prepared.messages) and larger(prepared.messages, history):
+            prepared.messages = list(history)  # a pass never makes what is sent larger than what it replaces
         self._remember(key, session)
         self._succeeded()
         return prepared
