@@ -57,8 +57,18 @@ class Prepared:
 
 
 def stable(history: list[Message]) -> list[Message]:
-    """The history as the session sees it: what each message says, however the client spelled it this time."""
-    return [identity_form(m) for m in history]
+    """The history as the session sees it: what each message says, however the client spelled it this time
+    (text content without the whitespace around it: aider restores its history from a Markdown file,
+    every message with a newline more or less than it sent)."""
+    return [_trimmed(identity_form(m)) for m in history]
+
+
+def _trimmed(message: Any) -> Any:
+    if isinstance(message, dict) and isinstance(message.get("content"), str):
+        text = message["content"]
+        if text != text.strip():
+            return {**message, "content": text.strip()}
+    return message
 
 
 def outgoing(
@@ -104,10 +114,10 @@ class Compaction:
         if not history:  # nothing to compact; the upstream says what it thinks of an empty conversation
             return Prepared(key, [])
         try:
+            identity = stable(history)
+            key, order = self.fixed_blocks.resolve(key, digests(identity))  # the conversation it continues
             with self.router.lock(key):
                 self._run_pending(key)
-                identity = stable(history)
-                order = self.fixed_blocks.order(key, digests(identity))
                 config = self.windows.config_for(body, history)
                 routed = self.router.route(key, [identity[i] for i in order], provider.convert, config)
                 session = routed.session

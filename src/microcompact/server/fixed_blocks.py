@@ -20,6 +20,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..identity import common_prefix
 from ..messages import Message
@@ -118,31 +119,53 @@ def client_order(runs: Sequence[tuple[int | None, Message]], order: Sequence[int
 
 class FixedBlocks:
     """Per conversation key: the canonical digests of its last request and the blocks recognised so far
-    (in memory, the most recent ``max_keys`` keys; after a restart a re-placed block forks once)."""
+    (in memory, the most recent ``max_keys`` keys; after a restart a re-placed block forks once).
+
+    A client that keys its conversation on its opening messages (the proxy's default key: the system
+    prompt and the first user message) changes key when a re-placed block held its first user message
+    (aider's first request opens with the file-context pair): a key never seen before whose history
+    continues, by re-placement, the last request that opened with the same message is that conversation,
+    and keeps its key."""
 
     def __init__(self, max_keys: int = 4096) -> None:
         self.max_keys = max_keys
         self._last: OrderedDict[str, tuple[list[str], list[Block]]] = OrderedDict()
+        self._alias: OrderedDict[str, str] = OrderedDict()  # a key -> the conversation it continues
+        self._opened: OrderedDict[str, str] = OrderedDict()  # first message digest -> the last key it opened
         self._lock = threading.Lock()
 
-    def order(self, key: str, digests: Sequence[str]) -> list[int]:
-        """The canonical order of this request's messages (recognising new blocks against the last request)."""
+    def resolve(self, key: str, digests: Sequence[str]) -> tuple[str, list[int]]:
+        """The conversation key to route under and this request's canonical order (new blocks recognised
+        against the conversation's last request)."""
         with self._lock:
-            previous, blocks = self._last.get(key, ([], []))
+            key = self._alias.get(key, key)
+            state = self._last.get(key)
+            if state is None and digests:
+                other = self._opened.get(digests[0])
+                if other is not None and other != key and other in self._last:
+                    candidate = self._last[other]
+                    if recognise(candidate[0], [digests[i] for i in canonical_order(digests, candidate[1])]):
+                        self._remember(self._alias, key, other)
+                        key, state = other, candidate
+        previous, blocks = state or ([], [])
         order = canonical_order(digests, blocks)
-        if previous:
-            new = recognise(previous, [digests[i] for i in order])
-            if new:
-                blocks = [*blocks, *new]
-                order = canonical_order(digests, blocks)
-                log.info(
-                    "Conversation %s: %d message(s) re-sent at a new place are held where they first stood",
-                    key,
-                    sum(len(b.digests) for b in new),
-                )
+        new = recognise(previous, [digests[i] for i in order]) if previous else None
+        if new:
+            blocks = [*blocks, *new]
+            order = canonical_order(digests, blocks)
+            moved = sum(len(b.digests) for b in new)
+            log.info(
+                "Conversation %s: %d message(s) re-sent at a new place are held where they first stood", key, moved
+            )
         with self._lock:
-            self._last[key] = ([digests[i] for i in order], blocks)
-            self._last.move_to_end(key)
-            while len(self._last) > self.max_keys:
-                self._last.popitem(last=False)
-        return order
+            self._remember(self._last, key, ([digests[i] for i in order], blocks))
+            if digests:
+                self._remember(self._opened, digests[0], key)
+        return key, order
+
+    def _remember(self, table: OrderedDict[str, Any], key: str, value: Any) -> None:
+        """Set ``table[key]``, the most recent; the oldest dropped beyond ``max_keys`` (under the lock)."""
+        table[key] = value
+        table.move_to_end(key)
+        while len(table) > self.max_keys:
+            table.popitem(last=False)
