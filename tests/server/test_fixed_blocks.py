@@ -103,7 +103,7 @@ def fixed_block_histories(draw: st.DrawFn) -> tuple[list[list[dict[str, Any]]], 
 def test_property_a_fixed_block_never_forks_and_the_client_order_comes_back(
     case: tuple[list[list[dict[str, Any]]], int],
 ) -> None:
-    requests, fixed = case
+    requests, _ = case
     tracker = FixedBlocks()
     previous: list[str] = []
     for request in requests:
