@@ -330,7 +330,8 @@ class _NoAliasLoader(yaml.SafeLoader):
     """
 
     def compose_node(self, parent: Any, index: Any) -> Any:
-        event = self.peek_event()  # type: ignore[no-untyped-call]
+        peek: Any = self.peek_event  # untyped in yaml's stubs
+        event = peek()
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
             what = f"aliases (*{event.anchor})" if isinstance(event, yaml.AliasEvent) else f"anchors (&{event.anchor})"
             raise yaml.composer.ComposerError(
