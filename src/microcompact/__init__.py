@@ -7,16 +7,14 @@ user messages are never summarized. Start with :class:`Session` (:class:`AsyncSe
 
 from .aio import AsyncSession
 from .config import Config, ConfigError, load_config, parse_config
+from .contract import role_sequence_errors, tool_pairing_errors, user_message_errors
 from .events import Outcome
 from .messages import (
     MARKER_PREFIX,
     TranscriptError,
     is_marker,
     marker_kind,
-    role_sequence_errors,
     to_api,
-    tool_pairing_errors,
-    user_message_errors,
 )
 from .micro import MicroCompactor, RollingSummary, micro_compact
 from .session import Session

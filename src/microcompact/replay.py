@@ -18,14 +18,17 @@ from typing import Any
 
 from . import jsoninput
 from .events import BATCH_COMPACTIONS, Outcome
+from .identity import digest
+from .keys import SRC_KEY
 from .messages import (
     Message,
     TranscriptError,
-    check_tool_pairing,
     message_shape_errors,
     validate_message,
 )
+from .properties import check_tool_pairing
 from .session import Session
+from .store.codec import stored_form
 
 REPAIR_HINT = (
     "replay --repair drops orphan tool results, adds a result for interrupted calls and renames "
@@ -152,19 +155,21 @@ class ResumeMismatch(TranscriptError):
     """The stored session was not made from this transcript: resuming would mix two conversations."""
 
 
-def message_digest(message: Message) -> str:
-    """A digest of what a message says (its API form: keys starting with ``_`` left out), whatever its key
-    order; text the store cannot hold (lone surrogates) counts as the ``?`` the store keeps instead."""
-    api = {k: v for k, v in message.items() if not k.startswith("_")}
-    text = json.dumps(api, ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    return hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()
-
-
 def transcript_digest(messages: list[Message]) -> str:
-    """A digest of a whole transcript: its messages' digests, in order."""
+    """A digest of a whole transcript, to name the session a replay stores it in (see
+    :func:`default_session_id`).
+
+    Those names are in users' stores (``replay --db`` finds its session again by them), so these bytes never
+    change: each message's API form (keys starting with ``_`` left out) as sorted, compact JSON text (lone
+    surrogates as the ``?`` the store keeps), SHA-256 hex, chained with SHA-256. It names a transcript; it
+    is not a message's identity, which is :func:`microcompact.identity.digest` (a different encoding:
+    ``1e-05`` is ``0.00001`` there, and integers past 64 bits take another path).
+    """
     h = hashlib.sha256()
     for m in messages:
-        h.update(message_digest(m).encode("ascii"))
+        api = {k: v for k, v in m.items() if not k.startswith("_")}
+        text = json.dumps(api, ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False)
+        h.update(hashlib.sha256(text.encode("utf-8", "replace")).hexdigest().encode("ascii"))
     return h.hexdigest()
 
 
@@ -177,7 +182,8 @@ def default_session_id(path: str | Path, messages: list[Message]) -> str:
 def resume_start(session: Session, messages: list[Message], source: str = "this transcript") -> int:
     """Where a replay of ``messages`` into a stored session resumes: the number of recorded messages the
     store holds, once they are checked to be exactly ``messages``' first ones, in order (a digest per
-    message). Raises :class:`ResumeMismatch` naming the first message that differs. O(stored rows), once."""
+    message, :func:`microcompact.identity.digest`, of each message as the store would hand it back). Raises
+    :class:`ResumeMismatch` naming the first message that differs. O(stored rows), once."""
     store = session.store
     if store is None:
         return 0
@@ -185,7 +191,7 @@ def resume_start(session: Session, messages: list[Message], source: str = "this 
     originals: dict[int, Message] = {}
     other = 0
     for m in store.export(session.session_id, include_absorbed=True):
-        src = m.get("_src")
+        src = m.get(SRC_KEY)
         if not isinstance(src, int) or isinstance(src, bool):
             other += 1
         elif src in originals:
@@ -215,7 +221,7 @@ def resume_start(session: Session, messages: list[Message], source: str = "this 
             "(--session NAME)"
         )
     for i in range(count):
-        if message_digest(originals[i]) != message_digest(messages[i]):
+        if digest(originals[i]) != digest(stored_form(messages[i])):
             raise ResumeMismatch(
                 f"{where} was made from another transcript: its message {i} (counting from 0, "
                 f"role {originals[i].get('role')}) differs from message {i} of {source} "
@@ -301,7 +307,7 @@ def summary_json(stats: ReplayStats, session: Session) -> dict[str, Any]:
     ``tokens_freed_by_prunes`` what batch compactions and prunes removed; ``tokens_saved`` is the whole
     difference between the uncompacted and the final transcript, whatever did it.
     """
-    st = session.micro.state
+    micro, batch = session.micro.stats(), session.batch.stats()
     occ = stats.occupancy
     final_occ = session.occupancy_pct()
     return {
@@ -310,7 +316,7 @@ def summary_json(stats: ReplayStats, session: Session) -> dict[str, Any]:
         "messages_out": len(session.ledger),
         "turns": stats.turns,
         "model_requests": stats.model_requests,
-        "passes": st.passes_total,
+        "passes": micro.passes_total,
         "outcomes": dict(sorted(stats.outcomes.items())),
         "occupancy": {
             "min": min(occ) if occ else None,
@@ -321,9 +327,9 @@ def summary_json(stats: ReplayStats, session: Session) -> dict[str, Any]:
         "peak_tokens": max([*stats.samples, session.tokens]),
         "uncompacted_tokens": stats.raw_final,
         "final_tokens": session.tokens,
-        "tokens_saved_total": st.tokens_saved_total,
+        "tokens_saved_total": micro.tokens_saved_total,
         "tokens_saved": stats.raw_final - session.tokens,
-        "batch_compactions": session.batch.compactions,
+        "batch_compactions": batch.compactions,
         "batch_prunes": stats.batch_outcomes.get("pruned", 0),
         "tokens_freed_by_batch": batch_freed(stats.batches, COMPACTED),
         "tokens_freed_by_prunes": batch_freed(stats.batches, {Outcome.PRUNED}),
@@ -331,9 +337,9 @@ def summary_json(stats: ReplayStats, session: Session) -> dict[str, Any]:
         "micro_passes_per_batch": [b.get("micro_passes_since_last") for b in stats.batches if b["outcome"] in COMPACTED]
         if session.micro.active
         else None,
-        "largest_batch_input_tokens": session.batch.largest_input_tokens,
-        "largest_pass_tokens": session.micro.largest_pass_tokens,
-        "summarizer_ms_total": round(session.micro.summarizer_ms_total + session.batch.summarizer_ms_total, 1),
+        "largest_batch_input_tokens": batch.largest_input_tokens,
+        "largest_pass_tokens": micro.largest_pass_tokens,
+        "summarizer_ms_total": round(micro.summarizer_ms_total + batch.summarizer_ms_total, 1),
         "threshold_tokens": session.config.threshold_tokens(),
         "context_limit": session.config.model.context_length,
         "micro_compact": session.micro.active,

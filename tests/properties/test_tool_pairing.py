@@ -7,7 +7,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 
 from microcompact import tool_pairing_errors as exported_checker
-from microcompact.messages import tool_pairing_errors
+from microcompact.contract import tool_pairing_errors
 from microcompact.properties import TOOL_PAIRING
 from support.strategies import examples, transcripts
 
