@@ -22,7 +22,7 @@ LAYERS: list[set[str]] = [
     {"summarizers"},
     {"micro", "batch"},
     {"background", "store", "carry"},
-    {"session", "aio"},
+    {"session_store", "session", "aio"},
     {"replay", "cost", "report", "importers", "router"},
     {"integrations", "server"},
     {"compare"},

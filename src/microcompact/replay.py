@@ -36,12 +36,6 @@ REPAIR_HINT = (
 )
 
 
-def iter_transcript(path: str | Path) -> Iterator[Message]:
-    """Messages of a JSONL file (one per line) or a JSON array file, with errors naming file and line."""
-    for _where, m in iter_located(path):
-        yield m
-
-
 def iter_located(path: str | Path) -> Iterator[tuple[str, Message]]:
     """(where, message) for each message: ``FILE:LINE`` (1-based) for JSONL, ``FILE: element I`` for a JSON
     array or an object with a ``messages`` list (what ``import --from openai`` accepts). Each message is

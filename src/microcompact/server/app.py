@@ -15,6 +15,7 @@ The event loop only parses, forwards and copies bytes; engine work runs on worke
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import json
 import logging
@@ -42,8 +43,8 @@ from .metrics import Metrics
 from .openai_format import OpenAIFormat
 from .provider import Provider, stripped
 from .session_key import session_key
+from .thinking import ThinkingGuard, ThinkingPlan, is_binding_refusal
 from .usage_tap import UsageTap
-from .view import unchanged
 
 log = logging.getLogger("microcompact")
 
@@ -89,6 +90,7 @@ class Proxy:
         self.settings = settings
         self.metrics = metrics or Metrics()
         self.compaction = Compaction(router, self.metrics)
+        self.thinking = ThinkingGuard(router.config.thinking, self.metrics)
         self.client: httpx.AsyncClient | None = None
         self._follow_ups: set[asyncio.Task[None]] = set()
 
@@ -162,8 +164,10 @@ class Proxy:
         except BadRequest as exc:
             return self._answer(ANTHROPIC.name, 400, str(exc))
         messages = await anyio.to_thread.run_sync(self.compaction.view_for_count, ANTHROPIC, body, key, history)
-        content = raw if unchanged(history, messages) else _body(body, messages)
-        return await self._forward(request, ANTHROPIC, content, started, None, {})
+        plan = await anyio.to_thread.run_sync(
+            functools.partial(self.thinking.plan, ANTHROPIC.name, key, body, history, messages, raw, _body, count=True)
+        )
+        return await self._forward(request, ANTHROPIC, plan.first.content, started, None, {}, plan)
 
     async def passthrough(self, request: Request) -> Response:
         started = time.perf_counter()
@@ -183,13 +187,19 @@ class Proxy:
         raw = await request.body()
         try:
             body, history = _parse(provider, raw)
+            aside = self.thinking.aside(provider.name, body)
+            if aside is not None:  # the provider compacts this conversation itself
+                return await self._forward(request, provider, raw, started, None, aside)
             key = session_key(request.headers, provider.name, stripped(provider.key_material(body)))
             prepared = await anyio.to_thread.run_sync(self.compaction.prepare, provider, body, key, history)
         except BadRequest as exc:
             return self._answer(provider.name, 400, str(exc))
-        content = raw if unchanged(history, prepared.messages) else _body(body, prepared.messages)
+        plan = await anyio.to_thread.run_sync(
+            self.thinking.plan, provider.name, key, body, history, prepared.messages, raw, _body
+        )
+        content = plan.first.content
         headers = self._report(prepared, len(raw), len(content))
-        return await self._forward(request, provider, content, started, prepared, headers)
+        return await self._forward(request, provider, content, started, prepared, headers, plan)
 
     def _report(self, prepared: Prepared, sent_by_client: int, forwarded: int) -> dict[str, str]:
         """The X-Microcompact-* response headers; records the request's metrics."""
@@ -218,15 +228,20 @@ class Proxy:
         started: float,
         prepared: Prepared | None,
         headers: dict[str, str],
+        plan: ThinkingPlan | None = None,
     ) -> Response:
         assert self.client is not None, "the app's lifespan did not run"
         url = upstream_url(self.settings, provider.name, request.url.path, request.url.query)
+        sent = upstream_headers(request.headers.items())
         outgoing = httpx.Request(
-            request.method, url, headers=upstream_headers(request.headers.items()), content=content
+            request.method, url, headers=plan.upstream_headers(sent) if plan else sent, content=content
         )
         self.metrics.proxy_overhead(time.perf_counter() - started)
         try:
             response = await self.client.send(outgoing, stream=True)
+            if plan is not None:
+                response = await self._refusal_fixed(plan, outgoing, sent, response)
+                headers.update(plan.headers)
         except httpx.HTTPError as exc:
             if prepared is not None:
                 self._follow_up(prepared, None)
@@ -242,10 +257,28 @@ class Proxy:
 
         def done(tap: UsageTap, complete: bool) -> None:
             if prepared is not None:
-                ok = response.status_code < 400 and complete
+                ok = response.status_code < 400 and complete and not (plan is not None and plan.fell_back)
                 self._follow_up(prepared, tap.finish() if ok else None)
 
         return Passthrough(response, tap, headers, done)
+
+    async def _refusal_fixed(
+        self, plan: ThinkingPlan, first: httpx.Request, sent: list[tuple[str, str]], response: httpx.Response
+    ) -> httpx.Response:
+        """``response``, or when it refuses a thinking block the proxy's fold left, the answer to the plan's
+        retries (the refusal arrives before any byte went to the client). Any other answer goes on as is."""
+        assert self.client is not None
+        retries = plan.retries()
+        while response.status_code == 400:
+            refusal = await response.aread()
+            await response.aclose()
+            attempt = next(retries, None) if is_binding_refusal(response.status_code, refusal) else None
+            if attempt is None:
+                return httpx.Response(400, headers=response.headers, stream=httpx.ByteStream(refusal))
+            retry = httpx.Request(first.method, first.url, headers=plan.upstream_headers(sent), content=attempt.content)
+            response = await self.client.send(retry, stream=True)
+        plan.answered(response.status_code)
+        return response
 
     def _follow_up(self, prepared: Prepared, prompt_tokens: int | None) -> None:
         """Queue the request's after-work at once, and run it on a worker thread, not awaited."""
