@@ -197,6 +197,7 @@ class Config(_Strict):
         if any(not k.strip() for k in v):
             raise ValueError("a model name must not be empty")
         return v
+
     thinking: ThinkingConfig = ThinkingConfig()
 
     def threshold_tokens(self) -> int | None:
