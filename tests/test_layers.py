@@ -28,6 +28,7 @@ LAYERS: list[set[str]] = [
         "pricing",
         "cache_usage",
         "fold_price",
+        "windows",
     },
     {"events", "tokens"},
     {"window", "properties", "contract"},

@@ -27,11 +27,11 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, ValidationInfo, field_validator
 
 from .pricing import PRESETS, CachePricing, for_api
 
@@ -208,6 +208,8 @@ class PricingConfig(_Strict):
         return CachePricing.model_validate(data)
 
 
+# A model's context window in the ``models:`` section (name -> tokens; see microcompact.windows).
+ModelWindow = Annotated[StrictInt, Field(ge=1024, le=100_000_000)]
 # Anthropic models whose thinking blocks are bound to their prefix ("preserved thinking"): a fold before a
 # block invalidates it. What the proxy does about it, per model family (see server/thinking.py):
 # "remove" the blocks a fold invalidated (a valid edit on every account), "drop_block" (leave them and ask the
@@ -246,6 +248,16 @@ class Config(_Strict):
     compression: CompressionConfig = CompressionConfig()
     auxiliary: AuxiliaryConfig = AuxiliaryConfig()
     model: ModelConfig = ModelConfig()
+    # The proxy's per-model windows, added to (or overriding) the built-in table: {model name: tokens}.
+    models: dict[str, ModelWindow] = Field(default_factory=dict)
+
+    @field_validator("models")
+    @classmethod
+    def _named_models(cls, v: dict[str, int]) -> dict[str, int]:
+        if any(not k.strip() for k in v):
+            raise ValueError("a model name must not be empty")
+        return v
+
     thinking: ThinkingConfig = ThinkingConfig()
     pricing: PricingConfig = PricingConfig()
 

@@ -129,12 +129,12 @@ class SessionRouter:
 
     # ------------------------------------------------------------------ sessions
 
-    def _default_session(self, session_id: str) -> Session:
+    def _default_session(self, session_id: str, config: Config | None = None) -> Session:
         if self.store is not None:
-            return Session.open(self.store, session_id, self.config, self.summarizer)
-        return Session(self.config, self.summarizer, session_id=session_id)
+            return Session.open(self.store, session_id, config or self.config, self.summarizer)
+        return Session(config or self.config, self.summarizer, session_id=session_id)
 
-    def _session(self, key: str, session_id: str) -> Session:
+    def _session(self, key: str, session_id: str, config: Config | None = None) -> Session:
         with self._lock:
             session = self._conversation(key).sessions.get(session_id)
             if session is not None:
@@ -143,7 +143,9 @@ class SessionRouter:
             if self.shared:
                 session.take_lease()  # let go at the end of the previous lock
             return session
-        session = self._new_session(session_id)
+        # A caller's own factory makes its sessions as it likes; the default one takes the per-request config.
+        custom = self._new_session != self._default_session
+        session = self._new_session(session_id) if custom else self._default_session(session_id, config)
         self._keep(key, session)
         return session
 
@@ -350,18 +352,22 @@ class SessionRouter:
 
     # ------------------------------------------------------------------ routing
 
-    def route(self, key: str, history: Sequence[Message], convert: Convert | None = None) -> Routed:
+    def route(
+        self, key: str, history: Sequence[Message], convert: Convert | None = None, config: Config | None = None
+    ) -> Routed:
         """The session ``history`` continues under ``key`` (its new messages appended), forking or starting
         one when none does. Call under :meth:`lock` when the caller goes on using the session (alone, it
-        still runs one at a time per key in this process, so concurrent first requests share one session)."""
+        still runs one at a time per key in this process, so concurrent first requests share one session).
+        ``config``: the one a session opened or started here gets (a proxy's per-model window; a session
+        already open keeps its own, and a fork its parent's); default the router's."""
         with self._in_process(key):
-            return self._route(key, history, convert)
+            return self._route(key, history, convert, config)
 
-    def _route(self, key: str, history: Sequence[Message], convert: Convert | None) -> Routed:
+    def _route(self, key: str, history: Sequence[Message], convert: Convert | None, config: Config | None) -> Routed:
         best: tuple[int, Session] | None = None
         branches = self._known_branches(key)
         for sid in branches:
-            session = self._session(key, sid)
+            session = self._session(key, sid, config)
             result = session.sync_history(history, convert)
             if result.diverged is None:
                 self._used(key, sid)
@@ -369,7 +375,7 @@ class SessionRouter:
             if best is None or result.diverged.at > best[0]:
                 best = (result.diverged.at, session)
         if best is None:
-            session = self._session(key, branch_id(key, 1))
+            session = self._session(key, branch_id(key, 1), config)
             self._used(key, session.session_id)
             if self.store is not None:
                 self.store.update_meta(session.session_id, {"key": key, "branches": 1})

@@ -22,18 +22,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from ..cache_usage import COST_TAG, SessionBill, UsageReport
 from ..events import Outcome
-from ..identity import DIGEST_KEY, digest, hid_of
+from ..identity import DIGEST_KEY, digest, digests, hid_of
 from ..messages import Message, TranscriptError
 from ..router import SessionRouter
 from ..session import Session
 from ..store import StoreError
 from ..telemetry import telemetry_log
+from .breakpoints import cache_stable_prefix
 from .errors import BadRequest
+from .fixed_blocks import FixedBlocks, client_order
 from .metrics import Metrics
+from .model_windows import ModelWindows
 from .provider import Provider, identity_form
-from .view import covered, outgoing_messages, spelled, unchanged
+from .view import covered, spelled, spelled_runs, unchanged
 
 log = logging.getLogger("microcompact")
 
@@ -61,8 +66,42 @@ class Prepared:
 
 
 def stable(history: list[Message]) -> list[Message]:
-    """The history as the session sees it: what each message says, however the client spelled it this time."""
-    return [identity_form(m) for m in history]
+    """The history as the session sees it: what each message says, however the client spelled it this time
+    (text content without the whitespace around it: aider restores its history from a Markdown file,
+    every message with a newline more or less than it sent)."""
+    return [_trimmed(identity_form(m)) for m in history]
+
+
+def _trimmed(message: Any) -> Any:
+    if isinstance(message, dict) and isinstance(message.get("content"), str):
+        text = message["content"]
+        if text != text.strip():
+            return {**message, "content": text.strip()}
+    return message
+
+
+def outgoing(
+    provider: Provider, body: dict[str, Any], history: list[Message], order: list[int], view: list[Message]
+) -> list[Message]:
+    """The messages to forward: ``view`` (of the history in canonical ``order``) spelled with the client's
+    own messages, in the client's order; for Anthropic with a breakpoint at the end of the stable part."""
+    canonical = [history[i] for i in order]
+    messages = provider.normalize(body, client_order(spelled_runs(provider, canonical, view), order))
+    return cache_stable_prefix(body, messages) if provider.name == "anthropic" else messages
+
+
+def _size(messages: Sequence[Message]) -> int | None:
+    try:
+        return len(orjson.dumps(list(messages)))
+    except (TypeError, orjson.JSONEncodeError):
+        return None
+
+
+def larger(outgoing: Sequence[Message], history: Sequence[Message]) -> bool:
+    """True when the compacted messages would be larger than the client's own (a pass that replaced a
+    3-character "Ok." by a marker of hundreds): then the client's are forwarded."""
+    out, client = _size(outgoing), _size(history)
+    return out is not None and client is not None and out > client
 
 
 class Compaction:
@@ -78,6 +117,8 @@ class Compaction:
         self._pending_lock = threading.Lock()
         self._shapes: dict[str, list[str]] = {}  # each key's last view, one digest per message (fold detection)
         self.bills: dict[str, SessionBill] = {}  # spent and uncompacted cost, by session id
+        self.windows = ModelWindows(router.config)
+        self.fixed_blocks = FixedBlocks()
 
     def prepare(self, provider: Provider, body: dict[str, Any], key: str, history: list[Message]) -> Prepared:
         """Sync, compact and build the outgoing messages (raises BadRequest for a message the session
@@ -85,9 +126,12 @@ class Compaction:
         if not history:  # nothing to compact; the upstream says what it thinks of an empty conversation
             return Prepared(key, [])
         try:
+            identity = stable(history)
+            key, order = self.fixed_blocks.resolve(key, digests(identity))  # the conversation it continues
             with self.router.lock(key):
                 self._run_pending(key)
-                routed = self.router.route(key, stable(history), provider.convert)
+                config = self.windows.config_for(body, history)
+                routed = self.router.route(key, [identity[i] for i in order], provider.convert, config)
                 session = routed.session
                 results = session.before_request()
                 view = session.transcript
@@ -112,7 +156,7 @@ class Compaction:
         if prepared.degraded is None and any(o in SUMMARIZER_FAILURES for o in prepared.outcomes):
             prepared.degraded = "summarizer-failed"
         try:
-            prepared.messages = outgoing_messages(provider, body, history, view)
+            prepared.messages = outgoing(provider, body, history, order, view)
         except Exception as exc:
             return self._fall_back(key, history, "engine-error", exc)
         problem = None if unchanged(history, prepared.messages) else provider.view_problem(prepared.messages)
@@ -120,7 +164,9 @@ class Compaction:
             self._failed("view-invalid", key, ValueError(problem))
             prepared.messages, prepared.degraded = list(history), "view-invalid"
             return prepared
-        prepared.folded = self._view_changed(key, view)
+        if not unchanged(history, prepared.messages) and larger(prepared.messages, history):
+            prepared.messages = list(history)  # a pass never makes what is sent larger than what it replaces
+        prepared.folded = self._view_changed(key, view) and prepared.messages is not history
         self._remember(key, session)
         self._succeeded()
         return prepared

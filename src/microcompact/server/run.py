@@ -14,6 +14,7 @@ import uvicorn
 from ..config import Config, ConfigError, load_config
 from ..router import SessionRouter
 from ..store import SessionStore, StoreError, open_store
+from ..windows import Windows
 from .app import Proxy, ProxySettings
 from .routes import served
 
@@ -120,7 +121,8 @@ def serve(options: ServeOptions, say: Callable[[str], None]) -> None:
         say(
             f"microcompact serve: listening on {base} (OpenAI clients: {base}/v1, Anthropic clients and Claude Code: "
             f"{base}); forwarding to {settings.openai_upstream} and {settings.anthropic_upstream}; "
-            f"sessions in {store.describe()}\nroutes:\n" + "\n".join(f"  {line}" for line in served())
+            f"sessions in {store.describe()}; {Windows(dict(config.models), config.model.context_length).describe()}\n"
+            "routes:\n" + "\n".join(f"  {line}" for line in served())
         )
         server = uvicorn.Server(
             uvicorn.Config(Proxy(router, settings).app(), log_level="warning", access_log=False, lifespan="on")

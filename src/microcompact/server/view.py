@@ -29,12 +29,19 @@ def outgoing_messages(
 
 def spelled(provider: Provider, history: Sequence[Message], view: Sequence[Message]) -> list[Message]:
     """``view`` in the client's messages, before ``normalize``."""
-    out: list[Message] = []
+    return [m for _, m in spelled_runs(provider, history, view)]
+
+
+def spelled_runs(
+    provider: Provider, history: Sequence[Message], view: Sequence[Message]
+) -> list[tuple[int | None, Message]]:
+    """:func:`spelled`, each outgoing message with the index in ``history`` it stands for (None: a marker)."""
+    out: list[tuple[int | None, Message]] = []
     k = 0
     while k < len(view):
         hid = hid_of(view[k])
         if hid is None or hid >= len(history):
-            out.append(provider.render(view[k]))
+            out.append((None, provider.render(view[k])))
             k += 1
             continue
         end = k + 1
@@ -43,7 +50,7 @@ def spelled(provider: Provider, history: Sequence[Message], view: Sequence[Messa
         parts = list(view[k:end])
         original = history[hid]
         whole = len(parts) == provider.part_count(original) and not any(rewritten(p) for p in parts)
-        out.append(original if whole else provider.rebuild(original, parts))
+        out.append((hid, original if whole else provider.rebuild(original, parts)))
         k = end
     return out
 
