@@ -198,6 +198,16 @@ def redact_text(text: str) -> str:
     """``text`` with every secret the module docstring describes replaced by ``[REDACTED]``."""
     if not text:
         return text
+    text = _substitute_tokens(text)
+    return _apply(text, _context_edits(text))
+
+
+def _substitute_tokens(text: str) -> str:
+    """Secrets recognised by their own shape (keys, tokens, webhooks, URL passwords), replaced in order.
+
+    Each guard is a cheap substring test that skips a pattern which cannot match; the order matters
+    because an earlier replacement can hide a later pattern's match.
+    """
     if "PRIVATE KEY" in text:
         text = _redact_pem(text)
     for pattern in _TOKENS:
@@ -217,10 +227,15 @@ def redact_text(text: str) -> str:
             text = pattern.sub(_keep_prefix, text)
     if "://" in text:
         text = _URL_PASSWORD.sub(_redact_url_password, text)
+    return text
+
+
+def _context_edits(text: str) -> list[Edit]:
+    """Secrets recognised by what surrounds them (a header, an assignment, a flag, ...), as sorted edits."""
     lowered = text.lower()
     if len(lowered) != len(text):  # a few non-ASCII letters grow when lowercased; keep indexes aligned
         lowered = "".join(c.lower() if c.isascii() else c for c in text)
-    edits = sorted(
+    return sorted(
         [
             *_header_edits(text, lowered),
             *_assignment_edits(text, lowered),
@@ -231,7 +246,6 @@ def redact_text(text: str) -> str:
             *_aws_secret_edits(text, lowered),
         ]
     )
-    return _apply(text, edits)
 
 
 def redact_message(message: dict[str, Any]) -> dict[str, Any]:
