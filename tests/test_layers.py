@@ -16,7 +16,7 @@ PACKAGE = Path(microcompact.__file__).parent
 
 # Lowest first. A module (or a subpackage, named by its folder) may import from its own layer and below.
 LAYERS: list[set[str]] = [
-    {"keys", "messages", "identity", "jsoninput", "redact", "telemetry", "config", "render"},
+    {"keys", "messages", "identity", "jsoninput", "redact", "redact_patterns", "telemetry", "config", "render"},
     {"events", "tokens"},
     {"window", "properties", "contract"},
     {"summarizers"},
@@ -225,3 +225,28 @@ def test_the_circle_check_finds_a_circle(tmp_path: Path) -> None:
     (pkg / "sub" / "__init__.py").write_text("from .e import w\n", encoding="utf-8")
     (pkg / "sub" / "e.py").write_text("from ..a import x\n", encoding="utf-8")
     assert _import_circles(pkg) == [["microcompact.a", "microcompact.b"]]
+
+
+MAX_SOURCE_LINES = 600
+
+
+def _long_files(package: Path, limit: int = MAX_SOURCE_LINES) -> list[str]:
+    """Every source file under ``package`` longer than ``limit`` lines, with its length."""
+    out = []
+    for path in sorted(package.rglob("*.py")):
+        n = len(path.read_text(encoding="utf-8").splitlines())
+        if n > limit:
+            out.append(f"{path.relative_to(package)}: {n} lines")
+    return out
+
+
+def test_no_source_file_is_over_600_lines() -> None:
+    """A file past 600 lines mixes jobs; split it along them (as redact.py's pattern table was)."""
+    assert _long_files(PACKAGE) == []
+
+
+def test_the_length_check_finds_a_long_file(tmp_path: Path) -> None:
+    (tmp_path / "short.py").write_text("x = 1\n" * MAX_SOURCE_LINES)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "long.py").write_text("x = 1\n" * (MAX_SOURCE_LINES + 1))
+    assert _long_files(tmp_path) == [f"sub/long.py: {MAX_SOURCE_LINES + 1} lines"]
