@@ -66,6 +66,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from .keys import TOKENS_KEY
 from .redact_patterns import (
     _ASSIGNMENT_KEY,
     _AUTH_HEADER,
@@ -176,7 +177,7 @@ def redact_message(message: dict[str, Any]) -> dict[str, Any]:
     The input is never mutated. A cached token count (``_tokens``) is dropped from the copy because the
     text it counted has changed.
     """
-    out = {k: v for k, v in message.items() if k != "_tokens"}
+    out = {k: v for k, v in message.items() if k != TOKENS_KEY}
     content = message.get("content")
     if isinstance(content, str):
         out["content"] = redact_text(content)

@@ -39,6 +39,7 @@ from .identity import (
     known_digests,
     tagged_parts,
 )
+from .keys import HID_KEY, ROW_KEY, STORE_KEYS
 from .messages import Message, disown_marker_text, to_api, validate_message
 from .micro import CommitHook, MicroCompactor, PassResult
 from .session_store import StoreWriter
@@ -95,16 +96,12 @@ def summarizer_for(config: Config, counter: TokenCounter | None = None) -> Summa
     )
 
 
-# The store's bookkeeping on a message: meaningful only on rows it handed out itself (Session.open).
-_STORE_KEYS = ("_row", "_pos", "_tokens")
-
-
 def _own(message: Message) -> Message:
     """The caller's message without store bookkeeping (a message copied from another session's transcript
     would otherwise pass for one already stored)."""
-    if not any(k in message for k in _STORE_KEYS):
+    if not any(k in message for k in STORE_KEYS):
         return message
-    return {k: v for k, v in message.items() if k not in _STORE_KEYS}
+    return {k: v for k, v in message.items() if k not in STORE_KEYS}
 
 
 # Turns one client message into the session messages that stand for it (a provider format's message may
@@ -224,7 +221,7 @@ class Session:
         self._micro_passes_at_last_batch = 0
         self.background = BackgroundPasses(self.micro) if self.config.compression.micro_compact_background else None
         if self._writer is not None:  # what the store does not hold yet (a new session's messages)
-            self._writer.pending = [m for m in self.ledger.messages if "_row" not in m]
+            self._writer.pending = [m for m in self.ledger.messages if ROW_KEY not in m]
         # Digests of the client messages this session holds, in client order (sync_history); None: not loaded.
         self._known: list[str] | None = None
         if not self.micro.active and not self.config.threshold_tokens():
@@ -392,7 +389,7 @@ class Session:
                 return HistorySync(matched, 0, False, Divergence(matched, len(known), len(incoming)))
             new = [m for i in range(matched, len(history)) for m in tagged_parts(history[i], i, incoming[i], convert)]
             for j, m in enumerate(new):
-                validate_message(m, f"client message {m['_hid']} (part {j})")
+                validate_message(m, f"client message {m[HID_KEY]} (part {j})")
             self.extend(new)
             known.extend(incoming[matched:])
             return HistorySync(matched, len(history) - matched, any(is_human(m) for m in new))
