@@ -14,12 +14,15 @@ PACKAGE = Path(microcompact.__file__).parent
 KEY_LITERAL = re.compile(r"^_[a-z][a-z_]*$")
 
 # Strings that look like a key but are not one, each where it is spelled: an attribute name read with
-# getattr, a private method of pydantic-ai's, the two substrings that guard redact's Stripe pattern.
+# getattr, a private method of pydantic-ai's, the two substrings that guard redact's Stripe pattern, the
+# suffixes of the Responses API's item types (``function_call``, ``function_call_output``).
 NOT_KEYS = {
     ("compare.py", "_occupancy_series"),
     ("integrations/pydantic_ai.py", "_merge_consecutive_messages"),
     ("redact.py", "_live_"),
     ("redact.py", "_test_"),
+    ("server/responses_format.py", "_call"),
+    ("server/responses_format.py", "_call_output"),
 }
 
 

@@ -1,4 +1,4 @@
-"""What the proxy needs to know about one provider's API: a small protocol both formats implement.
+"""What the proxy needs to know about one provider's API: a small protocol every format implements.
 
 A *client message* is one entry of the request's ``messages`` as the client sent it; *session messages* are
 what the library holds (chat-completions shape). ``convert`` turns one into the other (one client message
@@ -9,7 +9,10 @@ the original, and markers become ``marker`` messages.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Protocol
+
+import orjson
 
 from ..messages import META_KEY, Message
 
@@ -70,13 +73,31 @@ def rewritten(part: Message) -> bool:
     return isinstance(meta, dict) and any(meta.get(flag) for flag in REWRITE_FLAGS)
 
 
+def dumps(outgoing: dict[str, Any]) -> bytes:
+    """An outgoing body as JSON bytes: orjson for speed; the standard library for what orjson refuses but a
+    provider may accept (integers beyond 64 bits, lone surrogates)."""
+    try:
+        return orjson.dumps(outgoing)
+    except (TypeError, orjson.JSONEncodeError):
+        return json.dumps(outgoing, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
+
+
 class Provider(Protocol):
     """One API's request format (see ``openai_format`` and ``anthropic_format``)."""
 
-    name: str  # "openai" or "anthropic": metrics labels, error shapes
+    name: str  # "openai" or "anthropic": metrics labels, error shapes (the Responses API is "openai" too)
 
     def history(self, body: Any) -> list[Message]:
         """The request's messages, checked (raises BadRequest naming the problem)."""
+        ...
+
+    def passthrough_reason(self, body: dict[str, Any]) -> str | None:
+        """Why this request must go up as it came, uncompacted (its history lives on the provider, its
+        items cannot be ordered), or None. The reason is the X-Microcompact-Mode header's."""
+        ...
+
+    def body(self, body: dict[str, Any], messages: list[Message]) -> bytes:
+        """The outgoing request body: the client's, with ``messages`` (client messages) in place of its history."""
         ...
 
     def convert(self, message: Message) -> list[Message]:
