@@ -22,6 +22,7 @@ LAYERS: list[set[str]] = [
         "identity",
         "jsoninput",
         "redact",
+        "redact_patterns",
         "telemetry",
         "config",
         "render",
@@ -238,3 +239,28 @@ def test_the_circle_check_finds_a_circle(tmp_path: Path) -> None:
     (pkg / "sub" / "__init__.py").write_text("from .e import w\n", encoding="utf-8")
     (pkg / "sub" / "e.py").write_text("from ..a import x\n", encoding="utf-8")
     assert _import_circles(pkg) == [["microcompact.a", "microcompact.b"]]
+
+
+MAX_SOURCE_LINES = 600
+
+
+def _long_files(package: Path, limit: int = MAX_SOURCE_LINES) -> list[str]:
+    """Every source file under ``package`` longer than ``limit`` lines, with its length."""
+    out = []
+    for path in sorted(package.rglob("*.py")):
+        n = len(path.read_text(encoding="utf-8").splitlines())
+        if n > limit:
+            out.append(f"{path.relative_to(package)}: {n} lines")
+    return out
+
+
+def test_no_source_file_is_over_600_lines() -> None:
+    """A file past 600 lines mixes jobs; split it along them (as redact.py's pattern table was)."""
+    assert _long_files(PACKAGE) == []
+
+
+def test_the_length_check_finds_a_long_file(tmp_path: Path) -> None:
+    (tmp_path / "short.py").write_text("x = 1\n" * MAX_SOURCE_LINES)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "long.py").write_text("x = 1\n" * (MAX_SOURCE_LINES + 1))
+    assert _long_files(tmp_path) == [f"sub/long.py: {MAX_SOURCE_LINES + 1} lines"]

@@ -21,32 +21,13 @@ the session up; the worker never takes the session's lock, so waiting under it c
 from __future__ import annotations
 
 import contextlib
-import copy
 import logging
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any
 
-from .events import Event, apply_event
-from .messages import Message
-from .micro import Condensed, Fold, MicroCompactor, PassResult, Planned, RollingSummary
+from .micro import Condensed, Fold, FoldJob, MicroCompactor, PassResult, Planned
 from .tokens import Ledger
 
 log = logging.getLogger("microcompact")
-
-
-@dataclass
-class FoldJob:
-    """A whole fold computed on a shadow engine: the events to commit and apply, and the state after them."""
-
-    base: list[Message]  # the transcript the fold ran on (its messages must still open the transcript)
-    base_summary: str
-    base_marker: int | None
-    events: list[Event] = field(default_factory=list)
-    results: list[PassResult] = field(default_factory=list)
-    state: RollingSummary | None = None
-    largest_pass_tokens: int = 0
-    summarizer_ms: float = 0.0
 
 
 Job = tuple[Planned | PassResult | None, Condensed | None] | FoldJob
@@ -72,52 +53,23 @@ class BackgroundPasses:
             return
         self.micro.sync(ledger)
         if mode == "fold":
-            take = getattr(self.micro.policy, "take_planned", None)
-            folds: tuple[Fold, ...] = take() if take is not None else ()
+            folds = self.micro.planned_folds()
             if folds:
                 self._job = self._pool.submit(self._fold, ledger.snapshot(), folds)
             return
         self._job = self._pool.submit(self._work, ledger.snapshot(), mode)
 
     def _fold(self, snapshot: Ledger, folds: tuple[Fold, ...]) -> Job:
-        """Every pass of ``folds`` on a shadow engine over ``snapshot`` (the real one is untouched)."""
-        st = self.micro.state
-        job = FoldJob(list(snapshot.messages), st.text, st.marker_index)
-        shadow = copy.copy(self.micro)
-        shadow.state = copy.deepcopy(st)
-        shadow.summarizer_ms_total = 0.0
-
-        def record(event: Event, msgs: list[Message]) -> Any:
-            job.events.append(event)
-
-        shadow.commit = record
-        for fold in folds:
-            job.results += shadow.catch_up(snapshot, fold)
-        job.state = shadow.state
-        job.largest_pass_tokens = shadow.largest_pass_tokens
-        job.summarizer_ms = shadow.summarizer_ms_total
-        return job
+        return self.micro.shadow_fold(snapshot, folds)
 
     def _apply_fold(self, ledger: Ledger, job: FoldJob) -> list[PassResult]:
-        """Commit and apply the fold's events, in order, if the transcript still opens with what the fold
-        ran on and the rolling state is the one it started from; else drop it (the policy decides again)."""
-        msgs = ledger.messages
-        st = self.micro.state
-        unchanged = len(msgs) >= len(job.base) and all(a is b for a, b in zip(msgs, job.base, strict=False))
-        if not unchanged or st.text != job.base_summary or st.marker_index != job.base_marker:
+        """The fold's results, or none when the transcript changed under it (the policy decides again)."""
+        results = self.micro.adopt_fold(ledger, job)
+        if results is None:
             self.discarded += 1
             log.info("Micro-compaction: background fold discarded, the transcript changed under it")
             return []
-        for event in job.events:
-            if not self.micro.commit_event(event, ledger.messages):
-                return []  # the store refused: memory stays as it was (the shadow's passes are lost)
-            apply_event(ledger, event)
-        if job.state is not None:
-            job.state.turns = self.micro.state.turns  # turns ended meanwhile still count
-            self.micro.state = job.state
-        self.micro.largest_pass_tokens = max(self.micro.largest_pass_tokens, job.largest_pass_tokens)
-        self.micro.summarizer_ms_total += job.summarizer_ms
-        return job.results
+        return results
 
     def _work(self, snapshot: Ledger, mode: str) -> Job:
         planned = self.micro.plan(snapshot, mode)

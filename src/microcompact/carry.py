@@ -18,17 +18,16 @@ import logging
 from typing import Any
 
 from .batch import BatchCompactor
+from .keys import ROW_KEY
 from .micro import MicroCompactor
 from .tokens import Ledger, TokenCounter
 
 log = logging.getLogger("microcompact")
 
-META_KEY = "carried"
-
 
 def _fits(ledger: Ledger) -> list[Any]:
     """What the transcript looked like when the memory was taken: its length and last stored row."""
-    return [len(ledger.messages), ledger.messages[-1].get("_row") if ledger.messages else None]
+    return [len(ledger.messages), ledger.messages[-1].get(ROW_KEY) if ledger.messages else None]
 
 
 def snapshot(ledger: Ledger, counter: TokenCounter, micro: MicroCompactor, batch: BatchCompactor) -> dict[str, Any]:

@@ -60,7 +60,7 @@ def run_policy(
     model = CacheModel(pricing)
     priced = policy == "micro-price"
     if priced:  # folds by the prices of this comparison, reading the cache model's figures as usage
-        session.micro.policy = PricePolicy(config, pricing, session.cache)
+        session.micro.use_policy(PricePolicy(config, pricing, session.cache))
 
     def on_request(i: int, s: Session) -> None:
         # The reply to this request is the message about to be appended.

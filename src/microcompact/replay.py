@@ -19,7 +19,7 @@ from typing import Any
 from . import jsoninput
 from .events import BATCH_COMPACTIONS, Outcome
 from .identity import digest
-from .keys import SRC_KEY
+from .keys import ROW_KEY, SRC_KEY, TS_KEY
 from .messages import (
     Message,
     TranscriptError,
@@ -130,7 +130,7 @@ def request_times(messages: list[Message], assumed_gap_seconds: float) -> tuple[
     times: list[float] = []
     now, recorded = 0.0, False
     for m in messages:
-        ts = m.get("_ts")
+        ts = m.get(TS_KEY)
         if isinstance(ts, (int, float)):
             now, recorded = float(ts), True
         elif m.get("role") == "assistant":
@@ -142,7 +142,7 @@ def request_times(messages: list[Message], assumed_gap_seconds: float) -> tuple[
 def resume_point(session: Session) -> int:
     """How many messages of the recorded transcript a stored session already holds (replay tags each
     appended message with its index as ``_src``; the tail, never rewritten, keeps the latest ones)."""
-    return max((m["_src"] for m in session.ledger.messages if isinstance(m.get("_src"), int)), default=-1) + 1
+    return max((m[SRC_KEY] for m in session.ledger.messages if isinstance(m.get(SRC_KEY), int)), default=-1) + 1
 
 
 class ResumeMismatch(TranscriptError):
@@ -245,7 +245,7 @@ def replay(
         in_turn
         and start
         and session.ledger.messages
-        and session.ledger.messages[-1].get("_row") == session.finalized_row
+        and session.ledger.messages[-1].get(ROW_KEY) == session.finalized_row
     ):
         in_turn = False  # the interrupted run finalized this turn already: running it again would add a pass
     raw_total = 0
@@ -269,7 +269,7 @@ def replay(
             if occ is not None:
                 stats.occupancy.append(occ)
             in_turn = True
-        session.append({**m, "_src": i} if session.store is not None else m)
+        session.append({**m, SRC_KEY: i} if session.store is not None else m)
         raw_total += session.ledger.tokens[-1]
         if on_message:
             on_message(i)

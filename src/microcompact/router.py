@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .config import Config
+from .keys import BRANCHES_META, ROUTER_KEY_META
 from .messages import Message
 from .session import Convert, HistorySync, Session
 from .session_store import SessionExists
@@ -195,7 +196,7 @@ class SessionRouter:
             first = branch_id(key, 1)
             meta = self.store.session_meta(first)
             if meta or self.store.load_active(first):
-                count = max(1, int(meta.get("branches", 1)))
+                count = max(1, int(meta.get(BRANCHES_META, 1)))
         found = [branch_id(key, n) for n in range(count, 0, -1)]  # the newest first
         with self._lock:
             record = self._conversation(key)
@@ -378,7 +379,7 @@ class SessionRouter:
             session = self._session(key, branch_id(key, 1), config)
             self._used(key, session.session_id)
             if self.store is not None:
-                self.store.update_meta(session.session_id, {"key": key, "branches": 1})
+                self.store.update_meta(session.session_id, {ROUTER_KEY_META: key, BRANCHES_META: 1})
             return Routed(session, session.sync_history(history, convert))
         at, parent = best
         child = self._fork(key, parent, history, at, convert, len(branches) + 1)
@@ -403,7 +404,7 @@ class SessionRouter:
         self._keep(key, child)
         self._used(key, sid)
         if self.store is not None:
-            self.store.update_meta(branch_id(key, 1), {"key": key, "branches": n})
+            self.store.update_meta(branch_id(key, 1), {ROUTER_KEY_META: key, BRANCHES_META: n})
             child.flush()
         log.info(
             "Session %s: the client's history left it at message %d; continuing in fork %s", parent.session_id, at, sid

@@ -40,12 +40,13 @@ from .identity import (
     known_digests,
     tagged_parts,
 )
+from .keys import HID_KEY, ROW_KEY, STORE_KEYS
 from .messages import Message, disown_marker_text, to_api, validate_message
 from .micro import CommitHook, MicroCompactor, PassResult
 from .micro.price import policy_for
 from .session_store import StoreWriter
 from .store import StoreConflict
-from .summarizers import Summarizer, facts_block, ledger_budget, make_summarizer
+from .summarizers import Summarizer, summarizer_for
 from .telemetry import occupancy_pct
 from .tokens import Ledger, TokenCounter, make_text_counter
 
@@ -55,58 +56,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("microcompact")
 
 
-def summarizer_for(config: Config, counter: TokenCounter | None = None) -> Summarizer:
-    """The summarizer ``auxiliary.compression`` describes (the offline extractive one by default)."""
-    aux = config.auxiliary.compression
-    if aux.kind == "extractive":
-        return make_summarizer(
-            "extractive",
-            count_text=counter.count_text if counter else None,
-            ledger_budget_tokens=ledger_budget(config.compression.micro_compact_defrag_threshold_tokens),
-        )
-    if not aux.model:
-        from .config import ConfigError
-
-        raise ConfigError(
-            "auxiliary.compression.model: required when provider is "
-            f"{aux.provider!r} (the model name the endpoint serves)"
-        )
-    timeout = aux.timeout_seconds()
-    budget = ledger_budget(config.compression.micro_compact_defrag_threshold_tokens)
-    count_text = counter.count_text if counter else None
-    if aux.local and config.compression.micro_compact and not config.compression.micro_compact_background:
-        log.warning(
-            "Micro-compaction: the summarizer at %s is on this machine and background mode is off: a pass on a "
-            "CPU model takes minutes and blocks finalize_turn (up to the %.0f s timeout); set "
-            "compression.micro_compact_background: true",
-            aux.base_url,
-            timeout,
-        )
-    return make_summarizer(
-        "openai",
-        model=aux.model,
-        base_url=aux.base_url,
-        api_key_env=aux.api_key_env,
-        timeout=timeout,
-        max_output_tokens=config.summarizer_output_tokens(),
-        temperature=aux.temperature,
-        count_text=counter.count_text if counter else None,
-        # The file ledger and failing commands are kept by code beside the model's prose: a model may
-        # rewrite or drop the prose, never the facts.
-        facts=lambda previous, messages: facts_block(previous, messages, budget, count_text),
-    )
-
-
-# The store's bookkeeping on a message: meaningful only on rows it handed out itself (Session.open).
-_STORE_KEYS = ("_row", "_pos", "_tokens")
-
-
 def _own(message: Message) -> Message:
     """The caller's message without store bookkeeping (a message copied from another session's transcript
     would otherwise pass for one already stored)."""
-    if not any(k in message for k in _STORE_KEYS):
+    if not any(k in message for k in STORE_KEYS):
         return message
-    return {k: v for k, v in message.items() if k not in _STORE_KEYS}
+    return {k: v for k, v in message.items() if k not in STORE_KEYS}
 
 
 # Turns one client message into the session messages that stand for it (a provider format's message may
@@ -233,7 +188,7 @@ class Session:
         self._micro_passes_at_last_batch = 0
         self.background = BackgroundPasses(self.micro) if self.config.compression.micro_compact_background else None
         if self._writer is not None:  # what the store does not hold yet (a new session's messages)
-            self._writer.pending = [m for m in self.ledger.messages if "_row" not in m]
+            self._writer.pending = [m for m in self.ledger.messages if ROW_KEY not in m]
         # Digests of the client messages this session holds, in client order (sync_history); None: not loaded.
         self._known: list[str] | None = None
         if not self.micro.active and not self.config.threshold_tokens():
@@ -422,7 +377,7 @@ class Session:
                 return HistorySync(matched, 0, False, Divergence(matched, len(known), len(incoming)))
             new = [m for i in range(matched, len(history)) for m in tagged_parts(history[i], i, incoming[i], convert)]
             for j, m in enumerate(new):
-                validate_message(m, f"client message {m['_hid']} (part {j})")
+                validate_message(m, f"client message {m[HID_KEY]} (part {j})")
             self.extend(new)
             known.extend(incoming[matched:])
             return HistorySync(matched, len(history) - matched, any(is_human(m) for m in new))

@@ -19,8 +19,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import carry
 from .events import Event
+from .keys import (
+    CARRIED_META,
+    FINALIZED_ROW_META,
+    FORK_AT_META,
+    FORK_PREFIX_META,
+    FORKED_FROM_META,
+    MICRO_TURNS_META,
+    POS_KEY,
+    ROW_KEY,
+)
 from .messages import Message, to_api
 from .store import StoreError, StoreReadOnly
 from .tokens import Ledger, TokenCounter
@@ -29,10 +38,6 @@ if TYPE_CHECKING:
     from .store import SessionStore
 
 log = logging.getLogger("microcompact")
-
-FORK_PREFIX_KEY = "fork_prefix_digests"  # store meta of a fork: the digests of the prefix it started from
-TURNS_KEY = "micro_turns"  # store meta: the micro engine's turn counter (the every-N-turns cadence)
-FINALIZED_KEY = "finalized_row"  # store meta: the last message's row when finalize_turn last completed
 
 
 class SessionExists(ValueError):
@@ -113,7 +118,7 @@ class StoreWriter:
         skipped = self.store.skipped(self.session_id)
         self._skips_saved = set(skipped)
         meta = self.store.session_meta(self.session_id)
-        saved = Saved(skipped, int(meta.get(TURNS_KEY, 0)), meta.get(FINALIZED_KEY), meta.get(carry.META_KEY))
+        saved = Saved(skipped, int(meta.get(MICRO_TURNS_META, 0)), meta.get(FINALIZED_ROW_META), meta.get(CARRIED_META))
         self.finalized_row = saved.finalized_row
         self._carried_saved = saved.carried
         return saved
@@ -177,12 +182,12 @@ class StoreWriter:
         """Before retrying a failed append: pending messages the store already holds (the COMMIT succeeded,
         its acknowledgement was lost) take their stored rows instead of being written twice.
         O(transcript), and only after a failed write."""
-        known = {m.get("_row") for m in transcript}
-        extra = [m for m in self.store.load_active(self.session_id) if m["_row"] not in known]
+        known = {m.get(ROW_KEY) for m in transcript}
+        extra = [m for m in self.store.load_active(self.session_id) if m[ROW_KEY] not in known]
         if not extra or len(extra) > len(self.pending) or to_api(extra) != to_api(self.pending[: len(extra)]):
             return
         for stored, pending in zip(extra, self.pending, strict=False):  # extra is a prefix
-            pending["_pos"], pending["_row"] = stored["_pos"], stored["_row"]
+            pending[POS_KEY], pending[ROW_KEY] = stored[POS_KEY], stored[ROW_KEY]
         self.pending = self.pending[len(extra) :]
 
     def reload(self, counter: TokenCounter) -> Ledger:
@@ -205,7 +210,7 @@ class StoreWriter:
         """Every message this session took from its client (stored, absorbed ones included, then pending),
         and the digests of the prefix a fork started from (its rows are its parent's)."""
         rows = self.store.export(self.session_id, include_absorbed=True) + list(self.pending)
-        saved = self.store.session_meta(self.session_id).get(FORK_PREFIX_KEY)
+        saved = self.store.session_meta(self.session_id).get(FORK_PREFIX_META)
         prefix = saved if isinstance(saved, list) and all(isinstance(d, str) for d in saved) else []
         return rows, prefix
 
@@ -228,9 +233,9 @@ class StoreWriter:
         message is written."""
         if self.pending or not transcript:
             return
-        row = transcript[-1].get("_row")
+        row = transcript[-1].get(ROW_KEY)
         try:
-            self.store.update_meta(self.session_id, {TURNS_KEY: turns, FINALIZED_KEY: row})
+            self.store.update_meta(self.session_id, {MICRO_TURNS_META: turns, FINALIZED_ROW_META: row})
             self.finalized_row = row
         except Exception as exc:
             log.error("Session store: could not save the turn counter (%s: %s)", type(exc).__name__, exc)
@@ -240,7 +245,7 @@ class StoreWriter:
         if memory == self._carried_saved:
             return True
         try:
-            self.store.update_meta(self.session_id, {carry.META_KEY: memory})
+            self.store.update_meta(self.session_id, {CARRIED_META: memory})
         except Exception as exc:
             log.error("Session store: could not save the engine memory (%s: %s)", type(exc).__name__, exc)
             return False
@@ -250,7 +255,7 @@ class StoreWriter:
     def record_fork(self, parent_id: str, at: int, prefix: list[str]) -> None:
         """Where this fork came from; a fork that starts compacted holds no rows for what its parent had
         absorbed, so the digests of that prefix are kept beside it for a reopened fork."""
-        meta = {"forked_from": parent_id, "fork_at": at, FORK_PREFIX_KEY: prefix}
+        meta = {FORKED_FROM_META: parent_id, FORK_AT_META: at, FORK_PREFIX_META: prefix}
         try:
             self.store.update_meta(self.session_id, meta)
         except Exception as exc:

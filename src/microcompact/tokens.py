@@ -24,13 +24,13 @@ from collections.abc import Sequence
 from importlib import resources
 from typing import Any, Protocol
 
+from .keys import TOKENS_KEY as TOKENS_KEY  # defined in keys; micro and bench import it from here
 from .messages import Message, content_text
 
 log = logging.getLogger("microcompact")
 
 # Fixed per-message overhead of the chat format (role, separators), as OpenAI documents it.
 MESSAGE_OVERHEAD = 4
-TOKENS_KEY = "_tokens"
 
 EXPECTED_SHA256 = {
     "o200k_base": "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",

@@ -5,9 +5,10 @@ compaction must too."""
 
 from __future__ import annotations
 
+from test_sync_history import small_config
+
 from microcompact.messages import is_marker
 from microcompact.session import Session
-from test_sync_history import small_config
 
 NOTIFICATION = {"role": "system", "content": "[SYSTEM NOTIFICATION] The background agent finished."}
 

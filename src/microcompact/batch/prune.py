@@ -13,6 +13,7 @@ from typing import Any
 
 from ..events import Prune
 from ..identity import identity_of
+from ..keys import STORE_KEYS
 from ..messages import META_KEY, Message, is_marker
 from ..render import content_text
 from ..summarizers import describe_tool_result
@@ -21,7 +22,6 @@ CUT_NOTE = (
     "\n[... {chars:,} characters (about {tokens:,} tokens) omitted by microcompact: the request was over the "
     "context window; the original is kept in the session store ...]\n"
 )
-_STORE_ONLY_KEYS = ("_tokens", "_row", "_pos")
 
 
 def _digest(text: str) -> str:
@@ -144,7 +144,7 @@ def cut_message(message: Message, tokens: int, keep_tokens: int) -> Message:
     head, tail = text[: keep_chars // 2], text[len(text) - keep_chars // 2 :]
     omitted = len(text) - len(head) - len(tail)
     note = CUT_NOTE.format(chars=omitted, tokens=max(0, tokens - keep_tokens))
-    out = {k: v for k, v in message.items() if k not in _STORE_ONLY_KEYS}
+    out = {k: v for k, v in message.items() if k not in STORE_KEYS}
     out["content"] = head + note + tail
     out[META_KEY] = {**(message.get(META_KEY) or {}), "cut": True, "original_tokens": tokens}
     return out

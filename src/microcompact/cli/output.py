@@ -8,11 +8,9 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from ..keys import BOOKKEEPING_KEYS, SRC_KEY
 from ..messages import Message
 from .base import fail
-
-# Store bookkeeping, not transcript content: left out of exported transcripts.
-_BOOKKEEPING = ("_tokens", "_pos", "_row", "_src")
 
 
 def check_writable_target(flag: str, path: Path) -> None:
@@ -43,7 +41,7 @@ def write_atomically(path: Path, lines: Iterable[str]) -> None:
 
 def export_form(message: Message) -> Message:
     """``message`` without the store's bookkeeping keys: what an exported transcript holds."""
-    return {k: v for k, v in message.items() if k not in _BOOKKEEPING}
+    return {k: v for k, v in message.items() if k not in BOOKKEEPING_KEYS}
 
 
 def as_read(message: Message, originals: list[Message]) -> Message:
@@ -51,7 +49,7 @@ def as_read(message: Message, originals: list[Message]) -> Message:
     is input message ``_src`` unchanged; the store may hand it back with its keys in another order, and a
     resumed run must write what an uninterrupted one writes."""
     clean = export_form(message)
-    src = message.get("_src")
+    src = message.get(SRC_KEY)
     if isinstance(src, int) and 0 <= src < len(originals) and clean == originals[src]:
         return originals[src]
     return clean

@@ -11,6 +11,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from ..keys import META_KEY, POS_KEY, ROW_KEY
 from ..render import content_text
 from ..store import PostgresStore, SQLiteStore, StoreError, default_store_path, open_store
 from .base import DbOption, fail, out
@@ -83,15 +84,15 @@ def sessions_show(
     for col in ("pos", "row", "role", "content"):
         table.add_column(col, overflow="fold")
     for m in messages:
-        kind = (m.get("_mc") or {}).get("marker")
+        kind = (m.get(META_KEY) or {}).get("marker")
         text = content_text(m)
         calls = ", ".join((tc.get("function") or {}).get("name", "?") for tc in m.get("tool_calls") or [])
         line = text if full else " ".join(text.split())[:120]
         if calls:
             line = f"{line} [calls: {calls}]".strip()
         table.add_row(
-            str(m.get("_pos")),
-            str(m.get("_row")),
+            str(m.get(POS_KEY)),
+            str(m.get(ROW_KEY)),
             f"{m['role']}{' (' + kind + ' marker)' if kind else ''}",
             escape(line),
         )

@@ -41,8 +41,9 @@ def _adp_items(rec: Any) -> list[Any] | None:
     if not isinstance(rec, dict):
         return None
     for key in ("messages", "trajectory"):
-        if isinstance(rec.get(key), list):
-            return rec[key]
+        items = rec.get(key)
+        if isinstance(items, list):
+            return items
     return None
 
 

@@ -13,6 +13,7 @@ include the assistant.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +94,15 @@ def _tool_call(item: dict[str, Any], where: str, report: ImportReport) -> dict[s
     }
 
 
+@dataclass
+class _Pieces:
+    """What one goose message's content items become, kept apart until they are put in order."""
+
+    results: list[Message] = field(default_factory=list)
+    parts: list[dict[str, Any]] = field(default_factory=list)
+    calls: list[dict[str, Any]] = field(default_factory=list)
+
+
 def _messages_of(rec: dict[str, Any], where: str, report: ImportReport) -> list[Message]:
     """One goose message as chat messages: tool results first (each its own), then the text, then calls."""
     role = rec.get("role")
@@ -101,47 +111,59 @@ def _messages_of(rec: dict[str, Any], where: str, report: ImportReport) -> list[
     content = rec.get("content")
     if not isinstance(content, list):
         raise TranscriptError(f"{where}: content must be a list of items")
-    results: list[Message] = []
-    parts: list[dict[str, Any]] = []
-    calls: list[dict[str, Any]] = []
+    pieces = _Pieces()
     for j, item in enumerate(content):
-        at = f"{where}: content[{j}]"
-        kind = item.get("type") if isinstance(item, dict) else None
-        if kind in ("text", "image") and not _for_model(item):  # goose shows it to the user only
-            report.notes["user_only_content_dropped"] += 1
-        elif kind in ("text", "image"):
-            parts.append(_content_part(item, at))
-        elif kind == "toolRequest" and role == "assistant":
-            call = _tool_call(item, at, report)
-            if call is not None:
-                calls.append(call)
-        elif kind == "toolResponse" and role == "user":
-            result, failed = _tool_result(item.get("toolResult"), at, report)
-            tm: Message = {"role": "tool", "tool_call_id": str(item.get("id")), "content": result}
-            if failed:
-                tm[META_KEY] = {"is_error": True}
-                report.notes["tool_result_is_error"] += 1
-            results.append(tm)
-        elif kind in _THINKING:
-            report.notes["thinking_dropped"] += 1
-        elif isinstance(kind, str) and kind not in ("toolRequest", "toolResponse"):
-            report.notes[f"{kind}_skipped"] += 1  # notices goose shows the user (context limit, compaction)
-        else:
-            raise TranscriptError(f"{at}: {kind!r} item is not valid in a {role} message")
-    out = results
-    if parts or calls:
-        joined = text_only(parts)
-        m: Message = {"role": role, "content": joined if joined is not None else parts}
-        if calls:
-            m["tool_calls"] = calls
-        meta = rec.get("metadata") or {}
-        if meta.get("userVisible") is False and meta.get("agentVisible", True):  # goose's compaction summary
-            m[META_KEY] = {"compact_summary": True}
-            report.notes["compact_summary_message"] += 1
-        out = [*results, m]
+        _sort_item(item, f"{where}: content[{j}]", role, pieces, report)
+    out = pieces.results
+    if pieces.parts or pieces.calls:
+        out = [*pieces.results, _spoken(rec, role, pieces, report)]
     for m in out:
         take_ts(rec, m, keys=("created",))
     return out
+
+
+def _sort_item(item: Any, at: str, role: str, pieces: _Pieces, report: ImportReport) -> None:
+    """Put one content item where it belongs (or count it as dropped); an item the role cannot hold fails."""
+    kind = item.get("type") if isinstance(item, dict) else None
+    if kind in ("text", "image") and not _for_model(item):  # goose shows it to the user only
+        report.notes["user_only_content_dropped"] += 1
+    elif kind in ("text", "image"):
+        pieces.parts.append(_content_part(item, at))
+    elif kind == "toolRequest" and role == "assistant":
+        call = _tool_call(item, at, report)
+        if call is not None:
+            pieces.calls.append(call)
+    elif kind == "toolResponse" and role == "user":
+        pieces.results.append(_tool_message(item, at, report))
+    elif kind in _THINKING:
+        report.notes["thinking_dropped"] += 1
+    elif isinstance(kind, str) and kind not in ("toolRequest", "toolResponse"):
+        report.notes[f"{kind}_skipped"] += 1  # notices goose shows the user (context limit, compaction)
+    else:
+        raise TranscriptError(f"{at}: {kind!r} item is not valid in a {role} message")
+
+
+def _tool_message(item: dict[str, Any], at: str, report: ImportReport) -> Message:
+    """A ``toolResponse`` item as a tool message, a failed call marked as an error."""
+    result, failed = _tool_result(item.get("toolResult"), at, report)
+    tm: Message = {"role": "tool", "tool_call_id": str(item.get("id")), "content": result}
+    if failed:
+        tm[META_KEY] = {"is_error": True}
+        report.notes["tool_result_is_error"] += 1
+    return tm
+
+
+def _spoken(rec: dict[str, Any], role: str, pieces: _Pieces, report: ImportReport) -> Message:
+    """The message's text and calls as one message; goose's hidden compaction summary is marked as such."""
+    joined = text_only(pieces.parts)
+    m: Message = {"role": role, "content": joined if joined is not None else pieces.parts}
+    if pieces.calls:
+        m["tool_calls"] = pieces.calls
+    meta = rec.get("metadata") or {}
+    if meta.get("userVisible") is False and meta.get("agentVisible", True):  # goose's compaction summary
+        m[META_KEY] = {"compact_summary": True}
+        report.notes["compact_summary_message"] += 1
+    return m
 
 
 def import_goose(path: Path, **_: Any) -> ImportReport:

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from ..config import Config
+from ..keys import BRANCHES_META, HID_KEY, ITEMS_KEY
 from ..messages import Message
 from ..router import branch_id
 from ..session import Convert
@@ -43,7 +44,6 @@ if TYPE_CHECKING:
 __all__ = ["MicroCompactFilter", "MicroCompactSession", "compacting_input_filter", "flatten"]
 
 Item = dict[str, Any]
-ITEMS_KEY = "_items"  # on each session message: the SDK items it stands for (kept by the store)
 _ASSISTANT_PARTS = {"reasoning", "function_call"}
 
 
@@ -244,11 +244,11 @@ class MicroCompactSession:
         """The items of the session's newest branch, from the store (absorbed rows included)."""
         if self.store is None:
             return []
-        branches = int(self.store.session_meta(self.session_id).get("branches", 1))
+        branches = int(self.store.session_meta(self.session_id).get(BRANCHES_META, 1))
         rows = self.store.export(branch_id(self.session_id, branches), include_absorbed=True)
         by_origin: dict[int, list[Item]] = {}
         for row in rows:
-            hid = row.get("_hid")
+            hid = row.get(HID_KEY)
             if isinstance(hid, int) and hid not in by_origin and isinstance(row.get(ITEMS_KEY), list):
                 by_origin[hid] = row[ITEMS_KEY]
         return [item for hid in sorted(by_origin) for item in by_origin[hid]]

@@ -16,7 +16,7 @@ Modules, one job each:
 
 from ..events import CommitHook
 from .defrag import DEFRAG_MAX_RATIO
-from .engine import MicroCompactor, MicroStats
+from .engine import FoldJob, MicroCompactor, MicroStats
 from .policy import MAX_CATCH_UP_PASSES, CadencePolicy, Fold, MicroPolicy, Moment
 from .pure import micro_compact
 from .spans import span_key
@@ -29,6 +29,7 @@ __all__ = [
     "CommitHook",
     "Condensed",
     "Fold",
+    "FoldJob",
     "MicroCompactor",
     "MicroPolicy",
     "MicroStats",

@@ -16,10 +16,11 @@ exactly as it was.
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import FALLBACK_CONTEXT_LIMIT, Config
@@ -49,6 +50,20 @@ class MicroStats:
     tokens_saved_total: int
     largest_pass_tokens: int
     summarizer_ms_total: float
+
+
+@dataclass
+class FoldJob:
+    """A whole fold computed on a shadow engine: the events to commit and apply, and the state after them."""
+
+    base: list[Message]  # the transcript the fold ran on (its messages must still open the transcript)
+    base_summary: str
+    base_marker: int | None
+    events: list[Event] = field(default_factory=list)
+    results: list[PassResult] = field(default_factory=list)
+    state: RollingSummary | None = None
+    largest_pass_tokens: int = 0
+    summarizer_ms: float = 0.0
 
 
 class MicroCompactor:
@@ -97,6 +112,55 @@ class MicroCompactor:
     def stats(self) -> MicroStats:
         st = self.state
         return MicroStats(st.passes_total, st.tokens_saved_total, self.largest_pass_tokens, self.summarizer_ms_total)
+
+    def shadow_fold(self, snapshot: Ledger, folds: tuple[Fold, ...]) -> FoldJob:
+        """Every pass of ``folds`` on a shadow of this engine over ``snapshot`` (its own copy of the rolling
+        state, a commit hook that only records the events): this engine is untouched, so a worker may run it."""
+        st = self.state
+        job = FoldJob(list(snapshot.messages), st.text, st.marker_index)
+        shadow = copy.copy(self)
+        shadow.state = copy.deepcopy(st)
+        shadow.summarizer_ms_total = 0.0
+
+        def record(event: Event, msgs: list[Message]) -> Any:
+            job.events.append(event)
+
+        shadow.commit = record
+        for fold in folds:
+            job.results += shadow.catch_up(snapshot, fold)
+        job.state = shadow.state
+        job.largest_pass_tokens = shadow.largest_pass_tokens
+        job.summarizer_ms = shadow.summarizer_ms_total
+        return job
+
+    def adopt_fold(self, ledger: Ledger, job: FoldJob) -> list[PassResult] | None:
+        """Commit and apply ``job``'s events in order, if the transcript still opens with what it ran on and
+        the rolling state is the one it started from (None: stale, nothing changed); the view switches once."""
+        msgs = ledger.messages
+        st = self.state
+        fresh = len(msgs) >= len(job.base) and all(a is b for a, b in zip(msgs, job.base, strict=False))
+        if not fresh or st.text != job.base_summary or st.marker_index != job.base_marker:
+            return None
+        for event in job.events:
+            if not self.commit_event(event, ledger.messages):
+                return []  # the store refused: memory stays as it was (the shadow's passes are lost)
+            apply_event(ledger, event)
+        if job.state is not None:
+            job.state.turns = st.turns  # turns ended meanwhile still count
+            self.state = job.state
+        self.largest_pass_tokens = max(self.largest_pass_tokens, job.largest_pass_tokens)
+        self.summarizer_ms_total += job.summarizer_ms
+        return job.results
+
+    def use_policy(self, policy: MicroPolicy) -> None:
+        """Schedule by ``policy`` from now on (``replay --compare`` prices each policy its own way)."""
+        self.policy = policy
+
+    def planned_folds(self) -> tuple[Fold, ...]:
+        """The folds the policy planned for a background job (a policy that plans none: none), taken once."""
+        take = getattr(self.policy, "take_planned", None)
+        folds: tuple[Fold, ...] = take() if take is not None else ()
+        return folds
 
     def memory(self) -> dict[str, Any]:
         """What a stored session carries to the next process: failures, the gate's floor, the cursor, the

@@ -108,7 +108,8 @@ class _SQLBase:
             )
             return True
         self._exec(cur, f"UPDATE sessions SET {bump} WHERE id = ?", (session_id,))
-        return cur.rowcount == 1
+        changed: int = cur.rowcount  # DB-API cursors are untyped; rowcount is an int in both drivers
+        return changed == 1
 
     def _busy(self, session_id: str, holder: str) -> SessionBusy:
         return SessionBusy(

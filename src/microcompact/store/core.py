@@ -46,7 +46,8 @@ class _SQLStore(_CompactionWrites):
                 "INSERT INTO sessions (id, meta) VALUES (?, ?) ON CONFLICT (id) DO NOTHING",
                 (session_id, meta_json),
             )
-            return cur.rowcount == 1
+            created: int = cur.rowcount  # DB-API cursors are untyped; rowcount is an int in both drivers
+            return created == 1
 
         return self._txn(txn, write=True, op="create the session")
 
@@ -229,7 +230,8 @@ class _SQLStore(_CompactionWrites):
             r = self._exec(cur, check, (int(marker_row), session_id)).fetchone()
             if r is None or not r[0]:
                 return None
-            return self._exec(cur, sql, (int(marker_row), session_id, session_id)).fetchall()
+            rows: list[tuple[Any, ...]] = self._exec(cur, sql, (int(marker_row), session_id, session_id)).fetchall()
+            return rows
 
         rows = self._txn(txn, write=False, op="expand a marker")
         if rows is None:

@@ -95,9 +95,10 @@ class _SQLiteLeases(_SQLBase):
     def _lease_row(self, cur: Any, session_id: str) -> tuple[Any, ...] | None:
         if not self._has_leases:
             return None
-        return cur.execute(
+        row: tuple[Any, ...] | None = cur.execute(  # DB-API cursors are untyped
             "SELECT token, host, pid, pid_start, expires_at FROM session_leases WHERE session_id = ?", (session_id,)
         ).fetchone()
+        return row
 
     @staticmethod
     def _holder(row: tuple[Any, ...]) -> str:

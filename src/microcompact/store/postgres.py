@@ -254,7 +254,8 @@ class PostgresStore(_AdvisoryLeases, _PostgresSchema, _SQLStore):
             ORDER BY ts_rank(to_tsvector('simple', m.body), q) DESC, m.position
             LIMIT %s"""
         cur.execute(sql, (_clean_text(query), session_id, list(states), limit))
-        return cur.fetchall()
+        hits: list[tuple[Any, ...]] = cur.fetchall()  # DB-API cursors are untyped
+        return hits
 
     def close(self) -> None:
         with self._lock:

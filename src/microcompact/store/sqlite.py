@@ -260,7 +260,8 @@ class SQLiteStore(_SQLiteLeases, _SQLiteSchema, _SQLStore):
                 WHERE messages_fts MATCH ? AND m.session_id = ? AND {state_sql}
                 ORDER BY bm25(messages_fts), m.position
                 LIMIT ?"""
-            return cur.execute(sql, (match, session_id, json.dumps(states), limit)).fetchall()
+            hits: list[tuple[Any, ...]] = cur.execute(sql, (match, session_id, json.dumps(states), limit)).fetchall()
+            return hits
         likes = " AND ".join("m.body LIKE ? ESCAPE '\\'" for _ in terms)
         patterns = ["%" + t.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%" for t in terms]
         sql = f"""

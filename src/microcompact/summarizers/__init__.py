@@ -24,6 +24,7 @@ implementations when called)::
     backends    request and answer shapes of caller-owned clients (OpenAI, Anthropic, callables), their errors
     clients     summarizer_from: a caller-owned client as a summarizer
     chain       the fallback chain
+    configured  summarizer_for: the summarizer a config describes
 """
 
 from ..render import exchange_text as render_exchange
@@ -46,6 +47,7 @@ from .base import (
 from .chain import FallbackChain
 from .checks import CheckInput, check_summary
 from .clients import ClientSummarizer, summarizer_from
+from .configured import summarizer_for
 from .eventloop import bind_event_loop
 from .extractive import ExtractiveSummarizer, describe_tool_result
 from .facts import facts_block, ledger_budget, with_facts
@@ -55,6 +57,7 @@ from .prompts import BATCH_PROMPT, CONDENSE_PROMPT, MERGE_PROMPT
 from .validation import SHORTENED_NOTE, clean_summary, shorten_summary
 
 __all__ = [
+    "summarizer_for",
     "BATCH_PROMPT",
     "BATCH_SECTIONS",
     "CONDENSE_PROMPT",

@@ -71,7 +71,7 @@ class SummaryRejected(SummarizerBadOutput):
 class Summarizer(Protocol):
     name: str  # telemetry's ``aux_model``: "extractive" or the model name
 
-    def merge(self, summary: str, exchange: list[dict]) -> str:
+    def merge(self, summary: str, exchange: list[dict[str, Any]]) -> str:
         """The rolling summary updated with what ``exchange`` adds; what no longer matters dropped."""
         ...
 
@@ -79,7 +79,7 @@ class Summarizer(Protocol):
         """A shorter version of ``summary`` aiming at ``target_tokens``."""
         ...
 
-    def batch(self, summary: str, messages: list[dict], focus: str | None = None) -> str:
+    def batch(self, summary: str, messages: list[dict[str, Any]], focus: str | None = None) -> str:
         """``summary`` updated with ``messages`` in the fixed batch sections, favouring ``focus``."""
         ...
 

@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from .base import Summarizer, SummarizerAuthError, SummarizerBadOutput, SummarizerUnavailable
 from .eventloop import bind_event_loop
@@ -40,13 +40,13 @@ class FallbackChain:
         self._refused: set[int] = set()
         self._resting_until: dict[int, float] = {}
 
-    def merge(self, summary: str, exchange: list[dict]) -> str:
+    def merge(self, summary: str, exchange: list[dict[str, Any]]) -> str:
         return self._first("merge", lambda link: link.merge(summary, exchange))
 
     def condense(self, summary: str, target_tokens: int) -> str:
         return self._first("condense", lambda link: link.condense(summary, target_tokens))
 
-    def batch(self, summary: str, messages: list[dict], focus: str | None = None) -> str:
+    def batch(self, summary: str, messages: list[dict[str, Any]], focus: str | None = None) -> str:
         return self._first("batch", lambda link: link.batch(summary, messages, focus))
 
     def bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:

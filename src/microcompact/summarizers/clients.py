@@ -59,7 +59,7 @@ class ClientSummarizer:
         self.ledger_budget_tokens = ledger_budget_tokens or ledger_budget(DEFAULT_DEFRAG_THRESHOLD)
         self._runner = LoopRunner()
 
-    def merge(self, summary: str, exchange: list[dict]) -> str:
+    def merge(self, summary: str, exchange: list[dict[str, Any]]) -> str:
         notes = self._complete(MERGE_PROMPT, merge_request(strip_facts(summary), render_exchange(exchange)))
         block = facts_block(summary or None, exchange, self.ledger_budget_tokens)
         return redact_text(with_facts(notes, block)) if block else notes
@@ -68,7 +68,7 @@ class ClientSummarizer:
         words = condense_words(target_tokens)
         return self._complete(condense_system(words), condense_request(summary, words))
 
-    def batch(self, summary: str, messages: list[dict], focus: str | None = None) -> str:
+    def batch(self, summary: str, messages: list[dict[str, Any]], focus: str | None = None) -> str:
         return self._complete(BATCH_PROMPT, batch_request(summary, render_exchange(messages), focus))
 
     def bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:

@@ -71,7 +71,7 @@ class ExtractiveSummarizer:
         self.max_items = max_items
         self.ledger_budget_tokens = ledger_budget_tokens or ledger_budget(2000)
 
-    def merge(self, summary: str, exchange: list[dict]) -> str:
+    def merge(self, summary: str, exchange: list[dict[str, Any]]) -> str:
         notes, facts = _read(exchange), extract_facts(exchange)
         new = {
             "Requirements": notes.requirements,
@@ -88,7 +88,7 @@ class ExtractiveSummarizer:
     def condense(self, summary: str, target_tokens: int) -> str:
         return shorten_summary(summary, target_tokens, self.count_text)
 
-    def batch(self, summary: str, messages: list[dict], focus: str | None = None) -> str:
+    def batch(self, summary: str, messages: list[dict[str, Any]], focus: str | None = None) -> str:
         notes, facts = _read(messages), extract_facts(messages)
         new = {
             "Goal": notes.requests,
@@ -173,7 +173,7 @@ def _read_command(notes: _Notes, command: str, result: str) -> None:
     notes.commands.append(f"`{one_line(command, _COMMAND_CHARS)}` → {outcome}")
 
 
-def _answer_line(exchange: list[dict]) -> str:
+def _answer_line(exchange: list[dict[str, Any]]) -> str:
     """The gist of the last assistant text in ``exchange`` (or that it replied with no text)."""
     for message in reversed(exchange):
         if message.get("role") == "assistant":

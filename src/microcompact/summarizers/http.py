@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from ..messages import Message
 from ..redact import redact_text
@@ -106,7 +107,7 @@ class OpenAISummarizer:
 
     # ------------------------------------------------------------------ the protocol
 
-    def merge(self, summary: str, exchange: list[dict]) -> str:
+    def merge(self, summary: str, exchange: list[dict[str, Any]]) -> str:
         prose, kept = split_prose(summary)
         shown = prose or summary  # the notes the model rewrites (all of it before the first notes exist)
         trusted = self._facts(summary or None, kept, exchange)
@@ -141,7 +142,7 @@ class OpenAISummarizer:
         text = self._checked(system, lambda _, note: condense_request(shown, words) + note, [], given)
         return join_facts(text, trusted)
 
-    def batch(self, summary: str, messages: list[dict], focus: str | None = None) -> str:
+    def batch(self, summary: str, messages: list[dict[str, Any]], focus: str | None = None) -> str:
         given = CheckInput(
             previous=summary,
             messages=[render_exchange([m]) for m in messages],

@@ -1,0 +1,53 @@
+"""The summarizer a config describes: ``auxiliary.compression`` names the offline extractive one (the default)
+or an OpenAI-compatible endpoint, which keeps the file ledger beside the model's prose."""
+
+from __future__ import annotations
+
+import logging
+
+from ..config import Config, ConfigError
+from ..tokens import TokenCounter
+from .base import Summarizer, make_summarizer
+from .facts import facts_block, ledger_budget
+
+log = logging.getLogger("microcompact")
+
+
+def summarizer_for(config: Config, counter: TokenCounter | None = None) -> Summarizer:
+    """The summarizer ``auxiliary.compression`` describes (the offline extractive one by default)."""
+    aux = config.auxiliary.compression
+    if aux.kind == "extractive":
+        return make_summarizer(
+            "extractive",
+            count_text=counter.count_text if counter else None,
+            ledger_budget_tokens=ledger_budget(config.compression.micro_compact_defrag_threshold_tokens),
+        )
+    if not aux.model:
+        raise ConfigError(
+            "auxiliary.compression.model: required when provider is "
+            f"{aux.provider!r} (the model name the endpoint serves)"
+        )
+    timeout = aux.timeout_seconds()
+    budget = ledger_budget(config.compression.micro_compact_defrag_threshold_tokens)
+    count_text = counter.count_text if counter else None
+    if aux.local and config.compression.micro_compact and not config.compression.micro_compact_background:
+        log.warning(
+            "Micro-compaction: the summarizer at %s is on this machine and background mode is off: a pass on a "
+            "CPU model takes minutes and blocks finalize_turn (up to the %.0f s timeout); set "
+            "compression.micro_compact_background: true",
+            aux.base_url,
+            timeout,
+        )
+    return make_summarizer(
+        "openai",
+        model=aux.model,
+        base_url=aux.base_url,
+        api_key_env=aux.api_key_env,
+        timeout=timeout,
+        max_output_tokens=config.summarizer_output_tokens(),
+        temperature=aux.temperature,
+        count_text=counter.count_text if counter else None,
+        # The file ledger and failing commands are kept by code beside the model's prose: a model may
+        # rewrite or drop the prose, never the facts.
+        facts=lambda previous, messages: facts_block(previous, messages, budget, count_text),
+    )
