@@ -5,6 +5,10 @@ Routes:
 - ``POST /v1/chat/completions`` (OpenAI) and ``POST /v1/messages`` (Anthropic, any query such as
   ``?beta=true``): the client's full history is compacted (:mod:`.compaction`) and forwarded;
 - ``POST /v1/messages/count_tokens``: forwarded with the conversation's compacted view;
+- Gemini (``POST /v1beta/models/{model}:generateContent`` and ``:streamGenerateContent``, SSE or a JSON
+  array; ``/v1/models/...`` and ``/v1alpha/models/...`` too): compacted the same way, ``:countTokens``
+  forwarded with the compacted view; every other Gemini path (``/v1beta/...``, ``/v1alpha/...``, a
+  Google key) goes to the Gemini upstream only;
 - ``GET /healthz`` and ``GET /metrics`` (Prometheus text);
 - anything else: passed through to the upstream the request is meant for (Anthropic when it carries
   ``anthropic-version`` or its path starts with ``/v1/messages``, else OpenAI).
@@ -38,9 +42,10 @@ from .anthropic_format import AnthropicFormat
 from .compaction import Compaction, Prepared
 from .errors import BadRequest, error_response
 from .forward import Passthrough, upstream_headers
+from .gemini_format import GeminiFormat
 from .metrics import Metrics
 from .openai_format import OpenAIFormat
-from .provider import Provider, stripped
+from .provider import Provider, dumps, stripped
 from .session_key import session_key
 from .usage_tap import UsageTap
 from .view import unchanged
@@ -50,6 +55,10 @@ log = logging.getLogger("microcompact")
 Endpoint = Callable[[Request], Awaitable[Response]]
 OPENAI = OpenAIFormat()
 ANTHROPIC = AnthropicFormat()
+GEMINI = GeminiFormat()
+GEMINI_VERSIONS = ("v1beta", "v1alpha")
+GEMINI_ROUTES = ("v1beta", "v1alpha", "v1")  # google-genai 3 defaults to /v1/models/{model}:{method}
+GEMINI_GENERATE = frozenset({"generateContent", "streamGenerateContent"})
 PROXY_KEY_HEADER = "x-microcompact-key"
 # Connecting may time out; reading never does: a long stream, or a model thinking for minutes, is normal.
 UPSTREAM_TIMEOUT = httpx.Timeout(connect=30.0, read=None, write=None, pool=None)
@@ -60,6 +69,7 @@ UPSTREAM_LIMITS = httpx.Limits(max_connections=1000, max_keepalive_connections=2
 class ProxySettings:
     openai_upstream: str = "https://api.openai.com/v1"
     anthropic_upstream: str = "https://api.anthropic.com"
+    gemini_upstream: str = "https://generativelanguage.googleapis.com"
     api_key: str | None = None  # when set, every request but /healthz needs it in X-Microcompact-Key
 
 
@@ -68,6 +78,8 @@ def upstream_url(settings: ProxySettings, api: str, path: str, query: str) -> st
     (without OpenAI's ``/v1``, which its base URL already holds)."""
     if api == "anthropic":
         url = settings.anthropic_upstream.rstrip("/") + path
+    elif api == "gemini":
+        url = settings.gemini_upstream.rstrip("/") + path
     else:
         url = settings.openai_upstream.rstrip("/") + (path[3:] if path.startswith("/v1/") else path)
     return f"{url}?{query}" if query else url
@@ -78,6 +90,8 @@ def api_of(request: Request) -> str:
     its paths, or a path outside ``/v1/``, which only a host-root base URL can serve), else OpenAI's."""
     headers = request.headers
     path = request.url.path
+    if _is_gemini(path, headers, request.url.query):
+        return "gemini"
     if path.startswith("/v1/messages") or "anthropic-version" in headers or "x-api-key" in headers:
         return "anthropic"
     return "openai" if path.startswith("/v1/") else "anthropic"
@@ -101,6 +115,10 @@ class Proxy:
             Route("/v1/chat/completions", self._guarded(self.chat_completions), methods=["POST"]),
             Route("/v1/messages", self._guarded(self.messages), methods=["POST"]),
             Route("/v1/messages/count_tokens", self._guarded(self.count_tokens), methods=["POST"]),
+            *(
+                Route(f"/{version}/models/{{target:path}}", self._guarded(self.gemini), methods=["POST"])
+                for version in GEMINI_ROUTES
+            ),
             Route(
                 "/{path:path}",
                 self._guarded(self.passthrough),
@@ -165,6 +183,43 @@ class Proxy:
         content = raw if unchanged(history, messages) else _body(body, messages)
         return await self._forward(request, ANTHROPIC, content, started, None, {})
 
+    async def gemini(self, request: Request) -> Response:
+        """``models/{model}:{method}``: generate compacted, countTokens with the compacted view, the rest
+        (embedContent, ...) passed through to the Gemini upstream."""
+        model, colon, method = request.path_params["target"].rpartition(":")
+        if not colon or "/" in model:  # not a model method (an OpenAI path under /v1/models/...)
+            return await self.passthrough(request)
+        if method in GEMINI_GENERATE:
+            return await self._generate(request, GEMINI, GEMINI.body, GEMINI.passthrough_reason)
+        if method == "countTokens":
+            return await self._gemini_count(request)
+        return await self.passthrough(request)
+
+    async def _gemini_count(self, request: Request) -> Response:
+        """countTokens of the conversation's compacted view: its ``contents``, or the ``contents`` of its
+        ``generateContentRequest``."""
+        started = time.perf_counter()
+        refused = self._refused(request, GEMINI.name)
+        if refused is not None:
+            return refused
+        raw = await request.body()
+        try:
+            outer = _parse_json(raw)
+            inner = outer.get("generateContentRequest") if isinstance(outer, dict) else None
+            body = inner if isinstance(inner, dict) and "contents" in inner else outer
+            history = GEMINI.history(body)
+            key = session_key(request.headers, GEMINI.name, stripped(GEMINI.key_material(body)))
+        except BadRequest as exc:
+            return self._answer(GEMINI.name, 400, str(exc))
+        messages = await anyio.to_thread.run_sync(self.compaction.view_for_count, GEMINI, body, key, history)
+        if unchanged(history, messages):
+            content = raw
+        elif body is outer:
+            content = GEMINI.body(body, messages)
+        else:
+            content = _body_with(outer, "generateContentRequest", orjson.loads(GEMINI.body(body, messages)))
+        return await self._forward(request, GEMINI, content, started, None, {})
+
     async def passthrough(self, request: Request) -> Response:
         started = time.perf_counter()
         api = api_of(request)
@@ -175,7 +230,15 @@ class Proxy:
 
     # ------------------------------------------------------------------ the compacted path
 
-    async def _generate(self, request: Request, provider: Provider) -> Response:
+    async def _generate(
+        self,
+        request: Request,
+        provider: Provider,
+        build: Callable[[dict[str, Any], list[Message]], bytes] | None = None,
+        passthrough_reason: Callable[[dict[str, Any]], str | None] | None = None,
+    ) -> Response:
+        """Compact and forward; ``build`` makes the outgoing body (default: ``messages`` replaced), and a
+        ``passthrough_reason`` forwards a request it names a reason for as it came."""
         started = time.perf_counter()
         refused = self._refused(request, provider.name)
         if refused is not None:
@@ -183,11 +246,15 @@ class Proxy:
         raw = await request.body()
         try:
             body, history = _parse(provider, raw)
+            reason = passthrough_reason(body) if passthrough_reason is not None else None
+            if reason is not None:
+                log.warning("Proxy: passing a %s request through uncompacted (%s)", provider.name, reason)
+                return await self._forward(request, provider, raw, started, None, {})
             key = session_key(request.headers, provider.name, stripped(provider.key_material(body)))
             prepared = await anyio.to_thread.run_sync(self.compaction.prepare, provider, body, key, history)
         except BadRequest as exc:
             return self._answer(provider.name, 400, str(exc))
-        content = raw if unchanged(history, prepared.messages) else _body(body, prepared.messages)
+        content = raw if unchanged(history, prepared.messages) else (build or _body)(body, prepared.messages)
         headers = self._report(prepared, len(raw), len(content))
         return await self._forward(request, provider, content, started, prepared, headers)
 
@@ -275,20 +342,39 @@ class Proxy:
         return len(self._follow_ups)
 
 
-_PROVIDERS: dict[str, Provider] = {"openai": OPENAI, "anthropic": ANTHROPIC}
+_PROVIDERS: dict[str, Provider] = {"openai": OPENAI, "anthropic": ANTHROPIC, "gemini": GEMINI}
+
+
+def _is_gemini(path: str, headers: Any, query: str) -> bool:
+    """Gemini's API (its versions' paths, its uploads, its key): only ever sent to the Gemini upstream."""
+    first = path.lstrip("/").split("/", 1)[0]
+    if first in GEMINI_VERSIONS or path.startswith("/upload/") or "x-goog-api-key" in headers:
+        return True
+    if path.startswith("/v1/models/") and ":" in path.rsplit("/", 1)[-1]:
+        return True
+    return any(pair.split("=", 1)[0] == "key" for pair in query.split("&") if pair)
 
 
 def _parse(provider: Provider, raw: bytes) -> tuple[dict[str, Any], list[Any]]:
-    """The body and its messages. orjson for speed; the standard library for what orjson refuses but a
-    provider may accept (integers beyond 64 bits, lone surrogate escapes)."""
+    """The body and its messages."""
+    body = _parse_json(raw)
+    return body, provider.history(body)
+
+
+def _parse_json(raw: bytes) -> Any:
+    """orjson for speed; the standard library for what orjson refuses but a provider may accept (integers
+    beyond 64 bits, lone surrogate escapes)."""
     try:
-        body = orjson.loads(raw)
+        return orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         try:
-            body = json.loads(raw)
+            return json.loads(raw)
         except (ValueError, RecursionError):
             raise BadRequest(f"the request body is not valid JSON ({exc})") from None
-    return body, provider.history(body)
+
+
+def _body_with(outer: dict[str, Any], field: str, inner: Any) -> bytes:
+    return dumps({**outer, field: inner})
 
 
 def _body(body: dict[str, Any], messages: list[Message]) -> bytes:

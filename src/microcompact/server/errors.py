@@ -1,4 +1,4 @@
-"""Errors the proxy answers itself, in the shape the client's SDK parses (OpenAI's or Anthropic's)."""
+"""Errors the proxy answers itself, in the shape the client's SDK parses (OpenAI's, Anthropic's or Gemini's)."""
 
 from __future__ import annotations
 
@@ -17,12 +17,17 @@ ANTHROPIC_TYPES = {
 }
 
 
+GEMINI_STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 404: "NOT_FOUND", 501: "UNIMPLEMENTED"}
+
+
 class BadRequest(ValueError):
     """The client's request cannot be compacted or forwarded as it is (the message names what and where)."""
 
 
 def error_body(api: str, status: int, message: str) -> dict[str, Any]:
-    """The provider's error JSON for ``status`` (``api`` is "anthropic" or "openai")."""
+    """The provider's error JSON for ``status`` (``api`` is "anthropic", "openai" or "gemini")."""
+    if api == "gemini":
+        return {"error": {"code": status, "message": message, "status": GEMINI_STATUS.get(status, "INTERNAL")}}
     if api == "anthropic":
         return {"type": "error", "error": {"type": ANTHROPIC_TYPES.get(status, "api_error"), "message": message}}
     kind = OPENAI_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")

@@ -9,7 +9,10 @@ the original, and markers become ``marker`` messages.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Protocol
+
+import orjson
 
 from ..messages import META_KEY, Message
 
@@ -70,10 +73,19 @@ def rewritten(part: Message) -> bool:
     return isinstance(meta, dict) and any(meta.get(flag) for flag in REWRITE_FLAGS)
 
 
-class Provider(Protocol):
-    """One API's request format (see ``openai_format`` and ``anthropic_format``)."""
+def dumps(outgoing: dict[str, Any]) -> bytes:
+    """An outgoing body as JSON bytes: orjson for speed; the standard library for what orjson refuses but a
+    provider may accept (integers beyond 64 bits, lone surrogates)."""
+    try:
+        return orjson.dumps(outgoing)
+    except (TypeError, orjson.JSONEncodeError):
+        return json.dumps(outgoing, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
 
-    name: str  # "openai" or "anthropic": metrics labels, error shapes
+
+class Provider(Protocol):
+    """One API's request format (see ``openai_format``, ``anthropic_format`` and ``gemini_format``)."""
+
+    name: str  # "openai", "anthropic" or "gemini": metrics labels, error shapes
 
     def history(self, body: Any) -> list[Message]:
         """The request's messages, checked (raises BadRequest naming the problem)."""

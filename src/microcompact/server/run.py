@@ -28,6 +28,7 @@ class ServeOptions:
     port: int = 8765
     openai_upstream: str = "https://api.openai.com/v1"
     anthropic_upstream: str = "https://api.anthropic.com"
+    gemini_upstream: str = "https://generativelanguage.googleapis.com"
     db: str | None = None
     context_limit: int | None = None
     api_key: str | None = None
@@ -96,6 +97,7 @@ def serve(options: ServeOptions, say: Callable[[str], None]) -> None:
     settings = ProxySettings(
         openai_upstream=check_upstream("--openai-upstream", options.openai_upstream),
         anthropic_upstream=check_upstream("--anthropic-upstream", options.anthropic_upstream),
+        gemini_upstream=check_upstream("--gemini-upstream", options.gemini_upstream),
         api_key=options.api_key or None,
     )
     if options.context_limit is not None and options.context_limit < 1024:
@@ -117,8 +119,10 @@ def serve(options: ServeOptions, say: Callable[[str], None]) -> None:
             )
         say(
             f"microcompact serve: listening on {base} (OpenAI clients: {base}/v1, Anthropic clients and Claude Code: "
-            f"{base}); forwarding to {settings.openai_upstream} and {settings.anthropic_upstream}; "
-            f"sessions in {store.describe()}"
+            f"{base}, Gemini CLI: GOOGLE_GEMINI_BASE_URL={base}); forwarding to {settings.openai_upstream}, "
+            f"{settings.anthropic_upstream} and {settings.gemini_upstream}; sessions in {store.describe()}\n"
+            "routes: POST /v1beta/models/{model}:generateContent, :streamGenerateContent (compacted), "
+            ":countTokens (the compacted view); other /v1beta/... to the Gemini upstream"
         )
         server = uvicorn.Server(
             uvicorn.Config(Proxy(router, settings).app(), log_level="warning", access_log=False, lifespan="on")

@@ -2,7 +2,8 @@
 
 A streamed response (SSE) is split into events as it arrives; only events that mention ``usage`` are
 parsed (OpenAI's final chunk with ``stream_options.include_usage``, Anthropic's ``message_start`` and
-``message_delta``). A JSON response is kept up to ``MAX_JSON_BYTES`` and parsed once it is complete.
+``message_delta``, Gemini's chunks with ``usageMetadata``). A JSON response is kept up to
+``MAX_JSON_BYTES`` and parsed once it is complete.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import orjson
 
 MAX_JSON_BYTES = 16 * 1024 * 1024
 MAX_PENDING_EVENT_BYTES = 4 * 1024 * 1024
+USAGE = b'"usage'  # "usage" (OpenAI, Anthropic) and "usageMetadata" (Gemini)
 
 
 class UsageTap:
@@ -47,10 +49,10 @@ class UsageTap:
             return
         complete, rest = bytes(data[:end]), bytes(data[end + 2 :])
         self._buffer = bytearray(rest)
-        if b'"usage"' not in complete:
+        if USAGE not in complete:
             return
         for event in complete.split(b"\n\n"):
-            if b'"usage"' not in event:
+            if USAGE not in event:
                 continue
             payload = b"\n".join(line[5:].lstrip(b" ") for line in event.split(b"\n") if line.startswith(b"data:"))
             self._take(payload)
