@@ -17,8 +17,7 @@ import pytest
 from google import genai
 from google.genai import types
 
-from microcompact.messages import MARKER_PREFIX
-from support.gemini_server import GeminiUpstream, final_text, numbered_steps
+from support.gemini_server import GeminiUpstream, final_text, markers, numbered_steps, pairing_errors
 from support.serve_process import ServeProcess
 
 pytestmark = pytest.mark.slow
@@ -95,28 +94,6 @@ def tool_loop(client: genai.Client, stream: bool) -> tuple[str, list[types.Conte
         ]
         contents.append(types.Content(role="user", parts=answers))
     raise AssertionError("the loop did not end")
-
-
-def markers(body: dict[str, Any]) -> list[str]:
-    return [
-        p["text"]
-        for c in body["contents"]
-        for p in c["parts"]
-        if c.get("role") == "model" and str(p.get("text", "")).startswith(MARKER_PREFIX)
-    ]
-
-
-def pairing_errors(contents: list[dict[str, Any]]) -> list[str]:
-    """Every call answered by the next content with one response of the same name per call, in order."""
-    errors = []
-    for i, content in enumerate(contents):
-        calls = [p["functionCall"]["name"] for p in content["parts"] if "functionCall" in p]
-        if content.get("role") == "model" and calls:
-            answer = contents[i + 1] if i + 1 < len(contents) else {"parts": []}
-            names = [p["functionResponse"]["name"] for p in answer["parts"] if "functionResponse" in p]
-            if names != calls:
-                errors.append(f"contents.{i}: calls {calls} answered by {names}")
-    return errors
 
 
 @pytest.mark.parametrize(

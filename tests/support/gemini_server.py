@@ -27,6 +27,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from microcompact.messages import MARKER_PREFIX
+
 Script = Callable[[int, dict[str, Any]], list[dict[str, Any]]]
 PLACEHOLDER_SIGNATURE = "skip_thought_signature_validator"
 BYTES_PER_TOKEN = 4
@@ -182,6 +184,28 @@ class GeminiUpstream:
         if tokens > self.window:
             return f"The input token count ({tokens}) exceeds the maximum number of tokens allowed ({self.window})."
         return None
+
+
+def markers(body: dict[str, Any]) -> list[str]:
+    return [
+        p["text"]
+        for c in body["contents"]
+        for p in c["parts"]
+        if c.get("role") == "model" and str(p.get("text", "")).startswith(MARKER_PREFIX)
+    ]
+
+
+def pairing_errors(contents: list[dict[str, Any]]) -> list[str]:
+    """Every call answered by the next content with one response of the same name per call, in order."""
+    errors = []
+    for i, content in enumerate(contents):
+        calls = [p["functionCall"]["name"] for p in content["parts"] if "functionCall" in p]
+        if content.get("role") == "model" and calls:
+            answer = contents[i + 1] if i + 1 < len(contents) else {"parts": []}
+            names = [p["functionResponse"]["name"] for p in answer["parts"] if "functionResponse" in p]
+            if names != calls:
+                errors.append(f"contents.{i}: calls {calls} answered by {names}")
+    return errors
 
 
 def _function_parts(content: dict[str, Any], kind: str) -> list[dict[str, Any]]:

@@ -11,7 +11,8 @@ A request's history is ``contents``: Content objects with a ``role`` (``user`` o
 Gemini calls carry no ids unless the client set ``id``: a call is named ``call-I-J`` (content I, its J-th
 functionCall part) and a response is paired with a call of the model content right before it, by ``id``
 when it has one, else the first open call of the same name, else the first open call. The ids are kept on
-the history's copies under ``_gemini_calls`` (keys starting with ``_`` are metadata to the identity digest)
+the history's copies under ``microcompact_calls`` (written here on every request, whatever the client sent
+there; part of the identity digest, which they keep stable since they depend only on the contents before)
 and removed before anything is forwarded. A request whose responses and calls do not pair is passed through
 as it came (:meth:`GeminiFormat.passthrough_reason`): Gemini itself judges it.
 
@@ -47,7 +48,9 @@ from ..render import content_text
 from .errors import BadRequest
 from .provider import dumps, identity_form, rewritten
 
-CALLS_KEY = "_gemini_calls"  # on the history's copies: the session ids of a content's calls or responses
+# On the history's copies: the session ids of a content's calls or responses. Not a ``_`` key: the library
+# drops those from client messages (a client may plant no metadata), and the ids must reach ``convert``.
+CALLS_KEY = "microcompact_calls"
 ROLES = ("user", "model")
 # Google's documented placeholder for a functionCall part that has no signature of its own to return.
 PLACEHOLDER_SIGNATURE = "skip_thought_signature_validator"
