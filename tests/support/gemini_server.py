@@ -196,14 +196,15 @@ def markers(body: dict[str, Any]) -> list[str]:
 
 
 def pairing_errors(contents: list[dict[str, Any]]) -> list[str]:
-    """Every call answered by the next content with one response of the same name per call, in order."""
+    """Every call answered by the next content with one response of the same name per call (in any order:
+    responses may carry the calls' ids)."""
     errors = []
     for i, content in enumerate(contents):
         calls = [p["functionCall"]["name"] for p in content["parts"] if "functionCall" in p]
         if content.get("role") == "model" and calls:
             answer = contents[i + 1] if i + 1 < len(contents) else {"parts": []}
             names = [p["functionResponse"]["name"] for p in answer["parts"] if "functionResponse" in p]
-            if names != calls:
+            if sorted(names) != sorted(calls):
                 errors.append(f"contents.{i}: calls {calls} answered by {names}")
     return errors
 
