@@ -84,7 +84,7 @@ class BackgroundPasses:
             elif isinstance(planned, Planned):
                 if self.micro.still_valid(ledger, planned):
                     results.append(self.micro.commit_planned(ledger, planned))
-                    defrag = self.micro._maybe_defrag(ledger, condensed)
+                    defrag = self.micro.maybe_defrag(ledger, condensed)
                     if defrag is not None:
                         results.append(defrag)
                 else:

@@ -32,8 +32,7 @@ def _fits(ledger: Ledger) -> list[Any]:
 
 
 def snapshot(ledger: Ledger, counter: TokenCounter, micro: MicroCompactor, batch: BatchCompactor) -> dict[str, Any]:
-    """The memory to carry, as JSON values."""
-    state = micro.state
+    """The memory to carry, as JSON values: the calibration, and each engine's own :meth:`memory`."""
     return {
         "transcript": _fits(ledger),
         "calibration": {
@@ -41,15 +40,8 @@ def snapshot(ledger: Ledger, counter: TokenCounter, micro: MicroCompactor, batch
             "scale": counter.scale,
             "overhead": counter.overhead,
         },
-        "batch": {"low_yield": batch.low_yield, "paused_below": batch.paused_below, "compactions": batch.compactions},
-        "micro": {
-            "failures": dict(state.failures),
-            "gate_floor": list(state.gate_floor) if state.gate_floor is not None else None,
-            "cursor": state.cursor,
-            "marker_index": state.marker_index,
-            "passes_total": state.passes_total,
-            "tokens_saved_total": state.tokens_saved_total,
-        },
+        "batch": batch.memory(),
+        "micro": micro.memory(),
     }
 
 
@@ -67,24 +59,7 @@ def restore(carried: Any, ledger: Ledger, counter: TokenCounter, micro: MicroCom
             float(cal.get("scale", 1.0)),
             int(cal.get("overhead", 0)),
         )
-        b = carried.get("batch") or {}
-        batch.low_yield = int(b.get("low_yield", 0))
-        paused = b.get("paused_below")
-        batch.paused_below = int(paused) if paused is not None else None
-        batch.compactions = int(b.get("compactions", 0))
-        m = carried.get("micro") or {}
-        state = micro.state
-        state.passes_total = int(m.get("passes_total", 0))
-        state.tokens_saved_total = int(m.get("tokens_saved_total", 0))
-        if carried.get("transcript") != _fits(ledger):
-            return
-        micro.recover(ledger.messages)
-        cursor, marker = m.get("cursor"), m.get("marker_index")
-        state.cursor = int(cursor) if cursor is not None else state.cursor
-        state.marker_index = int(marker) if marker is not None else None
-        micro.sync(ledger)  # the O(1) check: a cursor that does not fit is recovered from the marker again
-        state.failures = {str(k): int(v) for k, v in (m.get("failures") or {}).items()}
-        floor = m.get("gate_floor")
-        state.gate_floor = (str(floor[0]), int(floor[1])) if floor else None
+        batch.restore(carried.get("batch") or {})
+        micro.restore(carried.get("micro") or {}, ledger, same_transcript=carried.get("transcript") == _fits(ledger))
     except (TypeError, ValueError, IndexError, AttributeError) as exc:
         log.warning("Session store: ignoring the carried engine memory (%s: %s)", type(exc).__name__, exc)

@@ -64,10 +64,12 @@ def run_policy(
         "peak_tokens": peak,
         "peak_occupancy": round(100 * peak / threshold, 1) if threshold else None,
         "final_occupancy": session.occupancy_pct(),
-        "batch_compactions": session.batch.compactions,
+        "batch_compactions": session.batch.stats().compactions,
         "batch_prunes": sum(1 for b in stats.batches if b["outcome"] == Outcome.PRUNED),
-        "micro_passes": session.micro.state.passes_total,
-        "largest_summarization_tokens": max(session.micro.largest_pass_tokens, session.batch.largest_input_tokens),
+        "micro_passes": session.micro.stats().passes_total,
+        "largest_summarization_tokens": max(
+            session.micro.stats().largest_pass_tokens, session.batch.stats().largest_input_tokens
+        ),
         "summarizer_calls": tally.summarizer_calls,
         "summarizer_tokens": tally.summarizer_input_tokens + tally.summarizer_output_tokens,
         "requests": tally.requests,

@@ -301,7 +301,7 @@ def summary_json(stats: ReplayStats, session: Session) -> dict[str, Any]:
     ``tokens_freed_by_prunes`` what batch compactions and prunes removed; ``tokens_saved`` is the whole
     difference between the uncompacted and the final transcript, whatever did it.
     """
-    st = session.micro.state
+    micro, batch = session.micro.stats(), session.batch.stats()
     occ = stats.occupancy
     final_occ = session.occupancy_pct()
     return {
@@ -310,7 +310,7 @@ def summary_json(stats: ReplayStats, session: Session) -> dict[str, Any]:
         "messages_out": len(session.ledger),
         "turns": stats.turns,
         "model_requests": stats.model_requests,
-        "passes": st.passes_total,
+        "passes": micro.passes_total,
         "outcomes": dict(sorted(stats.outcomes.items())),
         "occupancy": {
             "min": min(occ) if occ else None,
@@ -321,9 +321,9 @@ def summary_json(stats: ReplayStats, session: Session) -> dict[str, Any]:
         "peak_tokens": max([*stats.samples, session.tokens]),
         "uncompacted_tokens": stats.raw_final,
         "final_tokens": session.tokens,
-        "tokens_saved_total": st.tokens_saved_total,
+        "tokens_saved_total": micro.tokens_saved_total,
         "tokens_saved": stats.raw_final - session.tokens,
-        "batch_compactions": session.batch.compactions,
+        "batch_compactions": batch.compactions,
         "batch_prunes": stats.batch_outcomes.get("pruned", 0),
         "tokens_freed_by_batch": batch_freed(stats.batches, COMPACTED),
         "tokens_freed_by_prunes": batch_freed(stats.batches, {Outcome.PRUNED}),
@@ -331,9 +331,9 @@ def summary_json(stats: ReplayStats, session: Session) -> dict[str, Any]:
         "micro_passes_per_batch": [b.get("micro_passes_since_last") for b in stats.batches if b["outcome"] in COMPACTED]
         if session.micro.active
         else None,
-        "largest_batch_input_tokens": session.batch.largest_input_tokens,
-        "largest_pass_tokens": session.micro.largest_pass_tokens,
-        "summarizer_ms_total": round(session.micro.summarizer_ms_total + session.batch.summarizer_ms_total, 1),
+        "largest_batch_input_tokens": batch.largest_input_tokens,
+        "largest_pass_tokens": micro.largest_pass_tokens,
+        "summarizer_ms_total": round(micro.summarizer_ms_total + batch.summarizer_ms_total, 1),
         "threshold_tokens": session.config.threshold_tokens(),
         "context_limit": session.config.model.context_length,
         "micro_compact": session.micro.active,

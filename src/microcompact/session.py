@@ -423,11 +423,13 @@ class Session:
         with self._lock:
             return occupancy_pct(self.counter.estimate_prompt(self.ledger.total), self.config.threshold_tokens())
 
-    def record_usage(self, prompt_tokens: int | None) -> None:
-        """Calibrate token estimates with the provider's ``usage.prompt_tokens`` for the last request."""
+    def record_usage(self, prompt_tokens: int | None, counted_tokens: int | None = None) -> None:
+        """Calibrate token estimates with the provider's ``usage.prompt_tokens`` for the last request
+        (``counted_tokens``: what was counted when that request was sent, if the transcript grew since)."""
         if prompt_tokens:
             with self._lock:
-                self.counter.calibrate(self.ledger.total, int(prompt_tokens))
+                counted = self.ledger.total if counted_tokens is None else counted_tokens
+                self.counter.calibrate(counted, int(prompt_tokens))
 
     # ------------------------------------------------------------------ full history in, compacted view out
 

@@ -143,7 +143,7 @@ def test_cache_aware_defers_while_warm_and_catches_up_when_cold():
         if n == 8:
             now[0] += 600  # the user went away: the cache is cold at the next request
     assert absorbed_at and set(absorbed_at) == {9}  # all deferred passes ran together, once
-    assert s.micro.deferred == 3  # turns 9-11 wait for the next cold cache (or high occupancy)
+    assert s.micro.policy.deferred == 3  # turns 9-11 wait for the next cold cache (or high occupancy)
 
 
 def test_cache_aware_breaks_early_when_occupancy_is_high():

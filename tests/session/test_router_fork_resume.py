@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from test_sync_history import small_config
+
 from microcompact.messages import is_marker
 from microcompact.replay import load_transcript
 from microcompact.router import SessionRouter
 from microcompact.store import open_store
+from support.builders import request_points
 from support.paths import NORMALIZED
-from test_sync_history import request_points, small_config
 
 
 def test_a_fork_from_a_compacted_prefix_resumes_after_a_restart(tmp_path: Path) -> None:

@@ -19,10 +19,10 @@ from microcompact.identity import digests, known_digests
 from microcompact.replay import load_transcript
 from microcompact.router import SessionRouter
 from microcompact.store import StoreLocked
+from support.micro_helpers import Recorder, turn
 from support.paths import NORMALIZED
 from support.router_worker import serve_one, worker
 from support.stored_session import normalized_export
-from test_micro import Recorder, turn
 
 # A small window, so that micro passes, batch compaction and prunes all happen within a few dozen requests.
 CONFIG: dict[str, Any] = {

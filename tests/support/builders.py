@@ -14,3 +14,12 @@ def config(context_length: int = 20_000, **compression: Any) -> Config:
     return parse_config(
         {"compression": {"micro_compact": True, **compression}, "model": {"context_length": context_length}}
     )
+
+
+def request_points(messages):
+    """Where an agent would call the model: after a user message or the last of a call's tool results."""
+    return [
+        i + 1
+        for i, m in enumerate(messages)
+        if m["role"] in ("user", "tool") and (i + 1 == len(messages) or messages[i + 1]["role"] != "tool")
+    ]

@@ -21,54 +21,30 @@ transcript has grown meaningfully.
 
 Modules, one job each:
 
+- :mod:`.policy`: when a compaction is due and how far it goes (:class:`BatchPolicy`, the protocol a
+  replacement implements; :class:`ThresholdPolicy`, the default: threshold, pause, risk);
+- :mod:`.attempt`: one compaction as a value that builds its record and :class:`BatchResult` once;
 - :mod:`.prune`: stubs, shortened tool-call arguments, the head-and-tail cut (pure functions);
 - :mod:`.runs`: the middle split into runs of work, and the event that keeps time order;
-- :mod:`.backoff`: when the summarizer may be called again after a failure;
-- :mod:`.scheduling`: when a compaction is due (threshold, pause, risk);
 - :mod:`.summarize`: phase 2, step by step; :mod:`.calls`: one summarizer call, bounded and safe;
+- :mod:`.backoff`: when the summarizer may be called again after a failure;
 - :mod:`.user_floor`: which user messages stay verbatim, and when the oldest are folded;
 - :mod:`.last_resort`: cutting messages when a request would not fit the window;
-- :mod:`.finish`: pause, convergence, the telemetry record and :class:`BatchResult`;
-- :mod:`.engine`: :class:`BatchCompactor`, assembled from the mixins above, and phase 1.
-
-Every name ``microcompact.batch`` offered when it was one module is importable from here (the private
-helpers too, by redundant aliases).
+- :mod:`.engine`: :class:`BatchCompactor`, which composes the above, runs phase 1 and commits.
 """
 
-from ..events import (
-    BATCH_CHANGED,
-    BATCH_COMPACTIONS,
-    BatchCompact,
-    CommitHook,
-    Outcome,
-    Prune,
-    apply_event,
-    commit_or_log,
-)
+from .attempt import BatchResult
 from .backoff import Backoff
-from .calls import FALLBACK_NOTE, OMITTED_MESSAGES
-from .engine import BatchCompactor, log
-from .finish import BatchResult
+from .calls import FALLBACK_NOTE, OMITTED_MESSAGES, SummarizerCalls
+from .engine import BatchCompactor, BatchStats
 from .last_resort import CUT_KEEP_TOKENS, CUT_MARGIN_MIN_TOKENS, CUT_MARGIN_SHARE, CUT_MIN_TOKENS, CUT_NOTE_TOKENS
-from .prune import _STORE_ONLY_KEYS as _STORE_ONLY_KEYS
+from .policy import BatchPolicy, Fold, Moment, ThresholdPolicy
 from .prune import CUT_NOTE, cut_message, plan_prune, shorten_arguments
-from .prune import _cuttable as _cuttable
-from .prune import _digest as _digest
-from .prune import _is_stub as _is_stub
-from .runs import _Run as _Run
 from .runs import chronological_event, split_runs
 from .summarize import SUMMARY_ALLOWANCE_TOKENS
 from .user_floor import FOLD_TARGET
 
 __all__ = [
-    "BATCH_CHANGED",
-    "BATCH_COMPACTIONS",
-    "BatchCompact",
-    "CommitHook",
-    "Outcome",
-    "Prune",
-    "apply_event",
-    "commit_or_log",
     "CUT_KEEP_TOKENS",
     "CUT_MARGIN_MIN_TOKENS",
     "CUT_MARGIN_SHARE",
@@ -81,10 +57,15 @@ __all__ = [
     "SUMMARY_ALLOWANCE_TOKENS",
     "Backoff",
     "BatchCompactor",
+    "BatchPolicy",
     "BatchResult",
+    "BatchStats",
+    "Fold",
+    "Moment",
+    "SummarizerCalls",
+    "ThresholdPolicy",
     "chronological_event",
     "cut_message",
-    "log",
     "plan_prune",
     "shorten_arguments",
     "split_runs",

@@ -1,14 +1,15 @@
 """One summarizer call made safe: the input redacted and bounded, failures backed off, and the
 deterministic extractive summary instead when the window is at risk.
 
-:class:`SummarizerCalls` is a mixin of :class:`~microcompact.batch.engine.BatchCompactor`.
+:class:`SummarizerCalls` is the batch engine's collaborator for this; it owns the backoff and the time
+spent in the summarizer.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..config import Config
 from ..events import Outcome
@@ -37,15 +38,21 @@ OMITTED_MESSAGES = (
 class SummarizerCalls:
     """Bounded input, the call, and the fallback that keeps the session going."""
 
-    if TYPE_CHECKING:  # provided by BatchCompactor
-        config: Config
-        counter: TokenCounter
-        summarizer: Summarizer
-        fallback: ExtractiveSummarizer
-        backoff: Backoff
-        clock: Callable[[], float]
-        summarizer_ms_total: float
-        _risk: bool
+    def __init__(
+        self,
+        config: Config,
+        summarizer: Summarizer,
+        counter: TokenCounter,
+        fallback: ExtractiveSummarizer,
+        clock: Callable[[], float],
+    ) -> None:
+        self.config = config
+        self.summarizer = summarizer
+        self.counter = counter
+        self.fallback = fallback
+        self.clock = clock
+        self.backoff = Backoff(clock)
+        self.summarizer_ms_total = 0.0
 
     def bound_input(self, material: list[Message], budget: int | None = None) -> list[Message]:
         """Redacted copies within ``budget`` (the summarizer's input limit by default); whole messages cut
@@ -77,10 +84,10 @@ class SummarizerCalls:
         }
         return head + ([note] if omitted else []) + list(reversed(tail))
 
-    def _call(
-        self, previous: str, bounded: list[Message], focus: str | None, input_tokens: int
+    def call(
+        self, previous: str, bounded: list[Message], focus: str | None, input_tokens: int, at_risk: bool
     ) -> tuple[str | None, str, str | None, str]:
-        """(summary, outcome, error, summarizer name): the configured model, else the fallback when at risk."""
+        """(summary, outcome, error, summarizer name): the configured model, else the fallback when ``at_risk``."""
         name = getattr(self.summarizer, "name", "?")
         blocked = self.backoff.blocked()
         error = None
@@ -99,8 +106,8 @@ class SummarizerCalls:
                 log.log(level, "Batch compaction: summarizer failed (%s: %s)", error, str(exc)[:200])
                 blocked = self.backoff.blocked()
         # The model is unavailable. Keep the session alive with the deterministic summary when it matters.
-        if self._risk:
-            text = self._fallback_text(previous, bounded, focus, input_tokens)
+        if at_risk:
+            text = self.fallback_text(previous, bounded, focus, input_tokens)
             log.warning("Batch compaction: using the deterministic extractive summary (%s)", blocked or error)
             return text, Outcome.FALLBACK, error, self.fallback.name
         outcome = (
@@ -110,7 +117,7 @@ class SummarizerCalls:
         )
         return None, outcome, error or blocked, name
 
-    def _fallback_text(self, previous: str, bounded: list[Message], focus: str | None, input_tokens: int) -> str:
+    def fallback_text(self, previous: str, bounded: list[Message], focus: str | None, input_tokens: int) -> str:
         """The deterministic summary, always valid: never empty and never longer than what it summarizes.
 
         The extractive summary can come out empty (nothing extractable) or, on a small middle, longer than

@@ -1,14 +1,17 @@
-"""The batch compaction engine: :class:`BatchCompactor`, assembled from one mixin per job.
+"""The batch compaction engine: :class:`BatchCompactor`, composed of one collaborator per job.
 
-- :mod:`.scheduling`: *when* a compaction runs (the threshold, the anti-thrash pause, the window at risk);
-- :mod:`.summarize`: phase 2, the middle summarized per run of work in time order (:mod:`.runs`);
-- :mod:`.user_floor`: which user messages stay verbatim, and folding the oldest when they take too much;
-- :mod:`.calls`: one summarizer call with bounded, redacted input, :mod:`.backoff` and the fallback;
+- ``policy`` (:mod:`.policy`): *when* a compaction runs and how far it goes (the threshold, the anti-thrash
+  pause, the window at risk); one replaceable object;
+- ``summarize`` (:mod:`.summarize`): phase 2, the middle summarized per run of work in time order
+  (:mod:`.runs`), the user floor (:mod:`.user_floor`);
+- ``calls`` (:mod:`.calls`): one summarizer call with bounded, redacted input, :mod:`.backoff` and the
+  fallback;
 - :mod:`.last_resort`: cutting the largest messages when a request would not fit the window;
-- :mod:`.finish`: how every compaction ends (pause, convergence, the telemetry record, :class:`BatchResult`).
+- :mod:`.attempt`: one compaction as a value, which builds the telemetry record and :class:`BatchResult`.
 
-This module owns the engine's state and phase 1, pruning (:mod:`.prune`), tried first because it needs no
-model.
+This module runs a compaction: it starts the :class:`~.attempt.Attempt`, tries phase 1, pruning
+(:mod:`.prune`, first because it needs no model), then phase 2, commits what they planned through the
+caller's hook and applies it. It owns the one piece of state the phases share, the compaction count.
 """
 
 from __future__ import annotations
@@ -16,27 +19,35 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ..config import Config
-from ..events import CommitHook, Outcome, apply_event, commit_or_log
+from ..events import CommitHook, Event, Outcome, apply_event, commit_or_log
 from ..messages import Message
 from ..summarizers import ExtractiveSummarizer, Summarizer, ledger_budget
 from ..tokens import Ledger, TokenCounter
 from ..window import Window
-from .backoff import Backoff
+from .attempt import Attempt, BatchResult, Context
 from .calls import SummarizerCalls
-from .finish import BatchResult, Finish
-from .last_resort import LastResort
+from .last_resort import plan_cuts
+from .policy import BatchPolicy, Fold, Moment, ThresholdPolicy
 from .prune import plan_prune
-from .scheduling import Scheduling
-from .summarize import Summarize
-from .user_floor import UserFloor
+from .summarize import Ending, Summarize, Written
 
 log = logging.getLogger("microcompact")
 
 
-class BatchCompactor(Scheduling, Summarize, UserFloor, SummarizerCalls, LastResort, Finish):
+@dataclass(frozen=True)
+class BatchStats:
+    """The running totals other modules (replay, compare, the report) read."""
+
+    compactions: int
+    largest_input_tokens: int
+    summarizer_ms_total: float
+
+
+class BatchCompactor:
     """Threshold-triggered compaction of the whole middle; shares the marker format with micro passes."""
 
     def __init__(
@@ -48,25 +59,56 @@ class BatchCompactor(Scheduling, Summarize, UserFloor, SummarizerCalls, LastReso
         session_id: str = "",
         commit: CommitHook | None = None,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        policy: BatchPolicy | None = None,
     ) -> None:
         self.config = config
         self.cfg = config.compression
-        self.summarizer = summarizer
         self.counter = counter
-        self.session_id = session_id
         self.commit = commit
-        self.clock = clock
-        self.backoff = Backoff(clock)
-        self.fallback = ExtractiveSummarizer(
+        self.wall_clock = wall_clock
+        self.context = Context(config, counter, session_id, summarizer, clock)
+        self.policy: BatchPolicy = policy if policy is not None else ThresholdPolicy(config)
+        fallback = ExtractiveSummarizer(
             counter.count_text, ledger_budget_tokens=ledger_budget(self.cfg.micro_compact_defrag_threshold_tokens)
         )
+        self.calls = SummarizerCalls(config, summarizer, counter, fallback, clock)
+        self.summarize = Summarize(config, counter, self.calls)
         self.compactions = 0
-        self.low_yield = 0
-        self.paused_below: int | None = None  # automatic compaction paused until the transcript reaches this
-        self.largest_input_tokens = 0
-        self.summarizer_ms_total = 0.0
-        self._extra: dict[str, Any] = {}
-        self._risk = False
+
+    # ------------------------------------------------------------------ what other modules read
+
+    def stats(self) -> BatchStats:
+        return BatchStats(self.compactions, self.summarize.largest_input_tokens, self.calls.summarizer_ms_total)
+
+    def memory(self) -> dict[str, Any]:
+        """What a stored session carries to the next process: the policy's state and the compaction count."""
+        return {**self.policy.memory(), "compactions": self.compactions}
+
+    def restore(self, memory: dict[str, Any]) -> None:
+        """Take back :meth:`memory` (TypeError/ValueError on a malformed value)."""
+        self.policy.restore(memory)
+        self.compactions = int(memory.get("compactions", 0))
+
+    # ------------------------------------------------------------------ scheduling
+
+    def moment(self, ledger: Ledger, prompt_tokens: int | None = None, reason: str = "threshold") -> Moment:
+        """What the policy is given: the counted and the reported (else estimated) prompt, now, the usage."""
+        reported = int(prompt_tokens) if prompt_tokens else None
+        return Moment(
+            counted_tokens=ledger.total,
+            prompt_tokens=reported if reported else self.counter.estimate_prompt(ledger.total),
+            reported_tokens=reported,
+            at=self.wall_clock(),
+            usage=tuple(self.counter.observations()),
+            reason=reason,
+        )
+
+    def should_compress(self, ledger: Ledger, prompt_tokens: int | None = None) -> bool:
+        """True when the policy says a compaction is due before this request."""
+        return self.policy.due(self.moment(ledger, prompt_tokens))
+
+    # ------------------------------------------------------------------ one compaction
 
     def compact(
         self,
@@ -82,24 +124,20 @@ class BatchCompactor(Scheduling, Summarize, UserFloor, SummarizerCalls, LastReso
 
         ``extra`` goes into the telemetry line (e.g. how many micro passes ran since the last one).
         """
-        t0 = self.clock()
-        before_tokens, before_messages = ledger.total, len(ledger.messages)
-        self._extra = extra
-        self._risk = self._at_risk(self.prompt_tokens(ledger, prompt_tokens))
+        fold = self.policy.fold(self.moment(ledger, prompt_tokens, reason))
+        if force:
+            fold = Fold(low_water=None, at_risk=fold.at_risk)
+        attempt = Attempt.start(self.context, ledger, reason, fold, extra)
         try:
-            return self._compact(ledger, force, focus, reason, t0)
+            return self._compact(attempt, focus)
         except Exception as exc:  # never into the caller
             log.exception("Batch compaction failed unexpectedly; transcript left as it was")
-            return self._finish(
-                ledger, Outcome.ERROR, t0, before_tokens, before_messages, reason=reason, error=type(exc).__name__
-            )
+            return self._result(attempt, Outcome.ERROR, error=type(exc).__name__)
 
-    def _compact(self, ledger: Ledger, force: bool, focus: str | None, reason: str, t0: float) -> BatchResult:
-        """Phase 1, prune, when that alone brings the prompt far enough under the threshold; else phase 2."""
+    def _compact(self, attempt: Attempt, focus: str | None) -> BatchResult:
+        """Phase 1, prune, when that alone brings the transcript to the policy's low-water mark; else phase 2."""
+        ledger = attempt.ledger
         msgs, tokens = ledger.messages, ledger.tokens
-        cfg = self.cfg
-        before_tokens, before_messages = ledger.total, len(msgs)
-        threshold = self.config.threshold_tokens() or 0
         window = Window.of(msgs, tokens, self.config)
         h, t = window.head, window.tail
         pruned = plan_prune(
@@ -107,35 +145,100 @@ class BatchCompactor(Scheduling, Summarize, UserFloor, SummarizerCalls, LastReso
             tokens,
             h,
             t,
-            min_tool_tokens=cfg.prune_min_tool_tokens,
-            max_argument_tokens=cfg.prune_max_argument_tokens,
+            min_tool_tokens=self.cfg.prune_min_tool_tokens,
+            max_argument_tokens=self.cfg.prune_max_argument_tokens,
         )
-        if pruned is not None and not force and threshold:
+        low_water = attempt.fold.low_water
+        if pruned is not None and low_water is not None:
             saved = sum(tokens[i] - self.counter.count_message(m) for i, m in pruned.replacements)
-            if before_tokens - saved <= threshold - cfg.proactive_prune_min_reclaim_tokens:
+            if attempt.tokens_before - saved <= low_water:
                 if not self._commit(pruned, msgs):
-                    return self._finish(ledger, Outcome.STORE_FAILED, t0, before_tokens, before_messages, reason=reason)
+                    return self._result(attempt, Outcome.STORE_FAILED)
                 apply_event(ledger, pruned)
                 log.info(
                     "Batch compaction: pruned %d old tool outputs, %d -> %d tokens",
                     len(pruned.replacements),
-                    before_tokens,
+                    attempt.tokens_before,
                     ledger.total,
                 )
-                return self._done(
-                    ledger,
-                    Outcome.PRUNED,
-                    t0,
-                    before_tokens,
-                    before_messages,
-                    reason=reason,
-                    pruned=len(pruned.replacements),
-                )
+                return self._end(attempt, Ending(Outcome.PRUNED, {"pruned": len(pruned.replacements)}))
         # Pruning alone is not enough: the summarizer reads the original outputs (bounded), which tell it
         # more than the stubs would, and the whole middle is replaced in one step (or not at all).
-        return self._summarize(ledger, h, t, focus, reason, t0, before_tokens, before_messages)
+        planned = self.summarize.plan(ledger, h, t, focus, attempt.reason, attempt.fold.at_risk)
+        if isinstance(planned, Ending):
+            return self._end(attempt, planned)
+        return self._write(attempt, planned)
 
-    def _commit(self, event: Any, msgs: list[Message]) -> bool:
+    def _write(self, attempt: Attempt, written: Written) -> BatchResult:
+        """Commit the rewritten middle, apply it, report it."""
+        ledger = attempt.ledger
+        if not self._commit(written.event, ledger.messages):
+            return self._result(attempt, Outcome.STORE_FAILED, runs=written.runs, summarizer_calls=written.calls)
+        apply_event(ledger, written.event)
+        self.compactions += 1
+        log.info(
+            "Batch compaction: %d -> %d messages, %d -> %d tokens, %d runs, %d summarizer calls (%s)",
+            attempt.messages_before,
+            len(ledger.messages),
+            attempt.tokens_before,
+            ledger.total,
+            written.runs,
+            written.calls,
+            attempt.reason,
+        )
+        return self._end(attempt, Ending(written.outcome, written.fields))
+
+    def _end(self, attempt: Attempt, ending: Ending) -> BatchResult:
+        """How a compaction that ran ends: the policy learns from it first (when ``ending.paced``), and the
+        record says until when automatic compaction now waits."""
+        if not ending.paced:
+            return self._result(attempt, ending.outcome, **ending.fields)
+        paused = self.policy.settle(attempt.tokens_before, attempt.ledger.total, ending.pause_tokens)
+        return self._result(attempt, ending.outcome, **ending.fields, paused_until_tokens=paused)
+
+    def _result(self, attempt: Attempt, outcome: str, **fields: Any) -> BatchResult:
+        return attempt.result(outcome, self.compactions, **fields)
+
+    def _commit(self, event: Event, msgs: list[Message]) -> bool:
         return commit_or_log(
             self.commit, event, msgs, "Batch compaction: store commit failed, transcript left as it was"
         )
+
+    # ------------------------------------------------------------------ the last resort
+
+    def last_resort(self, ledger: Ledger) -> BatchResult | None:
+        """Cut the largest tool outputs and assistant texts head-and-tail until the prompt fits the window.
+
+        Runs before a request, after batch and micro compaction did what they could: one iteration of large
+        parallel reads, or a huge message in the head or the protected tail, can still take a small window
+        over its limit. Each cut keeps the start and the end of the text with an explicit omission note; the
+        original stays in the store (absorbed by its cut copy). User and system messages and markers are
+        never cut, so only they alone can still exceed the window. Never raises.
+        """
+        limit = self.config.model.context_length
+        if not limit or not self.cfg.enabled or self.counter.estimate_prompt(ledger.total) <= limit:
+            return None
+        attempt = Attempt.start(self.context, ledger, "window", Fold(low_water=None, at_risk=True), {})
+        try:
+            event = plan_cuts(self.counter, ledger, limit)
+            if event is None:  # only user and system messages, markers and small messages are left
+                log.warning(
+                    "Request over the context window (%d tokens, limit %d) and nothing left to cut",
+                    self.counter.estimate_prompt(ledger.total),
+                    limit,
+                )
+                return None
+            if not self._commit(event, ledger.messages):
+                return self._result(attempt, Outcome.STORE_FAILED)
+            apply_event(ledger, event)
+        except Exception as exc:
+            log.exception("Last-resort cut failed unexpectedly; transcript left as it was")
+            return self._result(attempt, Outcome.ERROR, error=type(exc).__name__)
+        log.warning(
+            "Request over the context window: cut %d message(s) head-and-tail, %d -> %d tokens (the "
+            "originals are kept in the store)",
+            len(event.replacements),
+            attempt.tokens_before,
+            ledger.total,
+        )
+        return self._result(attempt, Outcome.TRUNCATED, cut=len(event.replacements))

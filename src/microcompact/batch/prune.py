@@ -13,7 +13,8 @@ from typing import Any
 
 from ..events import Prune
 from ..identity import identity_of
-from ..messages import META_KEY, Message, content_text, is_marker
+from ..messages import META_KEY, Message, is_marker
+from ..render import content_text
 from ..summarizers import describe_tool_result
 
 CUT_NOTE = (
@@ -128,7 +129,7 @@ def _shortened_calls(m: Message, max_argument_tokens: int) -> Message | None:
     }
 
 
-def _cuttable(message: Message) -> bool:
+def cuttable(message: Message) -> bool:
     """Tool outputs and assistant texts; never user or system messages, markers, or earlier cuts."""
     meta = message.get(META_KEY)
     if isinstance(meta, dict) and meta.get("cut"):

@@ -1,27 +1,27 @@
 """Phase 2 of a batch compaction: the middle summarized in time order, one batch marker per run of work
 between kept user messages, written in one step or not at all.
 
-The steps, in order: fold the oldest user messages when they exceed the user floor
-(:mod:`.user_floor`), split the rest into runs and check the compaction frees enough
-(:meth:`Summarize._shortfall`), summarize every run (:meth:`Summarize._summarize_runs`), then write the
-:class:`~microcompact.events.BatchCompact` (:meth:`Summarize._write`) or report the failure
-(:meth:`Summarize._failed`).
-
-:class:`Summarize` is a mixin of :class:`~microcompact.batch.engine.BatchCompactor`.
+:class:`Summarize` is the phase; it changes nothing itself. Its steps, in order: fold the oldest user
+messages when they exceed the user floor (:mod:`.user_floor`), split the rest into runs and check the
+compaction frees enough (:meth:`Summarize._shortfall`), summarize every run (:meth:`Summarize._summarize_runs`,
+through :class:`~.calls.SummarizerCalls`), then hand back either a :class:`Written` compaction for the
+engine to commit, or an :class:`Ending` saying why there is none.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
-from ..config import CompressionConfig, Config
-from ..events import Outcome, apply_event
+from ..config import Config
+from ..events import BatchCompact, Outcome
 from ..messages import Message, is_marker, render_marker
-from ..summarizers import ExtractiveSummarizer, render_exchange
+from ..summarizers import render_exchange
 from ..tokens import Ledger, TokenCounter
-from .finish import BatchResult
+from .calls import SummarizerCalls
 from .runs import _Run, chronological_event, split_runs
+from .user_floor import fold_users
 
 log = logging.getLogger("microcompact")
 
@@ -29,60 +29,50 @@ log = logging.getLogger("microcompact")
 SUMMARY_ALLOWANCE_TOKENS = 200
 
 
+@dataclass(frozen=True)
+class Ending:
+    """A compaction that ends without writing: its outcome and telemetry fields.
+
+    ``paced``: the scheduling policy learns from it (nothing to compact, too little to free, with
+    ``pause_tokens`` the shortfall); a summarizer failure teaches the pacing nothing."""
+
+    outcome: str
+    fields: dict[str, Any] = field(default_factory=dict)
+    pause_tokens: int = 0
+    paced: bool = True
+
+
+@dataclass(frozen=True)
+class Written:
+    """Every run has its summary: the event to commit, the outcome and record fields once it is applied,
+    and the runs and calls (for the log line and a failed commit's record)."""
+
+    event: BatchCompact
+    outcome: str
+    fields: dict[str, Any]
+    runs: int
+    calls: int
+
+
 class Summarize:
-    """The summarizing phase, from the middle's bounds to the written (or refused) event."""
+    """The summarizing phase, from the middle's bounds to the event to write (or why there is none)."""
 
-    if TYPE_CHECKING:  # provided by BatchCompactor and its other mixins
-        config: Config
-        cfg: CompressionConfig
-        counter: TokenCounter
-        fallback: ExtractiveSummarizer
-        compactions: int
-        largest_input_tokens: int
+    def __init__(self, config: Config, counter: TokenCounter, calls: SummarizerCalls) -> None:
+        self.config = config
+        self.cfg = config.compression
+        self.counter = counter
+        self.calls = calls
+        self.largest_input_tokens = 0
 
-        def _commit(self, event: Any, msgs: list[Message]) -> bool: ...
-
-        def _done(
-            self, ledger: Ledger, outcome: str, t0: float, before_tokens: int, before_messages: int, **extra: Any
-        ) -> BatchResult: ...
-
-        def _finish(
-            self, ledger: Ledger, outcome: str, t0: float, before_tokens: int, before_messages: int, **extra: Any
-        ) -> BatchResult: ...
-
-        def _fold_users(
-            self, msgs: list[Message], tokens: list[int], h: int, t: int, users: list[int]
-        ) -> list[int]: ...
-
-        def bound_input(self, material: list[Message], budget: int | None = None) -> list[Message]: ...
-
-        def _call(
-            self, previous: str, bounded: list[Message], focus: str | None, input_tokens: int
-        ) -> tuple[str | None, str, str | None, str]: ...
-
-        def _fallback_text(
-            self, previous: str, bounded: list[Message], focus: str | None, input_tokens: int
-        ) -> str: ...
-
-    def _summarize(
-        self,
-        ledger: Ledger,
-        h: int,
-        t: int,
-        focus: str | None,
-        reason: str,
-        t0: float,
-        before_tokens: int,
-        before_messages: int,
-    ) -> BatchResult:
-        """Summarize the middle ``[h, t)`` run by run; the transcript is left as it was when there is nothing
-        to summarize, when the compaction would free too little, or when a run got no summary."""
+    def plan(self, ledger: Ledger, h: int, t: int, focus: str | None, reason: str, at_risk: bool) -> Ending | Written:
+        """Summarize the middle ``[h, t)`` run by run; an :class:`Ending` when there is nothing to summarize,
+        when the compaction would free too little, or when a run got no summary."""
         msgs, tokens = ledger.messages, ledger.tokens
         users = [i for i in range(h, t) if msgs[i].get("role") == "user"]
         others = [i for i in range(h, t) if msgs[i].get("role") != "user"]
         if not any(not is_marker(msgs[i]) for i in others):
-            return self._done(ledger, Outcome.NOTHING_TO_COMPACT, t0, before_tokens, before_messages, reason=reason)
-        folded = self._fold_users(msgs, tokens, h, t, users)
+            return Ending(Outcome.NOTHING_TO_COMPACT)
+        folded = fold_users(self.config, self.counter, msgs, tokens, h, t, users)
         # Instructions in the middle (a system or developer entry: Claude Code's task notifications) stay
         # verbatim like user messages: runs of work are split at them, never summarized across them.
         instructions = {i for i in range(h, t) if msgs[i].get("role") in ("system", "developer")}
@@ -93,94 +83,41 @@ class Summarize:
         if shortfall and reason != "on_demand":
             # Too little to summarize for the call to matter (the middle is mostly verbatim user messages, or
             # micro passes already did the work): wait until enough has piled up instead of re-batching.
-            return self._done(
-                ledger, Outcome.LOW_YIELD, t0, before_tokens, before_messages, reason=reason, pause_tokens=shortfall
-            )
-        calls, failed = self._summarize_runs(todo, focus)
+            return Ending(Outcome.LOW_YIELD, pause_tokens=shortfall)
+        calls, failed = self._summarize_runs(todo, focus, at_risk)
         if failed is not None:
-            return self._failed(ledger, failed, todo, calls, reason, t0, before_tokens, before_messages)
-        return self._write(ledger, h, t, runs, folded, calls, reason, t0, before_tokens, before_messages)
+            return self._failed(failed, todo, calls)
+        return self._written(msgs, h, t, runs, folded, calls)
 
-    def _failed(
-        self,
-        ledger: Ledger,
-        failed: tuple[str, str | None, str],
-        todo: list[_Run],
-        calls: int,
-        reason: str,
-        t0: float,
-        before_tokens: int,
-        before_messages: int,
-    ) -> BatchResult:
+    def _failed(self, failed: tuple[str, str | None, str], todo: list[_Run], calls: int) -> Ending:
         """A run got no summary, so nothing is written: the record says which summarizer failed, and how."""
         outcome, error, used = failed
         input_tokens = sum(r.input_tokens for r in todo)
-        return self._finish(
-            ledger,
-            outcome,
-            t0,
-            before_tokens,
-            before_messages,
-            reason=reason,
-            error=error,
-            summarizer=used,
-            summarizer_input_tokens=input_tokens if error else 0,
-            summarizer_output_tokens=0,
-            runs=len(todo),
-            summarizer_calls=calls,
-        )
+        fields = {
+            "error": error,
+            "summarizer": used,
+            "summarizer_input_tokens": input_tokens if error else 0,
+            "summarizer_output_tokens": 0,
+            "runs": len(todo),
+            "summarizer_calls": calls,
+        }
+        return Ending(outcome, fields, paced=False)
 
-    def _write(
-        self,
-        ledger: Ledger,
-        h: int,
-        t: int,
-        runs: list[_Run],
-        folded: list[int],
-        calls: int,
-        reason: str,
-        t0: float,
-        before_tokens: int,
-        before_messages: int,
-    ) -> BatchResult:
-        """Every run has its summary: commit the middle rewritten in time order, apply it, report it."""
-        msgs = ledger.messages
+    def _written(self, msgs: list[Message], h: int, t: int, runs: list[_Run], folded: list[int], calls: int) -> Written:
+        """Every run has its summary: the middle rewritten in time order, and how the record reports it."""
         todo = [run for run in runs if not run.untouched]
         fallback = any(r.outcome == Outcome.FALLBACK for r in todo)
         outcome = Outcome.FALLBACK if fallback else Outcome.COMPACTED
         if folded:  # every fold of user messages is reported as such, whichever summarizer wrote the summary
             outcome = Outcome.USER_FLOOR_EXCEEDED
         event = chronological_event(msgs, h, t, runs)
-        if not self._commit(event, msgs):
-            return self._finish(
-                ledger,
-                Outcome.STORE_FAILED,
-                t0,
-                before_tokens,
-                before_messages,
-                reason=reason,
-                runs=len(todo),
-                summarizer_calls=calls,
-            )
-        apply_event(ledger, event)
-        self.compactions += 1
-        log.info(
-            "Batch compaction: %d -> %d messages, %d -> %d tokens, %d runs, %d summarizer calls (%s)",
-            before_messages,
-            len(ledger.messages),
-            before_tokens,
-            ledger.total,
-            len(todo),
-            calls,
-            reason,
-        )
         fields = self._compacted_fields(todo, folded, calls, fallback)
-        return self._done(ledger, outcome, t0, before_tokens, before_messages, reason=reason, **fields)
+        return Written(event, outcome, fields, len(todo), calls)
 
     def _compacted_fields(self, todo: list[_Run], folded: list[int], calls: int, fallback: bool) -> dict[str, Any]:
         """The telemetry fields of a written compaction (their order is the record's order)."""
         input_tokens = sum(r.input_tokens for r in todo)
-        names = {r.used for r in todo if r.used and not r.capped} or {self.fallback.name}
+        names = {r.used for r in todo if r.used and not r.capped} or {self.calls.fallback.name}
         capped = sum(1 for r in todo if r.capped)
         return {
             "absorbed": sum(len(run.indexes) for run in todo),
@@ -196,7 +133,9 @@ class Summarize:
             "summarizer_output_tokens": sum(self.counter.count_text(r.summary or "") for r in todo),
         }
 
-    def _summarize_runs(self, todo: list[_Run], focus: str | None) -> tuple[int, tuple[str, str | None, str] | None]:
+    def _summarize_runs(
+        self, todo: list[_Run], focus: str | None, at_risk: bool
+    ) -> tuple[int, tuple[str, str | None, str] | None]:
         """A summary for every run, newest first: the newest ``batch_max_calls`` runs with new material by the
         summarizer, older ones (and runs of old markers only) deterministically, without a model call.
 
@@ -219,15 +158,15 @@ class Summarize:
                 if total <= budget or run not in called
                 else max(int(budget * size / total), min(size, budget // (2 * len(called))))
             )
-            bounded = self.bound_input(run.material, share)
+            bounded = self.calls.bound_input(run.material, share)
             run.input_tokens = self.counter.count_text(render_exchange(bounded)) + self.counter.count_text(run.previous)
             self.largest_input_tokens = max(self.largest_input_tokens, run.input_tokens)
             if calls >= self.cfg.batch_max_calls:
-                run.summary = self._fallback_text(run.previous, bounded, focus, run.input_tokens)
-                run.used, run.capped = self.fallback.name, True
+                run.summary = self.calls.fallback_text(run.previous, bounded, focus, run.input_tokens)
+                run.used, run.capped = self.calls.fallback.name, True
                 capped += 1
                 continue
-            summary, outcome, error, used = self._call(run.previous, bounded, focus, run.input_tokens)
+            summary, outcome, error, used = self.calls.call(run.previous, bounded, focus, run.input_tokens, at_risk)
             calls += 1
             if summary is None:
                 return calls, (outcome, error, used)

@@ -5,41 +5,37 @@ Modules, one job each:
 
 - :mod:`.state`: the rolling state and the values a pass hands around (``RollingSummary``, ``Planned``,
   ``Condensed``, ``PassResult``);
-- :mod:`.scheduling`: when a pass runs (cadence, long turns, cache-aware deferral and catch-up);
+- :mod:`.policy`: when a pass runs and how many (``MicroPolicy``, the protocol a replacement implements;
+  ``CadencePolicy``, the default: cadence, long turns, cache-aware deferral and catch-up);
 - :mod:`.spans`: what it absorbs (boundaries allowed by :mod:`microcompact.properties`, in one ``Window``);
-- :mod:`.passes`: plan, commit through the store, apply, report; :mod:`.defrag`: keep the summary short;
-- :mod:`.engine`: ``MicroCompactor`` (assembled from the above) and cursor recovery;
+- :mod:`.passes`: the summarizer call of a pass; :mod:`.defrag`: keep the summary short;
+- :mod:`.attempt`: one pass as a value that builds its record and ``PassResult`` once;
+- :mod:`.engine`: ``MicroCompactor``, which composes the above, commits and applies, and recovers the cursor;
 - :mod:`.pure`: ``micro_compact()``, the pure-function form.
-
-Every name ``microcompact.micro`` offered when it was one module is importable from here.
 """
 
-from ..events import Absorb, CommitHook, Event, Outcome, Rewrite, Span, apply_event
+from ..events import CommitHook
 from .defrag import DEFRAG_MAX_RATIO
-from .engine import MicroCompactor
-from .passes import commit_or_log, log
+from .engine import MicroCompactor, MicroStats
+from .policy import MAX_CATCH_UP_PASSES, CadencePolicy, Fold, MicroPolicy, Moment
 from .pure import micro_compact
-from .scheduling import MAX_CATCH_UP_PASSES
 from .spans import span_key
 from .state import Condensed, PassResult, Planned, RollingSummary
 
 __all__ = [
     "DEFRAG_MAX_RATIO",
     "MAX_CATCH_UP_PASSES",
-    "Absorb",
+    "CadencePolicy",
     "CommitHook",
     "Condensed",
-    "Event",
+    "Fold",
     "MicroCompactor",
-    "Outcome",
+    "MicroPolicy",
+    "MicroStats",
+    "Moment",
     "PassResult",
     "Planned",
-    "Rewrite",
     "RollingSummary",
-    "Span",
-    "apply_event",
-    "commit_or_log",
-    "log",
     "micro_compact",
     "span_key",
 ]

@@ -1,21 +1,27 @@
 """Defrag: when the rolling summary outgrows ``micro_compact_defrag_threshold_tokens``, re-summarize it and
 rewrite the micro marker in place (a :class:`Rewrite` event), never while the marker is in the protected
-tail. The slow half (:meth:`Defrag.condense`) can run ahead on the background worker.
+tail. The slow half (:meth:`Defrag.condense`) can run ahead on the background worker; the engine commits
+the rewrite.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
 
-from ..config import CompressionConfig, Config
-from ..events import Event, Outcome, Rewrite, apply_event
-from ..messages import Message, render_micro_marker
-from ..summarizers import Summarizer, SummarizerAuthError, facts_block, ledger_budget, shorten_summary, with_facts
-from ..tokens import Ledger, TokenCounter
-from ..window import Window
-from .state import Condensed, PassResult, RollingSummary
+from ..config import Config
+from ..events import Outcome
+from ..summarizers import (
+    Summarizer,
+    SummarizerAuthError,
+    clean_summary,
+    facts_block,
+    ledger_budget,
+    shorten_summary,
+    with_facts,
+)
+from ..tokens import TokenCounter
+from .state import Condensed, Refusal
 
 log = logging.getLogger("microcompact")
 
@@ -24,36 +30,21 @@ DEFRAG_MAX_RATIO = 0.8
 
 
 class Defrag:
-    """Keep the rolling summary short (a mixin of MicroCompactor)."""
+    """Condensing the rolling summary: the slow half of defrag (the engine rewrites the marker)."""
 
-    if TYPE_CHECKING:  # provided by MicroCompactor and Passes
-        config: Config
-        cfg: CompressionConfig
-        summarizer: Summarizer
-        counter: TokenCounter
-        clock: Callable[[], float]
-        state: RollingSummary
-        auth_error: str | None
-
-        def _set_summary(self, text: str) -> None: ...
-
-        def _commit(self, event: Event, msgs: list[Message]) -> bool: ...
-
-        def _clean(self, text: str, limit: int) -> str: ...
-
-        def _finish(
-            self,
-            ledger: Ledger,
-            outcome: str,
-            t0: float,
-            summarizer_ms: float,
-            *,
-            exchange_tokens: int,
-            mode: str,
-            tokens_before: int,
-            messages_before: int,
-            **extra: Any,
-        ) -> PassResult: ...
+    def __init__(
+        self,
+        config: Config,
+        summarizer: Summarizer,
+        counter: TokenCounter,
+        clock: Callable[[], float],
+        refusal: Refusal,
+    ) -> None:
+        self.cfg = config.compression
+        self.summarizer = summarizer
+        self.counter = counter
+        self.clock = clock
+        self.refusal = refusal
 
     def needs_defrag(self, text_tokens: int) -> bool:
         """True when the rolling summary is over the defrag threshold."""
@@ -77,8 +68,8 @@ class Defrag:
         s0 = self.clock()
         new_prose: str | None = None
         try:
-            if self.auth_error is not None:
-                raise SummarizerAuthError(self.auth_error)  # not retried: the deterministic shortening follows
+            if self.refusal.error is not None:
+                raise SummarizerAuthError(self.refusal.error)  # not retried: the deterministic shortening follows
             if prose and prose_tokens > prose_target:
                 new_prose = with_facts(
                     self._clean(self.summarizer.condense(prose, prose_target), limit=prose_tokens), ""
@@ -86,8 +77,8 @@ class Defrag:
             else:
                 new_prose, result.method = prose, "deterministic"  # nothing a model needs to shorten
         except Exception as exc:
-            if isinstance(exc, SummarizerAuthError) and self.auth_error is None:
-                self.auth_error = str(exc)[:200]
+            if isinstance(exc, SummarizerAuthError) and self.refusal.error is None:
+                self.refusal.error = str(exc)[:200]
             result.outcome, result.error = Outcome.DEFRAG_FAILED, type(exc).__name__
             log.warning("Micro-compaction defrag: summarizer failed (%s: %s)", type(exc).__name__, str(exc)[:200])
         result.summarizer_ms = (self.clock() - s0) * 1000
@@ -98,53 +89,5 @@ class Defrag:
         result.new = with_facts(new_prose, block)
         return result
 
-    def _maybe_defrag(self, ledger: Ledger, ready: Condensed | None = None) -> PassResult | None:
-        """Re-summarize a rolling summary over the defrag threshold and rewrite the marker in place."""
-        st = self.state
-        if st.marker_index is None or not st.text or not self.needs_defrag(st.text_tokens):
-            return None
-        if Window.of(ledger.messages, ledger.tokens, self.config).in_tail(st.marker_index):
-            return None  # the marker is in the protected tail: never rewritten there; later, once it left
-        t0 = self.clock()
-        done = ready if ready is not None and ready.text == st.text else self.condense(st.text)
-        if done.new == st.text:
-            return None  # nothing left to shorten (the ledger's changed files alone): no rewrite
-        tokens_before, messages_before = ledger.total, len(ledger.messages)
-        new = done.new or ""
-        event = Rewrite(st.marker_index, render_micro_marker(new), new)
-        if not self._commit(event, ledger.messages):
-            return self._finish(
-                ledger,
-                Outcome.STORE_FAILED,
-                t0,
-                done.summarizer_ms,
-                exchange_tokens=0,
-                mode="defrag",
-                tokens_before=tokens_before,
-                messages_before=messages_before,
-            )
-        apply_event(ledger, event)
-        self._set_summary(new)
-        st.passes_total += 1
-        st.tokens_saved_total += tokens_before - ledger.total
-        log.info(
-            "Micro-compaction defrag: rolling summary re-summarized (%d -> %d tokens, %s)",
-            done.old_tokens,
-            st.text_tokens,
-            done.method,
-        )
-        return self._finish(
-            ledger,
-            done.outcome,
-            t0,
-            done.summarizer_ms,
-            exchange_tokens=0,
-            mode="defrag",
-            tokens_before=tokens_before,
-            messages_before=messages_before,
-            defrag_method=done.method,
-            summary_tokens_before=done.old_tokens,
-            error=done.error,
-            summarizer_input_tokens=done.old_tokens,
-            summarizer_output_tokens=st.text_tokens if done.method == "model" else 0,
-        )
+    def _clean(self, text: str, limit: int) -> str:
+        return clean_summary(text, limit, self.counter.count_text)

@@ -1,14 +1,17 @@
-"""The micro-compaction engine: :class:`MicroCompactor` and the state it keeps between passes.
+"""The micro-compaction engine: :class:`MicroCompactor`, composed of one collaborator per job.
 
-The class is assembled from one mixin per job, each in its own module:
-
-- :mod:`.scheduling`: *when* a pass runs (cadence, long turns before requests, cache-aware deferral);
+- ``policy`` (:mod:`.policy`): *when* a pass runs and how many (cadence, long turns before requests,
+  cache-aware deferral and catch-up); one replaceable object;
 - :mod:`.spans`: *what* it absorbs (boundaries allowed by every rule in :mod:`microcompact.properties`,
   within one :class:`~microcompact.window.Window`);
-- :mod:`.passes`: *how*: plan, commit the event through the store, apply it, report it;
-- :mod:`.defrag`: keeping the rolling summary short.
+- ``merging`` (:mod:`.passes`): the slow half of a pass, the summarizer call (changes nothing);
+- ``defrag`` (:mod:`.defrag`): condensing the rolling summary when it grows too long;
+- :mod:`.attempt`: one pass as a value, which builds the telemetry record and :class:`PassResult`.
 
-This module owns the cursor (where the next pass starts) and its recovery from the transcript.
+This module owns the rolling state (:class:`~.state.RollingSummary`: the cursor where the next pass starts,
+the summary, failure counts) and its recovery from the transcript, and the quick half of every pass: the
+event handed to the caller's commit hook (the store), then applied in memory. A failing commit leaves memory
+exactly as it was.
 """
 
 from __future__ import annotations
@@ -16,23 +19,36 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from ..config import Config
-from ..events import CommitHook, Span
-from ..messages import Message, marker_body, marker_kind
-from ..summarizers import Summarizer
+from ..events import MICRO_ABSORBS, Absorb, CommitHook, Event, Outcome, Rewrite, Span, apply_event, commit_or_log
+from ..messages import Message, marker_body, marker_kind, render_micro_marker
+from ..summarizers import Summarizer, SummarizerAuthError, SummarizerBadOutput
 from ..tokens import Ledger, TokenCounter
 from ..window import Window, head_end, protected_head
 from . import spans
+from .attempt import Context, PassAttempt
 from .defrag import Defrag
-from .passes import Passes
-from .scheduling import Scheduling
-from .state import PassResult, RollingSummary
+from .passes import Merging
+from .policy import MAX_CATCH_UP_PASSES, CadencePolicy, Fold, MicroPolicy, Moment
+from .state import Condensed, PassResult, Planned, Refusal, RollingSummary
 
 log = logging.getLogger("microcompact")
 
 
-class MicroCompactor(Scheduling, Passes, Defrag):
+@dataclass(frozen=True)
+class MicroStats:
+    """The running totals other modules (replay, compare, the report) read."""
+
+    passes_total: int
+    tokens_saved_total: int
+    largest_pass_tokens: int
+    summarizer_ms_total: float
+
+
+class MicroCompactor:
     """Runs micro-compaction passes over a :class:`Ledger` (the transcript it owns) and never raises into
     the caller: a failing pass degrades the feature, never the session."""
 
@@ -46,46 +62,315 @@ class MicroCompactor(Scheduling, Passes, Defrag):
         commit: CommitHook | None = None,
         clock: Callable[[], float] = time.perf_counter,
         wall_clock: Callable[[], float] = time.time,
+        policy: MicroPolicy | None = None,
     ) -> None:
         self.config = config
         self.cfg = config.compression
-        self.summarizer = summarizer
         self.counter = counter
-        self.session_id = session_id
         self.commit = commit
         self.clock = clock
+        self.wall_clock = wall_clock
+        self.context = Context(config, counter, session_id, summarizer, clock)
+        self.policy: MicroPolicy = policy if policy is not None else CadencePolicy(config)
+        self.refusal = Refusal()
+        self.merging = Merging(config, summarizer, counter, clock)
+        self.defrag = Defrag(config, summarizer, counter, clock, self.refusal)
         self.state = RollingSummary()
         self.summarizer_ms_total = 0.0
         self.largest_pass_tokens = 0
-        # Set by a SummarizerAuthError (rejected key, exhausted quota): retrying cannot help, so no more calls.
-        self.auth_error: str | None = None
-        # Cache-aware scheduling: wall-clock time of the last model request, and turn passes deferred.
-        self.wall_clock = wall_clock
-        self.last_request_at: float | None = None
-        self.deferred = 0
 
     @property
     def active(self) -> bool:
         return bool(self.cfg.enabled and self.cfg.micro_compact)
 
     @property
-    def cache_aware(self) -> bool:
-        return self.cfg.micro_compact_cache_ttl_seconds is not None
+    def auth_error(self) -> str | None:
+        """Why the summarizer is no longer called in this session (credentials or quota refused), or None."""
+        return self.refusal.error
 
-    def _guarded(self, ledger: Ledger, mode: str) -> list[PassResult]:
-        """One pass plus defrag if due; an unexpected error is logged and the transcript left as it was."""
+    # ------------------------------------------------------------------ what other modules read
+
+    def stats(self) -> MicroStats:
+        st = self.state
+        return MicroStats(st.passes_total, st.tokens_saved_total, self.largest_pass_tokens, self.summarizer_ms_total)
+
+    def memory(self) -> dict[str, Any]:
+        """What a stored session carries to the next process: failures, the gate's floor, the cursor, the
+        running totals (and the policy's own state, if it has any)."""
+        st = self.state
+        return {
+            "failures": dict(st.failures),
+            "gate_floor": list(st.gate_floor) if st.gate_floor is not None else None,
+            "cursor": st.cursor,
+            "marker_index": st.marker_index,
+            "passes_total": st.passes_total,
+            "tokens_saved_total": st.tokens_saved_total,
+            **self.policy.memory(),
+        }
+
+    def restore(self, memory: dict[str, Any], ledger: Ledger, same_transcript: bool) -> None:
+        """Take back :meth:`memory`. The cursor and failure counts only when ``ledger`` is still the
+        transcript they were taken on; otherwise they are recovered from the last marker as after any
+        restart. TypeError/ValueError on a malformed value."""
+        st = self.state
+        st.passes_total = int(memory.get("passes_total", 0))
+        st.tokens_saved_total = int(memory.get("tokens_saved_total", 0))
+        self.policy.restore(memory)
+        if not same_transcript:
+            return
+        self.recover(ledger.messages)
+        cursor, marker = memory.get("cursor"), memory.get("marker_index")
+        st.cursor = int(cursor) if cursor is not None else st.cursor
+        st.marker_index = int(marker) if marker is not None else None
+        self.sync(ledger)  # the O(1) check: a cursor that does not fit is recovered from the marker again
+        st.failures = {str(k): int(v) for k, v in (memory.get("failures") or {}).items()}
+        floor = memory.get("gate_floor")
+        st.gate_floor = (str(floor[0]), int(floor[1])) if floor else None
+
+    # ------------------------------------------------------------------ scheduling (the policy decides)
+
+    def moment(self, ledger: Ledger) -> Moment:
+        """What the policy is given; ``pending`` chooses the next turn span only when the policy asks."""
+
+        def pending() -> int | None:
+            self.sync(ledger)
+            span, _ = self.select_span(ledger, "turn")
+            return span.tokens if span is not None else None
+
+        return Moment(
+            counted_tokens=ledger.total,
+            prompt_tokens=self.counter.estimate_prompt(ledger.total),
+            at=self.wall_clock(),
+            turns=self.state.turns,
+            usage=tuple(self.counter.observations()),
+            pending=pending,
+        )
+
+    def finalize_turn(self, ledger: Ledger, completed: bool = True) -> list[PassResult]:
+        """After a turn: advance the cadence counter and, when due, run one pass (plus defrag if needed)."""
+        if not self.active:
+            return []
+        if not self.turn_due(ledger, completed):
+            return []
+        return self.run_pass(ledger, "turn")
+
+    def turn_due(self, ledger: Ledger, completed: bool = True) -> bool:
+        """Advance the turn counter; True when the policy says a turn pass should run now."""
+        self.state.turns += 1
+        return self.policy.turn_ended(self.moment(ledger), completed)
+
+    def before_request(self, ledger: Ledger) -> list[PassResult]:
+        """Before a model request: the passes the policy asks for (by default: absorb a piece of a long turn
+        whose iterations have left the tail, or, cache-aware, catch up once the cache has gone cold)."""
+        if not self.active:
+            return []
+        results: list[PassResult] = []
+        for fold in self.policy.before_request(self.moment(ledger)):
+            results += self._catch_up(ledger, fold)
+        self.policy.requested(self.wall_clock())
+        return results
+
+    def background_request_mode(self, ledger: Ledger, busy: bool) -> str | None:
+        """Background mode's :meth:`before_request`: the pass to start on the worker now, or None; the
+        request is noted either way (``busy``: a pass still running, nothing starts)."""
+        mode = self.policy.background_mode(self.moment(ledger), busy)
+        self.policy.requested(self.wall_clock())
+        return mode
+
+    def _catch_up(self, ledger: Ledger, fold: Fold) -> list[PassResult]:
+        """Up to ``fold.passes`` passes in a row, stopping at the first that absorbs nothing (or at the
+        fold's low-water mark)."""
+        results: list[PassResult] = []
+        for _ in range(min(fold.passes, MAX_CATCH_UP_PASSES)):
+            if fold.low_water is not None and ledger.total <= fold.low_water:
+                break
+            done = self.run_pass(ledger, fold.mode)
+            results += done
+            if not any(r.outcome in MICRO_ABSORBS for r in done):
+                break
+        return results
+
+    # ------------------------------------------------------------------ one pass
+
+    def run_pass(self, ledger: Ledger, mode: str) -> list[PassResult]:
+        """One pass of ``mode`` plus defrag if due, now, whatever the policy says (the policy's folds and
+        ``micro_compact()`` run passes through here); an unexpected error is logged and the transcript left
+        as it was."""
         try:
             results = []
             res = self._pass(ledger, mode)
             if res is not None:
                 results.append(res)
-            defrag = self._maybe_defrag(ledger)
+            defrag = self.maybe_defrag(ledger)
             if defrag is not None:
                 results.append(defrag)
             return results
         except Exception:  # a pass degrades the feature, never the session
             log.exception("Micro-compaction pass failed unexpectedly; transcript left as it was")
             return []
+
+    def _pass(self, ledger: Ledger, mode: str) -> PassResult | None:
+        """Sync the cursor, plan and commit, all against one :class:`Window` of the transcript."""
+        window = Window.of(ledger.messages, ledger.tokens, self.config)
+        self.sync(ledger, window.head)
+        planned = self.plan(ledger, mode, window)
+        return planned if not isinstance(planned, Planned) else self.commit_planned(ledger, planned)
+
+    def plan(self, ledger: Ledger, mode: str, window: Window | None = None) -> Planned | PassResult | None:
+        """The slow half of a pass: choose the span and call the summarizer. Changes nothing.
+
+        Safe to run on a snapshot in another thread (background mode); :meth:`commit_planned` then checks
+        that the span is unchanged before anything is written.
+        """
+        t0 = self.clock()
+        if window is None:
+            window = Window.of(ledger.messages, ledger.tokens, self.config)
+        span, reason = self.select_span(ledger, mode, window)
+        if span is None:
+            if reason == Outcome.NO_RECLAIM:
+                return self._report(PassAttempt.of(self.context, ledger, mode, t0), Outcome.NO_RECLAIM)
+            return None
+        if self.refusal.error is not None:
+            return None  # credentials or quota were refused earlier in this session: never retried
+        return self.merging.plan(ledger, self.state, mode, span, window, t0)
+
+    def still_valid(self, ledger: Ledger, planned: Planned) -> bool:
+        """True when the span and the summary the plan was made from are still what the transcript holds."""
+        msgs = ledger.messages
+        span = planned.span
+        if span.end > len(msgs) or planned.base_summary != self.state.text:
+            return False
+        if planned.marker_index != self.state.marker_index:
+            return False
+        span_now = range(span.start, span.end)
+        return all(msgs[i] is original for i, original in zip(span_now, planned.identity, strict=False))
+
+    def commit_planned(self, ledger: Ledger, planned: Planned) -> PassResult:
+        """The quick half: write the event through the store, then apply it and update the state."""
+        st, span = self.state, planned.span
+        self.largest_pass_tokens = max(self.largest_pass_tokens, planned.read)
+        attempt = PassAttempt.of(self.context, ledger, planned.mode, planned.t0, span.tokens, planned.summarizer_ms)
+        if planned.error is not None or planned.summary is None:
+            return self._failed(attempt, planned, planned.error or SummarizerBadOutput("no summary"))
+        summary = planned.summary
+        st.failures.pop(planned.key, None)
+        marker = render_micro_marker(summary)
+        event = Absorb(span, st.marker_index, marker, summary, planned.absorbed)
+        call = {"summarizer_input_tokens": planned.read, "summarizer_output_tokens": self.counter.count_text(summary)}
+        old_marker_tokens = ledger.tokens[st.marker_index] if st.marker_index is not None else 0
+        tokens_after = attempt.tokens_before - span.tokens - old_marker_tokens + self.counter.count_message(marker)
+        gate = self.cfg.micro_compact_min_reclaim_tokens
+        if gate and st.marker_index is not None and attempt.tokens_before - tokens_after < gate:
+            st.gate_floor = (planned.key, span.tokens)
+            return self._report(attempt, Outcome.NO_RECLAIM, **call)
+        if not self._commit(event, ledger.messages):
+            return self._report(attempt, Outcome.STORE_FAILED, **call)
+        rejected = planned.rejected
+        apply_event(ledger, event)
+        st.marker_index = event.marker_index_after
+        st.cursor = st.marker_index + 1
+        self._set_summary(summary)
+        st.gate_floor = None
+        st.passes_total += 1
+        st.tokens_saved_total += attempt.tokens_before - ledger.total
+        log.info("Micro-compaction: %d -> %d messages", attempt.messages_before, len(ledger.messages))
+        return self._report(
+            attempt,
+            Outcome.ABSORBED if rejected is None else Outcome.MODEL_REJECTED,
+            partial=span.partial,
+            rejected=rejected.code if rejected else None,
+            **call,
+        )
+
+    def _failed(self, attempt: PassAttempt, planned: Planned, exc: Exception) -> PassResult:
+        """The summarizer call failed: count it against the exchange (skipped after repeated failures), or
+        stop calling after refused credentials. The transcript is unchanged."""
+        st, span, key = self.state, planned.span, planned.key
+        fields = {"error": type(exc).__name__, "summarizer_input_tokens": planned.read, "summarizer_output_tokens": 0}
+        if isinstance(exc, SummarizerAuthError):
+            self.refusal.error = str(exc)[:200]
+            log.error(
+                "Micro-compaction: summarizer refused credentials or quota (%s); no further summarizer "
+                "calls in this session",
+                self.refusal.error,
+            )
+            return self._report(attempt, Outcome.AUTH_FAILED, **fields)
+        st.failures[key] = st.failures.get(key, 0) + 1
+        outcome = Outcome.SUMMARIZE_FAILED
+        log.warning(
+            "Micro-compaction: summarizer failed on exchange at cursor %d (%s: %s)",
+            span.start,
+            type(exc).__name__,
+            str(exc)[:200],
+        )
+        if st.failures[key] >= self.cfg.micro_compact_max_failures:
+            log.info(
+                "Micro-compaction: skipping exchange at cursor %d after %d consecutive failures",
+                span.start,
+                st.failures[key],
+            )
+            st.failures.pop(key, None)
+            st.skipped.add(key)
+            st.cursor = span.end
+            outcome = Outcome.EXCHANGE_SKIPPED
+        return self._report(attempt, outcome, **fields)
+
+    def _report(self, attempt: PassAttempt, outcome: str, **fields: Any) -> PassResult:
+        """Every pass ends here: the summarizer's time counted, the record built by the attempt."""
+        self.summarizer_ms_total += attempt.summarizer_ms
+        return attempt.result(outcome, self.state, **fields)
+
+    def _commit(self, event: Event, msgs: list[Message]) -> bool:
+        return commit_or_log(
+            self.commit, event, msgs, "Micro-compaction: store commit failed, pass rolled back in memory"
+        )
+
+    # ------------------------------------------------------------------ defrag
+
+    def needs_defrag(self, text_tokens: int) -> bool:
+        """True when the rolling summary is over the defrag threshold."""
+        return self.defrag.needs_defrag(text_tokens)
+
+    def condense(self, text: str) -> Condensed:
+        """The slow half of defrag (see :meth:`.defrag.Defrag.condense`); safe on the worker thread."""
+        return self.defrag.condense(text)
+
+    def maybe_defrag(self, ledger: Ledger, ready: Condensed | None = None) -> PassResult | None:
+        """Re-summarize a rolling summary over the defrag threshold and rewrite the marker in place (with
+        ``ready``, a condensing the worker did ahead, when it is of the current summary)."""
+        st = self.state
+        if st.marker_index is None or not st.text or not self.needs_defrag(st.text_tokens):
+            return None
+        if Window.of(ledger.messages, ledger.tokens, self.config).in_tail(st.marker_index):
+            return None  # the marker is in the protected tail: never rewritten there; later, once it left
+        t0 = self.clock()
+        done = ready if ready is not None and ready.text == st.text else self.condense(st.text)
+        if done.new == st.text:
+            return None  # nothing left to shorten (the ledger's changed files alone): no rewrite
+        attempt = PassAttempt.of(self.context, ledger, "defrag", t0, 0, done.summarizer_ms)
+        new = done.new or ""
+        event = Rewrite(st.marker_index, render_micro_marker(new), new)
+        if not self._commit(event, ledger.messages):
+            return self._report(attempt, Outcome.STORE_FAILED)
+        apply_event(ledger, event)
+        self._set_summary(new)
+        st.passes_total += 1
+        st.tokens_saved_total += attempt.tokens_before - ledger.total
+        log.info(
+            "Micro-compaction defrag: rolling summary re-summarized (%d -> %d tokens, %s)",
+            done.old_tokens,
+            st.text_tokens,
+            done.method,
+        )
+        return self._report(
+            attempt,
+            done.outcome,
+            defrag_method=done.method,
+            summary_tokens_before=done.old_tokens,
+            error=done.error,
+            summarizer_input_tokens=done.old_tokens,
+            summarizer_output_tokens=st.text_tokens if done.method == "model" else 0,
+        )
 
     # ------------------------------------------------------------------ cursor and recovery
 
@@ -133,8 +418,6 @@ class MicroCompactor(Scheduling, Passes, Defrag):
     def _set_summary(self, text: str) -> None:
         self.state.text = text
         self.state.text_tokens = self.counter.count_text(text)
-
-    # ------------------------------------------------------------------ choosing what to absorb
 
     def select_span(self, ledger: Ledger, mode: str, window: Window | None = None) -> tuple[Span | None, str]:
         """The span the next pass would absorb, or (None, reason): see :func:`.spans.select_span`.

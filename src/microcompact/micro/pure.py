@@ -34,6 +34,6 @@ def micro_compact(
     engine = MicroCompactor(config, summarizer, counter)
     if state is not None:
         engine.state = state
-    engine._guarded(ledger, "turn")
+    engine.run_pass(ledger, "turn")
     # Markers keep their ``_mc`` metadata (so the next call recognises them); send ``to_api(result)``.
     return [{k: v for k, v in m.items() if k != TOKENS_KEY} for m in ledger.messages]

@@ -14,8 +14,9 @@ from collections.abc import Sequence
 
 from ..config import Config
 from ..events import Outcome, Span
-from ..messages import Message, content_text, tool_call_ids
+from ..messages import Message, tool_call_ids
 from ..properties import TOOL_PAIRING, USER_MESSAGES, Tail, absorbable
+from ..render import content_text
 from ..window import Window, bounded_exchange, exchange_start, iteration_end
 from .state import RollingSummary
 

@@ -32,6 +32,14 @@ class RollingSummary:
     tokens_saved_total: int = 0
 
 
+class Refusal:
+    """Set once the summarizer refused credentials or quota: retrying cannot help, so no more calls in this
+    session (shared by passes and defrag)."""
+
+    def __init__(self) -> None:
+        self.error: str | None = None
+
+
 @dataclass
 class Planned:
     """A pass whose summarizer call is done (or failed) but that has not touched the transcript yet."""

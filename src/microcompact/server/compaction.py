@@ -139,7 +139,7 @@ class Compaction:
             session = self.router.live(prepared.session)  # shared store: the object the lock left current
             try:
                 if prepared.reported_tokens:
-                    session.counter.calibrate(prepared.counted_tokens, prepared.reported_tokens)
+                    session.record_usage(prepared.reported_tokens, prepared.counted_tokens)
                 if prepared.human:
                     self.metrics.passes_done([str(r.outcome) for r in session.finalize_turn()])
             except Exception:

@@ -9,8 +9,8 @@ from microcompact.config import parse_config
 from microcompact.events import Outcome
 from microcompact.replay import load_transcript
 from microcompact.session import Session
-from paths import NORMALIZED
-from test_sync_history import request_points
+from support.builders import request_points
+from support.paths import NORMALIZED
 
 
 class Clock:

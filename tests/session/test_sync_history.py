@@ -16,6 +16,7 @@ from microcompact.messages import is_marker, tool_pairing_errors, user_texts
 from microcompact.replay import load_transcript
 from microcompact.router import SessionRouter
 from microcompact.session import HistoryDiverged, Session
+from support.builders import request_points
 from support.paths import NORMALIZED
 from support.strategies import examples, transcripts
 
@@ -27,15 +28,6 @@ SMALL = {
 
 def small_config():
     return parse_config(SMALL)
-
-
-def request_points(messages):
-    """Where an agent would call the model: after a user message or the last of a call's tool results."""
-    return [
-        i + 1
-        for i, m in enumerate(messages)
-        if m["role"] in ("user", "tool") and (i + 1 == len(messages) or messages[i + 1]["role"] != "tool")
-    ]
 
 
 def feed(session, messages):

@@ -20,47 +20,7 @@ from microcompact.messages import (
 from microcompact.micro import micro_compact
 from microcompact.session import Session
 from microcompact.tokens import EstimateCounter, TokenCounter
-
-
-class Recorder:
-    """A deterministic summarizer that remembers what it was asked."""
-
-    name = "recorder"
-
-    def __init__(self, fail_on: set[str] | None = None, echo_condense: bool = False):
-        self.calls: list[list[dict]] = []
-        self.fail_on = fail_on or set()
-        self.echo_condense = echo_condense
-        self.condense_calls = 0
-
-    def merge(self, summary, exchange):
-        self.calls.append(exchange)
-        ids = [tc["id"] for m in exchange for tc in (m.get("tool_calls") or [])]
-        if self.fail_on & set(ids) or "*" in self.fail_on:
-            raise RuntimeError("model down")
-        line = "- " + (",".join(ids) or "answer")
-        return (summary + "\n" + line).strip()
-
-    def batch(self, summary, messages, focus=None):
-        return (summary + f"\n- batch of {len(messages)} messages").strip()
-
-    def condense(self, summary, target_tokens):
-        self.condense_calls += 1
-        return summary if self.echo_condense else summary[: len(summary) // 4]
-
-
-def call(cid):
-    return {"id": cid, "type": "function", "function": {"name": "Bash", "arguments": json.dumps({"command": "ls"})}}
-
-
-def turn(n, iterations=2, size=200):
-    msgs = [{"role": "user", "content": f"request {n}"}]
-    for k in range(iterations):
-        cid = f"c{n}_{k}"
-        msgs.append({"role": "assistant", "content": f"step {k}", "tool_calls": [call(cid)]})
-        msgs.append({"role": "tool", "tool_call_id": cid, "content": "word " * size})
-    msgs.append({"role": "assistant", "content": f"done {n}"})
-    return msgs
+from support.micro_helpers import Recorder, call, turn
 
 
 def config(**compression):
@@ -406,36 +366,6 @@ def test_a_huge_early_tool_output_is_not_pinned_by_the_head():
     assert not any(m.get("tool_call_id") == "big" for m in s.transcript), "the huge early output is still there"
     assert [m["content"] for m in s.transcript[:2]] == ["You are a coding agent.", "read it"]
     check(s, original)
-
-
-def test_every_name_of_the_old_micro_module_is_still_importable():
-    """micro.py became a package: callers (the session, batch, background, user code) import as before."""
-    import microcompact.micro as micro
-    from microcompact.micro import engine, passes, scheduling, spans, state
-
-    old_names = [
-        "Absorb",
-        "CommitHook",
-        "Condensed",
-        "DEFRAG_MAX_RATIO",
-        "Event",
-        "MAX_CATCH_UP_PASSES",
-        "MicroCompactor",
-        "Outcome",
-        "PassResult",
-        "Planned",
-        "Rewrite",
-        "RollingSummary",
-        "Span",
-        "apply_event",
-        "commit_or_log",
-        "micro_compact",
-        "span_key",
-    ]
-    assert [n for n in old_names if not hasattr(micro, n)] == []
-    assert micro.MicroCompactor is engine.MicroCompactor and micro.RollingSummary is state.RollingSummary
-    assert micro.span_key is spans.span_key and micro.commit_or_log is passes.commit_or_log
-    assert micro.MAX_CATCH_UP_PASSES is scheduling.MAX_CATCH_UP_PASSES
 
 
 def test_span_selection_works_inside_the_window_it_is_handed():

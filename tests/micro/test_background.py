@@ -9,7 +9,7 @@ from microcompact.config import parse_config
 from microcompact.messages import marker_count, role_sequence_errors, user_message_errors
 from microcompact.session import Session
 from microcompact.tokens import EstimateCounter, TokenCounter
-from test_micro import Recorder, turn
+from support.micro_helpers import Recorder, turn
 
 
 class Slow(Recorder):
