@@ -28,11 +28,11 @@ class ServeOptions:
     port: int = 8765
     openai_upstream: str = "https://api.openai.com/v1"
     anthropic_upstream: str = "https://api.anthropic.com"
-    gemini_upstream: str = "https://generativelanguage.googleapis.com"
     db: str | None = None
     context_limit: int | None = None
     api_key: str | None = None
     shared: bool | None = None  # None: shared when the store is PostgreSQL (several processes on one store)
+    gemini_upstream: str = "https://generativelanguage.googleapis.com"  # last: positional callers keep working
 
 
 def proxy_config(config_path: Path | None, context_limit: int | None) -> Config:
