@@ -47,8 +47,9 @@ from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, RemoveMe
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langmem.short_term import RunningSummary, summarize_messages
 
+from microcompact.contract import tool_pairing_errors
 from microcompact.integrations.langchain import MicroCompactMiddleware, from_openai, to_openai
-from microcompact.messages import Message, tool_pairing_errors
+from microcompact.messages import Message
 from microcompact.replay import load_transcript
 from microcompact.tokens import TokenCounter, make_text_counter
 

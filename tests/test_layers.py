@@ -16,13 +16,13 @@ PACKAGE = Path(microcompact.__file__).parent
 
 # Lowest first. A module (or a subpackage, named by its folder) may import from its own layer and below.
 LAYERS: list[set[str]] = [
-    {"messages", "identity", "jsoninput", "redact", "telemetry", "config", "render"},
+    {"keys", "messages", "identity", "jsoninput", "redact", "telemetry", "config", "render"},
     {"events", "tokens"},
-    {"window", "properties"},
+    {"window", "properties", "contract"},
     {"summarizers"},
     {"micro", "batch"},
     {"background", "store", "carry"},
-    {"session", "aio"},
+    {"session_store", "session", "aio"},
     {"replay", "cost", "report", "importers", "router"},
     {"integrations", "server"},
     {"compare"},
@@ -116,3 +116,112 @@ def test_the_checker_resolves_relative_and_absolute_imports(tmp_path: Path) -> N
     )
     assert _internal_imports(pkg / "a.py", pkg) == {"b", "c"}
     assert _internal_imports(pkg / "sub" / "d.py", pkg) == {"f", "g", "h"}  # .e stays inside sub/
+
+
+# ----------------------------------------------------------------------------------------- import circles
+
+
+def _module_name(path: Path, package: Path) -> str:
+    """The dotted name of a module file (a package's ``__init__`` is the package)."""
+    parts = list(path.relative_to(package.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _load_time_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node that runs when the module is imported or type-checked: module and class bodies and the
+    ``if TYPE_CHECKING:`` blocks in them, not function bodies (an import inside a function is deferred on
+    purpose, a factory choosing an implementation, and cannot make a circle at import time)."""
+    found: list[ast.AST] = []
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        found.append(node)
+        todo.extend(
+            child
+            for child in ast.iter_child_nodes(node)
+            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+        )
+    return found
+
+
+def _module_imports(path: Path, modules: set[str], package: Path) -> set[str]:
+    """The package's modules that ``path`` imports at load time (a name imported from a package counts as
+    its submodule when there is one, else as the package)."""
+    name = _module_name(path, package)
+    here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found: set[str] = set()
+    for node in _load_time_nodes(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            base = ".".join([*here[: len(here) - node.level + 1], node.module or ""]) if node.level else node.module
+            base = (base or "").rstrip(".")
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                found.add(sub if sub in modules else base)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+    return (found & modules) - {name}
+
+
+def _import_circles(package: Path) -> list[list[str]]:
+    """Every set of modules that import each other round (strongly connected components of the import graph,
+    Tarjan's algorithm, iterative), each sorted."""
+    paths = {_module_name(p, package): p for p in package.rglob("*.py")}
+    graph = {name: sorted(_module_imports(p, set(paths), package)) for name, p in paths.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, 0)]
+        while work:
+            node, i = work.pop()
+            if i == 0:
+                index[node] = low[node] = len(index)
+                stack.append(node)
+                on_stack.add(node)
+            if i < len(graph[node]):
+                work.append((node, i + 1))
+                nxt = graph[node][i]
+                if nxt not in index:
+                    work.append((nxt, 0))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    circles.append(sorted(component))
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+    return circles
+
+
+def test_no_import_circle_anywhere_in_the_package() -> None:
+    assert _import_circles(PACKAGE) == []
+
+
+def test_the_circle_check_finds_a_circle(tmp_path: Path) -> None:
+    """The check itself, on a made-up package: a circle through a ``TYPE_CHECKING`` import is found, a
+    deferred import inside a function is not one, and a package ``__init__`` re-exporting is no circle."""
+    pkg = tmp_path / "microcompact"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("from .a import x\n", encoding="utf-8")
+    (pkg / "a.py").write_text("from .b import y\n", encoding="utf-8")
+    (pkg / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import x\n", encoding="utf-8"
+    )
+    (pkg / "c.py").write_text("def f():\n    from .d import z\n", encoding="utf-8")
+    (pkg / "d.py").write_text("from .c import f\n", encoding="utf-8")
+    (pkg / "sub" / "__init__.py").write_text("from .e import w\n", encoding="utf-8")
+    (pkg / "sub" / "e.py").write_text("from ..a import x\n", encoding="utf-8")
+    assert _import_circles(pkg) == [["microcompact.a", "microcompact.b"]]

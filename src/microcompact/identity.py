@@ -20,12 +20,12 @@ from typing import Any
 
 import orjson
 
+from .keys import DIGEST_KEY as DIGEST_KEY  # identity's keys (defined in keys), where callers import them
+from .keys import HID_KEY as HID_KEY
+from .keys import IDENTITY_KEYS as IDENTITY_KEYS
+from .keys import PARTS_KEY as PARTS_KEY
+from .keys import RESERVED_KEYS as RESERVED_KEYS
 from .messages import Message, TranscriptError, is_marker
-
-HID_KEY = "_hid"  # the message's index in the client's full history
-DIGEST_KEY = "_hd"  # the digest of that client message (several session messages may share one)
-PARTS_KEY = "_hn"  # how many session messages that client message became, when more than one
-IDENTITY_KEYS = (HID_KEY, DIGEST_KEY, PARTS_KEY)
 
 
 def digest(message: Any) -> str:
@@ -106,10 +106,6 @@ def identity_of(message: Message) -> dict[str, Any]:
     """The identity keys a message carries (for copies made by compaction: a shortened tool output is still
     the same client message)."""
     return {k: message[k] for k in IDENTITY_KEYS if k in message}
-
-
-# Keys only the library and its store may set: a marker, identity, store bookkeeping.
-RESERVED_KEYS = frozenset({"_mc", "_row", "_pos", "_tokens", "_state", "_absorbed_by", *IDENTITY_KEYS})
 
 
 def client_message(message: Any, hid: int) -> Message:

@@ -1,12 +1,14 @@
-"""OpenAI chat-completions messages: metadata, markers, and the invariants every pass must keep.
+"""OpenAI chat-completions messages: their shape and the library's markers.
 
 A transcript is a list of message dicts (``system``, ``user``, ``assistant`` with optional
 ``tool_calls``, ``tool`` with ``tool_call_id``). The library keeps its own bookkeeping under keys that
-start with an underscore (``_mc`` for marker metadata, ``_tokens`` for the cached count); ``to_api``
-strips them before anything reaches a provider.
+start with an underscore (named in :mod:`microcompact.keys`: ``_mc`` for marker metadata, ``_tokens`` for
+the cached count, ...); ``to_api`` strips them before anything reaches a provider.
 
-Each invariant is one small function returning a list of problems (empty = holds), so tests and the
-engine can assert them separately.
+This module holds what a message *is*: the type, the helpers over one message's fields, ``to_api``, the
+marker format, and the check of one message's shape (``validate_message``, ``message_shape_errors``). What
+a pass must keep over a whole transcript (tool pairing, role sequence, user messages stay) lives with its
+rule in :mod:`microcompact.properties` (public in :mod:`microcompact.contract`).
 """
 
 from __future__ import annotations
@@ -14,12 +16,36 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
+from .keys import META_KEY
 from .render import content_text
+
+__all__ = [
+    "MARKER_END",
+    "MARKER_HEADING",
+    "MARKER_PREFIX",
+    "META_KEY",
+    "MarkerKind",
+    "Message",
+    "TranscriptError",
+    "content_text",
+    "disown_marker_text",
+    "is_marker",
+    "join_user_messages",
+    "looks_like_marker",
+    "marker_body",
+    "marker_count",
+    "marker_kind",
+    "message_shape_errors",
+    "render_marker",
+    "render_micro_marker",
+    "to_api",
+    "tool_call_ids",
+    "user_texts",
+    "validate_message",
+]
 
 Message = dict[str, Any]
 MarkerKind = Literal["micro", "batch"]
-
-META_KEY = "_mc"
 
 MARKER_PREFIX = (
     "[CONTEXT COMPACTION] Earlier turns of this conversation were compacted into the reference summary "
@@ -97,6 +123,10 @@ def _join_contents(first: Message, second: Message) -> Message:
     return joined
 
 
+def user_texts(messages: Iterable[Message]) -> list[str]:
+    return [content_text(m) for m in messages if m.get("role") == "user"]
+
+
 # --------------------------------------------------------------------------- markers
 
 
@@ -117,8 +147,12 @@ def marker_kind(message: Message) -> MarkerKind | None:
     if message.get("role") != "assistant":
         return None
     meta = message.get(META_KEY)
-    if isinstance(meta, dict) and meta.get("marker") in ("micro", "batch"):
-        return meta["marker"]
+    if isinstance(meta, dict):
+        kind = meta.get("marker")
+        if kind == "micro":
+            return "micro"
+        if kind == "batch":
+            return "batch"
     return None
 
 
@@ -167,7 +201,11 @@ def render_micro_marker(body: str, **meta: Any) -> Message:
     return render_marker(f"{_MICRO_TAG}\n\n{body.strip()}", "micro", **meta)
 
 
-# --------------------------------------------------------------------------- validation of input
+def marker_count(messages: Iterable[Message], kind: MarkerKind) -> int:
+    return sum(1 for m in messages if marker_kind(m) == kind)
+
+
+# --------------------------------------------------------------------------- shape of one message
 
 
 def _non_finite_number(value: Any) -> tuple[str, float] | None:
@@ -215,140 +253,6 @@ def validate_message(message: Any, where: str) -> None:
         )
 
 
-# --------------------------------------------------------------------------- invariants
-
-
-def tool_pairing_errors(messages: Sequence[Message]) -> list[str]:
-    """Every tool result follows the assistant message that called it; every call has its result.
-
-    Results of one assistant message come right after it (in any order), before the next non-tool
-    message.
-    """
-    errors: list[str] = []
-    open_calls: set[str] = set()
-    caller = -1
-    for i, m in enumerate(messages):
-        role = m.get("role")
-        if role == "tool":
-            tcid = str(m.get("tool_call_id"))
-            if tcid not in open_calls:
-                errors.append(
-                    f"message {i}: tool result {tcid!r} has no matching call in the assistant message before it"
-                )
-            else:
-                open_calls.discard(tcid)
-            continue
-        if open_calls:
-            errors.append(f"message {caller}: tool call(s) {sorted(open_calls)} have no result")
-            open_calls = set()
-        if role == "assistant":
-            ids = tool_call_ids(m)
-            if ids:
-                open_calls = set(ids)
-                caller = i
-    if open_calls:
-        errors.append(f"message {caller}: tool call(s) {sorted(open_calls)} have no result")
-    return errors
-
-
-def role_sequence_errors(messages: Sequence[Message], *, strict_alternation: bool = False) -> list[str]:
-    """A role sequence every OpenAI-compatible API accepts.
-
-    System/developer messages only at the start, tool results only after a tool-calling assistant
-    (checked with pairing), no empty assistant message without tool calls. With ``strict_alternation``
-    (what ``to_api(strict_alternation=True)`` produces), user and assistant turns must alternate.
-    """
-    errors: list[str] = []
-    seen_other = False
-    prev_role = None
-    for i, m in enumerate(messages):
-        role = m.get("role")
-        if role in ("system", "developer"):
-            if seen_other:
-                errors.append(f"message {i}: {role} message after the conversation started")
-            continue
-        seen_other = True
-        if role == "tool" and prev_role not in ("assistant", "tool"):
-            errors.append(f"message {i}: tool result after a {prev_role} message")
-        if strict_alternation and role in ("user", "assistant") and role == prev_role:
-            errors.append(f"message {i}: two {role} messages in a row")
-        prev_role = role
-    return errors + tool_pairing_errors(messages)
-
-
-def user_texts(messages: Iterable[Message]) -> list[str]:
-    return [content_text(m) for m in messages if m.get("role") == "user"]
-
-
-def user_message_errors(before: Sequence[Message], after: Sequence[Message]) -> list[str]:
-    """Every user message of ``before`` appears in ``after``, in order, verbatim.
-
-    A user message of ``after`` is one original or several consecutive originals joined the way
-    ``join_user_messages`` joins them (blank line between strings, one line break between content parts;
-    empty ones contribute nothing). Empty and repeated messages are matched exactly, not as substrings of a
-    neighbour, so they raise no false alarm.
-    """
-    originals = user_texts(before)
-    kept = user_texts(after)
-    errors: list[str] = []
-    reach = {0}  # how many originals the output so far can stand for (more than one with empty messages)
-    for j, text in enumerate(kept):
-        nxt: set[int] = set()
-        for i in reach:
-            nxt.update(_join_ends(text, originals, i))
-        if not nxt:
-            errors.append(f"user message {j} of the output matches no original user message in order")
-            continue
-        reach = nxt
-    if len(originals) not in reach:
-        i = max(reach)
-        errors.append(
-            f"user message {i} of the input (of {len(originals)}) is missing or out of order: {originals[i][:80]!r}"
-        )
-    return errors
-
-
-# How join_user_messages separates two originals in content_text: strings, or content parts.
-_USER_JOINERS = ("\n\n", "\n")
-
-
-def _join_ends(text: str, originals: Sequence[str], start: int) -> set[int]:
-    """Every ``end`` such that ``text`` is ``originals[start:end]`` joined (empty ones contribute nothing)."""
-    ends: set[int] = set()
-    stack = [(start, 0, False)]  # (next original, position in text, whether a non-empty one matched yet)
-    seen: set[tuple[int, int, bool]] = set()
-    while stack:
-        state = stack.pop()
-        if state in seen:
-            continue
-        seen.add(state)
-        k, pos, started = state
-        if pos == len(text) and k > start:
-            ends.add(k)
-        if k >= len(originals):
-            continue
-        piece = originals[k]
-        if not piece:
-            stack.append((k + 1, pos, started))
-        elif not started:
-            if text.startswith(piece, pos):
-                stack.append((k + 1, pos + len(piece), True))
-        else:
-            for sep in _USER_JOINERS:
-                if text.startswith(sep + piece, pos):
-                    stack.append((k + 1, pos + len(sep) + len(piece), True))
-    return ends
-
-
-def marker_count(messages: Iterable[Message], kind: MarkerKind) -> int:
-    return sum(1 for m in messages if marker_kind(m) == kind)
-
-
-# --------------------------------------------------------------------------- whole-transcript validation
-
-INTERRUPTED_RESULT = "[no result recorded: the call was interrupted]"
-
-
 def message_shape_errors(message: Message) -> list[str]:
     """Problems in the inner structure of one (role-valid) message: content parts and tool-call functions.
 
@@ -379,77 +283,3 @@ def message_shape_errors(message: Message) -> list[str]:
         if isinstance(tc, dict) and not isinstance(tc.get("id"), str):
             errors.append(f"tool_calls[{j}].id must be a string")
     return errors
-
-
-def check_tool_pairing(messages: Sequence[Message]) -> tuple[list[Message], list[tuple[int, str, str]]]:
-    """The transcript with its tool-call defects repaired, and each defect as (message index, the problem,
-    what the repair did).
-
-    Defects, and what the repaired copy does about them:
-
-    * a tool result with no open call in the assistant message before it (an orphan, or a second result
-      for one call): dropped;
-    * a call with no result before the next non-tool message (an interrupted call): a synthetic tool
-      result ``INTERRUPTED_RESULT`` is added after the call's other results;
-    * a tool-call id used twice in one assistant message (its results cannot be told apart): the later
-      call, and the result that answers it, get a fresh id ``<id>~<n>``.
-
-    An id reused by a later assistant message is not a defect: results pair with the calls of the
-    assistant message right before them (as the chat-completions API does), and real recordings (SWE-agent
-    demonstrations) reuse ids that way.
-
-    An empty defect list means the transcript is valid and the copy equals the input.
-    """
-    out: list[Message] = []
-    defects: list[tuple[int, str, str]] = []
-    seen: set[str] = set()  # ids of the current assistant message's calls
-    pending: list[tuple[str, str]] = []  # (id in the file, id in the output) of the open calls
-    answered: set[str] = set()
-    caller = -1
-
-    def close() -> None:
-        for original, _new in pending:
-            defects.append(
-                (
-                    caller,
-                    f"tool call {original!r} has no result (an interrupted call?)",
-                    f"added the tool result {INTERRUPTED_RESULT!r}",
-                )
-            )
-        for _original, new in pending:
-            out.append({"role": "tool", "tool_call_id": new, "content": INTERRUPTED_RESULT})
-        pending.clear()
-
-    for i, m in enumerate(messages):
-        if m.get("role") == "tool":
-            tcid = str(m.get("tool_call_id"))
-            match = next((p for p in pending if p[0] == tcid), None)
-            if match is None:
-                what = "a second result for" if tcid in answered else "a result with no open call for"
-                defects.append((i, f"orphan tool result: {what} tool call {tcid!r}", "dropped it"))
-                continue
-            pending.remove(match)
-            answered.add(tcid)
-            out.append(m if match[1] == tcid else {**m, "tool_call_id": match[1]})
-            continue
-        close()
-        answered = set()
-        calls = m.get("tool_calls") if m.get("role") == "assistant" else None
-        if calls:
-            caller, renamed, seen = i, [], set()
-            for tc in calls:
-                tcid = str(tc.get("id"))
-                new = tcid
-                if tcid in seen:
-                    n = 2
-                    while f"{tcid}~{n}" in seen:
-                        n += 1
-                    new = f"{tcid}~{n}"
-                    defects.append((i, f"duplicate tool-call id {tcid!r}", f"renamed this call and its result {new!r}"))
-                seen.add(new)
-                pending.append((tcid, new))
-                renamed.append(tc if new == tcid else {**tc, "id": new})
-            m = m if renamed == calls else {**m, "tool_calls": renamed}
-        out.append(m)
-    close()
-    return out, defects

@@ -8,18 +8,19 @@ chosen by parameters rather than by separate copies of the walk over content par
 - a summarizer prompt (:func:`exchange_text`) labels each block with its role (``USER:``, ``TOOL CALL``,
   ``TOOL RESULT``) so the model can tell who said what.
 
-The package's ground floor: it imports nothing from the package at run time (``messages`` re-exports
+The package's ground floor: it imports nothing from the package (``messages`` re-exports
 :func:`content_text`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
 
-if TYPE_CHECKING:
-    from .messages import Message
+# What this module reads of a message: its fields, never written. ``messages.Message`` (a ``dict``) is one;
+# naming the mapping here, rather than importing that alias, keeps ``messages`` -> ``render`` one way.
+Message = Mapping[str, Any]
 
 ROLE_LABELS = {"user": "USER", "assistant": "ASSISTANT", "system": "SYSTEM", "developer": "SYSTEM"}
 

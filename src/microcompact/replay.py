@@ -18,25 +18,22 @@ from typing import Any
 
 from . import jsoninput
 from .events import BATCH_COMPACTIONS, Outcome
+from .identity import digest
+from .keys import SRC_KEY
 from .messages import (
     Message,
     TranscriptError,
-    check_tool_pairing,
     message_shape_errors,
     validate_message,
 )
+from .properties import check_tool_pairing
 from .session import Session
+from .store.codec import stored_form
 
 REPAIR_HINT = (
     "replay --repair drops orphan tool results, adds a result for interrupted calls and renames "
     "duplicate tool-call ids, reporting each"
 )
-
-
-def iter_transcript(path: str | Path) -> Iterator[Message]:
-    """Messages of a JSONL file (one per line) or a JSON array file, with errors naming file and line."""
-    for _where, m in iter_located(path):
-        yield m
 
 
 def iter_located(path: str | Path) -> Iterator[tuple[str, Message]]:
@@ -152,19 +149,21 @@ class ResumeMismatch(TranscriptError):
     """The stored session was not made from this transcript: resuming would mix two conversations."""
 
 
-def message_digest(message: Message) -> str:
-    """A digest of what a message says (its API form: keys starting with ``_`` left out), whatever its key
-    order; text the store cannot hold (lone surrogates) counts as the ``?`` the store keeps instead."""
-    api = {k: v for k, v in message.items() if not k.startswith("_")}
-    text = json.dumps(api, ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    return hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()
-
-
 def transcript_digest(messages: list[Message]) -> str:
-    """A digest of a whole transcript: its messages' digests, in order."""
+    """A digest of a whole transcript, to name the session a replay stores it in (see
+    :func:`default_session_id`).
+
+    Those names are in users' stores (``replay --db`` finds its session again by them), so these bytes never
+    change: each message's API form (keys starting with ``_`` left out) as sorted, compact JSON text (lone
+    surrogates as the ``?`` the store keeps), SHA-256 hex, chained with SHA-256. It names a transcript; it
+    is not a message's identity, which is :func:`microcompact.identity.digest` (a different encoding:
+    ``1e-05`` is ``0.00001`` there, and integers past 64 bits take another path).
+    """
     h = hashlib.sha256()
     for m in messages:
-        h.update(message_digest(m).encode("ascii"))
+        api = {k: v for k, v in m.items() if not k.startswith("_")}
+        text = json.dumps(api, ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False)
+        h.update(hashlib.sha256(text.encode("utf-8", "replace")).hexdigest().encode("ascii"))
     return h.hexdigest()
 
 
@@ -177,7 +176,8 @@ def default_session_id(path: str | Path, messages: list[Message]) -> str:
 def resume_start(session: Session, messages: list[Message], source: str = "this transcript") -> int:
     """Where a replay of ``messages`` into a stored session resumes: the number of recorded messages the
     store holds, once they are checked to be exactly ``messages``' first ones, in order (a digest per
-    message). Raises :class:`ResumeMismatch` naming the first message that differs. O(stored rows), once."""
+    message, :func:`microcompact.identity.digest`, of each message as the store would hand it back). Raises
+    :class:`ResumeMismatch` naming the first message that differs. O(stored rows), once."""
     store = session.store
     if store is None:
         return 0
@@ -185,7 +185,7 @@ def resume_start(session: Session, messages: list[Message], source: str = "this 
     originals: dict[int, Message] = {}
     other = 0
     for m in store.export(session.session_id, include_absorbed=True):
-        src = m.get("_src")
+        src = m.get(SRC_KEY)
         if not isinstance(src, int) or isinstance(src, bool):
             other += 1
         elif src in originals:
@@ -215,7 +215,7 @@ def resume_start(session: Session, messages: list[Message], source: str = "this 
             "(--session NAME)"
         )
     for i in range(count):
-        if message_digest(originals[i]) != message_digest(messages[i]):
+        if digest(originals[i]) != digest(stored_form(messages[i])):
             raise ResumeMismatch(
                 f"{where} was made from another transcript: its message {i} (counting from 0, "
                 f"role {originals[i].get('role')}) differs from message {i} of {source} "

@@ -29,12 +29,13 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .config import Config
 from .messages import Message
 from .session import Convert, HistorySync, Session
+from .session_store import SessionExists
 from .store import StoreLocked
 from .summarizers import Summarizer
 
@@ -60,6 +61,24 @@ class Routed:
     session: Session
     sync: HistorySync
     forked_from: str | None = None
+
+
+@dataclass(eq=False)
+class _Conversation:
+    """What this process holds of one key, in one place (changed only under the router's lock, except
+    ``owner``, which only the holder of ``lock`` changes)."""
+
+    key: str
+    lock: threading.Lock = field(default_factory=threading.Lock)  # this process's lock on the key
+    owner: int | None = None  # the thread holding ``lock``
+    branches: list[str] | None = None  # branch ids, most recently used first (None: read them at next use)
+    sessions: dict[str, Session] = field(default_factory=dict)  # its sessions open in this process, by id
+    versions: dict[str, int] = field(default_factory=dict)  # session id -> its store version when let go
+
+    def drop(self, session_id: str) -> Session | None:
+        """Forget an open session (and the version it was let go at)."""
+        self.versions.pop(session_id, None)
+        return self.sessions.pop(session_id, None)
 
 
 class SessionRouter:
@@ -92,13 +111,21 @@ class SessionRouter:
         self.pass_wait = pass_wait
         self._new_session = session_factory or self._default_session
         self._lock = threading.Lock()
-        self._key_locks: dict[str, threading.Lock] = {}
-        self._owners: dict[str, int] = {}  # key -> the thread holding its lock
-        self._open: OrderedDict[str, Session] = OrderedDict()  # session id -> session, least recent first
-        self._branches: dict[str, list[str]] = {}  # key -> branch ids, most recently used first
-        self._key_of: dict[str, str] = {}  # session id -> its key
-        self._members: dict[str, set[str]] = {}  # key -> ids of its sessions this process opened
-        self._versions: dict[str, int] = {}  # session id -> its store version when this process let go
+        self._conversations: dict[str, _Conversation] = {}  # key -> its record
+        # Open session id -> its conversation, least recently used first: the eviction order across keys.
+        self._recency: OrderedDict[str, _Conversation] = OrderedDict()
+        self._key_of: dict[str, str] = {}  # session id -> its key, for every session this process opened
+
+    def _conversation(self, key: str) -> _Conversation:
+        """The record of ``key`` (created at first use; call under ``self._lock``)."""
+        record = self._conversations.get(key)
+        if record is None:
+            record = self._conversations[key] = _Conversation(key)
+        return record
+
+    def _open_session(self, key: str, session_id: str) -> Session | None:
+        with self._lock:
+            return self._conversation(key).sessions.get(session_id)
 
     # ------------------------------------------------------------------ sessions
 
@@ -109,9 +136,9 @@ class SessionRouter:
 
     def _session(self, key: str, session_id: str) -> Session:
         with self._lock:
-            session = self._open.get(session_id)
+            session = self._conversation(key).sessions.get(session_id)
             if session is not None:
-                self._open.move_to_end(session_id)
+                self._recency.move_to_end(session_id)
         if session is not None:
             if self.shared:
                 session.take_lease()  # let go at the end of the previous lock
@@ -124,24 +151,24 @@ class SessionRouter:
         """Cache ``session`` as open, closing the least recently used ones beyond ``max_open`` (never one
         whose key is held: another thread is using it)."""
         with self._lock:
-            self._open[session.session_id] = session
+            record = self._conversation(key)
+            record.sessions[session.session_id] = session
+            self._recency[session.session_id] = record
             self._key_of[session.session_id] = key
-            self._members.setdefault(key, set()).add(session.session_id)
             evicted: list[Session | None] = []
-            for sid in list(self._open):
-                if len(self._open) <= self.max_open:
+            for sid, owner in list(self._recency.items()):
+                if len(self._recency) <= self.max_open:
                     break
-                held = self._key_locks.get(self._key_of.get(sid, ""))
-                if held is None or not held.locked():
-                    evicted.append(self._forget(sid))
+                if not owner.lock.locked():
+                    evicted.append(self._forget(owner.key, sid))
         for old in evicted:
             if old is not None:
                 self._close(old)
 
-    def _forget(self, session_id: str) -> Session | None:
+    def _forget(self, key: str, session_id: str) -> Session | None:
         """Drop a session from the cache (under ``self._lock``; its key stays known for :meth:`live`)."""
-        self._versions.pop(session_id, None)
-        return self._open.pop(session_id, None)
+        self._recency.pop(session_id, None)
+        return self._conversation(key).drop(session_id)
 
     def _close(self, session: Session) -> None:
         """Close a session dropped from the cache. Shared: it was handed over when its key was let go (its
@@ -158,7 +185,7 @@ class SessionRouter:
 
     def _known_branches(self, key: str) -> list[str]:
         with self._lock:
-            known = self._branches.get(key)
+            known = self._conversation(key).branches
             if known is not None:
                 return list(known)
         count = 0
@@ -169,11 +196,17 @@ class SessionRouter:
                 count = max(1, int(meta.get("branches", 1)))
         found = [branch_id(key, n) for n in range(count, 0, -1)]  # the newest first
         with self._lock:
-            return list(self._branches.setdefault(key, found))
+            record = self._conversation(key)
+            if record.branches is None:
+                record.branches = found
+            return list(record.branches)
 
     def _used(self, key: str, session_id: str) -> None:
         with self._lock:
-            branches = self._branches.setdefault(key, [])
+            record = self._conversation(key)
+            if record.branches is None:
+                record.branches = []
+            branches = record.branches
             if session_id in branches:
                 branches.remove(session_id)
             branches.insert(0, session_id)
@@ -214,17 +247,17 @@ class SessionRouter:
         """This process's lock on ``key``; a thread that already holds it goes on (route under lock)."""
         me = threading.get_ident()
         with self._lock:
-            lock = self._key_locks.setdefault(key, threading.Lock())
-            held = self._owners.get(key) == me
+            record = self._conversation(key)
+            held = record.owner == me
         if held:
             yield
             return
-        with lock:
-            self._owners[key] = me
+        with record.lock:
+            record.owner = me
             try:
                 yield
             finally:
-                del self._owners[key]
+                record.owner = None
 
     def _take_key(self, key: str) -> str | None:
         """The store's lock on ``key``, polled with a growing pause (0.5 ms up to 50 ms): the holder is
@@ -246,7 +279,7 @@ class SessionRouter:
 
     def _cached(self, key: str) -> list[str]:
         with self._lock:
-            return sorted(sid for sid in self._members.get(key, ()) if sid in self._open)
+            return sorted(self._conversation(key).sessions)
 
     def _revalidate(self, key: str) -> None:
         """Drop cached branches of ``key`` that another process wrote since this one let go (reopened from
@@ -256,10 +289,11 @@ class SessionRouter:
         first = branch_id(key, 1)
         versions = self.store.session_versions([first, *cached])
         with self._lock:
-            if first not in self._versions or versions.get(first) != self._versions.get(first):
-                self._branches.pop(key, None)
-            stale = [sid for sid in cached if sid not in versions or versions[sid] != self._versions.get(sid)]
-            dropped = [self._forget(sid) for sid in stale]
+            record = self._conversation(key)
+            if first not in record.versions or versions.get(first) != record.versions.get(first):
+                record.branches = None
+            stale = [sid for sid in cached if sid not in versions or versions[sid] != record.versions.get(sid)]
+            dropped = [self._forget(key, sid) for sid in stale]
         for session in dropped:
             if session is not None and session.background is not None:
                 session.background.close(wait=False)
@@ -271,7 +305,8 @@ class SessionRouter:
         assert self.store is not None
         cached = self._cached(key)
         with self._lock:
-            sessions = [self._open[sid] for sid in cached if sid in self._open]
+            record = self._conversation(key)
+            sessions = [record.sessions[sid] for sid in cached if sid in record.sessions]
         for session in sessions:
             if not session.hand_over(self.pass_wait):
                 log.warning(
@@ -280,21 +315,21 @@ class SessionRouter:
                     session.session_id,
                 )
                 with self._lock:
-                    self._forget(session.session_id)
+                    self._forget(key, session.session_id)
                 if session.background is not None:
                     session.background.close(wait=False)
         first = branch_id(key, 1)
         versions = self.store.session_versions([first, *cached])
         with self._lock:
             for sid, version in versions.items():
-                if sid == first or sid in self._open:
-                    self._versions[sid] = version
+                if sid == first or sid in record.sessions:
+                    record.versions[sid] = version
 
     def _finish_passes(self, key: str, wait: float) -> None:
         try:
             with self.lock(key):
                 for sid in self._cached(key):
-                    session = self._open.get(sid)
+                    session = self._open_session(key, sid)
                     if session is not None:
                         session.take_lease()
                         session.drain(wait)
@@ -352,10 +387,8 @@ class SessionRouter:
             sid = branch_id(key, n)
             try:
                 child = parent.fork(sid, history, at, convert)
-            except ValueError as exc:
-                if "already exists" in str(exc):
-                    continue
-                raise
+            except SessionExists:
+                continue
             break
         else:  # pragma: no cover - a hundred concurrent forks of one conversation
             raise RuntimeError(f"no free branch id for {key!r}")
@@ -373,7 +406,7 @@ class SessionRouter:
 
     def sessions(self) -> list[Session]:
         with self._lock:
-            return list(self._open.values())
+            return [record.sessions[sid] for sid, record in self._recency.items()]
 
     def close(self, wait: float = 60.0) -> None:
         """Close every open session, finishing background passes (up to ``wait`` seconds each) and releasing
@@ -381,14 +414,15 @@ class SessionRouter:
         moved (and abandoned where another process wrote meanwhile)."""
         if self.shared:
             with self._lock:
-                keys = sorted({self._key_of[sid] for sid in self._open if sid in self._key_of})
+                keys = sorted({record.key for record in self._recency.values()})
             for key in keys:
                 self._finish_passes(key, wait)
         with self._lock:
-            sessions = list(self._open.values())
-            self._open.clear()
+            sessions = [record.sessions[sid] for sid, record in self._recency.items()]
+            for record in self._conversations.values():  # their locks and branch lists stay
+                record.sessions.clear()
+                record.versions.clear()
+            self._recency.clear()
             self._key_of.clear()
-            self._members.clear()
-            self._versions.clear()
         for s in sessions:
             self._close(s)

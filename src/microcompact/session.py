@@ -41,7 +41,8 @@ from .identity import (
 )
 from .messages import Message, disown_marker_text, to_api, validate_message
 from .micro import CommitHook, MicroCompactor, PassResult
-from .store import StoreConflict, StoreError, StoreReadOnly
+from .session_store import StoreWriter
+from .store import StoreConflict
 from .summarizers import Summarizer, facts_block, ledger_budget, make_summarizer
 from .telemetry import occupancy_pct
 from .tokens import Ledger, TokenCounter, make_text_counter
@@ -106,8 +107,6 @@ def _own(message: Message) -> Message:
     return {k: v for k, v in message.items() if k not in _STORE_KEYS}
 
 
-FORK_PREFIX_KEY = "fork_prefix_digests"  # store meta of a fork: the digests of the prefix it started from
-
 # Turns one client message into the session messages that stand for it (a provider format's message may
 # become several: an Anthropic user message of tool results becomes one tool message per result).
 Convert = Callable[[Message], list[Message]]
@@ -130,6 +129,13 @@ class HistorySync:
     def ok(self) -> bool:
         return self.diverged is None
 
+    @property
+    def ends_turn(self) -> bool:
+        """A person spoke after messages the session already held: the previous turn has ended, so it is
+        finalized before the next request (the one rule :meth:`Session.compacted`, the framework adapters
+        and the proxy follow)."""
+        return self.human and self.matched > 0
+
 
 class HistoryDiverged(ValueError):
     """The caller's history is not a continuation of the session's: fork it (``Session.fork``)."""
@@ -137,18 +143,6 @@ class HistoryDiverged(ValueError):
     def __init__(self, session_id: str, divergence: Divergence) -> None:
         super().__init__(f"session {session_id!r}: {divergence.describe()}; fork a new session from the common prefix")
         self.divergence = divergence
-
-
-def _take_lease(store: SessionStore, session_id: str) -> str | None:
-    """Become the session's only writer (None: a read-only store, or a store without leases)."""
-    acquire = getattr(store, "acquire_lease", None)
-    return acquire(session_id) if acquire is not None else None
-
-
-def _give_back_lease(store: SessionStore, session_id: str, lease: str | None) -> None:
-    release = getattr(store, "release_lease", None)
-    if lease is not None and release is not None:
-        release(session_id, lease)
 
 
 class Session:
@@ -182,27 +176,44 @@ class Session:
         commit: CommitHook | None = None,
         clock: Callable[[], float] = time.time,
         store: SessionStore | None = None,
-        _stored: bool = False,
-        _lease: str | None = None,
     ) -> None:
+        sid = session_id or uuid.uuid4().hex[:12]
+
+        def begin() -> tuple[list[Message], StoreWriter | None]:
+            # The caller's messages are written as new (and, like append, a caller's text that starts like a
+            # marker does not become one); a store that already holds the id is refused before any write.
+            initial = [disown_marker_text(_own(m)) for m in messages]
+            for i, m in enumerate(initial):
+                validate_message(m, f"message {i}")
+            return initial, StoreWriter.start(store, sid) if store is not None else None
+
+        self._build(config, summarizer, sid, store, begin, counter=counter, commit=commit, clock=clock)
+
+    def _build(
+        self,
+        config: Config | None,
+        summarizer: Summarizer | None,
+        session_id: str,
+        store: SessionStore | None,
+        begin: Callable[[], tuple[list[Message], StoreWriter | None]],
+        *,
+        counter: TokenCounter | None = None,
+        commit: CommitHook | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """Build the session; ``begin`` (called once the summarizer exists) gives the initial transcript and
+        the store writer: the caller's messages for a new session, the stored rows for :meth:`open`."""
         self._lock = threading.RLock()
         self.config = config or Config()
-        self.session_id = session_id or uuid.uuid4().hex[:12]
+        self.session_id = session_id
         self.store = store
-        self._lease = _lease
         if store is not None:
             if commit is not None:
                 raise ValueError("give either a store or a commit hook, not both")
             commit = self._commit_to_store
         self.counter = counter or TokenCounter(make_text_counter(self.config.compression.tokenizer))
         self.summarizer = summarizer or summarizer_for(self.config, self.counter)
-        # Only Session.open hands in stored rows; anything else is the caller's and gets written as new (and,
-        # like append, a caller's text that starts like a marker does not become one).
-        initial = list(messages) if _stored else [disown_marker_text(_own(m)) for m in messages]
-        for i, m in enumerate(initial):
-            validate_message(m, f"message {i}")
-        if store is not None and not _stored:
-            self._start_new(store)
+        initial, self._writer = begin()
         self.ledger = Ledger(self.counter, initial)
         self.micro = MicroCompactor(
             self.config, self.summarizer, self.counter, session_id=self.session_id, commit=commit, wall_clock=clock
@@ -212,38 +223,16 @@ class Session:
         )
         self._micro_passes_at_last_batch = 0
         self.background = BackgroundPasses(self.micro) if self.config.compression.micro_compact_background else None
-        # Messages appended but not yet written to the store (each is written once, in order).
-        self._unflushed: list[Message] = [m for m in self.ledger.messages if "_row" not in m] if store else []
-        self._skips_saved: set[str] = set()
-        self._flush_failed = False
-        self._flush_error: str | None = None  # the last write failure logged (repeats are not logged again)
+        if self._writer is not None:  # what the store does not hold yet (a new session's messages)
+            self._writer.pending = [m for m in self.ledger.messages if "_row" not in m]
         # Digests of the client messages this session holds, in client order (sync_history); None: not loaded.
         self._known: list[str] | None = None
-        # Row of the last message when finalize_turn last completed (restored by open): tells a resumed replay
-        # whether the turn that ends the stored transcript was finalized before the interruption.
-        self.finalized_row: int | None = None
-        self._carried_saved: Any = None  # the engine memory last written to the store (hand_over)
         if not self.micro.active and not self.config.threshold_tokens():
             log.warning(
                 "Session %s: compaction is inactive (compression.micro_compact is off and "
                 "model.context_length is unknown, so batch compaction never triggers)",
                 self.session_id,
             )
-
-    def _start_new(self, store: SessionStore) -> None:
-        """A new session in ``store``: refuse an existing one (resume it with ``open``), take the lease."""
-        exists = ValueError(
-            f"session {self.session_id!r} already exists in the store: resume it with Session.open(store, session_id)"
-        )
-        if store.load_active(self.session_id):
-            raise exists
-        self._lease = _take_lease(store, self.session_id)
-        try:
-            if store.load_active(self.session_id):  # written between the check and the lease
-                raise exists
-        except BaseException:
-            _give_back_lease(store, self.session_id, self._lease)
-            raise
 
     @classmethod
     def open(
@@ -259,35 +248,34 @@ class Session:
         skipped after repeated failures stay skipped.
 
         Takes the session's writer lease first (released by ``close``): raises
-        :class:`~microcompact.store.SessionBusy` when another writer has the session open."""
+        :class:`~microcompact.store.SessionBusy` when another writer has the session open. ``kwargs``:
+        ``counter``, ``clock`` as for the constructor."""
+        writer = StoreWriter.resume(store, session_id)
+        session = cls.__new__(cls)
         try:
-            store.create_session(session_id)
-        except StoreReadOnly:
-            log.warning("Session store is read-only: session %s is loaded, but nothing will be written", session_id)
-        lease = _take_lease(store, session_id)
-        try:
-            session = cls(
-                config,
-                summarizer,
-                session_id=session_id,
-                messages=store.load_active(session_id),
-                store=store,
-                _stored=True,
-                _lease=lease,
-                **kwargs,
-            )
-            session.micro.state.skipped |= store.skipped(session_id)
-            session._skips_saved = set(session.micro.state.skipped)
-            meta = store.session_meta(session_id)
+            stored = store.load_active(session_id)
+
+            def begin() -> tuple[list[Message], StoreWriter | None]:
+                # Stored rows are the store's own: their bookkeeping is kept, and they are checked as they are.
+                for i, m in enumerate(stored):
+                    validate_message(m, f"message {i}")
+                return stored, writer
+
+            session._build(config, summarizer, session_id, store, begin, **kwargs)
+            saved = writer.saved()
+            session.micro.state.skipped |= saved.skipped
         except BaseException:
-            _give_back_lease(store, session_id, lease)
+            writer.abandon()
             raise
-        session.micro.state.turns = int(meta.get("micro_turns", 0))  # the every-N-turns cadence goes on
-        session.finalized_row = meta.get("finalized_row")
-        carried = meta.get(carry.META_KEY)
-        carry.restore(carried, session.ledger, session.counter, session.micro, session.batch)
-        session._carried_saved = carried
+        session.micro.state.turns = saved.turns  # the every-N-turns cadence goes on
+        carry.restore(saved.carried, session.ledger, session.counter, session.micro, session.batch)
         return session
+
+    @property
+    def finalized_row(self) -> int | None:
+        """Row of the last message when finalize_turn last completed (restored by open): tells a resumed
+        replay whether the turn that ends the stored transcript was finalized before the interruption."""
+        return self._writer.finalized_row if self._writer is not None else None
 
     # ------------------------------------------------------------------ the transcript
 
@@ -297,8 +285,8 @@ class Session:
         with self._lock:
             validate_message(message, f"message {len(self.ledger)}")
             owned = self.ledger.append(disown_marker_text(_own(message)))
-            if self.store is not None:
-                self._unflushed.append(owned)
+            if self._writer is not None:
+                self._writer.pending.append(owned)
 
     def flush(self) -> bool:
         """Write appended messages to the store (append-only; each once). False when the store failed:
@@ -307,91 +295,30 @@ class Session:
             return self._flush()
 
     def _flush(self) -> bool:
-        if self.store is None or not self._unflushed:
-            return True
-        try:
-            if self._flush_failed:
-                self._adopt_committed()  # the failed write may have committed (connection lost during COMMIT)
-            if self._unflushed:
-                self.store.append(self.session_id, self._unflushed)
-        except Exception as exc:
-            self._flush_failed = True
-            failure = f"{type(exc).__name__}: {exc}"
-            if failure != self._flush_error:  # a store that stays down (or a lost lease) is logged once
-                log.error(
-                    "Session store: could not write %d message(s), will retry at every hook and log again "
-                    "only if the failure changes (%s)",
-                    len(self._unflushed),
-                    failure,
-                )
-                self._flush_error = failure
-            else:
-                log.debug("Session store: write failed again (%s)", failure)
-            return False
-        if self._flush_error is not None:
-            log.warning("Session store: writes succeed again; %d pending message(s) stored", len(self._unflushed))
-            self._flush_error = None
-        self._flush_failed = False
-        self._unflushed = []
-        return True
-
-    def _adopt_committed(self) -> None:
-        """Before retrying a failed append: pending messages the store already holds (the COMMIT succeeded,
-        its acknowledgement was lost) take their stored rows instead of being written twice.
-        O(transcript), and only after a failed write."""
-        assert self.store is not None
-        known = {m.get("_row") for m in self.ledger.messages}
-        extra = [m for m in self.store.load_active(self.session_id) if m["_row"] not in known]
-        if not extra or len(extra) > len(self._unflushed) or to_api(extra) != to_api(self._unflushed[: len(extra)]):
-            return
-        for stored, pending in zip(extra, self._unflushed, strict=False):  # extra is a prefix
-            pending["_pos"], pending["_row"] = stored["_pos"], stored["_row"]
-        self._unflushed = self._unflushed[len(extra) :]
-
-    def _resync(self) -> None:
-        """Memory disagrees with the store (a pass committed whose acknowledgement was lost, or another
-        writer): adopt the stored transcript plus what is pending; recover the engine's cursor and summary."""
-        assert self.store is not None
-        stored = self.store.load_active(self.session_id)
-        self.ledger = Ledger(self.counter, stored + self._unflushed)
-        self._unflushed = self.ledger.messages[len(stored) :]
-        self._known = None  # reloaded from the store at the next sync_history
-        self.micro.recover(self.ledger.messages)
-        log.warning("Session store: the in-memory transcript was stale; reloaded %d stored message(s)", len(stored))
+        return self._writer is None or self._writer.flush(self.ledger.messages)
 
     def _commit_to_store(self, event: Any, messages: list[Message]) -> None:
         """The engines' commit hook: flush first, then write the event in one transaction (raises on failure,
         so the engine rolls the pass back in memory and reports ``store_failed``)."""
-        if not self.flush():
-            raise RuntimeError("pending messages could not be written")
-        assert self.store is not None
-        try:
-            self.store.archive_and_compact(self.session_id, event, messages)
-        except StoreConflict:
-            self._resync()  # this pass still reports store_failed; the next one starts from the stored state
-            raise
+        with self._lock:
+            assert self._writer is not None
+            try:
+                self._writer.commit(event, messages, self.ledger.messages)
+            except StoreConflict:
+                self._resync()  # this pass still reports store_failed; the next one starts from the stored state
+                raise
+
+    def _resync(self) -> None:
+        """Memory disagrees with the store: adopt the stored transcript plus what is pending; recover the
+        engine's cursor and summary."""
+        assert self._writer is not None
+        self.ledger = self._writer.reload(self.counter)
+        self._known = None  # reloaded from the store at the next sync_history
+        self.micro.recover(self.ledger.messages)
 
     def _save_skips(self) -> None:
-        new = self.micro.state.skipped - self._skips_saved
-        if self.store is None or not new:
-            return
-        try:
-            for key in sorted(new):
-                self.store.remember_skip(self.session_id, key)
-            self._skips_saved |= new
-        except Exception as exc:
-            log.error("Session store: could not remember skipped exchanges (%s: %s)", type(exc).__name__, exc)
-
-    def _save_progress(self) -> None:
-        """Persist the turn counter and the turn just finalized (one small UPDATE per turn)."""
-        if self.store is None or self._unflushed or not self.ledger.messages:
-            return
-        row = self.ledger.messages[-1].get("_row")
-        try:
-            self.store.update_meta(self.session_id, {"micro_turns": self.micro.state.turns, "finalized_row": row})
-            self.finalized_row = row
-        except Exception as exc:
-            log.error("Session store: could not save the turn counter (%s: %s)", type(exc).__name__, exc)
+        if self._writer is not None:
+            self._writer.save_skips(self.micro.state.skipped)
 
     def extend(self, messages: Iterable[Message]) -> None:
         """Append several messages, kept together (no other thread's message lands between them)."""
@@ -436,14 +363,10 @@ class Session:
     def _known_digests(self) -> list[str] | None:
         """The client digests this session holds (loaded once: every stored row, absorbed ones included)."""
         if self._known is None:
-            prefix: list[str] = []
-            if self.store is not None:
-                rows = self.store.export(self.session_id, include_absorbed=True) + list(self._unflushed)
-                saved = self.store.session_meta(self.session_id).get(FORK_PREFIX_KEY)
-                if isinstance(saved, list) and all(isinstance(d, str) for d in saved):
-                    prefix = saved
+            if self._writer is not None:
+                rows, prefix = self._writer.client_rows()
             else:
-                rows = list(self.ledger.messages)
+                rows, prefix = list(self.ledger.messages), []
             self._known = known_digests(rows, prefix)
         return self._known
 
@@ -481,7 +404,7 @@ class Session:
         result = self.sync_history(history, convert)
         if result.diverged is not None:
             raise HistoryDiverged(self.session_id, result.diverged)
-        if result.human and result.matched:
+        if result.ends_turn:
             self.finalize_turn()
         self.before_request()
         return self.messages
@@ -513,14 +436,8 @@ class Session:
         messages += [m for i in range(start, len(history)) for m in tagged_parts(history[i], i, incoming[i], convert)]
         child = Session(self.config, self.summarizer, session_id=session_id, messages=messages, store=store)
         child._known = list(incoming)
-        if store is not None:
-            # A fork that starts compacted holds no rows for what its parent had absorbed: the digests of
-            # that prefix are kept beside it, so a reopened fork still knows the history it continues.
-            meta = {"forked_from": self.session_id, "fork_at": at, FORK_PREFIX_KEY: incoming[:start]}
-            try:
-                store.update_meta(session_id, meta)
-            except Exception as exc:
-                log.warning("Session store: could not record where fork %s came from (%s)", session_id, exc)
+        if child._writer is not None:
+            child._writer.record_fork(self.session_id, at, incoming[:start])
         return child
 
     # ------------------------------------------------------------------ hooks
@@ -586,7 +503,8 @@ class Session:
                     if self.micro.active and self.micro.turn_due(self.ledger, completed):
                         self.background.submit(self.ledger)
                 self._save_skips()
-                self._save_progress()
+                if self._writer is not None:
+                    self._writer.save_progress(self.ledger.messages, self.micro.state.turns)
             except Exception:
                 log.exception("finalize_turn failed unexpectedly; the session goes on uncompacted")
         return results
@@ -633,30 +551,17 @@ class Session:
         """Become the session's writer again after :meth:`hand_over` (raises SessionBusy while another
         writer holds it)."""
         with self._lock:
-            if self.store is not None and self._lease is None:
-                self._lease = _take_lease(self.store, self.session_id)
+            if self._writer is not None:
+                self._writer.take_lease()
 
     def _save_carried(self) -> bool:
-        if self.store is None:
+        if self._writer is None:
             return True
-        memory = carry.snapshot(self.ledger, self.counter, self.micro, self.batch)
-        if memory == self._carried_saved:
-            return True
-        try:
-            self.store.update_meta(self.session_id, {carry.META_KEY: memory})
-        except Exception as exc:
-            log.error("Session store: could not save the engine memory (%s: %s)", type(exc).__name__, exc)
-            return False
-        self._carried_saved = memory
-        return True
+        return self._writer.save_carried(carry.snapshot(self.ledger, self.counter, self.micro, self.batch))
 
     def _give_back(self) -> None:
-        if self.store is not None and self._lease is not None:
-            lease, self._lease = self._lease, None
-            try:
-                _give_back_lease(self.store, self.session_id, lease)
-            except StoreError as exc:
-                log.warning("Session store: could not release the writer lease (%s)", exc)
+        if self._writer is not None:
+            self._writer.release()
 
     def close(self) -> None:
         """Finish background work, write what is pending and give up the store's writer lease (the store

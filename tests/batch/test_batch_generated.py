@@ -14,12 +14,8 @@ from microcompact.batch import (
     BatchCompactor,
 )
 from microcompact.config import Config, parse_config
-from microcompact.messages import (
-    content_text,
-    is_marker,
-    marker_body,
-    role_sequence_errors,
-)
+from microcompact.contract import role_sequence_errors
+from microcompact.messages import content_text, is_marker, marker_body
 from microcompact.session import Session
 from microcompact.tokens import Ledger
 from support.batch_helpers import (

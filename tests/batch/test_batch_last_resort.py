@@ -12,13 +12,8 @@ from typing import Any
 import pytest
 
 from microcompact.config import parse_config
-from microcompact.messages import (
-    META_KEY,
-    content_text,
-    role_sequence_errors,
-    to_api,
-    user_message_errors,
-)
+from microcompact.contract import role_sequence_errors, user_message_errors
+from microcompact.messages import META_KEY, content_text, to_api
 from microcompact.session import Session
 from microcompact.tokens import TokenCounter
 from support.batch_helpers import (

@@ -13,12 +13,8 @@ from typing import Any
 import pytest
 
 from microcompact.config import parse_config
-from microcompact.messages import (
-    marker_count,
-    marker_kind,
-    role_sequence_errors,
-    user_message_errors,
-)
+from microcompact.contract import role_sequence_errors, user_message_errors
+from microcompact.messages import marker_count, marker_kind
 from microcompact.replay import load_transcript, replay, summary_json
 from microcompact.session import Session
 from microcompact.summarizers import ExtractiveSummarizer

@@ -18,15 +18,8 @@ import pytest
 from typer.testing import CliRunner
 
 from microcompact.cli import SPARK, app
-from microcompact.messages import (
-    META_KEY,
-    marker_body,
-    marker_count,
-    marker_kind,
-    role_sequence_errors,
-    user_message_errors,
-    user_texts,
-)
+from microcompact.contract import role_sequence_errors, user_message_errors
+from microcompact.messages import META_KEY, marker_body, marker_count, marker_kind, user_texts
 from microcompact.replay import load_transcript
 from microcompact.summarizers import MERGE_PROMPT
 from microcompact.telemetry import MICRO_FIELDS, parse_line

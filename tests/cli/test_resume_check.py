@@ -14,16 +14,18 @@ from typer.testing import CliRunner
 
 from microcompact.cli import app
 from microcompact.config import parse_config
+from microcompact.identity import digest
 from microcompact.replay import (
     ResumeMismatch,
     default_session_id,
     load_transcript,
-    message_digest,
     replay,
     resume_start,
+    transcript_digest,
 )
 from microcompact.session import Session
 from microcompact.store import SQLiteStore, open_store
+from microcompact.store.codec import stored_form
 from microcompact.tokens import EstimateCounter, TokenCounter
 
 
@@ -129,9 +131,11 @@ def test_an_interrupted_replay_resumes_only_from_its_own_prefix(tmp_path):
 
 
 def test_message_digest_is_the_api_form(tmp_path):
+    """The resume check compares the digest of each stored row with that of the source message as the store
+    would hand it back (moved from replay.message_digest, now identity.digest over stored_form)."""
     m = {"role": "user", "content": "hi \ud800 there", "_ts": 1.5}
-    assert message_digest(m) == message_digest({"content": "hi ? there", "role": "user"})  # as stored
-    assert message_digest(m) != message_digest({"role": "user", "content": "hi  there"})
+    assert digest(stored_form(m)) == digest({"content": "hi ? there", "role": "user"})  # as stored
+    assert digest(stored_form(m)) != digest({"role": "user", "content": "hi  there"})
     path = write_jsonl(tmp_path / "t.jsonl", [{"role": "user", "content": "x"}])
     assert load_transcript(path)[0]["content"] == "x"
 
@@ -154,3 +158,29 @@ def test_same_file_name_different_content_gets_its_own_session(home, tmp_path):
     # Replaying a file again finds its own session.
     res = run(a, "--context-limit", 20000, "--db", db)
     assert res.exit_code == 0 and "resuming session session-" in res.output, res.output
+
+
+def test_session_names_keep_their_bytes():
+    """Default session ids name sessions already in users' stores, so transcript_digest's bytes are pinned:
+    these values were computed by the implementation before the digest moved (replay.message_digest), on
+    input where its encoding and identity.digest's differ (1e-05, an integer past 64 bits, a lone
+    surrogate, non-ASCII, control and line-separator characters, nested key order)."""
+    msgs = [
+        {"role": "system", "content": "be brief", "_ts": 1.5},
+        {"role": "user", "content": "hi \ud800 thére ✓", "_src": 0},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "a", "type": "function", "function": {"name": "Bash", "arguments": '{"x": 1e-05}'}}],
+            "x": 1e-05,
+            "big": 2**70,
+        },
+        {
+            "role": "tool",
+            "tool_call_id": "a",
+            "content": [{"type": "text", "text": "ok\u2028\x1f"}],
+            "z": {"b": 1, "a": [1.0, -0.0]},
+        },
+    ]
+    assert transcript_digest(msgs) == "b99dd7a827257748056d31b8f84044bb128dce163f55a29cddaf0242518a175c"
+    assert default_session_id("/x/run.jsonl", msgs) == "run-b99dd7a82725"

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from microcompact.contract import role_sequence_errors
 from microcompact.importers import import_report, to_epoch
-from microcompact.messages import TranscriptError, role_sequence_errors
+from microcompact.messages import TranscriptError
 from support.import_checks import DATA, assert_replays_keeping_the_contract, cli, import_with_cli, sniffers_of
 
 SAMPLE = DATA / "aider" / "aider.chat.history.md"

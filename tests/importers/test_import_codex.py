@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
+from microcompact.contract import role_sequence_errors
 from microcompact.importers import NO_RESULT, import_report, to_epoch
-from microcompact.messages import TranscriptError, role_sequence_errors
+from microcompact.messages import TranscriptError
 from support.import_checks import DATA, assert_replays_keeping_the_contract, cli, import_with_cli, sniffers_of
 
 SAMPLE = DATA / "codex" / "rollout-2025-10-02T09-14-03-0199a3c2-5b1e-7d40-9f0e-2c8d1a4b6e10.jsonl"

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
+from microcompact.contract import role_sequence_errors
 from microcompact.importers import import_report
-from microcompact.messages import TranscriptError, role_sequence_errors
+from microcompact.messages import TranscriptError
 from support.import_checks import DATA, assert_replays_keeping_the_contract, cli, import_with_cli, sniffers_of
 
 SAMPLE = DATA / "goose" / "20250515_094958.jsonl"

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
+from microcompact.contract import role_sequence_errors
 from microcompact.importers import NO_RESULT, import_report, to_epoch
-from microcompact.messages import TranscriptError, role_sequence_errors
+from microcompact.messages import TranscriptError
 from support.import_checks import DATA, assert_replays_keeping_the_contract, cli, import_with_cli, sniffers_of
 
 INTERACTIONS = DATA / "openhands" / "basic_interactions.json"

@@ -12,6 +12,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from microcompact.cli import app
+from microcompact.contract import INTERRUPTED_RESULT, role_sequence_errors, tool_pairing_errors
 from microcompact.importers import (
     FORMATS,
     NO_RESULT,
@@ -25,13 +26,7 @@ from microcompact.importers import (
     write_jsonl,
 )
 from microcompact.importers.sniffing import HEAD_BYTES
-from microcompact.messages import (
-    INTERRUPTED_RESULT,
-    TranscriptError,
-    role_sequence_errors,
-    tool_pairing_errors,
-    user_texts,
-)
+from microcompact.messages import TranscriptError, user_texts
 from microcompact.replay import load_transcript
 from support.paths import TRANSCRIPTS
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from microcompact import open_store
+from microcompact.contract import user_message_errors
 from microcompact.integrations import HistoryCompactor, opening_key
-from microcompact.messages import Message, user_message_errors
+from microcompact.messages import Message
 from microcompact.summarizers import ExtractiveSummarizer
 from support.agent_script import config, tool_output
 

@@ -2,6 +2,7 @@
 
 import pytest
 
+from microcompact.contract import role_sequence_errors, tool_pairing_errors, user_message_errors
 from microcompact.messages import (
     MARKER_PREFIX,
     TranscriptError,
@@ -9,10 +10,7 @@ from microcompact.messages import (
     marker_kind,
     render_marker,
     render_micro_marker,
-    role_sequence_errors,
     to_api,
-    tool_pairing_errors,
-    user_message_errors,
     validate_message,
 )
 

@@ -13,13 +13,8 @@ from typing import Any
 import pytest
 
 from microcompact import jsoninput
-from microcompact.messages import (
-    INTERRUPTED_RESULT,
-    TranscriptError,
-    check_tool_pairing,
-    message_shape_errors,
-    role_sequence_errors,
-)
+from microcompact.contract import INTERRUPTED_RESULT, check_tool_pairing, role_sequence_errors
+from microcompact.messages import TranscriptError, message_shape_errors
 from microcompact.replay import load_transcript, read_transcript
 from support.paths import NORMALIZED, manifest_sessions
 

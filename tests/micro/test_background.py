@@ -6,7 +6,8 @@ import threading
 import time
 
 from microcompact.config import parse_config
-from microcompact.messages import marker_count, role_sequence_errors, user_message_errors
+from microcompact.contract import role_sequence_errors, user_message_errors
+from microcompact.messages import marker_count
 from microcompact.session import Session
 from microcompact.tokens import EstimateCounter, TokenCounter
 from support.micro_helpers import Recorder, turn

@@ -8,15 +8,9 @@ import logging
 import pytest
 
 from microcompact.config import parse_config
+from microcompact.contract import role_sequence_errors, user_message_errors
 from microcompact.events import Absorb
-from microcompact.messages import (
-    marker_body,
-    marker_count,
-    marker_kind,
-    role_sequence_errors,
-    to_api,
-    user_message_errors,
-)
+from microcompact.messages import marker_body, marker_count, marker_kind, to_api
 from microcompact.micro import micro_compact
 from microcompact.session import Session
 from microcompact.tokens import EstimateCounter, TokenCounter

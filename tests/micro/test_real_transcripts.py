@@ -16,13 +16,8 @@ from typing import Any
 
 import pytest
 
-from microcompact.messages import (
-    content_text,
-    marker_count,
-    role_sequence_errors,
-    to_api,
-    user_message_errors,
-)
+from microcompact.contract import role_sequence_errors, user_message_errors
+from microcompact.messages import content_text, marker_count, to_api
 from microcompact.replay import load_transcript, replay
 from microcompact.session import Session
 from support.builders import config

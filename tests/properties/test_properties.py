@@ -36,17 +36,8 @@ from hypothesis import HealthCheck, Phase, assume, given, note, settings
 from hypothesis import strategies as st
 
 from microcompact.config import Config, parse_config
-from microcompact.messages import (
-    MARKER_PREFIX,
-    content_text,
-    is_marker,
-    marker_body,
-    marker_count,
-    role_sequence_errors,
-    to_api,
-    tool_pairing_errors,
-    user_message_errors,
-)
+from microcompact.contract import role_sequence_errors, tool_pairing_errors, user_message_errors
+from microcompact.messages import MARKER_PREFIX, content_text, is_marker, marker_body, marker_count, to_api
 from microcompact.micro import micro_compact
 from microcompact.replay import replay
 from microcompact.session import Session

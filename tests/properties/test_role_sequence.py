@@ -7,9 +7,10 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from microcompact import role_sequence_errors as exported_checker
-from microcompact.messages import render_micro_marker, role_sequence_errors
+from microcompact.contract import role_sequence_errors as exported_checker
+from microcompact.messages import render_micro_marker
 from microcompact.properties import ROLE_SEQUENCE, TOOL_PAIRING
+from microcompact.properties.role_sequence import role_sequence_errors
 from support.strategies import examples, transcripts
 
 Message = dict[str, Any]

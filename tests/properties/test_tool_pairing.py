@@ -6,9 +6,9 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 
-from microcompact import tool_pairing_errors as exported_checker
-from microcompact.messages import tool_pairing_errors
+from microcompact.contract import tool_pairing_errors as exported_checker
 from microcompact.properties import TOOL_PAIRING
+from microcompact.properties.tool_pairing import tool_pairing_errors
 from support.strategies import examples, transcripts
 
 Message = dict[str, Any]
@@ -55,7 +55,7 @@ def test_errors_name_a_split_call_and_are_the_messages_checker() -> None:
     split = [U, A("x"), A()]  # the result was cut away from its call
     assert TOOL_PAIRING.errors(msgs, split) == tool_pairing_errors(split) != []
     assert "no result" in TOOL_PAIRING.errors(msgs, split)[0]
-    assert exported_checker is tool_pairing_errors  # still importable from the package root
+    assert exported_checker is tool_pairing_errors  # the public home is microcompact.contract
 
 
 @FAST

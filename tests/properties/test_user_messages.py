@@ -7,9 +7,10 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from microcompact import user_message_errors as exported_checker
-from microcompact.messages import render_micro_marker, user_message_errors
+from microcompact.contract import user_message_errors as exported_checker
+from microcompact.messages import render_micro_marker
 from microcompact.properties import USER_MESSAGES, absorbable
+from microcompact.properties.user_messages import user_message_errors
 from support.strategies import examples, transcripts
 
 Message = dict[str, Any]

@@ -10,8 +10,9 @@ import threading
 import pytest
 
 from microcompact.config import parse_config
+from microcompact.contract import tool_pairing_errors
 from microcompact.identity import DIGEST_KEY, HID_KEY, digest, digests, fork_prefix
-from microcompact.messages import TranscriptError, is_marker, tool_pairing_errors
+from microcompact.messages import TranscriptError, is_marker
 from microcompact.router import SessionRouter
 from microcompact.session import Session
 from microcompact.store import SQLiteStore, StoreError

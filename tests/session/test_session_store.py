@@ -23,8 +23,9 @@ from pathlib import Path
 import pytest
 
 from microcompact.config import parse_config
+from microcompact.contract import role_sequence_errors, tool_pairing_errors
 from microcompact.events import apply_event
-from microcompact.messages import marker_body, marker_kind, role_sequence_errors, tool_pairing_errors
+from microcompact.messages import marker_body, marker_kind
 from microcompact.replay import load_transcript, replay, resume_point
 from microcompact.session import Session
 from microcompact.store import (

@@ -11,8 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from microcompact.config import parse_config
+from microcompact.contract import tool_pairing_errors
 from microcompact.identity import DIGEST_KEY, HID_KEY, digest, fork_prefix, known_digests
-from microcompact.messages import is_marker, tool_pairing_errors, user_texts
+from microcompact.messages import is_marker, user_texts
 from microcompact.replay import load_transcript
 from microcompact.router import SessionRouter
 from microcompact.session import HistoryDiverged, Session

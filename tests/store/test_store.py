@@ -17,14 +17,9 @@ from pathlib import Path
 import pytest
 
 from microcompact.config import parse_config
+from microcompact.contract import role_sequence_errors
 from microcompact.events import Absorb, Rewrite, Span, apply_event
-from microcompact.messages import (
-    MARKER_PREFIX,
-    marker_kind,
-    render_marker,
-    render_micro_marker,
-    role_sequence_errors,
-)
+from microcompact.messages import MARKER_PREFIX, marker_kind, render_marker, render_micro_marker
 from microcompact.session import Session
 from microcompact.store import (
     SCHEMA_VERSION,

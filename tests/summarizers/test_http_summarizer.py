@@ -17,13 +17,8 @@ from typing import Any
 
 import pytest
 
-from microcompact.messages import (
-    marker_body,
-    marker_count,
-    marker_kind,
-    role_sequence_errors,
-    user_message_errors,
-)
+from microcompact.contract import role_sequence_errors, user_message_errors
+from microcompact.messages import marker_body, marker_count, marker_kind
 from microcompact.redact import REDACTED
 from microcompact.session import Session
 from microcompact.summarizers import BATCH_PROMPT, MERGE_PROMPT, OpenAISummarizer

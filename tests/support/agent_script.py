@@ -14,8 +14,9 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from microcompact import Session, tool_pairing_errors, user_message_errors
+from microcompact import Session
 from microcompact.config import Config
+from microcompact.contract import tool_pairing_errors, user_message_errors
 from microcompact.messages import Message
 from microcompact.replay import replay
 from microcompact.tokens import TokenCounter, make_text_counter

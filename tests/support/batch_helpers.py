@@ -17,17 +17,8 @@ from microcompact.batch import (
     BatchResult,
 )
 from microcompact.config import Config, parse_config
-from microcompact.messages import (
-    META_KEY,
-    content_text,
-    is_marker,
-    marker_body,
-    marker_count,
-    marker_kind,
-    role_sequence_errors,
-    to_api,
-    user_message_errors,
-)
+from microcompact.contract import role_sequence_errors, user_message_errors
+from microcompact.messages import META_KEY, content_text, is_marker, marker_body, marker_count, marker_kind, to_api
 from microcompact.session import Session
 from microcompact.tokens import EstimateCounter, Ledger, TokenCounter
 from microcompact.window import protected_head, tail_start

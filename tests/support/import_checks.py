@@ -14,9 +14,10 @@ from typing import Any
 from typer.testing import CliRunner
 
 from microcompact.cli import app
+from microcompact.contract import role_sequence_errors
 from microcompact.importers import REGISTRY
 from microcompact.importers.sniffing import HEAD_BYTES
-from microcompact.messages import role_sequence_errors, user_texts
+from microcompact.messages import user_texts
 from microcompact.properties import contract_errors
 from microcompact.replay import load_transcript
 

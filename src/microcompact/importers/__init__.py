@@ -19,7 +19,7 @@ Formats, one module each, registered in :data:`REGISTRY` (``FORMATS`` maps their
 
 :func:`detect_format` asks each format's ``sniff`` about the start of a file (``import --from auto``).
 
-Every output passes :func:`microcompact.messages.role_sequence_errors` (which includes tool pairing):
+Every output passes :func:`microcompact.contract.role_sequence_errors` (which includes tool pairing):
 tool results whose call is missing are dropped, calls without a result get a ``[no result recorded]``
 placeholder, system messages after the conversation started become user messages; each repair is counted.
 Timestamps, where the source has them, are kept as ``_ts`` (float seconds since the epoch).

@@ -3,7 +3,7 @@
 Each format module (``claude_code``, ``codex``, ``openhands``, ``aider``...) turns its source into a list of
 chat-completions messages and hands it to :func:`finish`, which repairs it (see :func:`repair`) and checks
 that the result is a valid transcript. Keeping this in one place is what makes every format's output pass
-:func:`microcompact.messages.role_sequence_errors` the same way.
+:func:`microcompact.contract.role_sequence_errors` the same way.
 """
 
 from __future__ import annotations
@@ -19,18 +19,11 @@ from pathlib import Path
 from typing import IO, Any
 
 from .. import jsoninput
-from ..messages import (
-    META_KEY,
-    Message,
-    TranscriptError,
-    content_text,
-    role_sequence_errors,
-    validate_message,
-)
-
-NO_RESULT = "[no result recorded]"
-TS_KEY = "_ts"
-
+from ..keys import META_KEY
+from ..keys import TS_KEY as TS_KEY  # where the format modules have always found it
+from ..messages import Message, TranscriptError, validate_message
+from ..properties import DROP_DUPLICATES, is_empty_assistant, repair_tool_pairing, role_sequence_errors
+from ..properties import NO_RESULT as NO_RESULT  # the placeholder result, by its importers' name
 
 # --------------------------------------------------------------------------------------------- report
 
@@ -204,9 +197,9 @@ def normalize_tool_calls(calls: Any, where: str, report: ImportReport) -> list[d
 
 
 def take_ts(
-    source: dict[str, Any], target: Message, keys: Iterable[str] = ("_ts", "timestamp", "created_at", "created")
+    source: dict[str, Any], target: Message, keys: Iterable[str] = (TS_KEY, "timestamp", "created_at", "created")
 ) -> None:
-    """Copy the first usable timestamp of ``source`` to ``target['_ts']`` (numbers before 1973 are not times)."""
+    """Copy the first usable timestamp of ``source`` to ``target[TS_KEY]`` (numbers before 1973 are not times)."""
     for key in keys:
         if key in source:
             ts = to_epoch(source[key])
@@ -228,70 +221,44 @@ def compact_summary_indices(messages: list[Message]) -> list[int]:
 def repair(messages: list[Message], report: ImportReport) -> list[Message]:
     """Make ``messages`` pass ``role_sequence_errors``, counting every change in ``report.repairs``.
 
+    Tool pairing is repaired by :func:`microcompact.properties.repair_tool_pairing` under its
+    ``DROP_DUPLICATES`` policy, each repair counted by its kind:
+
     * a tool result whose call is not open in the assistant message before it is dropped
       (``orphan_tool_result_dropped``; a second result for the same call: ``duplicate_tool_result_dropped``);
     * a call without a result gets a ``[no result recorded]`` tool message (``missing_tool_result_added``);
+    * the same call id twice in one assistant message: the later call is dropped (``duplicate_tool_call_dropped``).
+
+    Then the roles:
+
     * a system/developer message after the conversation started becomes a user message
       (``late_system_message_as_user``);
     * an assistant message with neither text nor tool calls is dropped (``empty_assistant_dropped``).
     """
+    paired, repairs = repair_tool_pairing(messages, DROP_DUPLICATES)
+    for r in repairs:
+        report.repairs[r.kind] += 1
+    return _roles_repaired(paired, report)
+
+
+def _roles_repaired(messages: list[Message], report: ImportReport) -> list[Message]:
+    """Late instructions made user messages, empty assistant messages dropped (pairing already holds: an empty
+    assistant message has no calls, so no result follows it)."""
     out: list[Message] = []
-    open_calls: list[str] = []
-    answered: set[str] = set()
     started = False
-
-    def close() -> None:
-        for tcid in open_calls:
-            out.append({"role": "tool", "tool_call_id": tcid, "content": NO_RESULT, META_KEY: {"placeholder": True}})
-            report.repairs["missing_tool_result_added"] += 1
-        open_calls.clear()
-
     for m in messages:
         role = m.get("role")
-        if role == "tool":
-            tcid = str(m.get("tool_call_id"))
-            if tcid in open_calls:
-                open_calls.remove(tcid)
-                answered.add(tcid)
-                out.append(m)
-            elif tcid in answered:
-                report.repairs["duplicate_tool_result_dropped"] += 1
-            else:
-                report.repairs["orphan_tool_result_dropped"] += 1
-            continue
-        close()
         if role in ("system", "developer"):
             if started:
                 m = {**m, "role": "user"}
                 report.repairs["late_system_message_as_user"] += 1
-            out.append(m)
-            continue
-        started = True
-        if role == "assistant":
-            ids = [str(tc["id"]) for tc in m.get("tool_calls") or ()]
-            if not ids and not content_text(m).strip() and not isinstance(m.get("content"), list):
+        elif role != "tool":
+            started = True
+            if is_empty_assistant(m):
                 report.repairs["empty_assistant_dropped"] += 1
                 continue
-            if len(set(ids)) != len(ids):  # the same id twice in one message: keep the first
-                m, ids = _without_duplicate_calls(m, report)
-            open_calls.extend(ids)
-            answered = set()
         out.append(m)
-    close()
     return out
-
-
-def _without_duplicate_calls(m: Message, report: ImportReport) -> tuple[Message, list[str]]:
-    """``m`` keeping the first call of each id (a second would answer ambiguously), and the ids kept."""
-    seen: set[str] = set()
-    calls = []
-    for tc in m["tool_calls"]:
-        if tc["id"] in seen:
-            report.repairs["duplicate_tool_call_dropped"] += 1
-            continue
-        seen.add(tc["id"])
-        calls.append(tc)
-    return {**m, "tool_calls": calls}, [tc["id"] for tc in calls]
 
 
 def finish(report: ImportReport, messages: list[Message]) -> ImportReport:

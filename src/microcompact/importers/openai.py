@@ -9,10 +9,10 @@ from .. import jsoninput
 from ..messages import (
     Message,
     TranscriptError,
-    check_tool_pairing,
     message_shape_errors,
     validate_message,
 )
+from ..properties import check_tool_pairing
 from .common import (
     TS_KEY,
     ImportFormat,
@@ -26,9 +26,6 @@ from .sniffing import key_paths
 
 # A message's own role, an array of messages, or a request body's ``messages``.
 _MESSAGE_KEYS = frozenset({"role", "[].role", "messages"})
-
-
-_OPENAI_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name", "refusal", "audio", "function_call")
 
 
 def import_openai(path: Path, **_: Any) -> ImportReport:

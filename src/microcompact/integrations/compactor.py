@@ -87,7 +87,7 @@ class HistoryCompactor:
         with self.router.lock(key):
             routed = self.router.route(key, history, convert)
             session = routed.session
-            if routed.sync.human and routed.sync.matched:
+            if routed.sync.ends_turn:
                 session.finalize_turn()
             session.before_request()
             transcript = session.transcript

@@ -2,14 +2,16 @@
 
 A pass replaces a span with one assistant-role marker. That marker may not stand before a tool result
 (a result must follow the assistant message that called it) nor before the leading system prompt, and
-system/developer messages are never absorbed (they are instructions, not history).
+system/developer messages are never absorbed (they are instructions, not history). The module owns the
+checker, :func:`role_sequence_errors`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..messages import Message, role_sequence_errors
+from ..messages import Message
+from .tool_pairing import tool_pairing_errors
 
 INSTRUCTION_ROLES = ("system", "developer")
 
@@ -42,3 +44,28 @@ class RoleSequence:
 
 
 ROLE_SEQUENCE = RoleSequence()
+
+
+def role_sequence_errors(messages: Sequence[Message], *, strict_alternation: bool = False) -> list[str]:
+    """A role sequence every OpenAI-compatible API accepts.
+
+    System/developer messages only at the start, tool results only after a tool-calling assistant
+    (checked with pairing), no empty assistant message without tool calls. With ``strict_alternation``
+    (what ``to_api(strict_alternation=True)`` produces), user and assistant turns must alternate.
+    """
+    errors: list[str] = []
+    seen_other = False
+    prev_role = None
+    for i, m in enumerate(messages):
+        role = m.get("role")
+        if role in ("system", "developer"):
+            if seen_other:
+                errors.append(f"message {i}: {role} message after the conversation started")
+            continue
+        seen_other = True
+        if role == "tool" and prev_role not in ("assistant", "tool"):
+            errors.append(f"message {i}: tool result after a {prev_role} message")
+        if strict_alternation and role in ("user", "assistant") and role == prev_role:
+            errors.append(f"message {i}: two {role} messages in a row")
+        prev_role = role
+    return errors + tool_pairing_errors(messages)

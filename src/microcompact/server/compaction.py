@@ -85,7 +85,7 @@ class Compaction:
                     key,
                     [],
                     session,
-                    human=routed.sync.human and routed.sync.matched > 0,
+                    human=routed.sync.ends_turn,
                     counted_tokens=session.tokens,
                     occupancy_pct=session.occupancy_pct(),
                     outcomes=[str(r.outcome) for r in results],

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..messages import Message, TranscriptError, message_shape_errors, to_api, tool_pairing_errors, validate_message
+from ..messages import Message, TranscriptError, message_shape_errors, to_api, validate_message
+from ..properties import tool_pairing_errors
 from .errors import BadRequest
 from .provider import identity_form
 

@@ -10,7 +10,6 @@ The package, one module per job (each imports only from modules above it in this
     errors           StoreError and its subclasses; what a driver error may say
     schema           the schema (version, states, tables) both backends implement
     codec            message <-> row values, UTF-8 sanitizing, search text, query terms, snippets
-    events           the engines' compaction events (the store's only import of the engines)
     protocol         SessionStore: what Session needs from a store, and the contract
     base             a SQL store's state, dialect hooks, helpers, lease bookkeeping, lifecycle
     compaction       archive_and_compact: checking and writing compaction events

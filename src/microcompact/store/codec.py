@@ -15,15 +15,16 @@ from typing import Any
 
 import orjson
 
-from ..messages import META_KEY, Message, marker_kind
+from ..keys import ABSORBED_BY_KEY as ABSORBED_BY_KEY  # the store's keys, where its modules import them
+from ..keys import META_KEY, TOKENS_KEY
+from ..keys import POS_KEY as POS_KEY
+from ..keys import ROW_KEY as ROW_KEY
+from ..keys import STATE_KEY as STATE_KEY
+from ..messages import Message, marker_kind
 from ..render import message_text
 
-POS_KEY = "_pos"
-ROW_KEY = "_row"
-STATE_KEY = "_state"  # only on export(include_absorbed=True)
-ABSORBED_BY_KEY = "_absorbed_by"  # only on export(include_absorbed=True)
 # Keys never written to ``extra``: stored in their own columns, or the store's own bookkeeping.
-_NOT_EXTRA = frozenset({"role", "content", "_tokens", POS_KEY, ROW_KEY, STATE_KEY, ABSORBED_BY_KEY})
+_NOT_EXTRA = frozenset({"role", "content", TOKENS_KEY, POS_KEY, ROW_KEY, STATE_KEY, ABSORBED_BY_KEY})
 # Search text kept per message: head and tail of very large outputs (PostgreSQL caps a tsvector at 1 MB).
 BODY_HEAD_CHARS = 60_000
 BODY_TAIL_CHARS = 40_000
@@ -36,6 +37,13 @@ def _json(value: Any, what: str) -> str:
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{what} is not JSON-serializable: {exc}") from None
     return _valid_utf8(out)
+
+
+def stored_form(message: Message) -> Message:
+    """``message`` as the store hands it back once written (lone surrogates as ``?``, tuples as lists),
+    without the store's own bookkeeping: what a check of stored rows against their source compares."""
+    loaded: Message = _loads(_json(message, "message"))
+    return loaded
 
 
 def _valid_utf8(text: str) -> str:

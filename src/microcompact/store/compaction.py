@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..events import Absorb, BatchCompact, Event, Prune, Rewrite
 from ..messages import Message
 from .base import _SQLBase
 from .codec import POS_KEY, ROW_KEY, _Encoded, _row_of
 from .errors import StoreConflict
-from .events import Absorb, BatchCompact, Event, Prune, Rewrite
 
 
 class _CompactionWrites(_SQLBase):

@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from ..events import Event
 from ..messages import Message
-from .events import Event
 
 
 @runtime_checkable
