@@ -148,10 +148,45 @@ class ModelConfig(_Strict):
     context_length: int | None = Field(None, ge=1024, le=100_000_000)
 
 
+# Anthropic models whose thinking blocks are bound to their prefix ("preserved thinking"): a fold before a
+# block invalidates it. What the proxy does about it, per model family (see server/thinking.py):
+# "remove" the blocks a fold invalidated (a valid edit on every account), "drop_block" (leave them and ask the
+# API to drop them; needs the thinking-binding-controls beta), "keep" (forward them as sent).
+ThinkingMode = Literal["remove", "drop_block", "keep"]
+PRESERVED_THINKING_FAMILIES = (
+    "fable-5-1",
+    "fable-5-2",
+    "mythos-5-1",
+    "mythos-5-2",
+    "opus-5-5",
+    "sonnet-5-5",
+    "haiku-5-5",
+)
+
+
+def _default_families() -> dict[str, ThinkingMode]:
+    return dict.fromkeys(PRESERVED_THINKING_FAMILIES, "remove")
+
+
+class ThinkingConfig(_Strict):
+    families: dict[str, ThinkingMode] = Field(
+        default_factory=lambda: _default_families(),
+        description="model family (claude-FAMILY-...) -> what a fold does to the thinking blocks it invalidates",
+    )
+    other: ThinkingMode = Field("keep", description="models of no listed family (no prefix binding known)")
+
+    @field_validator("families", mode="after")
+    @classmethod
+    def _over_the_defaults(cls, families: dict[str, ThinkingMode]) -> dict[str, ThinkingMode]:
+        # A file naming one family changes that family; the others keep their default.
+        return {**_default_families(), **families}
+
+
 class Config(_Strict):
     compression: CompressionConfig = CompressionConfig()
     auxiliary: AuxiliaryConfig = AuxiliaryConfig()
     model: ModelConfig = ModelConfig()
+    thinking: ThinkingConfig = ThinkingConfig()
 
     def threshold_tokens(self) -> int | None:
         limit = self.model.context_length
@@ -317,7 +352,7 @@ class _NoAliasLoader(yaml.SafeLoader):
     """
 
     def compose_node(self, parent: Any, index: Any) -> Any:
-        event = self.peek_event()
+        event = self.peek_event()  # type: ignore[no-untyped-call,unused-ignore]
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
             what = f"aliases (*{event.anchor})" if isinstance(event, yaml.AliasEvent) else f"anchors (&{event.anchor})"
             raise yaml.composer.ComposerError(

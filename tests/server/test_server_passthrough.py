@@ -69,8 +69,11 @@ def test_other_paths_pass_through(upstream: ScriptedUpstream, proxy: ProxyServer
     assert [m.id for m in models.data] == ["scripted-model"]
     anthropic_models = anthropic.Anthropic(base_url=proxy.base_url, api_key="k", max_retries=0).models.list()
     assert [m.id for m in anthropic_models.data] == ["scripted-model"]
+    before = len(upstream.requests)
     missing = httpx.get(f"{proxy.base_url}/v1/nowhere", timeout=5)
-    assert missing.status_code == 404 and missing.content == bytes(upstream.requests[-1].response)
+    # issue 19: a path of no known API is refused by the proxy itself (it used to go to OpenAI's upstream)
+    assert missing.status_code == 404 and "no route for GET /v1/nowhere" in missing.json()["error"]["message"]
+    assert len(upstream.requests) == before, "an unknown path reaches no upstream"
 
 
 def test_healthz_and_metrics(upstream: ScriptedUpstream, proxy: ProxyServer) -> None:

@@ -7,14 +7,17 @@ shape (a ``system``-role environment message in the head) and checks the API's o
   ``system``-role entries inside ``messages`` kept as sent; the newest message as sent;
 - at most 4 cache breakpoints;
 - each tool_use answered in the very next message, its tool_result blocks first, no marker with them;
-- signed thinking and redacted_thinking blocks exactly as the client sent them, opening their message.
+- signed thinking and redacted_thinking blocks exactly as the client sent them, opening their message (on
+  models that bind thinking to its prefix, those of the oldest turns may be left out whole).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from microcompact.config import PRESERVED_THINKING_FAMILIES
 from microcompact.messages import MARKER_PREFIX
+from microcompact.server.thinking import family_of
 from support.server_contract import contract_errors
 
 MAX_BREAKPOINTS = 4  # the Anthropic API refuses a request with more cache_control blocks
@@ -69,8 +72,17 @@ def tool_pair_errors(messages: list[dict[str, Any]]) -> list[str]:
     return errors
 
 
-def thinking_errors(client: list[dict[str, Any]], forwarded: list[dict[str, Any]]) -> list[str]:
-    """Every signed block goes out exactly as the client sent it, in its assistant message, in order."""
+def binds_thinking(model: Any) -> bool:
+    """Whether ``model`` binds thinking blocks to their prefix (then a fold removes the blocks it invalidated)."""
+    return family_of(model) in PRESERVED_THINKING_FAMILIES
+
+
+def thinking_errors(
+    client: list[dict[str, Any]], forwarded: list[dict[str, Any]], removable: bool = False
+) -> list[str]:
+    """Every signed block goes out exactly as the client sent it, in its assistant message, in order. With
+    ``removable`` (a model that binds thinking to its prefix) a message's blocks may also be left out whole,
+    those of the oldest turns only: from the start, never between blocks that go out."""
     errors = []
     sent_by_call: dict[str, list[dict[str, Any]]] = {}
     for m in client:
@@ -78,6 +90,7 @@ def thinking_errors(client: list[dict[str, Any]], forwarded: list[dict[str, Any]
         for b in blocks_of(m):
             if b["type"] == "tool_use":
                 sent_by_call[b["id"]] = signed
+    kept: list[bool] = []
     for i, m in enumerate(forwarded):
         if m["role"] != "assistant":
             continue
@@ -86,8 +99,15 @@ def thinking_errors(client: list[dict[str, Any]], forwarded: list[dict[str, Any]
         if signed and kinds[: len(signed)] != [b["type"] for b in signed]:
             errors.append(f"messages.{i}: thinking does not open the assistant message: {kinds}")
         for call in (b["id"] for b in blocks_of(m) if b["type"] == "tool_use"):
-            if signed != sent_by_call.get(call):
+            theirs = sent_by_call.get(call)
+            if removable and theirs and not signed:
+                kept.append(False)
+            elif signed != theirs:
                 errors.append(f"messages.{i}: the thinking before {call} is not the client's")
+            elif theirs:
+                kept.append(True)
+    if False in kept[kept.index(True) :] if True in kept else False:
+        errors.append("thinking was left out between blocks that went out")
     return errors
 
 
@@ -110,5 +130,6 @@ def request_errors(client: dict[str, Any], forwarded: dict[str, Any]) -> list[st
         errors.append("the newest message (with its breakpoint) did not go out as sent")
     if breakpoints(forwarded) > MAX_BREAKPOINTS:
         errors.append(f"{breakpoints(forwarded)} cache breakpoints")
-    errors += tool_pair_errors(out) + thinking_errors(sent, out) + contract_errors(sent, out, head=head)
+    removable = binds_thinking(client.get("model"))
+    errors += tool_pair_errors(out) + thinking_errors(sent, out, removable) + contract_errors(sent, out, head=head)
     return errors

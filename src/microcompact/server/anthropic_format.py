@@ -18,9 +18,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..messages import Message, content_text
+from ..messages import Message
+from ..render import content_text
 from .errors import BadRequest
-from .provider import identity_form, rewritten
+from .provider import dumps, identity_form, rewritten
 
 ROLES = ("user", "assistant", "system")
 THINKING_BLOCKS = ("thinking", "redacted_thinking")
@@ -53,6 +54,12 @@ class AnthropicFormat:
         for i, message in enumerate(messages):
             _check_message(message, f"messages.{i}")
         return messages
+
+    def passthrough_reason(self, body: dict[str, Any]) -> str | None:
+        return None
+
+    def body(self, body: dict[str, Any], messages: list[Message]) -> bytes:
+        return dumps({**body, "messages": messages})
 
     def convert(self, message: Message) -> list[Message]:
         role, content = message["role"], message.get("content")

@@ -1,17 +1,22 @@
-"""The ASGI app behind ``microcompact serve``: OpenAI and Anthropic on one port, compacted on the way up.
+"""The ASGI app behind ``microcompact serve``: OpenAI, Anthropic and Gemini on one port, compacted on the way up.
 
-Routes:
+Routes (:mod:`.routes` holds the table; each path is matched to exactly one API, with or without ``/v1``):
 
-- ``POST /v1/chat/completions`` (OpenAI) and ``POST /v1/messages`` (Anthropic, any query such as
-  ``?beta=true``): the client's full history is compacted (:mod:`.compaction`) and forwarded;
+- ``POST /v1/chat/completions`` (OpenAI Chat), ``POST /v1/responses`` (OpenAI Responses) and
+  ``POST /v1/messages`` (Anthropic, any query such as ``?beta=true``): the client's full history is
+  compacted (:mod:`.compaction`) and forwarded;
 - ``POST /v1/messages/count_tokens``: forwarded with the conversation's compacted view;
-- Gemini (``POST /v1beta/models/{model}:generateContent`` and ``:streamGenerateContent``, SSE or a JSON
-  array; ``/v1/models/...`` and ``/v1alpha/models/...`` too): compacted the same way, ``:countTokens``
-  forwarded with the compacted view; every other Gemini path (``/v1beta/...``, ``/v1alpha/...``, a
-  Google key) goes to the Gemini upstream only;
+- Gemini's ``POST /v1beta/models/{model}:generateContent`` and ``:streamGenerateContent`` (SSE or a JSON
+  array; ``/v1alpha/...`` and ``/v1/...`` too): compacted the same way; ``:countTokens`` forwarded with the
+  compacted view;
 - ``GET /healthz`` and ``GET /metrics`` (Prometheus text);
-- anything else: passed through to the upstream the request is meant for (Anthropic when it carries
-  ``anthropic-version`` or its path starts with ``/v1/messages``, else OpenAI).
+- the rest of each provider's API (models, files, ``/v1/responses/{id}``, Gemini's ``/v1beta/...`` and
+  ``/upload/...``, ...): passed through to that provider's upstream, with only that provider's credential
+  headers;
+- any other path: 404, forwarded nowhere.
+
+Every answer carries ``X-Microcompact-Mode``: ``compacted`` (the conversation is held and its compacted
+view forwarded) or ``passthrough; reason=...`` (forwarded as it came, or refused, and why).
 
 The event loop only parses, forwards and copies bytes; engine work runs on worker threads.
 """
@@ -19,6 +24,7 @@ The event loop only parses, forwards and copies bytes; engine work runs on worke
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import json
 import logging
@@ -34,9 +40,8 @@ import orjson
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
-from starlette.routing import Route
+from starlette.routing import Route as Path
 
-from ..messages import Message
 from ..router import SessionRouter
 from .anthropic_format import AnthropicFormat
 from .compaction import Compaction, Prepared
@@ -46,7 +51,24 @@ from .gemini_format import GeminiFormat
 from .metrics import Metrics
 from .openai_format import OpenAIFormat
 from .provider import Provider, dumps, stripped
+from .responses_format import ResponsesFormat
+from .routes import ANTHROPIC as ANTHROPIC_API
+from .routes import (
+    CHAT,
+    COUNT_TOKENS,
+    FORWARD,
+    GEMINI_COUNT_TOKENS,
+    GENERATE_CONTENT,
+    MESSAGES,
+    RESPONSES,
+    UNKNOWN,
+    Route,
+    match,
+    model_method,
+)
+from .routes import GEMINI as GEMINI_API
 from .session_key import session_key
+from .thinking import ThinkingGuard, ThinkingPlan, is_binding_refusal
 from .usage_tap import UsageTap
 from .view import unchanged
 
@@ -55,10 +77,12 @@ log = logging.getLogger("microcompact")
 Endpoint = Callable[[Request], Awaitable[Response]]
 OPENAI = OpenAIFormat()
 ANTHROPIC = AnthropicFormat()
+RESPONSES_API = ResponsesFormat()
 GEMINI = GeminiFormat()
-GEMINI_VERSIONS = ("v1beta", "v1alpha")
-GEMINI_ROUTES = ("v1beta", "v1alpha", "v1")  # google-genai 3 defaults to /v1/models/{model}:{method}
-GEMINI_GENERATE = frozenset({"generateContent", "streamGenerateContent"})
+MODE_HEADER = "x-microcompact-mode"
+# Degraded reasons under which the client's messages went up as they came (the others still compacted).
+UNCOMPACTED = frozenset({"store-unavailable", "engine-error", "view-invalid"})
+MAX_LOGGED_PASSTHROUGHS = 10_000  # conversations whose passthrough was logged, remembered to log it once
 PROXY_KEY_HEADER = "x-microcompact-key"
 # Connecting may time out; reading never does: a long stream, or a model thinking for minutes, is normal.
 UPSTREAM_TIMEOUT = httpx.Timeout(connect=30.0, read=None, write=None, pool=None)
@@ -73,28 +97,29 @@ class ProxySettings:
     api_key: str | None = None  # when set, every request but /healthz needs it in X-Microcompact-Key
 
 
-def upstream_url(settings: ProxySettings, api: str, path: str, query: str) -> str:
-    """Where a request for ``path`` goes: the upstream's base URL as the SDKs take it, plus the path
-    (without OpenAI's ``/v1``, which its base URL already holds)."""
-    if api == "anthropic":
-        url = settings.anthropic_upstream.rstrip("/") + path
-    elif api == "gemini":
-        url = settings.gemini_upstream.rstrip("/") + path
-    else:
-        url = settings.openai_upstream.rstrip("/") + (path[3:] if path.startswith("/v1/") else path)
+def upstream_url(settings: ProxySettings, route: Route, query: str) -> str:
+    """Where a request on ``route`` goes: its provider's base URL as the SDKs take it (OpenAI's holds
+    ``/v1``; Anthropic's and Gemini's are the host), plus the route's path. A ``key`` query parameter is
+    Gemini's key: kept toward Gemini, never sent to another provider."""
+    bases = {ANTHROPIC_API: settings.anthropic_upstream, GEMINI_API: settings.gemini_upstream}
+    url = bases.get(route.api or "", settings.openai_upstream).rstrip("/") + route.upstream_path
+    if route.api != GEMINI_API:
+        query = "&".join(pair for pair in query.split("&") if pair and pair.split("=", 1)[0] != "key")
     return f"{url}?{query}" if query else url
 
 
-def api_of(request: Request) -> str:
-    """Which upstream a request that is not a chat request is for: Anthropic's when it says so (its headers,
-    its paths, or a path outside ``/v1/``, which only a host-root base URL can serve), else OpenAI's."""
-    headers = request.headers
-    path = request.url.path
-    if _is_gemini(path, headers, request.url.query):
-        return "gemini"
-    if path.startswith("/v1/messages") or "anthropic-version" in headers or "x-api-key" in headers:
-        return "anthropic"
-    return "openai" if path.startswith("/v1/") else "anthropic"
+def route_of(request: Request) -> Route:
+    """The request's route (matched once, kept on the request)."""
+    route = getattr(request.state, "route", None)
+    if not isinstance(route, Route):
+        route = match(request.method, request.url.path, request.headers, request.url.query)
+        request.state.route = route
+    return route
+
+
+def mode(reason: str | None) -> str:
+    """The X-Microcompact-Mode value: ``compacted``, or ``passthrough; reason=REASON``."""
+    return "compacted" if reason is None else f"passthrough; reason={reason}"
 
 
 class Proxy:
@@ -103,26 +128,21 @@ class Proxy:
         self.settings = settings
         self.metrics = metrics or Metrics()
         self.compaction = Compaction(router, self.metrics)
+        self.thinking = ThinkingGuard(router.config.thinking, self.metrics)
         self.client: httpx.AsyncClient | None = None
         self._follow_ups: set[asyncio.Task[None]] = set()
+        self._logged_passthroughs: dict[tuple[str, str], None] = {}  # insertion-ordered, bounded
 
     # ------------------------------------------------------------------ app
 
     def app(self) -> Starlette:
         routes = [
-            Route("/healthz", self.healthz, methods=["GET"]),
-            Route("/metrics", self.metrics_page, methods=["GET"]),
-            Route("/v1/chat/completions", self._guarded(self.chat_completions), methods=["POST"]),
-            Route("/v1/messages", self._guarded(self.messages), methods=["POST"]),
-            Route("/v1/messages/count_tokens", self._guarded(self.count_tokens), methods=["POST"]),
-            *(
-                Route(f"/{version}/models/{{target:path}}", self._guarded(self.gemini), methods=["POST"])
-                for version in GEMINI_ROUTES
-            ),
-            Route(
+            Path("/healthz", self.healthz, methods=["GET"]),
+            Path("/metrics", self.metrics_page, methods=["GET"]),
+            Path(
                 "/{path:path}",
-                self._guarded(self.passthrough),
-                methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"],
+                self._guarded(self.dispatch),
+                methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"],
             ),
         ]
         return Starlette(routes=routes, lifespan=self._lifespan)
@@ -147,7 +167,9 @@ class Proxy:
                 return await endpoint(request)
             except Exception as exc:
                 log.error("Proxy: %s %s failed (%s: %s)", request.method, request.url.path, type(exc).__name__, exc)
-                return self._answer(api_of(request), 500, f"microcompact: internal error ({type(exc).__name__})")
+                return self._answer(
+                    route_of(request).api or "openai", 500, f"microcompact: internal error ({type(exc).__name__})"
+                )
 
         return guarded
 
@@ -162,11 +184,28 @@ class Proxy:
             return refused
         return PlainTextResponse(self.metrics.render(), media_type="text/plain; version=0.0.4")
 
+    async def dispatch(self, request: Request) -> Response:
+        """The endpoint of the request's route (see :mod:`.routes`)."""
+        endpoints: dict[str, Endpoint] = {
+            CHAT: self.chat_completions,
+            RESPONSES: self.responses,
+            MESSAGES: self.messages,
+            COUNT_TOKENS: self.count_tokens,
+            GENERATE_CONTENT: self.gemini,
+            GEMINI_COUNT_TOKENS: self.gemini,
+            FORWARD: self.passthrough,
+            UNKNOWN: self.unknown_route,
+        }
+        return await endpoints[route_of(request).kind](request)
+
     async def chat_completions(self, request: Request) -> Response:
         return await self._generate(request, OPENAI)
 
     async def messages(self, request: Request) -> Response:
         return await self._generate(request, ANTHROPIC)
+
+    async def responses(self, request: Request) -> Response:
+        return await self._generate(request, RESPONSES_API)
 
     async def count_tokens(self, request: Request) -> Response:
         started = time.perf_counter()
@@ -180,20 +219,31 @@ class Proxy:
         except BadRequest as exc:
             return self._answer(ANTHROPIC.name, 400, str(exc))
         messages = await anyio.to_thread.run_sync(self.compaction.view_for_count, ANTHROPIC, body, key, history)
-        content = raw if unchanged(history, messages) else _body(body, messages)
-        return await self._forward(request, ANTHROPIC, content, started, None, {})
+        plan = await anyio.to_thread.run_sync(
+            functools.partial(
+                self.thinking.plan, ANTHROPIC.name, key, body, history, messages, raw, ANTHROPIC.body, count=True
+            )
+        )
+        return await self._forward(
+            request, ANTHROPIC, plan.first.content, started, None, {MODE_HEADER: mode(None)}, plan
+        )
+
+    async def passthrough(self, request: Request) -> Response:
+        started = time.perf_counter()
+        api = route_of(request).api or "openai"
+        refused = self._refused(request, api)
+        if refused is not None:
+            return refused
+        headers = self._passthrough(api, "endpoint", f"{request.method} {request.url.path}")
+        return await self._forward(request, _PROVIDERS[api], await request.body(), started, None, headers)
 
     async def gemini(self, request: Request) -> Response:
-        """``models/{model}:{method}``: generate compacted, countTokens with the compacted view, the rest
-        (embedContent, ...) passed through to the Gemini upstream."""
-        model, colon, method = request.path_params["target"].rpartition(":")
-        if not colon or "/" in model:  # not a model method (an OpenAI path under /v1/models/...)
-            return await self.passthrough(request)
-        if method in GEMINI_GENERATE:
-            return await self._generate(request, GEMINI, GEMINI.body, GEMINI.passthrough_reason)
-        if method == "countTokens":
+        """``models/{model}:{method}`` (model and method read from the path, which the route matched):
+        generateContent and streamGenerateContent compacted, countTokens with the compacted view."""
+        target = model_method(request.url.path)
+        if target is not None and target[1] == "countTokens":
             return await self._gemini_count(request)
-        return await self.passthrough(request)
+        return await self._generate(request, GEMINI)
 
     async def _gemini_count(self, request: Request) -> Response:
         """countTokens of the conversation's compacted view: its ``contents``, or the ``contents`` of its
@@ -217,28 +267,23 @@ class Proxy:
         elif body is outer:
             content = GEMINI.body(body, messages)
         else:
-            content = _body_with(outer, "generateContentRequest", orjson.loads(GEMINI.body(body, messages)))
-        return await self._forward(request, GEMINI, content, started, None, {})
+            content = dumps({**outer, "generateContentRequest": orjson.loads(GEMINI.body(body, messages))})
+        return await self._forward(request, GEMINI, content, started, None, {MODE_HEADER: mode(None)})
 
-    async def passthrough(self, request: Request) -> Response:
-        started = time.perf_counter()
-        api = api_of(request)
-        refused = self._refused(request, api)
-        if refused is not None:
-            return refused
-        return await self._forward(request, _PROVIDERS[api], await request.body(), started, None, {})
+    async def unknown_route(self, request: Request) -> Response:
+        """A path of no known API: refused, so it (and its credentials) reach no upstream."""
+        headers = self._passthrough("none", "unknown_route", f"{request.method} {request.url.path}")
+        message = (
+            f"microcompact: no route for {request.method} {request.url.path}; this proxy serves OpenAI "
+            "(/v1/chat/completions, /v1/responses, ...), Anthropic (/v1/messages, ...) and Gemini "
+            "(/v1beta/models/{model}:generateContent, ...) routes"
+        )
+        self.metrics.request("none", 404)
+        return error_response(None, 404, message, headers)
 
     # ------------------------------------------------------------------ the compacted path
 
-    async def _generate(
-        self,
-        request: Request,
-        provider: Provider,
-        build: Callable[[dict[str, Any], list[Message]], bytes] | None = None,
-        passthrough_reason: Callable[[dict[str, Any]], str | None] | None = None,
-    ) -> Response:
-        """Compact and forward; ``build`` makes the outgoing body (default: ``messages`` replaced), and a
-        ``passthrough_reason`` forwards a request it names a reason for as it came."""
+    async def _generate(self, request: Request, provider: Provider) -> Response:
         started = time.perf_counter()
         refused = self._refused(request, provider.name)
         if refused is not None:
@@ -246,17 +291,55 @@ class Proxy:
         raw = await request.body()
         try:
             body, history = _parse(provider, raw)
-            reason = passthrough_reason(body) if passthrough_reason is not None else None
+            aside = self.thinking.aside(provider.name, body)
+            if aside is not None:  # the provider compacts this conversation itself
+                hint = _conversation_hint(request, body)
+                headers = {**aside, **self._passthrough(provider.name, "provider_compaction", hint)}
+                return await self._forward(request, provider, raw, started, None, headers)
+            reason = provider.passthrough_reason(body)
             if reason is not None:
-                log.warning("Proxy: passing a %s request through uncompacted (%s)", provider.name, reason)
-                return await self._forward(request, provider, raw, started, None, {})
+                headers = self._passthrough(provider.name, reason, _conversation_hint(request, body))
+                return await self._forward(request, provider, raw, started, None, headers)
             key = session_key(request.headers, provider.name, stripped(provider.key_material(body)))
             prepared = await anyio.to_thread.run_sync(self.compaction.prepare, provider, body, key, history)
         except BadRequest as exc:
             return self._answer(provider.name, 400, str(exc))
-        content = raw if unchanged(history, prepared.messages) else (build or _body)(body, prepared.messages)
+        plan = await anyio.to_thread.run_sync(
+            self.thinking.plan, provider.name, key, body, history, prepared.messages, raw, provider.body
+        )
+        content = plan.first.content
         headers = self._report(prepared, len(raw), len(content))
-        return await self._forward(request, provider, content, started, prepared, headers)
+        headers.update(self._mode_of(provider, prepared))
+        return await self._forward(request, provider, content, started, prepared, headers, plan)
+
+    def _mode_of(self, provider: Provider, prepared: Prepared) -> dict[str, str]:
+        """The mode header of a compacted route's request: passthrough when nothing could be compacted."""
+        reason = None
+        if prepared.degraded in UNCOMPACTED:
+            reason = prepared.degraded
+        elif prepared.session is None:
+            reason = "empty"
+        elif not self.router.config.compression.enabled:
+            reason = "disabled"
+        if reason is not None:
+            return self._passthrough(provider.name, reason, prepared.key)
+        self.metrics.mode(provider.name, "compacted", "")
+        return {MODE_HEADER: mode(None)}
+
+    def _passthrough(self, api: str, reason: str, conversation: str) -> dict[str, str]:
+        """The mode header of a request passed through (or refused) for ``reason``; counts it, and logs it
+        once per conversation (or route) and reason."""
+        self.metrics.mode(api, "passthrough", reason)
+        seen = (reason, conversation)
+        if seen not in self._logged_passthroughs:
+            if len(self._logged_passthroughs) >= MAX_LOGGED_PASSTHROUGHS:
+                self._logged_passthroughs.pop(next(iter(self._logged_passthroughs)))
+            self._logged_passthroughs[seen] = None
+            if reason == "unknown_route":
+                log.warning("Proxy: refused %s, forwarded nowhere (%s)", conversation, reason)
+            elif reason != "endpoint":
+                log.warning("Proxy: passing %s through uncompacted (%s)", conversation or f"an {api} request", reason)
+        return {MODE_HEADER: mode(reason)}
 
     def _report(self, prepared: Prepared, sent_by_client: int, forwarded: int) -> dict[str, str]:
         """The X-Microcompact-* response headers; records the request's metrics."""
@@ -285,15 +368,21 @@ class Proxy:
         started: float,
         prepared: Prepared | None,
         headers: dict[str, str],
+        plan: ThinkingPlan | None = None,
     ) -> Response:
         assert self.client is not None, "the app's lifespan did not run"
-        url = upstream_url(self.settings, provider.name, request.url.path, request.url.query)
+        route = route_of(request)
+        url = upstream_url(self.settings, route, request.url.query)
+        sent = upstream_headers(request.headers.items(), route.api)
         outgoing = httpx.Request(
-            request.method, url, headers=upstream_headers(request.headers.items()), content=content
+            request.method, url, headers=plan.upstream_headers(sent) if plan else sent, content=content
         )
         self.metrics.proxy_overhead(time.perf_counter() - started)
         try:
             response = await self.client.send(outgoing, stream=True)
+            if plan is not None:
+                response = await self._refusal_fixed(plan, outgoing, sent, response)
+                headers.update(plan.headers)
         except httpx.HTTPError as exc:
             if prepared is not None:
                 self._follow_up(prepared, None)
@@ -309,10 +398,28 @@ class Proxy:
 
         def done(tap: UsageTap, complete: bool) -> None:
             if prepared is not None:
-                ok = response.status_code < 400 and complete
+                ok = response.status_code < 400 and complete and not (plan is not None and plan.fell_back)
                 self._follow_up(prepared, tap.finish() if ok else None)
 
         return Passthrough(response, tap, headers, done)
+
+    async def _refusal_fixed(
+        self, plan: ThinkingPlan, first: httpx.Request, sent: list[tuple[str, str]], response: httpx.Response
+    ) -> httpx.Response:
+        """``response``, or when it refuses a thinking block the proxy's fold left, the answer to the plan's
+        retries (the refusal arrives before any byte went to the client). Any other answer goes on as is."""
+        assert self.client is not None
+        retries = plan.retries()
+        while response.status_code == 400:
+            refusal = await response.aread()
+            await response.aclose()
+            attempt = next(retries, None) if is_binding_refusal(response.status_code, refusal) else None
+            if attempt is None:
+                return httpx.Response(400, headers=response.headers, stream=httpx.ByteStream(refusal))
+            retry = httpx.Request(first.method, first.url, headers=plan.upstream_headers(sent), content=attempt.content)
+            response = await self.client.send(retry, stream=True)
+        plan.answered(response.status_code)
+        return response
 
     def _follow_up(self, prepared: Prepared, prompt_tokens: int | None) -> None:
         """Queue the request's after-work at once, and run it on a worker thread, not awaited."""
@@ -333,7 +440,13 @@ class Proxy:
         return self._answer(api, 401, f"microcompact: this proxy needs its key in the {PROXY_KEY_HEADER} header")
 
     def _answer(self, api: str, status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+        """The proxy's own error answer; without a mode of its own it says passthrough, and why: the
+        request went nowhere (a bad request, a missing proxy key, a failure of the proxy)."""
         self.metrics.request(api, status)
+        if headers is None or MODE_HEADER not in headers:
+            reason = {400: "invalid_request", 401: "proxy_key"}.get(status, "proxy_error")
+            self.metrics.mode(api, "passthrough", reason)
+            headers = {**(headers or {}), MODE_HEADER: mode(reason)}
         return error_response(api, status, message, headers)
 
     @property
@@ -343,16 +456,6 @@ class Proxy:
 
 
 _PROVIDERS: dict[str, Provider] = {"openai": OPENAI, "anthropic": ANTHROPIC, "gemini": GEMINI}
-
-
-def _is_gemini(path: str, headers: Any, query: str) -> bool:
-    """Gemini's API (its versions' paths, its uploads, its key): only ever sent to the Gemini upstream."""
-    first = path.lstrip("/").split("/", 1)[0]
-    if first in GEMINI_VERSIONS or path.startswith("/upload/") or "x-goog-api-key" in headers:
-        return True
-    if path.startswith("/v1/models/") and ":" in path.rsplit("/", 1)[-1]:
-        return True
-    return any(pair.split("=", 1)[0] == "key" for pair in query.split("&") if pair)
 
 
 def _parse(provider: Provider, raw: bytes) -> tuple[dict[str, Any], list[Any]]:
@@ -373,17 +476,14 @@ def _parse_json(raw: bytes) -> Any:
             raise BadRequest(f"the request body is not valid JSON ({exc})") from None
 
 
-def _body_with(outer: dict[str, Any], field: str, inner: Any) -> bytes:
-    return dumps({**outer, field: inner})
-
-
-def _body(body: dict[str, Any], messages: list[Message]) -> bytes:
-    """The outgoing body: the client's, with the compacted ``messages``."""
-    outgoing = {**body, "messages": messages}
-    try:
-        return orjson.dumps(outgoing)
-    except (TypeError, orjson.JSONEncodeError):
-        return json.dumps(outgoing, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
+def _conversation_hint(request: Request, body: dict[str, Any]) -> str:
+    """What names a passed-through conversation in the log (its history is not here to digest): the
+    client's session header (Codex sends ``session-id``), else its prompt cache key, else nothing."""
+    for name in ("x-microcompact-session", "x-claude-code-session-id", "session-id"):
+        if request.headers.get(name):
+            return f"conversation {request.headers[name][:200]}"
+    cache_key = body.get("prompt_cache_key")
+    return f"conversation {cache_key[:200]}" if isinstance(cache_key, str) and cache_key else ""
 
 
 def _tokens_saved(counted_tokens: int, sent_by_client: int, forwarded: int) -> int:

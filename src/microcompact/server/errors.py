@@ -1,4 +1,5 @@
-"""Errors the proxy answers itself, in the shape the client's SDK parses (OpenAI's, Anthropic's or Gemini's)."""
+"""Errors the proxy answers itself, in the shape the client's SDK parses (OpenAI's, Anthropic's or Gemini's;
+a neutral shape, readable by all three, when the request matched no provider)."""
 
 from __future__ import annotations
 
@@ -24,8 +25,11 @@ class BadRequest(ValueError):
     """The client's request cannot be compacted or forwarded as it is (the message names what and where)."""
 
 
-def error_body(api: str, status: int, message: str) -> dict[str, Any]:
-    """The provider's error JSON for ``status`` (``api`` is "anthropic", "openai" or "gemini")."""
+def error_body(api: str | None, status: int, message: str) -> dict[str, Any]:
+    """The provider's error JSON for ``status`` (``api`` is "anthropic", "openai", "gemini", or None: no
+    provider, a shape whose ``error.message`` every SDK reads)."""
+    if api is None:
+        return {"type": "error", "error": {"type": "not_found_error", "code": "unknown_route", "message": message}}
     if api == "gemini":
         return {"error": {"code": status, "message": message, "status": GEMINI_STATUS.get(status, "INTERNAL")}}
     if api == "anthropic":
@@ -34,7 +38,7 @@ def error_body(api: str, status: int, message: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": kind, "param": None, "code": None}}
 
 
-def error_response(api: str, status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+def error_response(api: str | None, status: int, message: str, headers: dict[str, str] | None = None) -> Response:
     return Response(
         orjson.dumps(error_body(api, status, message)),
         status_code=status,

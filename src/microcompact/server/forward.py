@@ -2,8 +2,11 @@
 
 Headers go both ways unchanged except hop-by-hop ones, ``host``, lengths (recomputed), and the proxy's own
 (``X-Microcompact-*``, never forwarded). ``accept-encoding`` is sent upstream as ``identity`` so the bytes
-passed back are the ones whose usage can be read on the side. Credentials (``authorization``,
-``x-api-key``) are forwarded and nothing else is done with them: never stored, never logged.
+passed back are the ones whose usage can be read on the side. Credentials go only to the provider they are
+for: toward one provider, the other providers' credential headers (``routes.CREDENTIALS``: a Google
+``x-goog-api-key``, an Anthropic ``x-api-key``, OpenAI's organization headers) are dropped, and its own
+(``authorization`` too: Anthropic takes OAuth tokens there) are forwarded and nothing else is done with
+them: never stored, never logged.
 
 The response is an ASGI app of its own: each chunk is written to the client as soon as it comes from
 upstream; an upstream that breaks mid-body leaves the client's response broken the same way (the
@@ -22,6 +25,7 @@ from starlette.responses import Response
 from starlette.types import Message as ASGIMessage
 from starlette.types import Receive, Scope, Send
 
+from .routes import CREDENTIALS
 from .usage_tap import UsageTap
 
 log = logging.getLogger("microcompact")
@@ -51,9 +55,17 @@ def _hop_by_hop(headers: list[tuple[str, str]]) -> frozenset[str]:
     return HOP_BY_HOP | named
 
 
-def upstream_headers(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+def foreign_credentials(api: str) -> frozenset[str]:
+    """The credential headers of every provider but ``api`` that ``api`` does not take itself."""
+    others = frozenset().union(*(names for name, names in CREDENTIALS.items() if name != api))
+    return others - CREDENTIALS.get(api, frozenset())
+
+
+def upstream_headers(headers: Iterable[tuple[str, str]], api: str | None = None) -> list[tuple[str, str]]:
+    """The headers to send toward ``api``'s upstream (None: every credential kept, for callers that
+    route on their own)."""
     items = list(headers)
-    dropped = _hop_by_hop(items) | {"accept-encoding"}
+    dropped = _hop_by_hop(items) | {"accept-encoding"} | (foreign_credentials(api) if api else frozenset())
     out = [(n, v) for n, v in items if n.lower() not in dropped and not n.lower().startswith(OWN_PREFIX)]
     out.append(("accept-encoding", "identity"))
     return out

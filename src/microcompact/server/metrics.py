@@ -43,6 +43,8 @@ class Metrics:
         self.passes: Counter[str] = Counter()
         self.degraded: Counter[str] = Counter()
         self.tokens_saved = 0
+        self.thinking: Counter[str] = Counter()  # thinking blocks removed or left to drop, binding refusals retried
+        self.modes: Counter[tuple[str, str, str]] = Counter()  # (api, mode, passthrough reason or "")
         self.occupancy = Histogram(OCCUPANCY_BUCKETS)
         self.overhead = Histogram(OVERHEAD_BUCKETS)
 
@@ -63,6 +65,15 @@ class Metrics:
     def degrade(self, reason: str) -> None:
         with self._lock:
             self.degraded[reason] += 1
+
+    def thinking_event(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            self.thinking[name] += n
+
+    def mode(self, api: str, mode: str, reason: str) -> None:
+        """One answer's X-Microcompact-Mode: ``compacted``, or ``passthrough`` and why."""
+        with self._lock:
+            self.modes[(api, mode, reason)] += 1
 
     def proxy_overhead(self, seconds: float) -> None:
         with self._lock:
@@ -92,11 +103,46 @@ class Metrics:
                 "# HELP microcompact_tokens_saved_total Prompt tokens not sent thanks to compaction (estimated).",
                 "# TYPE microcompact_tokens_saved_total counter",
                 f"microcompact_tokens_saved_total {self.tokens_saved}",
+                *_thinking_lines(self.thinking),
                 "# HELP microcompact_occupancy_percent Prompt size as a percentage of the compaction threshold.",
                 "# TYPE microcompact_occupancy_percent histogram",
                 *self.occupancy.lines("microcompact_occupancy_percent"),
+                "# HELP microcompact_mode_total Answers by X-Microcompact-Mode (compacted, or passthrough and why).",
+                "# TYPE microcompact_mode_total counter",
+                *(
+                    f'microcompact_mode_total{{api="{api}",mode="{mode}",reason="{reason}"}} {n}'
+                    for (api, mode, reason), n in sorted(self.modes.items())
+                ),
                 "# HELP microcompact_proxy_overhead_seconds Time in the proxy before the upstream request is sent.",
                 "# TYPE microcompact_proxy_overhead_seconds histogram",
                 *self.overhead.lines("microcompact_proxy_overhead_seconds"),
             ]
         return "\n".join(lines) + "\n"
+
+
+def _thinking_lines(counts: Counter[str]) -> list[str]:
+    """Thinking blocks a fold would have invalidated (removed by the proxy, or left for the API to drop) and
+    binding refusals the proxy retried (``stripped``: all thinking removed from the changed part; ``client``:
+    the client's own request)."""
+    lines = [
+        "# HELP microcompact_thinking_blocks_total Thinking blocks a fold would have invalidated, by action.",
+        "# TYPE microcompact_thinking_blocks_total counter",
+    ]
+    lines += [
+        f'microcompact_thinking_blocks_total{{action="{action}"}} {counts.get(f"blocks_{action}", 0)}'
+        for action in ("removed", "dropped")
+    ]
+    lines += [
+        "# HELP microcompact_thinking_refusals_retried_total Binding refusals the proxy retried, by what it sent.",
+        "# TYPE microcompact_thinking_refusals_retried_total counter",
+    ]
+    lines += [
+        f'microcompact_thinking_refusals_retried_total{{retry="{retry}"}} {counts.get(f"refusals_retried_{retry}", 0)}'
+        for retry in ("stripped", "client")
+    ]
+    lines += [
+        "# HELP microcompact_provider_compaction_total Requests left to the provider's own compaction.",
+        "# TYPE microcompact_provider_compaction_total counter",
+        f"microcompact_provider_compaction_total {counts.get('provider_compaction_stepped_aside', 0)}",
+    ]
+    return lines

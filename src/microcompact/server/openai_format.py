@@ -12,7 +12,7 @@ from typing import Any
 from ..messages import Message, TranscriptError, message_shape_errors, to_api, validate_message
 from ..properties import tool_pairing_errors
 from .errors import BadRequest
-from .provider import identity_form
+from .provider import dumps, identity_form
 
 
 class OpenAIFormat:
@@ -34,6 +34,12 @@ class OpenAIFormat:
             if problems:
                 raise BadRequest(f"{where}: {problems[0]}")
         return messages
+
+    def passthrough_reason(self, body: dict[str, Any]) -> str | None:
+        return None
+
+    def body(self, body: dict[str, Any], messages: list[Message]) -> bytes:
+        return dumps({**body, "messages": messages})
 
     def convert(self, message: Message) -> list[Message]:
         return [message]

@@ -1,4 +1,4 @@
-"""What the proxy needs to know about one provider's API: a small protocol both formats implement.
+"""What the proxy needs to know about one provider's API: a small protocol every format implements.
 
 A *client message* is one entry of the request's ``messages`` as the client sent it; *session messages* are
 what the library holds (chat-completions shape). ``convert`` turns one into the other (one client message
@@ -85,10 +85,19 @@ def dumps(outgoing: dict[str, Any]) -> bytes:
 class Provider(Protocol):
     """One API's request format (see ``openai_format``, ``anthropic_format`` and ``gemini_format``)."""
 
-    name: str  # "openai", "anthropic" or "gemini": metrics labels, error shapes
+    name: str  # "openai", "anthropic" or "gemini": metrics labels, error shapes (the Responses API is "openai" too)
 
     def history(self, body: Any) -> list[Message]:
         """The request's messages, checked (raises BadRequest naming the problem)."""
+        ...
+
+    def passthrough_reason(self, body: dict[str, Any]) -> str | None:
+        """Why this request must go up as it came, uncompacted (its history lives on the provider, its
+        items cannot be ordered), or None. The reason is the X-Microcompact-Mode header's."""
+        ...
+
+    def body(self, body: dict[str, Any], messages: list[Message]) -> bytes:
+        """The outgoing request body: the client's, with ``messages`` (client messages) in place of its history."""
         ...
 
     def convert(self, message: Message) -> list[Message]:

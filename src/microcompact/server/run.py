@@ -15,6 +15,7 @@ from ..config import Config, ConfigError, load_config
 from ..router import SessionRouter
 from ..store import SessionStore, StoreError, open_store
 from .app import Proxy, ProxySettings
+from .routes import served
 
 
 class ServeError(ValueError):
@@ -120,9 +121,8 @@ def serve(options: ServeOptions, say: Callable[[str], None]) -> None:
         say(
             f"microcompact serve: listening on {base} (OpenAI clients: {base}/v1, Anthropic clients and Claude Code: "
             f"{base}, Gemini CLI: GOOGLE_GEMINI_BASE_URL={base}); forwarding to {settings.openai_upstream}, "
-            f"{settings.anthropic_upstream} and {settings.gemini_upstream}; sessions in {store.describe()}\n"
-            "routes: POST /v1beta/models/{model}:generateContent, :streamGenerateContent (compacted), "
-            ":countTokens (the compacted view); other /v1beta/... to the Gemini upstream"
+            f"{settings.anthropic_upstream} and {settings.gemini_upstream}; sessions in {store.describe()}\nroutes:\n"
+            + "\n".join(f"  {line}" for line in served())
         )
         server = uvicorn.Server(
             uvicorn.Config(Proxy(router, settings).app(), log_level="warning", access_log=False, lifespan="on")

@@ -1,0 +1,176 @@
+"""Which API a request is for: one table of the routes ``serve`` answers, matched by path (and, where a path
+belongs to several providers, by the request's auth header).
+
+A path is matched with or without its ``/v1`` (an OpenAI client whose base URL lacks it sends
+``/chat/completions``). The first segment after ``/v1`` names a provider's resource; a resource only one
+provider has goes to that provider, a shared one (``models``, ``files``) to the provider whose credential
+header the request carries. Gemini's routes (``/v1beta/...``, ``/v1alpha/...``, ``/upload/...``,
+``/v1/models/M:method``, a Google key on a shared resource) go to the Gemini upstream with their full path;
+``models/M:generateContent`` and ``:streamGenerateContent`` are compacted, ``:countTokens`` counts the
+compacted view. Anything else is refused here, so no request (and no key) reaches an upstream it was not
+meant for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+OPENAI, ANTHROPIC, GEMINI = "openai", "anthropic", "gemini"
+
+# Route kinds: the compacted endpoints, a plain forward, and the refusal.
+CHAT, RESPONSES, MESSAGES, COUNT_TOKENS = "chat", "responses", "messages", "count_tokens"
+GENERATE_CONTENT, GEMINI_COUNT_TOKENS = "generate_content", "gemini_count_tokens"
+FORWARD, UNKNOWN = "forward", "unknown"
+
+# The first path segment after /v1 of each provider's public API.
+OPENAI_RESOURCES = frozenset(
+    {
+        "assistants",
+        "audio",
+        "batches",
+        "chat",
+        "chatkit",
+        "completions",
+        "containers",
+        "conversations",
+        "embeddings",
+        "evals",
+        "files",
+        "fine_tuning",
+        "images",
+        "models",
+        "moderations",
+        "organization",
+        "realtime",
+        "responses",
+        "threads",
+        "uploads",
+        "vector_stores",
+        "videos",
+    }
+)
+ANTHROPIC_RESOURCES = frozenset({"complete", "experimental", "files", "messages", "models", "organizations", "skills"})
+SHARED_RESOURCES = OPENAI_RESOURCES & ANTHROPIC_RESOURCES
+GEMINI_VERSIONS = frozenset({"v1beta", "v1alpha"})
+# The versions whose models/M:method Gemini answers (google-genai 3 defaults to /v1/models/M:method).
+GEMINI_MODEL_VERSIONS = GEMINI_VERSIONS | {"v1"}
+GEMINI_COMPACTED = {
+    "generateContent": GENERATE_CONTENT,
+    "streamGenerateContent": GENERATE_CONTENT,
+    "countTokens": GEMINI_COUNT_TOKENS,
+}
+
+# The POST endpoints compacted by the proxy: (resource path after /v1, kind).
+COMPACTED = {"/chat/completions": CHAT, "/responses": RESPONSES, "/messages": MESSAGES}
+COUNTED = {"/messages/count_tokens": COUNT_TOKENS}
+
+# Each provider's credential headers. Toward one provider, the others' are dropped (forward.py).
+CREDENTIALS: dict[str, frozenset[str]] = {
+    OPENAI: frozenset({"authorization", "openai-organization", "openai-project", "api-key"}),
+    ANTHROPIC: frozenset({"authorization", "x-api-key"}),
+    GEMINI: frozenset({"authorization", "x-goog-api-key", "x-goog-user-project"}),
+}
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where one request goes: its API, what the proxy does with it, and the path to append to that
+    provider's base URL (OpenAI's base URL holds ``/v1``, Anthropic's does not)."""
+
+    api: str | None  # None: no provider (an unknown route)
+    kind: str
+    upstream_path: str = ""
+
+    @property
+    def compacted(self) -> bool:
+        return self.kind in (CHAT, RESPONSES, MESSAGES, COUNT_TOKENS, GENERATE_CONTENT, GEMINI_COUNT_TOKENS)
+
+
+def _by_credentials(headers: Mapping[str, str], query: str) -> str:
+    """The provider a request on a shared resource is for, by the credential it carries (OpenAI's
+    bearer key when no other provider's header is there)."""
+    if "anthropic-version" in headers or "x-api-key" in headers:
+        return ANTHROPIC
+    if "x-goog-api-key" in headers or _has_key_param(query):
+        return GEMINI
+    return OPENAI
+
+
+def _has_key_param(query: str) -> bool:
+    return any(pair.split("=", 1)[0] == "key" for pair in query.split("&") if pair)
+
+
+def _is_gemini(path: str, rest: str) -> bool:
+    """Gemini's API: ``/v1beta/...``, ``/upload/v1beta/...``, and ``/v1/models/M:method``."""
+    first = path.lstrip("/").split("/", 1)[0]
+    if first in GEMINI_VERSIONS or path.startswith("/upload/"):
+        return True
+    return rest.startswith("/models/") and ":" in rest.rsplit("/", 1)[-1]
+
+
+def model_method(path: str) -> tuple[str, str] | None:
+    """``(model, method)`` of a Gemini ``/{version}/models/{model}:{method}`` path, else None."""
+    version, _, rest = path.lstrip("/").partition("/")
+    target = rest.removeprefix("models/")
+    model, colon, method = target.rpartition(":")
+    if version not in GEMINI_MODEL_VERSIONS or target == rest or not colon or not model or "/" in model:
+        return None
+    return model, method
+
+
+def _gemini(method: str, path: str) -> Route:
+    """A Gemini route: its model methods compacted (POST), every other path forwarded as it came."""
+    target = model_method(path) if method == "POST" else None
+    kind = GEMINI_COMPACTED.get(target[1], FORWARD) if target is not None else FORWARD
+    return Route(GEMINI, kind, path)
+
+
+def match(method: str, path: str, headers: Mapping[str, str], query: str = "") -> Route:
+    """The route of ``method path`` (headers with lower-case names, as Starlette gives them)."""
+    rest = path[3:] if path.startswith("/v1/") else path
+    if _is_gemini(path, rest):
+        return _gemini(method, path)
+    resource = rest.lstrip("/").split("/", 1)[0]
+    if method == "POST" and rest in COMPACTED:
+        kind = COMPACTED[rest]
+        return Route(ANTHROPIC if kind == MESSAGES else OPENAI, kind, _upstream_path(kind, rest))
+    if method == "POST" and rest in COUNTED:
+        return Route(ANTHROPIC, COUNTED[rest], "/v1" + rest)
+    if resource in SHARED_RESOURCES:
+        api = _by_credentials(headers, query)
+    elif resource in OPENAI_RESOURCES:
+        api = OPENAI
+    elif resource in ANTHROPIC_RESOURCES:
+        api = ANTHROPIC
+    else:
+        return Route(None, UNKNOWN)
+    if api == GEMINI:
+        return Route(GEMINI, FORWARD, path)
+    return Route(api, FORWARD, rest if api == OPENAI else "/v1" + rest)
+
+
+def _upstream_path(kind: str, rest: str) -> str:
+    return "/v1" + rest if kind == MESSAGES else rest
+
+
+def served() -> list[str]:
+    """The routes ``serve`` answers, one line each, for its startup message."""
+    return [
+        "POST /v1/chat/completions, /chat/completions  OpenAI Chat Completions, compacted",
+        "POST /v1/responses, /responses  OpenAI Responses, compacted (previous_response_id: passed through)",
+        "POST /v1/messages, /messages  Anthropic Messages, compacted (count_tokens: the compacted view)",
+        "/v1/{" + ",".join(sorted(OPENAI_RESOURCES - SHARED_RESOURCES)) + "}/...  forwarded to OpenAI",
+        "/v1/{" + ",".join(sorted(ANTHROPIC_RESOURCES - SHARED_RESOURCES)) + "}/...  forwarded to Anthropic",
+        "/v1/{"
+        + ",".join(sorted(SHARED_RESOURCES))
+        + "}/...  forwarded by credential (x-api-key or anthropic-version: Anthropic; x-goog-api-key or "
+        "?key=: Gemini; else OpenAI)",
+        "POST /v1beta/models/M:generateContent, :streamGenerateContent (also /v1alpha, /v1)  Gemini, compacted "
+        "(:countTokens: the compacted view)",
+        "/v1beta/..., /v1alpha/..., /upload/..., /v1/models/M:method  forwarded to Gemini",
+        "GET /healthz, GET /metrics; any other path: 404, forwarded nowhere",
+    ]
+
+
+__all__ = ["CREDENTIALS", "Route", "match", "model_method", "served"]
