@@ -23,11 +23,12 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow" --hypothesis-profile=fast -n 2
 
-# Claude Code and Codex CLI from npm, pinned in tests/e2e/claude-code and tests/e2e/codex (the end-to-end
-# proxy tests skip without them).
+# Claude Code, Codex CLI and Gemini CLI from npm, pinned in tests/e2e/claude-code, tests/e2e/codex and
+# tests/e2e/gemini-cli (the end-to-end proxy tests skip without them).
 e2e-install:
 	tests/e2e/install-claude-code.sh
 	tests/e2e/install-codex.sh
+	tests/e2e/install-gemini-cli.sh
 
 # Everything, slow tests included, every property-test example: what CI runs.
 test-all: $(STAMP) e2e-install

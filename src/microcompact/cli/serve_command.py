@@ -19,6 +19,9 @@ def serve_cmd(
     anthropic_upstream: Annotated[
         str, typer.Option("--anthropic-upstream", help="Anthropic base URL requests go to.")
     ] = "https://api.anthropic.com",
+    gemini_upstream: Annotated[
+        str, typer.Option("--gemini-upstream", help="Gemini API base URL requests go to (Gemini CLI, google-genai).")
+    ] = "https://generativelanguage.googleapis.com",
     db: DbOption = None,
     context_limit: ContextLimitOption = None,
     log_file: LogOption = None,
@@ -41,11 +44,21 @@ def serve_cmd(
         ),
     ] = None,
 ) -> None:
-    """Run the compaction proxy: point OpenAI or Anthropic clients (Claude Code, Codex, aider, SDKs) at it."""
+    """Run the compaction proxy: point OpenAI, Anthropic or Gemini clients (Claude Code, Codex, Gemini CLI, aider,
+    SDKs) at it."""
     from ..server.run import ServeError, ServeOptions, serve
 
     options = ServeOptions(
-        config, host, port, openai_upstream, anthropic_upstream, db, context_limit, api_key, shared=shared
+        config,
+        host,
+        port,
+        openai_upstream,
+        anthropic_upstream,
+        db=db,
+        context_limit=context_limit,
+        api_key=api_key,
+        shared=shared,
+        gemini_upstream=gemini_upstream,
     )
     with logging_to(log_file):
         try:

@@ -1,4 +1,4 @@
-"""The ASGI app behind ``microcompact serve``: OpenAI and Anthropic on one port, compacted on the way up.
+"""The ASGI app behind ``microcompact serve``: OpenAI, Anthropic and Gemini on one port, compacted on the way up.
 
 Routes (:mod:`.routes` holds the table; each path is matched to exactly one API, with or without ``/v1``):
 
@@ -6,10 +6,14 @@ Routes (:mod:`.routes` holds the table; each path is matched to exactly one API,
   ``POST /v1/messages`` (Anthropic, any query such as ``?beta=true``): the client's full history is
   compacted (:mod:`.compaction`) and forwarded;
 - ``POST /v1/messages/count_tokens``: forwarded with the conversation's compacted view;
+- Gemini's ``POST /v1beta/models/{model}:generateContent`` and ``:streamGenerateContent`` (SSE or a JSON
+  array; ``/v1alpha/...`` and ``/v1/...`` too): compacted the same way; ``:countTokens`` forwarded with the
+  compacted view;
 - ``GET /healthz`` and ``GET /metrics`` (Prometheus text);
-- the rest of each provider's API (models, files, ``/v1/responses/{id}``, ...): passed through to that
-  provider's upstream, with only that provider's credential headers;
-- Gemini's routes: 501, not served yet; any other path: 404, forwarded nowhere.
+- the rest of each provider's API (models, files, ``/v1/responses/{id}``, Gemini's ``/v1beta/...`` and
+  ``/upload/...``, ...): passed through to that provider's upstream, with only that provider's credential
+  headers;
+- any other path: 404, forwarded nowhere.
 
 Every answer carries ``X-Microcompact-Mode``: ``compacted`` (the conversation is held and its compacted
 view forwarded) or ``passthrough; reason=...`` (forwarded as it came, or refused, and why).
@@ -44,15 +48,30 @@ from .anthropic_format import AnthropicFormat
 from .compaction import Compaction, Prepared
 from .errors import BadRequest, error_response
 from .forward import Passthrough, upstream_headers
+from .gemini_format import GeminiFormat
 from .metrics import Metrics
 from .openai_format import OpenAIFormat
-from .provider import Provider, stripped
+from .provider import Provider, dumps, stripped
 from .responses_format import ResponsesFormat
 from .routes import ANTHROPIC as ANTHROPIC_API
-from .routes import CHAT, COUNT_TOKENS, FORWARD, MESSAGES, NOT_SERVED, RESPONSES, UNKNOWN, Route, match
+from .routes import (
+    CHAT,
+    COUNT_TOKENS,
+    FORWARD,
+    GEMINI_COUNT_TOKENS,
+    GENERATE_CONTENT,
+    MESSAGES,
+    RESPONSES,
+    UNKNOWN,
+    Route,
+    match,
+    model_method,
+)
+from .routes import GEMINI as GEMINI_API
 from .session_key import session_key
 from .thinking import ThinkingGuard, ThinkingPlan, is_binding_refusal
 from .usage_tap import UsageTap
+from .view import unchanged
 
 log = logging.getLogger("microcompact")
 
@@ -60,6 +79,7 @@ Endpoint = Callable[[Request], Awaitable[Response]]
 OPENAI = OpenAIFormat()
 ANTHROPIC = AnthropicFormat()
 RESPONSES_API = ResponsesFormat()
+GEMINI = GeminiFormat()
 MODE_HEADER = "x-microcompact-mode"
 # Degraded reasons under which the client's messages went up as they came (the others still compacted).
 UNCOMPACTED = frozenset({"store-unavailable", "engine-error", "view-invalid"})
@@ -74,15 +94,18 @@ UPSTREAM_LIMITS = httpx.Limits(max_connections=1000, max_keepalive_connections=2
 class ProxySettings:
     openai_upstream: str = "https://api.openai.com/v1"
     anthropic_upstream: str = "https://api.anthropic.com"
+    gemini_upstream: str = "https://generativelanguage.googleapis.com"
     api_key: str | None = None  # when set, every request but /healthz needs it in X-Microcompact-Key
 
 
 def upstream_url(settings: ProxySettings, route: Route, query: str) -> str:
     """Where a request on ``route`` goes: its provider's base URL as the SDKs take it (OpenAI's holds
-    ``/v1``), plus the route's path. A ``key`` query parameter (Gemini's key) never goes to another provider."""
-    base = settings.anthropic_upstream if route.api == ANTHROPIC_API else settings.openai_upstream
-    url = base.rstrip("/") + route.upstream_path
-    query = "&".join(pair for pair in query.split("&") if pair and pair.split("=", 1)[0] != "key")
+    ``/v1``; Anthropic's and Gemini's are the host), plus the route's path. A ``key`` query parameter is
+    Gemini's key: kept toward Gemini, never sent to another provider."""
+    bases = {ANTHROPIC_API: settings.anthropic_upstream, GEMINI_API: settings.gemini_upstream}
+    url = bases.get(route.api or "", settings.openai_upstream).rstrip("/") + route.upstream_path
+    if route.api != GEMINI_API:
+        query = "&".join(pair for pair in query.split("&") if pair and pair.split("=", 1)[0] != "key")
     return f"{url}?{query}" if query else url
 
 
@@ -169,8 +192,9 @@ class Proxy:
             RESPONSES: self.responses,
             MESSAGES: self.messages,
             COUNT_TOKENS: self.count_tokens,
+            GENERATE_CONTENT: self.gemini,
+            GEMINI_COUNT_TOKENS: self.gemini,
             FORWARD: self.passthrough,
-            NOT_SERVED: self.not_served,
             UNKNOWN: self.unknown_route,
         }
         return await endpoints[route_of(request).kind](request)
@@ -214,21 +238,46 @@ class Proxy:
         headers = self._passthrough(api, "endpoint", f"{request.method} {request.url.path}")
         return await self._forward(request, _PROVIDERS[api], await request.body(), started, None, headers)
 
-    async def not_served(self, request: Request) -> Response:
-        """Gemini's API: reserved, answered here, never forwarded to another provider's upstream."""
-        headers = self._passthrough("gemini", "not_served", "gemini")
-        message = (
-            f"microcompact: the Gemini API ({request.method} {request.url.path}) is not served by this proxy yet; "
-            "point this client at Gemini directly"
-        )
-        return self._answer("gemini", 501, message, headers)
+    async def gemini(self, request: Request) -> Response:
+        """``models/{model}:{method}`` (model and method read from the path, which the route matched):
+        generateContent and streamGenerateContent compacted, countTokens with the compacted view."""
+        target = model_method(request.url.path)
+        if target is not None and target[1] == "countTokens":
+            return await self._gemini_count(request)
+        return await self._generate(request, GEMINI)
+
+    async def _gemini_count(self, request: Request) -> Response:
+        """countTokens of the conversation's compacted view: its ``contents``, or the ``contents`` of its
+        ``generateContentRequest``."""
+        started = time.perf_counter()
+        refused = self._refused(request, GEMINI.name)
+        if refused is not None:
+            return refused
+        raw = await request.body()
+        try:
+            outer = _parse_json(raw)
+            inner = outer.get("generateContentRequest") if isinstance(outer, dict) else None
+            body = inner if isinstance(inner, dict) and "contents" in inner else outer
+            history = GEMINI.history(body)
+            key = session_key(request.headers, GEMINI.name, stripped(GEMINI.key_material(body)))
+        except BadRequest as exc:
+            return self._answer(GEMINI.name, 400, str(exc))
+        messages = await anyio.to_thread.run_sync(self.compaction.view_for_count, GEMINI, body, key, history)
+        if unchanged(history, messages):
+            content = raw
+        elif body is outer:
+            content = GEMINI.body(body, messages)
+        else:
+            content = dumps({**outer, "generateContentRequest": orjson.loads(GEMINI.body(body, messages))})
+        return await self._forward(request, GEMINI, content, started, None, {MODE_HEADER: mode(None)})
 
     async def unknown_route(self, request: Request) -> Response:
         """A path of no known API: refused, so it (and its credentials) reach no upstream."""
         headers = self._passthrough("none", "unknown_route", f"{request.method} {request.url.path}")
         message = (
             f"microcompact: no route for {request.method} {request.url.path}; this proxy serves OpenAI "
-            "(/v1/chat/completions, /v1/responses, ...) and Anthropic (/v1/messages, ...) routes"
+            "(/v1/chat/completions, /v1/responses, ...), Anthropic (/v1/messages, ...) and Gemini "
+            "(/v1beta/models/{model}:generateContent, ...) routes"
         )
         self.metrics.request("none", 404)
         return error_response(None, 404, message, headers)
@@ -287,7 +336,7 @@ class Proxy:
             if len(self._logged_passthroughs) >= MAX_LOGGED_PASSTHROUGHS:
                 self._logged_passthroughs.pop(next(iter(self._logged_passthroughs)))
             self._logged_passthroughs[seen] = None
-            if reason in ("unknown_route", "not_served"):
+            if reason == "unknown_route":
                 log.warning("Proxy: refused %s, forwarded nowhere (%s)", conversation, reason)
             elif reason != "endpoint":
                 log.warning("Proxy: passing %s through uncompacted (%s)", conversation or f"an {api} request", reason)
@@ -432,20 +481,25 @@ class Proxy:
         return len(self._follow_ups)
 
 
-_PROVIDERS: dict[str, Provider] = {"openai": OPENAI, "anthropic": ANTHROPIC}
+_PROVIDERS: dict[str, Provider] = {"openai": OPENAI, "anthropic": ANTHROPIC, "gemini": GEMINI}
 
 
 def _parse(provider: Provider, raw: bytes) -> tuple[dict[str, Any], list[Any]]:
-    """The body and its messages. orjson for speed; the standard library for what orjson refuses but a
-    provider may accept (integers beyond 64 bits, lone surrogate escapes)."""
+    """The body and its messages."""
+    body = _parse_json(raw)
+    return body, provider.history(body)
+
+
+def _parse_json(raw: bytes) -> Any:
+    """orjson for speed; the standard library for what orjson refuses but a provider may accept (integers
+    beyond 64 bits, lone surrogate escapes)."""
     try:
-        body = orjson.loads(raw)
+        return orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         try:
-            body = json.loads(raw)
+            return json.loads(raw)
         except (ValueError, RecursionError):
             raise BadRequest(f"the request body is not valid JSON ({exc})") from None
-    return body, provider.history(body)
 
 
 def _conversation_hint(request: Request, body: dict[str, Any]) -> str:

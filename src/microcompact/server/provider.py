@@ -83,9 +83,9 @@ def dumps(outgoing: dict[str, Any]) -> bytes:
 
 
 class Provider(Protocol):
-    """One API's request format (see ``openai_format`` and ``anthropic_format``)."""
+    """One API's request format (see ``openai_format``, ``anthropic_format`` and ``gemini_format``)."""
 
-    name: str  # "openai" or "anthropic": metrics labels, error shapes (the Responses API is "openai" too)
+    name: str  # "openai", "anthropic" or "gemini": metrics labels, error shapes (the Responses API is "openai" too)
 
     def history(self, body: Any) -> list[Message]:
         """The request's messages, checked (raises BadRequest naming the problem)."""

@@ -4,9 +4,11 @@ belongs to several providers, by the request's auth header).
 A path is matched with or without its ``/v1`` (an OpenAI client whose base URL lacks it sends
 ``/chat/completions``). The first segment after ``/v1`` names a provider's resource; a resource only one
 provider has goes to that provider, a shared one (``models``, ``files``) to the provider whose credential
-header the request carries. Gemini's routes (``/v1beta/...``, ``/v1/models/M:method``, a Google key) are
-reserved: answered "not served", never forwarded. Anything else is refused here, so no request (and no key)
-reaches an upstream it was not meant for.
+header the request carries. Gemini's routes (``/v1beta/...``, ``/v1alpha/...``, ``/upload/...``,
+``/v1/models/M:method``, a Google key on a shared resource) go to the Gemini upstream with their full path;
+``models/M:generateContent`` and ``:streamGenerateContent`` are compacted, ``:countTokens`` counts the
+compacted view. Anything else is refused here, so no request (and no key) reaches an upstream it was not
+meant for.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ from dataclasses import dataclass
 
 OPENAI, ANTHROPIC, GEMINI = "openai", "anthropic", "gemini"
 
-# Route kinds: the compacted endpoints, a plain forward, and the two refusals.
+# Route kinds: the compacted endpoints, a plain forward, and the refusal.
 CHAT, RESPONSES, MESSAGES, COUNT_TOKENS = "chat", "responses", "messages", "count_tokens"
-FORWARD, NOT_SERVED, UNKNOWN = "forward", "not_served", "unknown"
+GENERATE_CONTENT, GEMINI_COUNT_TOKENS = "generate_content", "gemini_count_tokens"
+FORWARD, UNKNOWN = "forward", "unknown"
 
 # The first path segment after /v1 of each provider's public API.
 OPENAI_RESOURCES = frozenset(
@@ -50,6 +53,13 @@ OPENAI_RESOURCES = frozenset(
 ANTHROPIC_RESOURCES = frozenset({"complete", "experimental", "files", "messages", "models", "organizations", "skills"})
 SHARED_RESOURCES = OPENAI_RESOURCES & ANTHROPIC_RESOURCES
 GEMINI_VERSIONS = frozenset({"v1beta", "v1alpha"})
+# The versions whose models/M:method Gemini answers (google-genai 3 defaults to /v1/models/M:method).
+GEMINI_MODEL_VERSIONS = GEMINI_VERSIONS | {"v1"}
+GEMINI_COMPACTED = {
+    "generateContent": GENERATE_CONTENT,
+    "streamGenerateContent": GENERATE_CONTENT,
+    "countTokens": GEMINI_COUNT_TOKENS,
+}
 
 # The POST endpoints compacted by the proxy: (resource path after /v1, kind).
 COMPACTED = {"/chat/completions": CHAT, "/responses": RESPONSES, "/messages": MESSAGES}
@@ -74,7 +84,7 @@ class Route:
 
     @property
     def compacted(self) -> bool:
-        return self.kind in (CHAT, RESPONSES, MESSAGES, COUNT_TOKENS)
+        return self.kind in (CHAT, RESPONSES, MESSAGES, COUNT_TOKENS, GENERATE_CONTENT, GEMINI_COUNT_TOKENS)
 
 
 def _by_credentials(headers: Mapping[str, str], query: str) -> str:
@@ -99,11 +109,28 @@ def _is_gemini(path: str, rest: str) -> bool:
     return rest.startswith("/models/") and ":" in rest.rsplit("/", 1)[-1]
 
 
+def model_method(path: str) -> tuple[str, str] | None:
+    """``(model, method)`` of a Gemini ``/{version}/models/{model}:{method}`` path, else None."""
+    version, _, rest = path.lstrip("/").partition("/")
+    target = rest.removeprefix("models/")
+    model, colon, method = target.rpartition(":")
+    if version not in GEMINI_MODEL_VERSIONS or target == rest or not colon or not model or "/" in model:
+        return None
+    return model, method
+
+
+def _gemini(method: str, path: str) -> Route:
+    """A Gemini route: its model methods compacted (POST), every other path forwarded as it came."""
+    target = model_method(path) if method == "POST" else None
+    kind = GEMINI_COMPACTED.get(target[1], FORWARD) if target is not None else FORWARD
+    return Route(GEMINI, kind, path)
+
+
 def match(method: str, path: str, headers: Mapping[str, str], query: str = "") -> Route:
     """The route of ``method path`` (headers with lower-case names, as Starlette gives them)."""
     rest = path[3:] if path.startswith("/v1/") else path
     if _is_gemini(path, rest):
-        return Route(GEMINI, NOT_SERVED)
+        return _gemini(method, path)
     resource = rest.lstrip("/").split("/", 1)[0]
     if method == "POST" and rest in COMPACTED:
         kind = COMPACTED[rest]
@@ -119,7 +146,7 @@ def match(method: str, path: str, headers: Mapping[str, str], query: str = "") -
     else:
         return Route(None, UNKNOWN)
     if api == GEMINI:
-        return Route(GEMINI, NOT_SERVED)
+        return Route(GEMINI, FORWARD, path)
     return Route(api, FORWARD, rest if api == OPENAI else "/v1" + rest)
 
 
@@ -137,10 +164,13 @@ def served() -> list[str]:
         "/v1/{" + ",".join(sorted(ANTHROPIC_RESOURCES - SHARED_RESOURCES)) + "}/...  forwarded to Anthropic",
         "/v1/{"
         + ",".join(sorted(SHARED_RESOURCES))
-        + "}/...  forwarded by credential (x-api-key or anthropic-version: Anthropic; else OpenAI)",
-        "/v1beta/..., /v1/models/M:method, x-goog-api-key  Gemini: not served yet (501)",
+        + "}/...  forwarded by credential (x-api-key or anthropic-version: Anthropic; x-goog-api-key or "
+        "?key=: Gemini; else OpenAI)",
+        "POST /v1beta/models/M:generateContent, :streamGenerateContent (also /v1alpha, /v1)  Gemini, compacted "
+        "(:countTokens: the compacted view)",
+        "/v1beta/..., /v1alpha/..., /upload/..., /v1/models/M:method  forwarded to Gemini",
         "GET /healthz, GET /metrics; any other path: 404, forwarded nowhere",
     ]
 
 
-__all__ = ["CREDENTIALS", "Route", "match", "served"]
+__all__ = ["CREDENTIALS", "Route", "match", "model_method", "served"]

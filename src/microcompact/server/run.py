@@ -34,6 +34,7 @@ class ServeOptions:
     context_limit: int | None = None
     api_key: str | None = None
     shared: bool | None = None  # None: shared when the store is PostgreSQL (several processes on one store)
+    gemini_upstream: str = "https://generativelanguage.googleapis.com"  # last: positional callers keep working
 
 
 def proxy_config(config_path: Path | None, context_limit: int | None) -> Config:
@@ -99,6 +100,7 @@ def serve(options: ServeOptions, say: Callable[[str], None]) -> None:
     settings = ProxySettings(
         openai_upstream=check_upstream("--openai-upstream", options.openai_upstream),
         anthropic_upstream=check_upstream("--anthropic-upstream", options.anthropic_upstream),
+        gemini_upstream=check_upstream("--gemini-upstream", options.gemini_upstream),
         api_key=options.api_key or None,
     )
     if options.context_limit is not None and options.context_limit < 1024:
@@ -120,9 +122,10 @@ def serve(options: ServeOptions, say: Callable[[str], None]) -> None:
             )
         say(
             f"microcompact serve: listening on {base} (OpenAI clients: {base}/v1, Anthropic clients and Claude Code: "
-            f"{base}); forwarding to {settings.openai_upstream} and {settings.anthropic_upstream}; "
-            f"sessions in {store.describe()}; {Windows(dict(config.models), config.model.context_length).describe()}\n"
-            "routes:\n" + "\n".join(f"  {line}" for line in served())
+            f"{base}, Gemini CLI: GOOGLE_GEMINI_BASE_URL={base}); forwarding to {settings.openai_upstream}, "
+            f"{settings.anthropic_upstream} and {settings.gemini_upstream}; sessions in {store.describe()}; "
+            f"{Windows(dict(config.models), config.model.context_length).describe()}\nroutes:\n"
+            + "\n".join(f"  {line}" for line in served())
         )
         server = uvicorn.Server(
             uvicorn.Config(Proxy(router, settings).app(), log_level="warning", access_log=False, lifespan="on")

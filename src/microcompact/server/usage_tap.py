@@ -3,7 +3,8 @@ pass through untouched.
 
 A streamed response (SSE) is split into events as it arrives; only events that mention ``usage`` are
 parsed (OpenAI's final chunk with ``stream_options.include_usage``, Anthropic's ``message_start`` and
-``message_delta``). A JSON response is kept up to ``MAX_JSON_BYTES`` and parsed once it is complete.
+``message_delta``, Gemini's chunks with ``usageMetadata``). A JSON response is kept up to
+``MAX_JSON_BYTES`` and parsed once it is complete.
 
 The cache figures: Anthropic's ``cache_read_input_tokens`` and ``cache_creation_input_tokens`` (in the
 message's ``usage``, or a stream's ``message_start`` / ``message_delta``; the largest value seen counts),
@@ -22,6 +23,7 @@ from ..cache_usage import UsageReport, checked_report
 
 MAX_JSON_BYTES = 16 * 1024 * 1024
 MAX_PENDING_EVENT_BYTES = 4 * 1024 * 1024
+USAGE = b'"usage'  # "usage" (OpenAI, Anthropic) and "usageMetadata" (Gemini)
 
 
 # Where each API reports its cache figures: (read field, write field) in ``usage``; OpenAI's read is nested.
@@ -105,10 +107,10 @@ class UsageTap:
             return
         complete, rest = bytes(data[:end]), bytes(data[end + 2 :])
         self._buffer = bytearray(rest)
-        if b'"usage"' not in complete:
+        if USAGE not in complete:
             return
         for event in complete.split(b"\n\n"):
-            if b'"usage"' not in event:
+            if USAGE not in event:
                 continue
             payload = b"\n".join(line[5:].lstrip(b" ") for line in event.split(b"\n") if line.startswith(b"data:"))
             self._take(payload)
