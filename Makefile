@@ -24,11 +24,14 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow" --hypothesis-profile=fast -n 2
 
 # Claude Code, Codex CLI and Gemini CLI from npm, pinned in tests/e2e/claude-code, tests/e2e/codex and
-# tests/e2e/gemini-cli (the end-to-end proxy tests skip without them).
+# tests/e2e/gemini-cli, and aider from PyPI (tests/e2e/aider/requirements.txt) in its own virtualenv,
+# tests/e2e/aider/.venv. The end-to-end tests skip without them. Each script returns at once when its pinned
+# version is already there (aider: a stamp file), so only the first run pays for the downloads.
 e2e-install:
 	tests/e2e/install-claude-code.sh
 	tests/e2e/install-codex.sh
 	tests/e2e/install-gemini-cli.sh
+	tests/e2e/install-aider.sh
 
 # Everything, slow tests included, every property-test example: what CI runs.
 test-all: $(STAMP) e2e-install

@@ -1,6 +1,6 @@
 """What ``microcompact serve`` adds to a request, measured against a plain passthrough of the same stack.
 
-Run: ``.venv/bin/python bench/bench_proxy.py`` (about 3 minutes; ``--quick`` about 1). Prints tables;
+Run: ``.venv/bin/python bench/bench_proxy.py`` (about 5 minutes; ``--quick`` about 2). Prints tables;
 asserts nothing. ``--db DSN`` runs the proxies on PostgreSQL instead of a fresh SQLite file.
 
 Targets (issue 10): added latency per request p50 <= 10 ms and p99 <= 40 ms at 150K-token histories,
@@ -24,6 +24,9 @@ Method
   several sizes: an Anthropic conversation of real tool outputs (taken in turn from the shared sessions),
   one request per new tool round trip at that size.
 * Streaming: time to the first byte of the SSE response, proxy minus passthrough, at the largest size.
+* API routes (``proxy_routes.py``): the same synthetic tool loop in the shape of each API the proxy compacts
+  (Chat Completions, Anthropic Messages, Responses with reasoning items, Gemini ``generateContent``),
+  plain then streamed, compact minus passthrough: chat, Anthropic, Responses and Gemini rows side by side.
 * Throughput: 50 concurrent conversations (one asyncio client each, bodies pre-encoded), each resending its
   growing history as fast as it can for a few seconds; requests per second through each proxy.
 * Memory: the compacting proxy's resident set before and after opening conversations that then stay idle,
@@ -54,8 +57,9 @@ import httpx
 import orjson
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests"), str(ROOT / "bench")]
 
+import proxy_routes  # noqa: E402  (this folder: the chat, Responses and Gemini rows)
 from support.paths import NORMALIZED  # noqa: E402  (tests/ helpers: the shared transcripts, the scripted upstream)
 from upstream.replay import anthropic_history, load_transcript, tail_key  # noqa: E402
 
@@ -87,9 +91,11 @@ def serve(mode: str, upstream: str, db: str) -> None:
 
     store = open_store(db)
     router = SessionRouter(proxy_config(None, CONTEXT_LIMIT), store=store, shared=mode == "shared")
-    proxy = Proxy(router, ProxySettings(openai_upstream=f"{upstream}/v1", anthropic_upstream=upstream))
+    settings = ProxySettings(openai_upstream=f"{upstream}/v1", anthropic_upstream=upstream, gemini_upstream=upstream)
+    proxy = Proxy(router, settings)
     if mode == "passthrough":
         proxy.compaction = Passthrough(router, proxy.metrics)
+        logging.getLogger("microcompact").setLevel(logging.ERROR)  # a "passing through" line per conversation
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     print(sock.getsockname()[1], flush=True)
@@ -101,7 +107,8 @@ def serve(mode: str, upstream: str, db: str) -> None:
 def serve_upstream() -> None:
     """Run the bench's upstream (``--upstream``): Anthropic ``/v1/messages`` answering each request with the
     recorded assistant message that followed its tail in a shared Claude Code session (else a short text),
-    as JSON or SSE. It reports its own time in ``x-bench-upstream-ms`` so the client can take it out."""
+    as JSON or SSE, and the chat, Responses and Gemini routes (``proxy_routes``) answering a short text. It
+    reports its own time in ``x-bench-upstream-ms`` so the client can take it out."""
     import socket
 
     import uvicorn
@@ -148,7 +155,7 @@ def serve_upstream() -> None:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     print(sock.getsockname()[1], flush=True)
-    app = Starlette(routes=[Route("/v1/messages", messages, methods=["POST"])])
+    app = Starlette(routes=[Route("/v1/messages", messages, methods=["POST"]), *proxy_routes.upstream_routes()])
     # Idle connections kept longer than the proxy keeps them in its pool (60 s): uvicorn's 5 s default
     # closed pooled connections just as the proxy reused them (a 502), which is not what is measured here.
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_keep_alive=120)
@@ -542,6 +549,16 @@ def main() -> None:
                 "occ %",
             ],
             rows,
+        )
+
+        # Every API route side by side: the same tool loop in chat, Anthropic, Responses and Gemini shape.
+        urls = {m: proxies[m].url for m in ("passthrough", "compact")}
+        route_rounds = 8 if quick else 20
+        table(
+            f"API routes: one tool loop in each API's shape, {route_rounds} requests after the first per row "
+            "(plain, then streamed: time to first byte), compact minus passthrough",
+            ["route", "tokens", "body KB", "passthrough p50", "added p50", "added p99", "SSE ttfb added p50", "p99"],
+            proxy_routes.route_rows(client, urls, sizes, route_rounds, outputs, pct, ms),
         )
 
         # Streaming time to first byte at the largest size: the same conversations, going on.

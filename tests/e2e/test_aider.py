@@ -4,7 +4,8 @@ one chat are one stored conversation, and every request goes out as aider sent i
 aider sends its file-context pair ("I am not sharing any files..." / "Ok.") after the history and its
 edit-format reminder as the last system message, and restores the history from Markdown with whitespace
 added: before the fixed-block rule, every turn forked a new session. Skipped when aider is not installed
-(tests/e2e/install-aider.sh). Each run takes 15-20 s (aider imports litellm), so the test is slow.
+(tests/e2e/install-aider.sh, part of ``make e2e-install``). Each turn takes about 4 s (aider imports
+litellm): about 45 s in all, so the test is slow.
 """
 
 from __future__ import annotations

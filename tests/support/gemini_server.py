@@ -67,6 +67,7 @@ class Exchange:
     status: int = 0
     response: Any = None
     prompt_tokens: int = 0
+    sent: bytes = b""  # the response body as written (de-chunked): what a byte-for-byte proxy passes back
 
 
 @dataclass
@@ -296,6 +297,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+        exchange.sent = data
 
     def _sse(self, chunks: list[Any], exchange: Exchange) -> None:
         exchange.status, exchange.response = 200, chunks
@@ -307,4 +309,5 @@ class _Handler(BaseHTTPRequestHandler):
             data = f"data: {json.dumps(chunk)}\r\n\r\n".encode()
             self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
             self.wfile.flush()
+            exchange.sent += data
         self.wfile.write(b"0\r\n\r\n")

@@ -30,8 +30,9 @@ SYSTEM_ROLES = ("system", "developer")
 
 def fixed_text(body: dict[str, Any], history: Sequence[Message]) -> str:
     """What every request of a conversation repeats and no compaction changes: tool schemas, the system
-    prompt (a field of the body, or the system messages of the history)."""
-    fixed = [body.get(k) for k in ("tools", "system", "instructions") if body.get(k)]
+    prompt (a field of the body: Anthropic's ``system``, Responses' ``instructions``, Gemini's
+    ``systemInstruction``; or the system messages of the history)."""
+    fixed = [body.get(k) for k in ("tools", "system", "instructions", "systemInstruction") if body.get(k)]
     fixed += [m for m in history if isinstance(m, dict) and m.get("role") in SYSTEM_ROLES]
     if not fixed:
         return ""
