@@ -15,7 +15,10 @@ from typing import Any
 
 import httpx
 import pytest
+from typer.testing import CliRunner
 
+from microcompact.cli import app
+from microcompact.server.limits import parse_size, size_text
 from microcompact.store import open_store
 from support.serve_process import ServeProcess
 from support.wire import (
@@ -331,3 +334,33 @@ def test_a_body_under_the_limit_still_goes_up(scripted: ScriptedUpstream, tmp_pa
         assert scripted.requests[-1].body["messages"][0]["content"] == "z" * 1_500_000
     finally:
         served.kill()
+
+
+# ---------------------------------------------------------------------- the options
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--max-body-size", "abc"], "--max-body-size: expected a size such as 64MiB"),
+        (["--max-body-size", "100"], "--max-body-size: expected at least 1 KiB, got 100 bytes"),
+        (["--header-timeout", "0"], "--header-timeout: expected a number of seconds above 0, got 0"),
+        (["--body-timeout", "-1"], "--body-timeout: expected a number of seconds above 0, got -1"),
+        (["--upstream-connect-timeout", "nan"], "--upstream-connect-timeout: expected a number of seconds"),
+        (["--upstream-idle-timeout", "-5"], "--upstream-idle-timeout: expected seconds, 0 for none, got -5"),
+        (["--max-connections", "0"], "--max-connections: expected at least 1, got 0"),
+        (["--max-connections", "100000000"], "needs more open files than the limit of"),
+    ],
+)
+def test_bad_limit_options_are_one_line_errors(tmp_path: Path, args: list[str], says: str) -> None:
+    result = CliRunner().invoke(app, ["serve", "--db", str(tmp_path / "s.db"), "--port", "0", *args])
+    assert result.exit_code == 2, result.output
+    assert says in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_sizes_read_as_people_write_them() -> None:
+    assert parse_size("64MiB") == parse_size("64M") == parse_size("64m") == 64 * 1024 * 1024
+    assert parse_size("64MB") == 64_000_000 and parse_size("500KB") == 500_000 and parse_size("1024") == 1024
+    assert parse_size("1.5GiB") == 3 * 512 * 1024 * 1024
+    assert size_text(64 * 1024 * 1024) == "64 MiB" and size_text(1500) == "1500 bytes"
