@@ -90,13 +90,16 @@ def test_out_refuses_a_socket(home: Path, unix_socket: Path) -> None:
     assert stat.S_ISSOCK(os.stat(unix_socket).st_mode)
 
 
-def plain_output(home: Path, tmp_path: Path) -> str:
-    reference = tmp_path / "reference.jsonl"
-    assert run_cli(home, *REPLAY, "--out", str(reference)).returncode == 0
-    return reference.read_text(encoding="utf-8")
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """What --out holds when it is a plain new file."""
+    tmp = tmp_path_factory.mktemp("reference")
+    out = tmp / "reference.jsonl"
+    assert run_cli(tmp / "home", *REPLAY, "--out", str(out)).returncode == 0
+    return out.read_text(encoding="utf-8")
 
 
-def test_out_through_a_symlink_writes_its_target_and_says_so(home: Path, tmp_path: Path) -> None:
+def test_out_through_a_symlink_writes_its_target_and_says_so(home: Path, tmp_path: Path, reference: str) -> None:
     (tmp_path / "real").mkdir()
     target = tmp_path / "real" / "final.jsonl"
     target.write_text("old\n", encoding="utf-8")
@@ -105,7 +108,7 @@ def test_out_through_a_symlink_writes_its_target_and_says_so(home: Path, tmp_pat
     assert result.returncode == 0, result.stderr
     assert f"--out {link} is a symlink: writing through it to {target}" in result.stderr
     assert link.is_symlink() and os.readlink(link) == str(target)
-    assert target.read_text(encoding="utf-8") == plain_output(home, tmp_path)
+    assert target.read_text(encoding="utf-8") == reference
     assert all(json.loads(line) for line in target.read_text(encoding="utf-8").splitlines())
 
 
@@ -122,7 +125,7 @@ def test_out_through_a_symlink_into_a_missing_folder_fails_before_the_replay(hom
     one_line_error(run_cli(home, *REPLAY, "--out", str(link)), f"folder {tmp_path / 'gone'} does not exist")
 
 
-def test_a_regular_out_file_is_replaced_by_a_rename(home: Path, tmp_path: Path) -> None:
+def test_a_regular_out_file_is_replaced_by_a_rename(home: Path, tmp_path: Path, reference: str) -> None:
     out = tmp_path / "out.jsonl"
     out.write_text("old\n", encoding="utf-8")
     before = os.stat(out).st_ino
@@ -131,16 +134,17 @@ def test_a_regular_out_file_is_replaced_by_a_rename(home: Path, tmp_path: Path) 
     result = run_cli(home, *REPLAY, "--out", str(out))
     assert result.returncode == 0 and "symlink" not in result.stderr
     assert os.stat(out).st_ino != before and keep.read_text(encoding="utf-8") == "old\n"
-    assert out.read_text(encoding="utf-8") == plain_output(home, tmp_path)
+    assert out.read_text(encoding="utf-8") == reference
 
 
 # ---------------------------------------------------------------------- --plot
 
 
-@pytest.fixture
-def telemetry(home: Path, tmp_path: Path) -> Path:
-    log = tmp_path / "agent.log"
-    result = run_cli(home, "replay", DEMO, "--context-limit", "20000", "--log", str(log))
+@pytest.fixture(scope="module")
+def telemetry(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("telemetry")
+    log = tmp / "agent.log"
+    result = run_cli(tmp / "home", "replay", DEMO, "--context-limit", "20000", "--log", str(log))
     assert result.returncode == 0, result.stderr
     assert "micro" in log.read_text(encoding="utf-8")
     return log

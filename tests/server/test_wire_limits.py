@@ -68,6 +68,7 @@ def no_tracebacks(served: ServeProcess) -> None:
 # ---------------------------------------------------------------------- slowloris
 
 
+@pytest.mark.slow
 def test_stalled_connections_beyond_the_file_limit_leave_healthz_up(tmp_path: Path) -> None:
     served = ServeProcess(tmp_path / "home", "--db", str(tmp_path / "s.db"), file_limit=1024).start()
     stalled: list[socket.socket] = []
@@ -264,29 +265,43 @@ def serve_on(upstream: ScriptedUpstream, tmp: Path, *extra: str) -> ServeProcess
 HUNDRED_MB = 100 * 1024 * 1024
 
 
-@pytest.mark.parametrize(("path", "provider"), ROUTES)
-def test_a_declared_100_mb_body_gets_a_413_before_it_is_sent(
-    scripted: ScriptedUpstream, tmp_path: Path, path: str, provider: str
-) -> None:
-    served = serve_on(scripted, tmp_path)
-    before = len(scripted.requests)
+@pytest.fixture(scope="module")
+def plain(scripted: ScriptedUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
+    """Default limits."""
+    served = serve_on(scripted, tmp_path_factory.mktemp("plain"))
     try:
-        sock = socket.create_connection(("127.0.0.1", served.port), timeout=30)
-        try:
-            sock.sendall(request_head("POST", path, served.port, {**JSON, "Content-Length": str(HUNDRED_MB)}))
-            status, headers, body = read_response(sock)  # no byte of the body was sent
-        finally:
-            sock.close()
-        assert status == 413 and headers["connection"] == "close"
-        message = shape(provider, 413, body)
-        assert "over this proxy's limit of 64 MiB" in message and "--max-body-size" in message
-        if provider == "anthropic":
-            assert json.loads(body)["error"]["type"] == "request_too_large"
-        assert len(scripted.requests) == before
+        yield served
     finally:
         served.kill()
 
 
+@pytest.mark.parametrize(("path", "provider"), ROUTES)
+def test_a_declared_100_mb_body_gets_a_413_before_it_is_sent(
+    scripted: ScriptedUpstream, plain: ServeProcess, path: str, provider: str
+) -> None:
+    before = len(scripted.requests)
+    sock = socket.create_connection(("127.0.0.1", plain.port), timeout=30)
+    try:
+        sock.sendall(request_head("POST", path, plain.port, {**JSON, "Content-Length": str(HUNDRED_MB)}))
+        status, headers, body = read_response(sock)  # no byte of the body was sent
+    finally:
+        sock.close()
+    assert status == 413 and headers["connection"] == "close"
+    message = shape(provider, 413, body)
+    assert "over this proxy's limit of 64 MiB" in message and "--max-body-size" in message
+    if provider == "anthropic":
+        assert json.loads(body)["error"]["type"] == "request_too_large"
+    assert len(scripted.requests) == before
+
+
+def test_a_body_under_the_limit_still_goes_up(scripted: ScriptedUpstream, plain: ServeProcess) -> None:
+    big: dict[str, Any] = {**MESSAGES, "messages": [{"role": "user", "content": "z" * 3_000_000}]}
+    response = httpx.post(f"{plain.base_url}/v1/messages", json=big, timeout=60)
+    assert response.status_code == 200, response.text[:300]
+    assert scripted.requests[-1].body["messages"][0]["content"] == "z" * 3_000_000
+
+
+@pytest.mark.slow
 def test_a_100_mb_body_is_refused_with_memory_bounded_and_nothing_stored(
     scripted: ScriptedUpstream, tmp_path: Path
 ) -> None:
@@ -323,17 +338,6 @@ def test_a_100_mb_body_is_refused_with_memory_bounded_and_nothing_stored(
         assert store.list_sessions() == []
     finally:
         store.close()
-
-
-def test_a_body_under_the_limit_still_goes_up(scripted: ScriptedUpstream, tmp_path: Path) -> None:
-    served = serve_on(scripted, tmp_path, "--max-body-size", "2MiB")
-    try:
-        big: dict[str, Any] = {**MESSAGES, "messages": [{"role": "user", "content": "z" * 1_500_000}]}
-        response = httpx.post(f"{served.base_url}/v1/messages", json=big, timeout=60)
-        assert response.status_code == 200, response.text[:300]
-        assert scripted.requests[-1].body["messages"][0]["content"] == "z" * 1_500_000
-    finally:
-        served.kill()
 
 
 # ---------------------------------------------------------------------- the options
