@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -29,9 +30,10 @@ def run_cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 class ServeProcess:
-    def __init__(self, home: Path, *options: str) -> None:
+    def __init__(self, home: Path, *options: str, file_limit: int | None = None) -> None:
         self.home = home
         self.options = options
+        self.file_limit = file_limit  # the process's open-file limit (soft and hard), when given
         self.process: subprocess.Popen[str] | None = None
         self.port = 0
         self.stderr: list[str] = []  # every line the server wrote to stderr, drained so its pipe never fills
@@ -42,8 +44,19 @@ class ServeProcess:
 
     def start(self, timeout: float = 30) -> ServeProcess:
         command = [*CLI, "serve", "--port", "0", *self.options]
+        limit = self.file_limit
+
+        def limited() -> None:
+            if limit is not None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
         self.process = subprocess.Popen(
-            command, env=cli_env(self.home), stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+            command,
+            env=cli_env(self.home),
+            stdin=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=limited if limit is not None else None,
         )
         assert self.process.stderr is not None
         ready = threading.Event()

@@ -78,7 +78,7 @@ def _checked_assume_gap(assume_gap: float) -> float:
 
 
 def _checked_plot(plot: Path) -> Path:
-    check_writable_target("--plot", plot)
+    plot = check_writable_target("--plot", plot)  # a symlink's target: the link stays
     if importlib.util.find_spec("matplotlib") is None:
         fail(PLOT_NEEDS_MATPLOTLIB)
     return plot

@@ -20,7 +20,10 @@ def report_cmd(
 ) -> None:
     """Turn telemetry logs into answers: headroom, activity, tokens, per session."""
     from ..report import run_report
+    from .output import check_writable_target
 
+    if plot is not None:
+        plot = check_writable_target("--plot", plot)  # a file (a symlink's target), nothing else
     code = run_report(logfiles, per_session, as_json, plot, out, err)
     if code:
         raise typer.Exit(code)

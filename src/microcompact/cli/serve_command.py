@@ -43,11 +43,49 @@ def serve_cmd(
             show_default=False,
         ),
     ] = None,
+    max_body_size: Annotated[
+        str, typer.Option("--max-body-size", help="Largest request body taken (413 beyond): 64MiB, 500KB, bytes.")
+    ] = "64MiB",
+    header_timeout: Annotated[
+        float, typer.Option("--header-timeout", help="Seconds a connection has to send a request's headers.")
+    ] = 30.0,
+    body_timeout: Annotated[
+        float, typer.Option("--body-timeout", help="Seconds a request body may stall without a byte (408 after).")
+    ] = 60.0,
+    max_connections: Annotated[
+        int | None,
+        typer.Option(
+            "--max-connections",
+            help="Client connections open at once. Default: what the open-file limit allows.",
+            show_default=False,
+        ),
+    ] = None,
+    upstream_connect_timeout: Annotated[
+        float, typer.Option("--upstream-connect-timeout", help="Seconds to connect to an upstream (504 after).")
+    ] = 30.0,
+    upstream_idle_timeout: Annotated[
+        float,
+        typer.Option(
+            "--upstream-idle-timeout", help="Seconds an upstream may send nothing (504 or a cut stream after; 0: none)."
+        ),
+    ] = 600.0,
 ) -> None:
     """Run the compaction proxy: point OpenAI, Anthropic or Gemini clients (Claude Code, Codex, Gemini CLI, aider,
     SDKs) at it."""
+    from ..server.limits import Limits, LimitsError, parse_size
     from ..server.run import ServeError, ServeOptions, serve
 
+    try:
+        limits = Limits(
+            max_body_bytes=parse_size(max_body_size),
+            header_timeout=header_timeout,
+            body_timeout=body_timeout,
+            max_connections=max_connections,
+            upstream_connect_timeout=upstream_connect_timeout,
+            upstream_idle_timeout=upstream_idle_timeout,
+        )
+    except LimitsError as exc:
+        fail(str(exc))
     options = ServeOptions(
         config,
         host,
@@ -59,6 +97,7 @@ def serve_cmd(
         api_key=api_key,
         shared=shared,
         gemini_upstream=gemini_upstream,
+        limits=limits,
     )
     with logging_to(log_file):
         try:

@@ -26,18 +26,18 @@ from __future__ import annotations
 import asyncio
 import functools
 import hmac
-import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio.to_thread
 import httpx
 import orjson
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route as Path
@@ -47,8 +47,9 @@ from ..router import SessionRouter
 from .anthropic_format import AnthropicFormat
 from .compaction import Compaction, Prepared
 from .errors import BadRequest, error_response
-from .forward import Passthrough, upstream_headers
+from .forward import Passthrough, unless_client_leaves, upstream_failure, upstream_headers
 from .gemini_format import GeminiFormat
+from .limits import BodyLimit, Limits, parse_json
 from .metrics import Metrics
 from .openai_format import OpenAIFormat
 from .provider import Provider, dumps, stripped
@@ -85,9 +86,6 @@ MODE_HEADER = "x-microcompact-mode"
 UNCOMPACTED = frozenset({"store-unavailable", "engine-error", "view-invalid"})
 MAX_LOGGED_PASSTHROUGHS = 10_000  # conversations whose passthrough was logged, remembered to log it once
 PROXY_KEY_HEADER = "x-microcompact-key"
-# Connecting may time out; reading never does: a long stream, or a model thinking for minutes, is normal.
-UPSTREAM_TIMEOUT = httpx.Timeout(connect=30.0, read=None, write=None, pool=None)
-UPSTREAM_LIMITS = httpx.Limits(max_connections=1000, max_keepalive_connections=200, keepalive_expiry=60)
 
 
 @dataclass(frozen=True)
@@ -96,6 +94,7 @@ class ProxySettings:
     anthropic_upstream: str = "https://api.anthropic.com"
     gemini_upstream: str = "https://generativelanguage.googleapis.com"
     api_key: str | None = None  # when set, every request but /healthz needs it in X-Microcompact-Key
+    limits: Limits = field(default_factory=Limits)  # body size and pace, upstream timeouts (server/limits.py)
 
 
 def upstream_url(settings: ProxySettings, route: Route, query: str) -> str:
@@ -146,12 +145,16 @@ class Proxy:
                 methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"],
             ),
         ]
-        return Starlette(routes=routes, lifespan=self._lifespan)
+        limits = Middleware(BodyLimit, limits=self.settings.limits, metrics=self.metrics)
+        return Starlette(routes=routes, lifespan=self._lifespan, middleware=[limits])
 
     @asynccontextmanager
     async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
         # trust_env: HTTPS_PROXY / NO_PROXY / SSL_CERT_FILE apply to the upstream, as they do for the agent itself
-        self.client = httpx.AsyncClient(timeout=UPSTREAM_TIMEOUT, limits=UPSTREAM_LIMITS, trust_env=True)
+        limits = self.settings.limits
+        self.client = httpx.AsyncClient(
+            timeout=limits.upstream_timeout(), limits=limits.upstream_pool(), trust_env=True
+        )
         try:
             yield
         finally:
@@ -402,20 +405,22 @@ class Proxy:
         )
         self.metrics.proxy_overhead(time.perf_counter() - started)
         try:
-            response = await self.client.send(outgoing, stream=True)
-            if plan is not None:
-                response = await self._refusal_fixed(plan, outgoing, sent, response)
-                headers.update(plan.headers)
+            answer = await unless_client_leaves(request.receive, lambda: self._send(outgoing, sent, headers, plan))
         except httpx.HTTPError as exc:
             if prepared is not None:
                 self._follow_up(prepared, None)
             log.warning("Proxy: upstream %s unreachable (%s)", _origin(url), type(exc).__name__)
-            return self._answer(
-                provider.name,
-                502,
-                f"microcompact: the upstream {_origin(url)} is unreachable ({type(exc).__name__})",
-                headers,
+            limits = self.settings.limits
+            status, message = upstream_failure(
+                exc, _origin(url), limits.upstream_connect_timeout, limits.upstream_idle_timeout
             )
+            return self._answer(provider.name, status, message, headers)
+        if answer is None:  # the client left before the answer began: its upstream request was cancelled
+            if prepared is not None:
+                self._follow_up(prepared, None)
+            self.metrics.request(provider.name, 499)
+            return Response(status_code=499)  # written to nobody
+        response = answer
         self.metrics.request(provider.name, response.status_code)
         tap = UsageTap(response.headers.get("content-type", ""), provider.prompt_tokens, api=provider.name)
 
@@ -429,6 +434,23 @@ class Proxy:
 
         return Passthrough(response, tap, headers, done)
 
+    async def _send(
+        self, outgoing: httpx.Request, sent: list[tuple[str, str]], headers: dict[str, str], plan: ThinkingPlan | None
+    ) -> httpx.Response:
+        """The upstream's answer to ``outgoing`` (and to the plan's retries); cancelled, it leaves no
+        upstream response open."""
+        assert self.client is not None
+        response = await self.client.send(outgoing, stream=True)
+        if plan is not None:
+            try:
+                response = await self._refusal_fixed(plan, outgoing, sent, response)
+            except BaseException:
+                with anyio.CancelScope(shield=True):
+                    await response.aclose()
+                raise
+            headers.update(plan.headers)
+        return response
+
     async def _refusal_fixed(
         self, plan: ThinkingPlan, first: httpx.Request, sent: list[tuple[str, str]], response: httpx.Response
     ) -> httpx.Response:
@@ -437,8 +459,11 @@ class Proxy:
         assert self.client is not None
         retries = plan.retries()
         while response.status_code == 400:
-            refusal = await response.aread()
-            await response.aclose()
+            try:
+                refusal = await response.aread()
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await response.aclose()
             attempt = next(retries, None) if is_binding_refusal(response.status_code, refusal) else None
             if attempt is None:
                 return httpx.Response(400, headers=response.headers, stream=httpx.ByteStream(refusal))
@@ -491,15 +516,8 @@ def _parse(provider: Provider, raw: bytes) -> tuple[dict[str, Any], list[Any]]:
 
 
 def _parse_json(raw: bytes) -> Any:
-    """orjson for speed; the standard library for what orjson refuses but a provider may accept (integers
-    beyond 64 bits, lone surrogate escapes)."""
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        try:
-            return json.loads(raw)
-        except (ValueError, RecursionError):
-            raise BadRequest(f"the request body is not valid JSON ({exc})") from None
+    """The body's JSON; a BadRequest when it is not JSON or nests too deeply (server/limits.py)."""
+    return parse_json(raw)
 
 
 def _conversation_hint(request: Request, body: dict[str, Any]) -> str:

@@ -13,12 +13,27 @@ ANTHROPIC_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
     404: "not_found_error",
+    408: "invalid_request_error",
+    413: "request_too_large",
     502: "api_error",
     503: "overloaded_error",
+    504: "timeout_error",
 }
 
 
-GEMINI_STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 404: "NOT_FOUND", 501: "UNIMPLEMENTED"}
+GEMINI_STATUS = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    404: "NOT_FOUND",
+    408: "DEADLINE_EXCEEDED",
+    413: "INVALID_ARGUMENT",
+    501: "UNIMPLEMENTED",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
+# No provider (a path of no known API, a connection refused before its request was read): a shape whose
+# ``error.message`` every SDK reads.
+NEUTRAL = {404: ("not_found_error", "unknown_route"), 503: ("overloaded_error", "too_many_connections")}
 
 
 class BadRequest(ValueError):
@@ -29,7 +44,8 @@ def error_body(api: str | None, status: int, message: str) -> dict[str, Any]:
     """The provider's error JSON for ``status`` (``api`` is "anthropic", "openai", "gemini", or None: no
     provider, a shape whose ``error.message`` every SDK reads)."""
     if api is None:
-        return {"type": "error", "error": {"type": "not_found_error", "code": "unknown_route", "message": message}}
+        kind, code = NEUTRAL.get(status, ("invalid_request_error" if status < 500 else "api_error", "proxy_error"))
+        return {"type": "error", "error": {"type": kind, "code": code, "message": message}}
     if api == "gemini":
         return {"error": {"code": status, "message": message, "status": GEMINI_STATUS.get(status, "INTERNAL")}}
     if api == "anthropic":

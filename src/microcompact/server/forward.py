@@ -17,7 +17,8 @@ upstream response.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TypeVar
 
 import anyio
 import httpx
@@ -80,6 +81,43 @@ def client_headers(headers: Iterable[tuple[str, str]], extra: dict[str, str]) ->
 
 
 Done = Callable[[UsageTap, bool], None]
+T = TypeVar("T")
+
+
+async def unless_client_leaves(receive: Receive, work: Callable[[], Awaitable[T]]) -> T | None:
+    """``work()``'s result, or None when the client disconnected first; ``work`` is then cancelled (an
+    upstream request it was sending is closed, and its connection with it). Called once the request body
+    has been read, when all ``receive`` can still bring is the disconnect."""
+    result: list[T] = []
+    failed: list[Exception] = []  # raised as it is, not wrapped in the task group's ExceptionGroup
+    async with anyio.create_task_group() as group:
+
+        async def run() -> None:
+            try:
+                result.append(await work())
+            except Exception as exc:
+                failed.append(exc)
+            group.cancel_scope.cancel()
+
+        group.start_soon(_cancel_on_disconnect, receive, group.cancel_scope)
+        group.start_soon(run)
+    if failed:
+        raise failed[0]
+    return result[0] if result else None
+
+
+def upstream_failure(
+    exc: httpx.HTTPError, origin: str, connect_timeout: float, idle_timeout: float | None
+) -> tuple[int, str]:
+    """The status and message of the proxy's answer when the upstream request failed before its answer
+    started: a timeout is a 504 naming the option, anything else a 502."""
+    if isinstance(exc, httpx.ConnectTimeout):
+        said = f"could not be reached within {connect_timeout:g} s (serve --upstream-connect-timeout)"
+        return 504, f"microcompact: the upstream {origin} {said}"
+    if isinstance(exc, httpx.TimeoutException):
+        said = f"sent nothing for {idle_timeout or 0:g} s (serve --upstream-idle-timeout)"
+        return 504, f"microcompact: the upstream {origin} {said}"
+    return 502, f"microcompact: the upstream {origin} is unreachable ({type(exc).__name__})"
 
 
 class Passthrough(Response):

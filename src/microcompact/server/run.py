@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -16,7 +16,10 @@ from ..router import SessionRouter
 from ..store import SessionStore, StoreError, open_store
 from ..windows import Windows
 from .app import Proxy, ProxySettings
+from .connections import ConnectionGuard, GuardedListener, allowed_connections, guarded_protocol, raise_file_limit
+from .limits import Limits, LimitsError
 from .routes import served
+from .userinfo import hide_userinfo_in_logs, stop_hiding, without_userinfo
 
 
 class ServeError(ValueError):
@@ -35,6 +38,7 @@ class ServeOptions:
     api_key: str | None = None
     shared: bool | None = None  # None: shared when the store is PostgreSQL (several processes on one store)
     gemini_upstream: str = "https://generativelanguage.googleapis.com"  # last: positional callers keep working
+    limits: Limits = field(default_factory=Limits)  # body size and pace, headers, connections, upstream timeouts
 
 
 def proxy_config(config_path: Path | None, context_limit: int | None) -> Config:
@@ -68,25 +72,49 @@ def router_for(config: Config, store: SessionStore, shared: bool | None) -> Sess
 
 
 def check_upstream(flag: str, url: str) -> str:
+    """``url`` without its trailing slash; a ServeError (that never prints the URL's userinfo) when it is no
+    http(s) base URL."""
     parts = urlsplit(url)
+    shown = without_userinfo(url)
     try:
         parts.port  # noqa: B018  (raises on a port that is not a number in range)
     except ValueError:
-        raise ServeError(f"{flag}: {url!r} has an invalid port") from None
+        raise ServeError(f"{flag}: {shown!r} has an invalid port") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ServeError(
-            f"{flag}: expected an http:// or https:// base URL such as https://api.openai.com/v1, got {url!r}"
+            f"{flag}: expected an http:// or https:// base URL such as https://api.openai.com/v1, got {shown!r}"
         )
     return url.rstrip("/")
 
 
-def bind(host: str, port: int) -> socket.socket:
-    """A listening socket on ``host:port`` (port 0: any free one)."""
+def checked_limits(limits: Limits) -> Limits:
+    """``limits`` with the connection cap set: what the open-file limit carries (raised toward the hard
+    limit first), or the one asked for when the files allow it."""
+    try:
+        limits = limits.checked()
+    except LimitsError as exc:
+        raise ServeError(str(exc)) from None
+    files = raise_file_limit()
+    allowed = allowed_connections(files)
+    if limits.max_connections is None:
+        return replace(limits, max_connections=allowed)
+    if limits.max_connections > allowed:
+        raise ServeError(
+            f"--max-connections: {limits.max_connections} needs more open files than the limit of {files} allows "
+            f"(at most {allowed}); raise it with ulimit -n, or ask for fewer"
+        )
+    return limits
+
+
+def bind(host: str, port: int, guard: ConnectionGuard | None = None) -> socket.socket:
+    """A listening socket on ``host:port`` (port 0: any free one) that accepts only as fast as ``guard``
+    admits."""
     if not 0 <= port <= 65535:
         raise ServeError(f"--port: expected 0 to 65535, got {port}")
     try:
         family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-        sock = socket.socket(family, kind, proto)
+        sock = GuardedListener(family, kind, proto)
+        sock.guard = guard
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(address)
         sock.listen(2048)
@@ -102,6 +130,7 @@ def serve(options: ServeOptions, say: Callable[[str], None]) -> None:
         anthropic_upstream=check_upstream("--anthropic-upstream", options.anthropic_upstream),
         gemini_upstream=check_upstream("--gemini-upstream", options.gemini_upstream),
         api_key=options.api_key or None,
+        limits=checked_limits(options.limits),
     )
     if options.context_limit is not None and options.context_limit < 1024:
         raise ServeError(f"--context-limit: expected at least 1024 tokens, got {options.context_limit}")
@@ -111,8 +140,11 @@ def serve(options: ServeOptions, say: Callable[[str], None]) -> None:
     except (ConfigError, StoreError) as exc:
         raise ServeError(str(exc)) from None
     router = router_for(config, store, options.shared)
+    hider = hide_userinfo_in_logs()
+    assert settings.limits.max_connections is not None, "checked_limits sets the cap"
+    guard = ConnectionGuard(settings.limits.max_connections, settings.limits.header_timeout)
     try:
-        sock = bind(options.host, options.port)
+        sock = bind(options.host, options.port, guard)
         host, port = sock.getsockname()[:2]
         base = f"http://{host if ':' not in host else f'[{host}]'}:{port}"
         if not settings.api_key and not ipaddress.ip_address(host).is_loopback:
@@ -122,15 +154,27 @@ def serve(options: ServeOptions, say: Callable[[str], None]) -> None:
             )
         say(
             f"microcompact serve: listening on {base} (OpenAI clients: {base}/v1, Anthropic clients and Claude Code: "
-            f"{base}, Gemini CLI: GOOGLE_GEMINI_BASE_URL={base}); forwarding to {settings.openai_upstream}, "
-            f"{settings.anthropic_upstream} and {settings.gemini_upstream}; sessions in {store.describe()}; "
-            f"{Windows(dict(config.models), config.model.context_length).describe()}\nroutes:\n"
+            f"{base}, Gemini CLI: GOOGLE_GEMINI_BASE_URL={base}); forwarding to "
+            + without_userinfo(
+                f"{settings.openai_upstream}, {settings.anthropic_upstream} and {settings.gemini_upstream}; "
+                f"sessions in {store.describe()}; "
+            )
+            + f"{Windows(dict(config.models), config.model.context_length).describe()}\n"
+            + f"{settings.limits.describe()}\nroutes:\n"
             + "\n".join(f"  {line}" for line in served())
         )
-        server = uvicorn.Server(
-            uvicorn.Config(Proxy(router, settings).app(), log_level="warning", access_log=False, lifespan="on")
-        )
+        server = uvicorn.Server(uvicorn_config(Proxy(router, settings), guard))
+        stop_hiding(hider)
+        hider = hide_userinfo_in_logs()  # uvicorn.Config put its own handlers on its loggers
         server.run(sockets=[sock])
     finally:
+        stop_hiding(hider)
         router.close()
         store.close()
+
+
+def uvicorn_config(proxy: Proxy, guard: ConnectionGuard) -> uvicorn.Config:
+    """uvicorn with the guarded h11 protocol: ``guard``'s connection cap and header deadline."""
+    return uvicorn.Config(
+        proxy.app(), http=guarded_protocol(guard), log_level="warning", access_log=False, lifespan="on"
+    )
