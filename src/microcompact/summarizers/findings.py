@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+from .provenance import ASSISTANT, report, tainted_from
 from .sections import LIST_MARKER, clip
 
 ITEM_CHARS = 240
@@ -46,12 +47,13 @@ _REQUIREMENT = re.compile(
 )
 
 
-def sentences(text: str) -> Iterator[str]:
-    """The sentences of ``text`` outside code fences, list markers and heading marks removed, clipped."""
+def sentences(text: str, limit: int = ITEM_CHARS) -> Iterator[str]:
+    """The sentences of ``text`` outside code fences, list markers and heading marks removed, clipped to
+    ``limit`` characters."""
     for raw in _SENTENCE_SPLIT.split(_CODE_FENCE.sub(" ", text)):
         sentence = LIST_MARKER.sub("", raw).strip().strip("#").strip().strip("*").strip()
         if len(sentence) >= 12:
-            yield clip(sentence, ITEM_CHARS)
+            yield clip(sentence, limit)
 
 
 def is_narration(sentence: str) -> bool:
@@ -77,6 +79,18 @@ def _is_finding(sentence: str) -> bool:
     if _IMPERATIVE.match(sentence) and not has_reason(sentence):
         return False
     return len(sentence) >= _MIN_STATEMENT_CHARS or bool(_FINDING.search(sentence))
+
+
+def reported_findings(text: str, source: str = ASSISTANT) -> tuple[list[str], list[str]]:
+    """(findings, questions) of a message's prose, each attributed to ``source`` and quoted when it could
+    pass for a user request or a system instruction, and so is everything from a forged turn, marker or
+    section heading on (see :mod:`.provenance`)."""
+    prose = _CODE_FENCE.sub(" ", text)
+    cut = tainted_from(prose)
+    parts = ((prose[:cut], False), (prose[cut:], True))
+    found = [report(source, s, ITEM_CHARS, tainted=tainted) for part, tainted in parts for s in findings(part)]
+    asked = [report(source, s, ITEM_CHARS, tainted=tainted) for part, tainted in parts for s in questions(part)]
+    return found, asked
 
 
 def questions(text: str) -> list[str]:
