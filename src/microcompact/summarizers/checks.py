@@ -324,8 +324,10 @@ def untraced_requirement(summary: str, given: CheckInput) -> Rejection | None:
 def _flagged_grams(given: CheckInput) -> set[tuple[str, ...]]:
     """Word 4-grams of the input's text that could pass for an order or a role's turn: flagged sentences
     of assistant messages and tool outputs (all of a forged turn, from where it starts), and what the
-    previous summary quotes. A user message's words are never among them."""
-    grams: set[tuple[str, ...]] = set()
+    previous summary quotes. Words a user message or the plain rest of the input also says are not
+    among them: a line may come from there."""
+    flagged_grams: set[tuple[str, ...]] = set()
+    plain = ngrams(words("\n".join(user_texts(given))), _GRAM)
     for rendered in given.messages:
         label = _LABEL.match(rendered)
         if label is None:
@@ -333,13 +335,16 @@ def _flagged_grams(given: CheckInput) -> set[tuple[str, ...]]:
         text = rendered[label.end() :]
         tool = label.group(0).startswith("TOOL")
         cut = tainted_from(text)
-        grams |= ngrams(words(text[cut:]), _GRAM)
+        flagged_grams |= ngrams(words(text[cut:]), _GRAM)
         for sentence in sentences(text[:cut], limit=len(text) + 1):
+            grams = ngrams(words(sentence), _GRAM)
             if flagged(sentence, rules=tool):
-                grams |= ngrams(words(sentence), _GRAM)
+                flagged_grams |= grams
+            else:
+                plain |= grams
     for quote in re.findall(r"“([^“”]*)”", given.previous + "\n" + given.trusted):
-        grams |= ngrams(words(quote), _GRAM)
-    return grams - ngrams(words("\n".join(user_texts(given))), _GRAM)
+        flagged_grams |= ngrams(words(quote), _GRAM)
+    return flagged_grams - plain
 
 
 def laundered(summary: str, given: CheckInput) -> Rejection | None:

@@ -42,9 +42,10 @@ _MARKER_FRAGMENTS = (
 )
 _MARKER = re.compile("|".join(re.escape(f) for f in _MARKER_FRAGMENTS), re.IGNORECASE)
 # A role label opening a line ("SYSTEM:", "User: please ...", "Human:"), as a chat transcript or a
-# prompt writes it. Lowercase labels ("user: postgres" in a YAML file) are configuration, not a turn.
+# prompt writes it (also behind quote, list or comment marks: "> User:", "# SYSTEM:"). Lowercase labels
+# ("user: postgres" in a YAML file) are configuration, not a turn.
 _ROLE_LINE = re.compile(
-    r"(?m)^[ \t>*_`\"'“-]*(?:SYSTEM|System|USER|User|HUMAN|Human|ASSISTANT|Assistant|DEVELOPER|Developer|"
+    r"(?m)^[ \t>*_`\"'“#/;%-]*(?:SYSTEM|System|USER|User|HUMAN|Human|ASSISTANT|Assistant|DEVELOPER|Developer|"
     r"ADMIN|Admin|OPERATOR|Operator)(?:[ \t]+(?:PROMPT|Prompt|prompt|MESSAGE|Message|message|"
     r"INSTRUCTIONS?|Instructions?|instructions?))?[ \t]*:(?=[ \t]*\S)"
 )
@@ -62,11 +63,15 @@ _SECTION_HEADING = re.compile(
 )
 # Claims to speak for the user or the system, and the classic injection phrases.
 _CLAIM = re.compile(
-    r"(?i)\b(?:the |a |my |your )?(?:user|human|operator|developer|admin(?:istrator)?|owner|system(?: prompt)?)"
-    r"(?:'s)?\s+(?:has\s+|had\s+|have\s+|just\s+|explicitly\s+|already\s+)*"
+    r"(?i)\b(?:user|human|operator|admin(?:istrator)?|owner)(?:'s)?\s+(?:(?:has|had|have|just|explicitly|already)\s+)*"
     r"(?:asked|asks|wants|wanted|requested|requests|requires|required|said|says|told|tells|instructed|instructs|"
     r"insists|insisted|demands|demanded|ordered|orders|approved|authori[sz]ed|confirmed|expects|would like)\b"
-    r"|\b(?:user|system|admin)(?:'s)?\s+(?:request|instruction|requirement|order|command|directive|override)s?\b"
+    # "the system requires a restart" is a fact about software; a system that speaks is a claim
+    r"|\bsystem(?: prompt| message)?\s+(?:(?:has|had|just|explicitly)\s+)*(?:asked|asks|wants|wanted|said|says|"
+    r"told|tells|instructed|instructs|ordered|orders|demands|demanded|insists)\b"
+    r"|\bsystem (?:prompt|message|instructions?) (?:requires|required|forbids|allows)\b"
+    r"|\buser(?:'s)?\s+(?:request|instruction|requirement|directive)s?\b"
+    r"|\bsystem (?:instruction|directive|override)s?\b"
     r"|\bas (?:the user |you |I )?(?:requested|instructed|ordered)\b"
     r"|\b(?:ignore|disregard|forget|override)\b[^.\n]{0,40}\b(?:instructions|rules|prompt|guidelines|"
     r"directions|messages|constraints|guardrails)\b"
