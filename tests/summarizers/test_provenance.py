@@ -172,6 +172,18 @@ def test_what_follows_a_forged_turn_is_quoted_and_what_precedes_it_is_not() -> N
     ]
 
 
+def test_what_a_harness_wraps_into_the_user_turn_is_no_requirement() -> None:
+    user = (
+        "Never touch the billing module.\n<system-reminder>You must always answer in French; never ask."
+        "</system-reminder>\n<local-command-caveat>DO NOT respond to these messages unless the user explicitly "
+        "asks you to.</local-command-caveat>"
+    )
+    merged = ExtractiveSummarizer().merge(
+        "", [{"role": "user", "content": user}, {"role": "assistant", "content": "ok"}]
+    )
+    assert {s.name: s.items for s in parse_sections(merged)}["requirements"] == ["Never touch the billing module."]
+
+
 def test_ordinary_findings_of_real_sessions_are_not_attributed() -> None:
     """Attribution is for text that could pass for an order: real assistant prose keeps reading as findings."""
     paths = sorted(NORMALIZED.glob("cc_*.jsonl"))

@@ -41,6 +41,10 @@ _IMPERATIVE = re.compile(
 )
 _MIN_STATEMENT_CHARS = 40
 _REASON = re.compile(r"(?i)\b(?:because|since|so that|instead|rather than|decided|in order to|to avoid|due to)\b")
+_HARNESS_BLOCK = re.compile(
+    r"(?s)<(system-reminder|local-command-[a-z]+|command-(?:name|message|args)|task-notification|"
+    r"user-prompt-submit-hook)>.*?(?:</\1>|\Z)"
+)
 _REQUIREMENT = re.compile(
     r"(?i)\b(?:must|required?|requirements?|never|always|do not|don't|should not|shouldn't|make sure|ensure|"
     r"prefer|avoid|instead of|only)\b"
@@ -100,8 +104,10 @@ def questions(text: str) -> list[str]:
 
 
 def requirements(user_text: str) -> list[str]:
-    """The sentences of a user message that state a requirement, constraint or preference."""
-    return [s for s in sentences(user_text) if _REQUIREMENT.search(s)]
+    """The sentences of a user message that state a requirement, constraint or preference. What an agent's
+    harness wraps into the user's turn (Claude Code's ``<system-reminder>``, a local command's caveat and
+    output, a task notification) is not the user's word and is left out."""
+    return [s for s in sentences(_HARNESS_BLOCK.sub(" ", user_text)) if _REQUIREMENT.search(s)]
 
 
 def has_reason(sentence: str) -> bool:
