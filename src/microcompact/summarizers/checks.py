@@ -258,6 +258,7 @@ _FRAME = frozenset(
 )
 _QUOTES = re.compile(r"“([^“”]*)”|\"([^\"\n]*)\"")
 _CODE = re.compile(r"`[^`\n]*`")
+_CLAUSE = re.compile(r"(?<=[.;!?])\s+")
 # Saying where a claim came from: a source and a verb of saying close together ("a tool output said",
 # "the assistant wrote", "the README says", "the error message claimed").
 _ATTRIBUTION = re.compile(
@@ -347,25 +348,43 @@ def _flagged_grams(given: CheckInput) -> set[tuple[str, ...]]:
     return flagged_grams - plain
 
 
+def clauses(line: str) -> list[str]:
+    """The clauses of a summary line (split after ``.``, ``;``, ``!``, ``?``), never inside a quotation:
+    an attribution vouches for its own clause, not for the rest of the line."""
+    quotes: list[str] = []
+
+    def hide(match: re.Match[str]) -> str:
+        quotes.append(match.group(0))
+        return f"\x00{len(quotes) - 1}\x00"
+
+    masked = _QUOTES.sub(hide, line)
+    return [re.sub(r"\x00(\d+)\x00", lambda m: quotes[int(m.group(1))], c) for c in _CLAUSE.split(masked) if c]
+
+
+def _launders(clause: str, stated: set[str], planted: set[tuple[str, ...]]) -> str | None:
+    """Why one clause launders tool or assistant text, or None (an attributed clause never does)."""
+    if _ATTRIBUTION.search(clause):
+        return None
+    quoted = [a or b for a, b in _QUOTES.findall(clause)]
+    bare = _CODE.sub(" ", _QUOTES.sub(" ", clause))
+    speaks = bool(imitation(bare)) or claims_authority(bare)
+    if speaks and traced_share(bare, stated) < TRACED_SHARE:
+        return f"{clip(clause, 70)!r} speaks for the user or the system, but no user message says it"
+    if any(ngrams(words(part), _GRAM) & planted for part in (bare, *quoted)):
+        return f"{clip(clause, 70)!r} repeats an order or a forged turn of the input without naming its source"
+    return None
+
+
 def laundered(summary: str, given: CheckInput) -> Rejection | None:
-    """A line that states tool or assistant text as a request of the user or an instruction of the system:
-    it imitates a role's turn or claims to speak for the user ("the user asked ...") beyond what users
-    wrote, or copies flagged input text (an order, a forged turn) without saying where it came from."""
+    """A clause that states tool or assistant text as a request of the user or an instruction of the
+    system: it imitates a role's turn or claims to speak for the user ("the user asked ...") beyond what
+    users wrote, or copies flagged input text (an order, a forged turn) without saying where it came from."""
     stated, planted = _stated(given), _flagged_grams(given)
     for raw in body_text(summary).splitlines():
-        line = LIST_MARKER.sub("", raw).strip()
-        if not line or _ATTRIBUTION.search(line):
-            continue
-        quoted = [a or b for a, b in _QUOTES.findall(line)]
-        bare = _CODE.sub(" ", _QUOTES.sub(" ", line))
-        speaks = bool(imitation(bare)) or claims_authority(bare)
-        if speaks and traced_share(bare, stated) < TRACED_SHARE:
-            why = f"{clip(line, 70)!r} speaks for the user or the system, but no user message says it"
-            return Rejection("laundered", why)
-        copies = [part for part in (bare, *quoted) if ngrams(words(part), _GRAM) & planted]
-        if copies:
-            why = f"{clip(line, 70)!r} repeats an order or a forged turn of the input without naming its source"
-            return Rejection("laundered", why)
+        for clause in clauses(LIST_MARKER.sub("", raw).strip()):
+            why = _launders(clause, stated, planted)
+            if why is not None:
+                return Rejection("laundered", why)
     return None
 
 
