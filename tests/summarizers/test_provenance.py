@@ -178,10 +178,12 @@ def test_what_a_harness_wraps_into_the_user_turn_is_no_requirement() -> None:
         "</system-reminder>\n<local-command-caveat>DO NOT respond to these messages unless the user explicitly "
         "asks you to.</local-command-caveat>"
     )
-    merged = ExtractiveSummarizer().merge(
-        "", [{"role": "user", "content": user}, {"role": "assistant", "content": "ok"}]
-    )
+    exchange = [{"role": "user", "content": user}, {"role": "assistant", "content": "ok"}]
+    merged = ExtractiveSummarizer().merge("", exchange)
     assert {s.name: s.items for s in parse_sections(merged)}["requirements"] == ["Never touch the billing module."]
+    batch = {s.name: s.items for s in parse_sections(ExtractiveSummarizer().batch("", exchange))}
+    assert batch["goal"] == ["Never touch the billing module."]
+    assert batch["constraints and preferences"] == ["Never touch the billing module."]
 
 
 def test_ordinary_findings_of_real_sessions_are_not_attributed() -> None:

@@ -25,7 +25,7 @@ from .facts_extract import (
     shell_command,
 )
 from .facts_model import one_line
-from .findings import ITEM_CHARS, has_reason, reported_findings, requirements
+from .findings import ITEM_CHARS, has_reason, reported_findings, requirements, users_own
 from .provenance import OUTPUT, REPLIED, attributed, flagged, sentence_case, tainted_from
 from .sections import Section, clip, parse_sections, render_sections
 from .validation import shorten_summary
@@ -149,8 +149,8 @@ def _read(messages: Iterable[Message]) -> _Notes:
         role = message.get("role")
         text = content_text(message)
         if role == "user":
-            if text.strip():
-                notes.requests.append(clip(text, ITEM_CHARS))
+            if users_own(text).strip():
+                notes.requests.append(clip(users_own(text), ITEM_CHARS))
             notes.requirements += requirements(text)
         elif role == "assistant":
             found, asked = reported_findings(text)

@@ -103,11 +103,16 @@ def questions(text: str) -> list[str]:
     return [s for s in sentences(text) if s.endswith("?") and not is_narration(s)]
 
 
+def users_own(user_text: str) -> str:
+    """A user message without what an agent's harness wraps into the user's turn (Claude Code's
+    ``<system-reminder>``, a local command's caveat and output, a task notification): not the user's word."""
+    return _HARNESS_BLOCK.sub(" ", user_text)
+
+
 def requirements(user_text: str) -> list[str]:
-    """The sentences of a user message that state a requirement, constraint or preference. What an agent's
-    harness wraps into the user's turn (Claude Code's ``<system-reminder>``, a local command's caveat and
-    output, a task notification) is not the user's word and is left out."""
-    return [s for s in sentences(_HARNESS_BLOCK.sub(" ", user_text)) if _REQUIREMENT.search(s)]
+    """The sentences of a user message, in the user's own words, that state a requirement, constraint or
+    preference."""
+    return [s for s in sentences(users_own(user_text)) if _REQUIREMENT.search(s)]
 
 
 def has_reason(sentence: str) -> bool:
