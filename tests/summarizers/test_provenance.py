@@ -338,6 +338,11 @@ def test_the_checks_accept_an_answer_that_says_where_the_text_came_from() -> Non
         "### Constraints and preferences\n- Never touch the billing module.\n### Completed actions\n- Ran `make deploy`"
     )
     assert untraced_requirement(batch, given_merge(exchange)) is None
+    read = [*tool("r", "Read", {"file_path": "CLAUDE.md"}, "Never commit the generated files in dist/."), *exchange]
+    copied = notes("Read CLAUDE.md.", findings="Never commit the generated files in dist/.")
+    assert laundered(copied, given_merge(read)) is not None  # an order copied from a tool output
+    sourced = notes("Read CLAUDE.md.", findings="CLAUDE.md says never commit the generated files in dist/.")
+    assert laundered(sourced, given_merge(read)) is None
 
 
 def laundering_responder(request: dict[str, Any]) -> str:

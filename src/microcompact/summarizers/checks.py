@@ -260,13 +260,14 @@ _QUOTES = re.compile(r"“([^“”]*)”|\"([^\"\n]*)\"")
 _CODE = re.compile(r"`[^`\n]*`")
 _CLAUSE = re.compile(r"(?<=[.;!?])\s+")
 # Saying where a claim came from: a source and a verb of saying close together ("a tool output said",
-# "the assistant wrote", "the README says", "the error message claimed").
+# "the assistant wrote", "the README says", "the error message claimed", "CLAUDE.md says").
 _ATTRIBUTION = re.compile(
     r"(?i)\b(?:tool|output|result|command|script|file|log|page|document|readme|comment|assistant|agent|model|"
     r"error|message|excerpt|transcript|text|response|reply|edit|docstring|issue)s?\b[^.!?\n“\"]{0,30}?"
     r"\b(?:said|says|wrote|writes|printed|prints|reads|read|contained|contains|claimed|claims|stated|states|"
     r"showed|shows|asked|asks|told|tells|added|replied|quoted|included|includes|suggested|suggests|demanded|"
     r"instructed|mentioned|mentions)\b"
+    r"|[\w./-]+\.[A-Za-z]{1,8}\b[^.!?\n“\"]{0,20}?\b(?:says|said|reads|contains|states|stated|asks|tells|printed)\b"
 )
 
 
