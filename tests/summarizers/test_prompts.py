@@ -22,11 +22,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # sha256 and length of each system prompt. The batch prompt is as summarizers.py built it with f-strings
 # before the templates (main at 7b9d145); merge and condense are the fill-in template for small models
-# (issue 12: a stated length, four headings, the facts kept beside the notes by code).
+# (issue 12: a stated length, four headings, the facts kept beside the notes by code). Issue 20 added the
+# provenance rule (only USER messages say what the user wants; tool and assistant text is quoted with its
+# source), the Goal's source and the batch constraints' source.
 SYSTEM_PROMPTS = {
-    "merge": (MERGE_PROMPT, 1267, "a23d3f8ae5017c7e24fc6061f24fb57963508b5d4322028a50d022c278b0229f"),
-    "condense": (CONDENSE_PROMPT, 1055, "ea0c8c670e6404299484632ff92836842a894fc9ef38197860baea1beede6584"),
-    "batch": (BATCH_PROMPT, 1242, "53531d7bf78230d8bc9cc9feb93633f92c82e7851ed53ae071781c2894a597f8"),
+    "merge": (MERGE_PROMPT, 1742, "4368763da48ccd30990744f2b57082a1457840436a8c696c936b43a004c36769"),
+    "condense": (CONDENSE_PROMPT, 1530, "c8da5e4da55a04c72d59cfc2988fa561f5d1312339fabcad41496d073739ed43"),
+    "batch": (BATCH_PROMPT, 1777, "864de5f2903e84166e2b72f9d0fe3b99df8597c884c78b72768417530929198d"),
 }
 
 

@@ -6,6 +6,11 @@ summary back unchanged, copy the prompt's own rules or one input message, corrup
 opened, or leave out the sections they were asked to fill. Each check below looks for one of these and
 returns a :class:`Rejection` (why, in one line) or ``None``; :func:`check_summary` runs them all.
 
+A summary is also checked for where its claims come from (:mod:`.provenance`): a requirement no user
+message states (``untraced_requirement``), and a line that passes tool or assistant text off as a user
+request or a system instruction, or repeats an order or a forged turn without saying where it came from
+(``laundered``). Saying so ("a tool output said “...”") is always allowed.
+
 "The input" is everything the model was shown plus the facts code keeps beside its prose: the exchange,
 the previous summary and the trusted facts block. Nothing a check accepts can name a file, command or
 result that appears nowhere in it.
@@ -18,7 +23,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from .base import Rejection
-from .sections import HEADING, parse_sections
+from .findings import sentences
+from .provenance import claims_authority, flagged, imitation, tainted_from
+from .sections import HEADING, LIST_MARKER, clip, parse_sections
 
 # A summary adding fewer word 3-grams than this to the previous one is "(near-)unchanged": one new
 # clause is enough to pass, a changed digit or a reordering is not.
@@ -225,7 +232,174 @@ def missing_sections(summary: str, given: CheckInput) -> Rejection | None:
     return Rejection("missing_sections", f"leaves out the required section(s) {', '.join(missing)}")
 
 
-CHECKS = (missing_sections, prompt_echo, unchanged, message_copy, unknown_paths, unknown_commands, unsupported_claims)
+# --------------------------------------------------------------------------- provenance
+
+# Sections that hold what the user asked for: only a user message (or the previous summary's same sections)
+# may fill them. A batch summary's "Goal" is inferred from the work as often as stated, so it is not one.
+REQUIREMENT_SECTIONS = frozenset(
+    {"requirements", "user requirements", "constraints and preferences", "constraints", "preferences"}
+)
+_STATED_SECTIONS = REQUIREMENT_SECTIONS | {"goal"}
+# Share of a bullet's content words a user message must hold for the bullet to trace to it (a paraphrase
+# keeps about half of them; a request the user never made keeps almost none).
+TRACED_SHARE = 0.5
+_GRAM = 4  # words in a row that make a copy of flagged text
+_LABEL = re.compile(r"^(?:ASSISTANT: |TOOL RESULT \[[^\]\n]*\]: )")
+_STOP = frozenset(
+    "the and for with that this these those from into onto are was were been being has have had its but not "
+    "all any our you your they them their there here then than when what which who will would could can may "
+    "also just very more most some such each other about over under after before again once none out off".split()
+)
+# The words of a claim's frame ("the user asked ..."): what is traced is what the user supposedly asked.
+_FRAME = frozenset(
+    "user users human system prompt ask asked asks want wanted wants request requested requests require "
+    "required requires said say says told tell tells instruct instructed instructs insist insisted demand "
+    "demanded order ordered approve approved confirm confirmed expect expects like would please".split()
+)
+_QUOTES = re.compile(r"“([^“”]*)”|\"([^\"\n]*)\"")
+_CODE = re.compile(r"`[^`\n]*`")
+_CLAUSE = re.compile(r"(?<=[.;!?])\s+")
+# Saying where a claim came from: a source and a verb of saying close together ("a tool output said",
+# "the assistant wrote", "the README says", "the error message claimed", "CLAUDE.md says").
+_ATTRIBUTION = re.compile(
+    r"(?i)\b(?:tool|output|result|command|script|file|log|page|document|readme|comment|assistant|agent|model|"
+    r"error|message|excerpt|transcript|text|response|reply|edit|docstring|issue)s?\b[^.!?\n“\"]{0,30}?"
+    r"\b(?:said|says|wrote|writes|printed|prints|reads|read|contained|contains|claimed|claims|stated|states|"
+    r"showed|shows|asked|asks|told|tells|added|replied|quoted|included|includes|suggested|suggests|demanded|"
+    r"instructed|mentioned|mentions)\b"
+    r"|[\w./-]+\.[A-Za-z]{1,8}\b[^.!?\n“\"]{0,20}?\b(?:says|said|reads|contains|states|stated|asks|tells|printed)\b"
+)
+
+
+def user_texts(given: CheckInput) -> list[str]:
+    """The text of each user message the model was shown (each input message is rendered with its role)."""
+    return [text.removeprefix("USER: ") for text in given.messages if text.startswith("USER: ")]
+
+
+def _stem(word: str) -> str:
+    for suffix in ("ing", "ed", "es", "s"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            return word[: -len(suffix)]
+    return word
+
+
+def content_words(text: str) -> list[str]:
+    """The words of ``text`` that carry its meaning, crudely stemmed ("deleted", "deletes" -> "delet")."""
+    return [_stem(w) for w in words(text) if len(w) >= 3 and w not in _STOP and not w.isdigit()]
+
+
+def _stated(given: CheckInput) -> set[str]:
+    """The content words of what users wrote, as far as the input shows: their messages, and the goal and
+    requirement sections of the previous summary (which came from user messages before)."""
+    kept = [
+        "\n".join(section.items)
+        for section in parse_sections(given.previous + "\n\n" + given.trusted)
+        if section.name in _STATED_SECTIONS
+    ]
+    return set(content_words("\n".join([*user_texts(given), *kept])))
+
+
+def traced_share(text: str, stated: set[str]) -> float:
+    """The share of ``text``'s content words (its claim frame left out) that users wrote."""
+    found = [w for w in content_words(text) if w not in _FRAME]
+    return sum(w in stated for w in found) / len(found) if found else 1.0
+
+
+def _is_none(item: str) -> bool:
+    return item.strip(" .*_()").lower() in ("", "none", "n/a", "nothing", "not stated", "none stated")
+
+
+def untraced_requirement(summary: str, given: CheckInput) -> Rejection | None:
+    """A requirement or constraint no user message states: the model promoted tool or assistant text (or
+    made it up)."""
+    stated = _stated(given)
+    for section in parse_sections(summary):
+        if section.name not in REQUIREMENT_SECTIONS:
+            continue
+        for item in section.items:
+            if not _is_none(item) and traced_share(item, stated) < TRACED_SHARE:
+                why = f"lists {clip(item, 70)!r} under {section.name!r}, which no user message says"
+                return Rejection("untraced_requirement", why)
+    return None
+
+
+def _flagged_grams(given: CheckInput) -> set[tuple[str, ...]]:
+    """Word 4-grams of the input's text that could pass for an order or a role's turn: flagged sentences
+    of assistant messages and tool outputs (all of a forged turn, from where it starts), and what the
+    previous summary quotes. Words a user message or the plain rest of the input also says are not
+    among them: a line may come from there."""
+    flagged_grams: set[tuple[str, ...]] = set()
+    plain = ngrams(words("\n".join(user_texts(given))), _GRAM)
+    for rendered in given.messages:
+        label = _LABEL.match(rendered)
+        if label is None:
+            continue  # a user or system message: theirs to state
+        text = rendered[label.end() :]
+        tool = label.group(0).startswith("TOOL")
+        cut = tainted_from(text)
+        flagged_grams |= ngrams(words(text[cut:]), _GRAM)
+        for sentence in sentences(text[:cut], limit=len(text) + 1):
+            grams = ngrams(words(sentence), _GRAM)
+            if flagged(sentence, rules=tool):
+                flagged_grams |= grams
+            else:
+                plain |= grams
+    for quote in re.findall(r"“([^“”]*)”", given.previous + "\n" + given.trusted):
+        flagged_grams |= ngrams(words(quote), _GRAM)
+    return flagged_grams - plain
+
+
+def clauses(line: str) -> list[str]:
+    """The clauses of a summary line (split after ``.``, ``;``, ``!``, ``?``), never inside a quotation:
+    an attribution vouches for its own clause, not for the rest of the line."""
+    quotes: list[str] = []
+
+    def hide(match: re.Match[str]) -> str:
+        quotes.append(match.group(0))
+        return f"\x00{len(quotes) - 1}\x00"
+
+    masked = _QUOTES.sub(hide, line)
+    return [re.sub(r"\x00(\d+)\x00", lambda m: quotes[int(m.group(1))], c) for c in _CLAUSE.split(masked) if c]
+
+
+def _launders(clause: str, stated: set[str], planted: set[tuple[str, ...]]) -> str | None:
+    """Why one clause launders tool or assistant text, or None (an attributed clause never does)."""
+    if _ATTRIBUTION.search(clause):
+        return None
+    quoted = [a or b for a, b in _QUOTES.findall(clause)]
+    bare = _CODE.sub(" ", _QUOTES.sub(" ", clause))
+    speaks = bool(imitation(bare)) or claims_authority(bare)
+    if speaks and traced_share(bare, stated) < TRACED_SHARE:
+        return f"{clip(clause, 70)!r} speaks for the user or the system, but no user message says it"
+    if any(ngrams(words(part), _GRAM) & planted for part in (bare, *quoted)):
+        return f"{clip(clause, 70)!r} repeats an order or a forged turn of the input without naming its source"
+    return None
+
+
+def laundered(summary: str, given: CheckInput) -> Rejection | None:
+    """A clause that states tool or assistant text as a request of the user or an instruction of the
+    system: it imitates a role's turn or claims to speak for the user ("the user asked ...") beyond what
+    users wrote, or copies flagged input text (an order, a forged turn) without saying where it came from."""
+    stated, planted = _stated(given), _flagged_grams(given)
+    for raw in body_text(summary).splitlines():
+        for clause in clauses(LIST_MARKER.sub("", raw).strip()):
+            why = _launders(clause, stated, planted)
+            if why is not None:
+                return Rejection("laundered", why)
+    return None
+
+
+CHECKS = (
+    missing_sections,
+    prompt_echo,
+    unchanged,
+    message_copy,
+    unknown_paths,
+    unknown_commands,
+    unsupported_claims,
+    untraced_requirement,
+    laundered,
+)
 
 
 def check_summary(summary: str, given: CheckInput) -> Rejection | None:

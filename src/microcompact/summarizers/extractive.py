@@ -25,11 +25,13 @@ from .facts_extract import (
     shell_command,
 )
 from .facts_model import one_line
-from .findings import ITEM_CHARS, findings, has_reason, questions, requirements
+from .findings import ITEM_CHARS, has_reason, reported_findings, requirements, users_own
+from .provenance import OUTPUT, REPLIED, attributed, flagged, sentence_case, tainted_from
 from .sections import Section, clip, parse_sections, render_sections
 from .validation import shorten_summary
 
 _COMMAND_CHARS = 120
+_OUTCOME_CHARS = 100
 _PROMPT = re.compile(r"^\s*\S{0,40}[$#>]\s*$")  # a shell prompt echoed at the end of an output ("bash-$")
 # Sections replaced, not merged: "where the work stands" is about the newest span only.
 _REPLACED = ("Active state",)
@@ -147,12 +149,13 @@ def _read(messages: Iterable[Message]) -> _Notes:
         role = message.get("role")
         text = content_text(message)
         if role == "user":
-            if text.strip():
-                notes.requests.append(clip(text, ITEM_CHARS))
+            if users_own(text).strip():
+                notes.requests.append(clip(users_own(text), ITEM_CHARS))
             notes.requirements += requirements(text)
         elif role == "assistant":
-            notes.findings += findings(text)
-            notes.questions += questions(text)
+            found, asked = reported_findings(text)
+            notes.findings += found
+            notes.questions += asked
             for raw in message.get("tool_calls") or ():
                 calls[str(raw.get("id"))] = parse_call(raw)
         elif role == "tool":
@@ -169,7 +172,9 @@ def _read_command(notes: _Notes, command: str, result: str) -> None:
     if ERROR_RESULT.match(result) or (code is not None and code != 0) or run_counts(command, result) is not None:
         return
     last = next((line for line in reversed(result.splitlines()) if line.strip() and not _PROMPT.match(line)), "")
-    outcome = clip(last, 100) if last else "no output"
+    outcome = clip(last, _OUTCOME_CHARS) if last else "no output"
+    if last and (flagged(last) or tainted_from(result) < len(result)):
+        outcome = attributed(OUTPUT, last, _OUTCOME_CHARS)  # never an order in our own words
     notes.commands.append(f"`{one_line(command, _COMMAND_CHARS)}` → {outcome}")
 
 
@@ -178,6 +183,8 @@ def _answer_line(exchange: list[dict[str, Any]]) -> str:
     for message in reversed(exchange):
         if message.get("role") == "assistant":
             text = " ".join(content_text(message).split())
+            if text and (flagged(text) or tainted_from(text) < len(text)):
+                return sentence_case(attributed(REPLIED, text, ITEM_CHARS))
             if text:
                 return f"Replied: {clip(text, ITEM_CHARS)}"
     return "Replied without text"

@@ -28,6 +28,7 @@ from .facts_model import (
     command_key,
     one_line,
 )
+from .provenance import EDIT_TEXT, FILE_TEXT, OUTPUT, attributed, flagged, tainted_from
 
 SHELL_KEYS = ("command", "cmd", "script")
 PATH_KEYS = ("path", "file_path", "filepath", "filename", "file", "notebook_path", "target_file")
@@ -163,6 +164,18 @@ def error_lines(result: str, code: int | None, failed: bool, limit: int = 3) -> 
     return lines
 
 
+def telling_line(result: str, code: int | None) -> str:
+    """The one line of a failed result that says why, as the ledger keeps it: quoted, with its source,
+    when it could pass for an order or a role's turn, or comes after an imitation in the output (a forged
+    prompt printed by the tool), so the ledger never states it in its own words."""
+    reasons = error_lines(result, code, True)
+    if not reasons:
+        return ""
+    if flagged(reasons[0]) or tainted_from(result) < len(result):
+        return attributed(OUTPUT, reasons[0], REASON_CHARS)
+    return reasons[0]
+
+
 def test_counts(result: str) -> tuple[int, int] | None:
     """(passed, failed) from a test runner's summary line (ExUnit, pytest, jest, cargo), the last one."""
     exunit = list(_EXUNIT.finditer(result))
@@ -221,10 +234,8 @@ class _Reader:
         if counts is not None:
             self.facts.tested(TestRun(shown, *counts))
         if failed:
-            reasons = error_lines(result, code, failed)
-            self.facts.fail(
-                Failure(shown, f"exit {code}" if code is not None else "error", reasons[0] if reasons else "")
-            )
+            reason = telling_line(result, code)
+            self.facts.fail(Failure(shown, f"exit {code}" if code is not None else "error", reason))
         elif counts is None or counts[1] == 0:
             self.facts.succeed(command_key(shown))
         if not failed:
@@ -243,8 +254,7 @@ class _Reader:
         failed = bool(ERROR_RESULT.match(result))
         subject = f"{call.name} {one_line(path, COMMAND_CHARS)}"
         if failed:
-            reasons = error_lines(result, None, True)
-            self.facts.fail(Failure(subject, "error", reasons[0] if reasons else ""))
+            self.facts.fail(Failure(subject, "error", telling_line(result, None)))
             return
         self.facts.succeed(command_key(subject))
         if state == "created" and re.search(r"(?i)\b(?:updated|overwr|modified)", result[:300]):
@@ -265,9 +275,11 @@ def _gist(call: Call, state: str, result: str) -> str:
     new = first_arg(call.args, _NEW_TEXT_KEYS) or ""
     old = first_arg(call.args, _OLD_TEXT_KEYS) or ""
     if state == "created":
-        return _definitions(new) or _first_line(new)
+        return _definitions(new) or _quoted_if_flagged(FILE_TEXT, _first_line(new))
     old_lines = {line.strip() for line in old.splitlines()}
     changed = next((line for line in new.splitlines() if line.strip() and line.strip() not in old_lines), "")
+    if changed and flagged(changed):
+        return attributed(EDIT_TEXT, changed, GIST_CHARS)
     if changed:
         return one_line(f"+ {changed.strip()}", GIST_CHARS)
     return "lines removed" if old and not new.strip() else ""
@@ -288,6 +300,11 @@ def _definitions(text: str, shown: int = 4) -> str:
 def _size(text: str) -> str:
     lines = sum(1 for line in text.splitlines() if line.strip())
     return f"{lines} lines" if lines else ""
+
+
+def _quoted_if_flagged(source: str, gist: str) -> str:
+    """A gist taken from written text, quoted with its source when it reads as an order or a role's turn."""
+    return attributed(source, gist, GIST_CHARS) if gist and flagged(gist) else gist
 
 
 def _first_line(text: str) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+from .provenance import ASSISTANT, report, tainted_from
 from .sections import LIST_MARKER, clip
 
 ITEM_CHARS = 240
@@ -40,18 +41,23 @@ _IMPERATIVE = re.compile(
 )
 _MIN_STATEMENT_CHARS = 40
 _REASON = re.compile(r"(?i)\b(?:because|since|so that|instead|rather than|decided|in order to|to avoid|due to)\b")
+_HARNESS_BLOCK = re.compile(
+    r"(?s)<(system-reminder|local-command-[a-z]+|command-(?:name|message|args)|task-notification|"
+    r"user-prompt-submit-hook)>.*?(?:</\1>|\Z)"
+)
 _REQUIREMENT = re.compile(
     r"(?i)\b(?:must|required?|requirements?|never|always|do not|don't|should not|shouldn't|make sure|ensure|"
     r"prefer|avoid|instead of|only)\b"
 )
 
 
-def sentences(text: str) -> Iterator[str]:
-    """The sentences of ``text`` outside code fences, list markers and heading marks removed, clipped."""
+def sentences(text: str, limit: int = ITEM_CHARS) -> Iterator[str]:
+    """The sentences of ``text`` outside code fences, list markers and heading marks removed, clipped to
+    ``limit`` characters."""
     for raw in _SENTENCE_SPLIT.split(_CODE_FENCE.sub(" ", text)):
         sentence = LIST_MARKER.sub("", raw).strip().strip("#").strip().strip("*").strip()
         if len(sentence) >= 12:
-            yield clip(sentence, ITEM_CHARS)
+            yield clip(sentence, limit)
 
 
 def is_narration(sentence: str) -> bool:
@@ -79,15 +85,34 @@ def _is_finding(sentence: str) -> bool:
     return len(sentence) >= _MIN_STATEMENT_CHARS or bool(_FINDING.search(sentence))
 
 
+def reported_findings(text: str, source: str = ASSISTANT) -> tuple[list[str], list[str]]:
+    """(findings, questions) of a message's prose, each attributed to ``source`` and quoted when it could
+    pass for a user request or a system instruction, and so is everything from a forged turn, marker or
+    section heading on (see :mod:`.provenance`)."""
+    prose = _CODE_FENCE.sub(" ", text)
+    cut = tainted_from(prose)
+    parts = ((prose[:cut], False), (prose[cut:], True))
+    found = [report(source, s, ITEM_CHARS, tainted=tainted) for part, tainted in parts for s in findings(part)]
+    asked = [report(source, s, ITEM_CHARS, tainted=tainted) for part, tainted in parts for s in questions(part)]
+    return found, asked
+
+
 def questions(text: str) -> list[str]:
     """Questions the assistant asked (a question is open until the user answers; the user's answer stays
     verbatim in the transcript)."""
     return [s for s in sentences(text) if s.endswith("?") and not is_narration(s)]
 
 
+def users_own(user_text: str) -> str:
+    """A user message without what an agent's harness wraps into the user's turn (Claude Code's
+    ``<system-reminder>``, a local command's caveat and output, a task notification): not the user's word."""
+    return _HARNESS_BLOCK.sub(" ", user_text)
+
+
 def requirements(user_text: str) -> list[str]:
-    """The sentences of a user message that state a requirement, constraint or preference."""
-    return [s for s in sentences(user_text) if _REQUIREMENT.search(s)]
+    """The sentences of a user message, in the user's own words, that state a requirement, constraint or
+    preference."""
+    return [s for s in sentences(users_own(user_text)) if _REQUIREMENT.search(s)]
 
 
 def has_reason(sentence: str) -> bool:

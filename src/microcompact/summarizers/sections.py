@@ -45,6 +45,12 @@ def render_sections(sections: Iterable[Section]) -> str:
 
 
 def clip(text: str, limit: int) -> str:
-    """One line, at most ``limit`` characters."""
+    """One line, at most ``limit`` characters; a quotation (“...”) cut short is closed again, so what it
+    quotes never runs on into the summary's own words."""
     line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
+    if len(line) <= limit:
+        return line
+    cut = line[: limit - 1].rstrip()
+    if cut.count("“") > cut.count("”"):
+        return line[: limit - 2].rstrip() + "…”"
+    return cut + "…"

@@ -58,7 +58,11 @@ def _truncate(text: str, target_tokens: int, count_text: CountText, *, shorter_t
     """The longest prefix of ``text`` that fits with the note; without the note if that is too long."""
 
     def with_note(prefix: str) -> str:
-        return f"{prefix.rstrip()}\n{SHORTENED_NOTE}".lstrip("\n")
+        cut = prefix.rstrip()
+        last = cut.rsplit("\n", 1)[-1]
+        if last.count("“") > last.count("”"):  # a quotation cut short is closed: it never runs on
+            cut += "…”"
+        return f"{cut}\n{SHORTENED_NOTE}".lstrip("\n")
 
     noted = with_note(text[: _longest_prefix(text, lambda p: count_text(with_note(p)) <= target_tokens)])
     if len(noted) < shorter_than and count_text(noted) <= target_tokens:
