@@ -43,6 +43,15 @@ def serve_cmd(
             show_default=False,
         ),
     ] = None,
+    share_sessions_across_keys: Annotated[
+        bool | None,
+        typer.Option(
+            "--share-sessions-across-keys/--separate-sessions-per-key",
+            help="One conversation for identical histories whatever API key sends them (a team sharing a key on "
+            "purpose). Default: kept apart per credential (config: proxy.share_sessions_across_keys).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run the compaction proxy: point OpenAI, Anthropic or Gemini clients (Claude Code, Codex, Gemini CLI, aider,
     SDKs) at it."""
@@ -59,6 +68,7 @@ def serve_cmd(
         api_key=api_key,
         shared=shared,
         gemini_upstream=gemini_upstream,
+        share_sessions_across_keys=share_sessions_across_keys,
     )
     with logging_to(log_file):
         try:

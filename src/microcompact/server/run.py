@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -17,6 +17,7 @@ from ..store import SessionStore, StoreError, open_store
 from ..windows import Windows
 from .app import Proxy, ProxySettings
 from .routes import served
+from .session_key import SaltError, default_salt_path, load_salt, salt_id
 
 
 class ServeError(ValueError):
@@ -35,6 +36,7 @@ class ServeOptions:
     api_key: str | None = None
     shared: bool | None = None  # None: shared when the store is PostgreSQL (several processes on one store)
     gemini_upstream: str = "https://generativelanguage.googleapis.com"  # last: positional callers keep working
+    share_sessions_across_keys: bool | None = None  # None: the config file's proxy.share_sessions_across_keys
 
 
 def proxy_config(config_path: Path | None, context_limit: int | None) -> Config:
@@ -65,6 +67,14 @@ def router_for(config: Config, store: SessionStore, shared: bool | None) -> Sess
     if shared is None:
         shared = getattr(store, "backend", "") == "postgres"
     return SessionRouter(config, store=store, shared=shared)
+
+
+def keys_line(settings: ProxySettings) -> str:
+    """How conversations are keyed, for the startup line (the salt loaded, or created, first)."""
+    if settings.share_sessions_across_keys:
+        return "shared across credentials (--share-sessions-across-keys)"
+    path = settings.salt_file or default_salt_path()
+    return f"kept apart per credential (salt {salt_id(load_salt(path))} in {path})"
 
 
 def check_upstream(flag: str, url: str) -> str:
@@ -107,8 +117,13 @@ def serve(options: ServeOptions, say: Callable[[str], None]) -> None:
         raise ServeError(f"--context-limit: expected at least 1024 tokens, got {options.context_limit}")
     try:
         config = proxy_config(options.config, options.context_limit)
+        share = options.share_sessions_across_keys
+        settings = replace(
+            settings, share_sessions_across_keys=config.proxy.share_sessions_across_keys if share is None else share
+        )
+        proxy_keys = keys_line(settings)
         store = open_store(options.db)
-    except (ConfigError, StoreError) as exc:
+    except (ConfigError, StoreError, SaltError) as exc:
         raise ServeError(str(exc)) from None
     router = router_for(config, store, options.shared)
     try:
@@ -123,7 +138,8 @@ def serve(options: ServeOptions, say: Callable[[str], None]) -> None:
         say(
             f"microcompact serve: listening on {base} (OpenAI clients: {base}/v1, Anthropic clients and Claude Code: "
             f"{base}, Gemini CLI: GOOGLE_GEMINI_BASE_URL={base}); forwarding to {settings.openai_upstream}, "
-            f"{settings.anthropic_upstream} and {settings.gemini_upstream}; sessions in {store.describe()}; "
+            f"{settings.anthropic_upstream} and {settings.gemini_upstream}; sessions in {store.describe()}, "
+            f"{proxy_keys}; "
             f"{Windows(dict(config.models), config.model.context_length).describe()}\nroutes:\n"
             + "\n".join(f"  {line}" for line in served())
         )
