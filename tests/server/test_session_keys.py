@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import pytest
@@ -37,6 +38,7 @@ from microcompact.server.session_key import (
 from microcompact.store import open_store
 from support.gemini_server import Exchange, GeminiUpstream
 from support.serve_process import ServeProcess, run_cli
+from support.stores import FreshPgDatabase
 from upstream.responses_server import ResponsesUpstream
 
 KEY_A = "sk-alice-0123456789abcdefSECRET"
@@ -281,20 +283,41 @@ def test_the_config_setting_takes_a_boolean_only(tmp: Path) -> None:
 # ---------------------------------------------------------------------------------------------- one salt per store
 
 
-def test_processes_on_one_store_share_the_salt(tmp: Path) -> None:
+@pytest.fixture(params=["sqlite", "postgres"])
+def one_store(request: pytest.FixtureRequest, tmp: Path) -> Iterator[str]:
+    """A fresh store several processes open: a SQLite file, or a new PostgreSQL database."""
+    if request.param == "sqlite":
+        yield str(tmp / f"one-{len(list(tmp.glob('one-*.db')))}.db")
+        return
+    admin = request.getfixturevalue("pg_dsn")
+    if not admin.startswith(("postgresql://", "postgres://")):
+        pytest.skip("needs a URL-style PostgreSQL DSN")
+    fresh = FreshPgDatabase(admin)
+    try:
+        yield urlunsplit(urlsplit(admin)._replace(path="/" + fresh.name))
+    finally:
+        fresh.drop()
+
+
+def salt_of(process: ServeProcess) -> str:
+    found = SALT.search("".join(process.stderr))
+    assert found is not None, "the startup line names the salt"
+    return found.group(1)
+
+
+def test_processes_on_one_store_share_the_salt(tmp: Path, one_store: str) -> None:
     """Two processes started together on a fresh home and one store (shared): one salt (the first to link
     its file wins), so a conversation continues on the other process, and still only for its own key."""
-    home, db = tmp / "home-pair", tmp / "pair.db"
-    first = ServeProcess(home, "--db", str(db), "--shared", *UPSTREAMS[tmp])
-    second = ServeProcess(home, "--db", str(db), "--shared", *UPSTREAMS[tmp])
+    home = tmp / f"home-pair-{abs(hash(one_store))}"
+    first = ServeProcess(home, "--db", one_store, "--shared", *UPSTREAMS[tmp])
+    second = ServeProcess(home, "--db", one_store, "--shared", *UPSTREAMS[tmp])
     starts = [threading.Thread(target=p.start) for p in (first, second)]
     for thread in starts:
         thread.start()
     for thread in starts:
         thread.join()
     try:
-        ids = {SALT.search("".join(p.stderr)).group(1) for p in (first, second)}  # type: ignore[union-attr]
-        assert len(ids) == 1, "both processes read one salt"
+        assert salt_of(first) == salt_of(second), "both processes read one salt"
         assert not list(home.glob(".session-salt.*")), "no temporary salt left behind"
         alices = {}
         for route in ROUTES:
@@ -305,12 +328,37 @@ def test_processes_on_one_store_share_the_salt(tmp: Path) -> None:
     finally:
         first.stop()
         second.stop()
-    restarted = ServeProcess(home, "--db", str(db), *UPSTREAMS[tmp]).start()
+    restarted = ServeProcess(home, "--db", one_store, *UPSTREAMS[tmp]).start()
     try:
-        assert SALT.search("".join(restarted.stderr)).group(1) in ids  # type: ignore[union-attr]
+        assert salt_of(restarted) == salt_of(first)
         assert send(restarted.base_url, "chat", KEY_A, 2) == alices["chat"], "a restart keeps the salt and the key"
     finally:
         restarted.stop()
+
+
+def test_another_machines_home_needs_the_salt_copied(tmp: Path, one_store: str) -> None:
+    """A process with a home of its own (another machine on one PostgreSQL store) makes its own salt: it
+    continues none of the first process's conversations (nothing crosses, even for one key) until the salt
+    file is copied into its home, as the README says."""
+    here, there = tmp / f"home-here-{abs(hash(one_store))}", tmp / f"home-there-{abs(hash(one_store))}"
+    first = ServeProcess(here, "--db", one_store, "--shared", *UPSTREAMS[tmp]).start()
+    try:
+        alice = send(first.base_url, "anthropic", KEY_A, 0)
+        other = ServeProcess(there, "--db", one_store, "--shared", *UPSTREAMS[tmp]).start()
+        try:
+            assert salt_of(other) != salt_of(first)
+            assert send(other.base_url, "anthropic", KEY_A, 1) != alice, "another salt continues nothing"
+        finally:
+            other.stop()
+        (there / "session-salt").write_bytes((here / "session-salt").read_bytes())
+        copied = ServeProcess(there, "--db", one_store, "--shared", *UPSTREAMS[tmp]).start()
+        try:
+            assert salt_of(copied) == salt_of(first)
+            assert send(copied.base_url, "anthropic", KEY_A, 1) == alice, "the copied salt continues it"
+        finally:
+            copied.stop()
+    finally:
+        first.stop()
 
 
 def test_a_damaged_salt_file_stops_serve_with_one_line(tmp: Path) -> None:
