@@ -31,7 +31,16 @@ from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from .pricing import PRESETS, CachePricing, for_api
 
@@ -244,6 +253,14 @@ class ThinkingConfig(_Strict):
         return {**_default_families(), **families}
 
 
+class ProxyConfig(_Strict):
+    """``microcompact serve``'s own settings (the command line's flags beat them)."""
+
+    share_sessions_across_keys: StrictBool = Field(
+        False, description="identical histories are one conversation whatever credential sends them (a shared key)"
+    )
+
+
 class Config(_Strict):
     compression: CompressionConfig = CompressionConfig()
     auxiliary: AuxiliaryConfig = AuxiliaryConfig()
@@ -260,6 +277,7 @@ class Config(_Strict):
 
     thinking: ThinkingConfig = ThinkingConfig()
     pricing: PricingConfig = PricingConfig()
+    proxy: ProxyConfig = ProxyConfig()
 
     def cache_pricing(self, api: str | None = None) -> CachePricing | None:
         """The prices scheduling goes by: the configured ones, else ``api``'s preset when an API is named

@@ -27,7 +27,7 @@ from microcompact.server.thinking import BINDING_BETA, family_of, merged_beta, w
 from support.anthropic_contract import binds_thinking, marker_texts, thinking_errors
 from support.numbered_steps import NumberedSteps
 from support.proxy_server import ProxyServer
-from support.thinking_loop import CONTEXT_MANAGEMENT, MODEL, PROMPT, request, tool_loop
+from support.thinking_loop import API_KEY, CONTEXT_MANAGEMENT, MODEL, PROMPT, request, tool_loop
 from upstream import Fault, RecordedRequest
 from upstream.signing import SigningUpstream, binding_message
 
@@ -207,7 +207,7 @@ def test_count_tokens_of_a_compacted_conversation_sends_no_stale_block(tmp_path:
             answer = httpx.post(
                 f"{proxy.base_url}/v1/messages/count_tokens",
                 json=body,
-                headers={"anthropic-version": "2023-06-01", "x-api-key": "k"},
+                headers={"anthropic-version": "2023-06-01", "x-api-key": API_KEY},  # the loop's conversation
                 timeout=30,
             )
             page = proxy.proxy.metrics.render()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -30,11 +31,19 @@ class ProxyServer:
         config: Config | None = None,
         api_key: str | None = None,
         port: int = 0,
+        share_sessions_across_keys: bool = False,
+        salt_file: Path | None = None,
     ) -> None:
         self.config = config or proxy_config(None, context_limit)
         self.store = open_store(db)
         self.router = SessionRouter(self.config, store=self.store)
-        settings = ProxySettings(openai_upstream=f"{upstream_url}/v1", anthropic_upstream=upstream_url, api_key=api_key)
+        settings = ProxySettings(
+            openai_upstream=f"{upstream_url}/v1",
+            anthropic_upstream=upstream_url,
+            api_key=api_key,
+            share_sessions_across_keys=share_sessions_across_keys,
+            salt_file=salt_file or _salt_beside(db),
+        )
         self.proxy = Proxy(self.router, settings)
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -108,6 +117,15 @@ class ProxyServer:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _salt_beside(db: Path | str) -> Path:
+    """The session salt next to a SQLite file (a restart on the same store derives the same keys, and no
+    test writes into the user's $MICROCOMPACT_HOME); a fresh directory's for any other store."""
+    text = str(db)
+    if text.startswith(("postgres://", "postgresql://", ":memory:")):
+        return Path(tempfile.mkdtemp(prefix="mc-salt-")) / "session-salt"
+    return Path(text.removeprefix("sqlite:///")).parent / "session-salt"
 
 
 __all__ = ["ProxyServer"]

@@ -25,6 +25,7 @@ TOOLS = [
 ]
 PROMPT = "Run the numbered steps with the Bash tool until they are done."
 CONTEXT_MANAGEMENT = {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]}
+API_KEY = "sk-ant-thinking-e2e"  # the loop's credential: the proxy keeps its conversations apart by it
 
 
 def head() -> list[dict[str, Any]]:
@@ -71,7 +72,7 @@ def request(messages: list[dict[str, Any]]) -> dict[str, Any]:
 def tool_loop(base_url: str, steps: int, *, stream: bool, extra_body: dict[str, Any] | None = None) -> Loop:
     """Call the model, run its Bash calls, send the results, until it answers in text (or ``steps`` + 5
     requests). Any error status ends the loop (it is in ``statuses``)."""
-    client = anthropic.Anthropic(base_url=base_url, api_key="sk-ant-thinking-e2e", max_retries=0)
+    client = anthropic.Anthropic(base_url=base_url, api_key=API_KEY, max_retries=0)
     loop = Loop()
     for _ in range(steps + 5):
         body = {**request(loop.messages), "extra_body": extra_body}

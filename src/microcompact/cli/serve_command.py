@@ -69,6 +69,15 @@ def serve_cmd(
             "--upstream-idle-timeout", help="Seconds an upstream may send nothing (504 or a cut stream after; 0: none)."
         ),
     ] = 600.0,
+    share_sessions_across_keys: Annotated[
+        bool | None,
+        typer.Option(
+            "--share-sessions-across-keys/--separate-sessions-per-key",
+            help="One conversation for identical histories whatever API key sends them (a team sharing a key on "
+            "purpose). Default: kept apart per credential (config: proxy.share_sessions_across_keys).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run the compaction proxy: point OpenAI, Anthropic or Gemini clients (Claude Code, Codex, Gemini CLI, aider,
     SDKs) at it."""
@@ -98,6 +107,7 @@ def serve_cmd(
         shared=shared,
         gemini_upstream=gemini_upstream,
         limits=limits,
+        share_sessions_across_keys=share_sessions_across_keys,
     )
     with logging_to(log_file):
         try:

@@ -50,16 +50,22 @@ def _require_session(store: SQLiteStore | PostgresStore, session_id: str) -> Non
 
 @sessions_app.command("list")
 def sessions_list(db: DbOption = None) -> None:
-    """Every stored session with its message counts."""
+    """Every stored session with its message counts, and the fingerprint of the credential whose
+    conversation it is (the proxy's salted digest of the key, never the key; blank for a session the client
+    named, or one of keys shared across credentials)."""
+    from ..server.session_key import fingerprint_of  # the proxy's key format (imported on use, as serve is)
+
     with _store(db) as store:
         rows = store.list_sessions()
     table = Table(title="sessions", title_justify="left")
-    for col in ("session", "created", "updated", "active", "absorbed", "superseded", "markers"):
-        table.add_column(col, justify="left" if col in ("session", "created", "updated") else "right")
+    left = ("session", "credential", "created", "updated")
+    for col in ("session", "credential", "created", "updated", "active", "absorbed", "superseded", "markers"):
+        table.add_column(col, justify="left" if col in left else "right")
     for r in rows:
         c = r["counts"]
         table.add_row(
             escape(str(r["id"])),
+            fingerprint_of(str(r["id"])) or "",
             str(r["created_at"])[:19],
             str(r["updated_at"])[:19],
             str(c["active"]),

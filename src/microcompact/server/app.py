@@ -31,6 +31,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path as FilePath
 from typing import Any
 
 import anyio.to_thread
@@ -69,7 +70,7 @@ from .routes import (
     model_method,
 )
 from .routes import GEMINI as GEMINI_API
-from .session_key import session_key
+from .session_key import SessionKeys, load_salt
 from .thinking import ThinkingGuard, ThinkingPlan, is_binding_refusal
 from .usage_tap import UsageTap
 from .view import unchanged
@@ -95,6 +96,10 @@ class ProxySettings:
     gemini_upstream: str = "https://generativelanguage.googleapis.com"
     api_key: str | None = None  # when set, every request but /healthz needs it in X-Microcompact-Key
     limits: Limits = field(default_factory=Limits)  # body size and pace, upstream timeouts (server/limits.py)
+    # Conversations of different credentials kept apart (session_key.py) unless shared on purpose; the
+    # salt file (None: $MICROCOMPACT_HOME/session-salt).
+    share_sessions_across_keys: bool = False
+    salt_file: FilePath | None = None
 
 
 def upstream_url(settings: ProxySettings, route: Route, query: str) -> str:
@@ -129,6 +134,7 @@ class Proxy:
         self.metrics = metrics or Metrics()
         self.compaction = Compaction(router, self.metrics)
         self.thinking = ThinkingGuard(router.config.thinking, self.metrics)
+        self.keys = SessionKeys(None if settings.share_sessions_across_keys else load_salt(settings.salt_file))
         self.client: httpx.AsyncClient | None = None
         self._follow_ups: set[asyncio.Task[None]] = set()
         self._logged_passthroughs: dict[tuple[str, str], None] = {}  # insertion-ordered, bounded
@@ -219,7 +225,7 @@ class Proxy:
         raw = await request.body()
         try:
             body, history = _parse(ANTHROPIC, raw)
-            key = session_key(request.headers, ANTHROPIC.name, stripped(ANTHROPIC.key_material(body)))
+            key = self._key(request, ANTHROPIC, body)
         except BadRequest as exc:
             return self._answer(ANTHROPIC.name, 400, str(exc))
         messages = await anyio.to_thread.run_sync(self.compaction.view_for_count, ANTHROPIC, body, key, history)
@@ -262,7 +268,7 @@ class Proxy:
             inner = outer.get("generateContentRequest") if isinstance(outer, dict) else None
             body = inner if isinstance(inner, dict) and "contents" in inner else outer
             history = GEMINI.history(body)
-            key = session_key(request.headers, GEMINI.name, stripped(GEMINI.key_material(body)))
+            key = self._key(request, GEMINI, body)
         except BadRequest as exc:
             return self._answer(GEMINI.name, 400, str(exc))
         messages = await anyio.to_thread.run_sync(self.compaction.view_for_count, GEMINI, body, key, history)
@@ -304,12 +310,12 @@ class Proxy:
             if reason is not None:
                 headers = self._passthrough(provider.name, reason, _conversation_hint(request, body))
                 return await self._forward(request, provider, raw, started, None, headers)
-            key = session_key(request.headers, provider.name, stripped(provider.key_material(body)))
+            key = self._key(request, provider, body)
             prepared = await anyio.to_thread.run_sync(self.compaction.prepare, provider, body, key, history)
         except BadRequest as exc:
             return self._answer(provider.name, 400, str(exc))
         plan = await anyio.to_thread.run_sync(
-            self.thinking.plan, provider.name, key, body, history, prepared.messages, raw, provider.body
+            self.thinking.plan, provider.name, prepared.key, body, history, prepared.messages, raw, provider.body
         )
         content = plan.first.content
         headers = self._report(prepared, len(raw), len(content))
@@ -480,6 +486,12 @@ class Proxy:
         task.add_done_callback(self._follow_ups.discard)
 
     # ------------------------------------------------------------------ helpers
+
+    def _key(self, request: Request, provider: Provider, body: dict[str, Any]) -> str:
+        """The request's conversation key: the same for every route of one conversation (its credential
+        fingerprint included), so a count and the thinking guard see the conversation its requests built."""
+        material = stripped(provider.key_material(body))
+        return self.keys.key(provider.name, request.headers, request.url.query, material)
 
     def _refused(self, request: Request, api: str) -> Response | None:
         expected = self.settings.api_key

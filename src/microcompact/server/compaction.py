@@ -38,6 +38,7 @@ from .fixed_blocks import FixedBlocks, client_order
 from .metrics import Metrics
 from .model_windows import ModelWindows
 from .provider import Provider, identity_form
+from .session_key import fingerprint_of
 from .view import covered, spelled, spelled_runs, unchanged
 
 log = logging.getLogger("microcompact")
@@ -127,7 +128,9 @@ class Compaction:
             return Prepared(key, [])
         try:
             identity = stable(history)
-            key, order = self.fixed_blocks.resolve(key, digests(identity))  # the conversation it continues
+            asked = key
+            owner = fingerprint_of(key) or ""
+            key, order = self.fixed_blocks.resolve(key, digests(identity), owner)  # the conversation it continues
             with self.router.lock(key):
                 self._run_pending(key)
                 config = self.windows.config_for(body, history)
@@ -168,6 +171,8 @@ class Compaction:
             prepared.messages = list(history)  # a pass never makes what is sent larger than what it replaces
         prepared.folded = self._view_changed(key, view) and prepared.messages is not history
         self._remember(key, session)
+        if asked != key:  # a count sent under the key the client's request had finds this conversation too
+            self._remember(asked, session)
         self._succeeded()
         return prepared
 

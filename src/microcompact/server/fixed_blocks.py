@@ -131,17 +131,19 @@ class FixedBlocks:
         self.max_keys = max_keys
         self._last: OrderedDict[str, tuple[list[str], list[Block]]] = OrderedDict()
         self._alias: OrderedDict[str, str] = OrderedDict()  # a key -> the conversation it continues
-        self._opened: OrderedDict[str, str] = OrderedDict()  # first message digest -> the last key it opened
+        self._opened: OrderedDict[str, str] = OrderedDict()  # owner and first message -> the last key it opened
         self._lock = threading.Lock()
 
-    def resolve(self, key: str, digests: Sequence[str]) -> tuple[str, list[int]]:
+    def resolve(self, key: str, digests: Sequence[str], owner: str = "") -> tuple[str, list[int]]:
         """The conversation key to route under and this request's canonical order (new blocks recognised
-        against the conversation's last request)."""
+        against the conversation's last request). ``owner`` (the credential's fingerprint): a key only
+        continues a conversation another key of the same owner opened."""
+        opened = f"{owner}\0{digests[0]}" if digests else ""
         with self._lock:
             key = self._alias.get(key, key)
             state = self._last.get(key)
             if state is None and digests:
-                other = self._opened.get(digests[0])
+                other = self._opened.get(opened)
                 if other is not None and other != key and other in self._last:
                     candidate = self._last[other]
                     if recognise(candidate[0], [digests[i] for i in canonical_order(digests, candidate[1])]):
@@ -160,7 +162,7 @@ class FixedBlocks:
         with self._lock:
             self._remember(self._last, key, ([digests[i] for i in order], blocks))
             if digests:
-                self._remember(self._opened, digests[0], key)
+                self._remember(self._opened, opened, key)
         return key, order
 
     def _remember(self, table: OrderedDict[str, Any], key: str, value: Any) -> None:

@@ -19,6 +19,7 @@ from .app import Proxy, ProxySettings
 from .connections import ConnectionGuard, GuardedListener, allowed_connections, guarded_protocol, raise_file_limit
 from .limits import Limits, LimitsError
 from .routes import served
+from .session_key import SaltError, default_salt_path, load_salt, salt_id
 from .userinfo import hide_userinfo_in_logs, stop_hiding, without_userinfo
 
 
@@ -39,6 +40,7 @@ class ServeOptions:
     shared: bool | None = None  # None: shared when the store is PostgreSQL (several processes on one store)
     gemini_upstream: str = "https://generativelanguage.googleapis.com"  # last: positional callers keep working
     limits: Limits = field(default_factory=Limits)  # body size and pace, headers, connections, upstream timeouts
+    share_sessions_across_keys: bool | None = None  # None: the config file's proxy.share_sessions_across_keys
 
 
 def proxy_config(config_path: Path | None, context_limit: int | None) -> Config:
@@ -69,6 +71,14 @@ def router_for(config: Config, store: SessionStore, shared: bool | None) -> Sess
     if shared is None:
         shared = getattr(store, "backend", "") == "postgres"
     return SessionRouter(config, store=store, shared=shared)
+
+
+def keys_line(settings: ProxySettings) -> str:
+    """How conversations are keyed, for the startup line (the salt loaded, or created, first)."""
+    if settings.share_sessions_across_keys:
+        return "shared across credentials (--share-sessions-across-keys)"
+    path = settings.salt_file or default_salt_path()
+    return f"kept apart per credential (salt {salt_id(load_salt(path))} in {path})"
 
 
 def check_upstream(flag: str, url: str) -> str:
@@ -136,8 +146,13 @@ def serve(options: ServeOptions, say: Callable[[str], None]) -> None:
         raise ServeError(f"--context-limit: expected at least 1024 tokens, got {options.context_limit}")
     try:
         config = proxy_config(options.config, options.context_limit)
+        share = options.share_sessions_across_keys
+        settings = replace(
+            settings, share_sessions_across_keys=config.proxy.share_sessions_across_keys if share is None else share
+        )
+        proxy_keys = keys_line(settings)
         store = open_store(options.db)
-    except (ConfigError, StoreError) as exc:
+    except (ConfigError, StoreError, SaltError) as exc:
         raise ServeError(str(exc)) from None
     router = router_for(config, store, options.shared)
     hider = hide_userinfo_in_logs()
@@ -157,8 +172,9 @@ def serve(options: ServeOptions, say: Callable[[str], None]) -> None:
             f"{base}, Gemini CLI: GOOGLE_GEMINI_BASE_URL={base}); forwarding to "
             + without_userinfo(
                 f"{settings.openai_upstream}, {settings.anthropic_upstream} and {settings.gemini_upstream}; "
-                f"sessions in {store.describe()}; "
+                f"sessions in {store.describe()}, "
             )
+            + f"{proxy_keys}; "
             + f"{Windows(dict(config.models), config.model.context_length).describe()}\n"
             + f"{settings.limits.describe()}\nroutes:\n"
             + "\n".join(f"  {line}" for line in served())
