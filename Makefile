@@ -33,9 +33,12 @@ e2e-install:
 	tests/e2e/install-gemini-cli.sh
 	tests/e2e/install-aider.sh
 
-# Everything, slow tests included, every property-test example: what CI runs.
+# Everything, slow tests included, every property-test example: what CI runs. The fast part on two workers,
+# then the slow tests (real processes, kill loops, the agents themselves) one at a time, so they never race
+# each other for the machine's two cores.
 test-all: $(STAMP) e2e-install
-	$(BIN)/python -m pytest --hypothesis-profile=ci
+	$(BIN)/python -m pytest -m "not slow" --hypothesis-profile=ci -n 2
+	$(BIN)/python -m pytest -m slow --hypothesis-profile=ci
 
 # Lint, format and types (CI runs this before the tests).
 lint: $(STAMP)
