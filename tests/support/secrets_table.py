@@ -40,6 +40,7 @@ MAILGUN = fake("key-", "3ax6xnjp29jd6fds4gc373sgvjxteol0")
 DATABRICKS = fake("dapi", "0123456789abcdef0123456789abcdef")
 SQUARE = fake("sq0atp-", "Q2s1XbL8mN4pR7tV0wY3zA")
 AGE = fake("AGE-SECRET-KEY-1", "QQPQ7S2VJQ9ZK8V4GX0E9Y6N5M3L2K1J0H9G8F7D6S5A4P3O2I1U0Y9T8R")[:74]
+AWS_SECRET_ESCAPED = AWS_SECRET.replace("/", "\\/")  # as JSON encoders that escape slashes write it
 TELEGRAM = fake("123456789", ":AAH", "k9Lm2Qx7Vb4Rn8Tz3Yp6Hd1Jf5Gc0SaX")  # 9 digits, colon, AA + 33
 
 # (format name, sample text, the secret substring that must disappear)
@@ -139,6 +140,34 @@ SECRET_FORMATS: list[tuple[str, str, str]] = [
         ('{"private_key": "-----BEGIN PRIVATE KEY-----\\nMIIEvQIBADANBgkqhkiG9w0B\\n-----END PRIVATE KEY-----\\n"}'),
         "MIIEvQIBADANBgkqhkiG9w0B",
     ),
+    # --- issue 20: JSON with escaped slashes (PHP, Java and some loggers write ``\/``)
+    ("json-escaped-url-password", '{"url": "postgres:\\/\\/admin:Pa55w0rdX9@db.internal\\/app"}', "Pa55w0rdX9"),
+    (
+        "json-escaped-aws-assignment",
+        '{"env": "AWS_SECRET_ACCESS_KEY=' + AWS_SECRET_ESCAPED + '"}',
+        AWS_SECRET_ESCAPED[14:],
+    ),
+    ("json-escaped-aws-line", '{"out": "[default]\\n' + AWS_SECRET_ESCAPED + '\\n"}', AWS_SECRET_ESCAPED),
+    (
+        "json-escaped-slack-webhook",
+        '{"hook": "https:\\/\\/hooks.slack.com\\/services\\/T0AB12CD3\\/B0CD34EF5\\/' + SLACK_HOOK_SECRET + '"}',
+        SLACK_HOOK_SECRET,
+    ),
+    (
+        "json-escaped-basic-auth-url",
+        '{"registry": "https:\\/\\/ci-bot:Zq8Lp3Wm@registry.example.com\\/v2"}',
+        "Zq8Lp3Wm",
+    ),
+    # --- issue 20: passwords that start with a slash
+    ("password-leading-slash", "password=/Xk9pQz2Lm", "Xk9pQz2Lm"),
+    ("password-colon-leading-slash", "db_password: /Qw8Zr3Nx", "Qw8Zr3Nx"),
+    ("url-password-leading-slash", "postgres://admin:/Vb7Kq2Pz@db.internal/app", "Vb7Kq2Pz"),
+    ("flag-password-leading-slash", "psql-wrapper --password /Tq4Wm9Xr", "Tq4Wm9Xr"),
+    # --- issue 20: .pgpass lines as shells write them
+    ("pgpass-echo-quoted", "echo 'db.internal:5432:app:svc:Pg7Zq2Lx' > ~/.pgpass", "Pg7Zq2Lx"),
+    ("pgpass-echo-append", "echo db.internal:5432:app:svc:Pg8Rt3Mw >> ~/.pgpass", "Pg8Rt3Mw"),
+    ("pgpass-trailing-space", "db.internal:5432:app:svc:Pg4Hn6Vs  \nnext", "Pg4Hn6Vs"),
+    ("pgpass-escaped-colon", "db.internal:5432:app:svc:Pg9\\:Kx4Tz", "Kx4Tz"),
 ]
 
 # Ordinary text that looks a little like the formats above and must come through unchanged.
@@ -172,4 +201,19 @@ NOT_SECRETS: list[str] = [
     "key-valuestoreforthesessioncaches",
     '{"auth": "SGVsbG8gd29ybGQ="}',  # base64 of "Hello world": not a user:password pair
     '{"oauth": "ZGVwbG95OkdoN3hLcTJtWnA="}',  # only the key "auth" (Docker's)
+    # --- issue 20: slashes, paths under secret names, pgpass documentation, hashes in lockfiles
+    '{"path": "src\\/app\\/main.py", "sha": "3f2c1d0e9b8a7f6e5d4c3b2a1f0e9d8c7b6a5f4e"}',
+    '"resolved": "https:\\/\\/registry.npmjs.org\\/a\\/-\\/a-1.0.0.tgz"',
+    "PWD=/home/me/project",
+    "password_file: /run/secrets/db_password",
+    "secret: /run/secrets/db",
+    "hostname:port:database:username:password",
+    "https://user@example.com:8443/path@v2",
+    '"integrity": "sha512-v2kDEe57lecTulaDIuNTPy3Ry4gLGJ6Z1O3vE1krgXZNrsQ+LFTGHVxVjcXPs17LhbZVGedAJv8XZ1tvj5FvSg=="',
+    'resolved "https://registry.yarnpkg.com/lodash/-/lodash-4.17.21.tgz#679591c564c3bffaae8454cf0b3df370c3d6911c"',
+    '{file = "requests-2.31.0-py3-none-any.whl", '
+    'hash = "sha256:58cd2187c01e70e6e26505bca751777aa9f2ee0b7f4300988b709f44e013003f"}',
+    'checksum = "a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90"',
+    "request 550e8400-e29b-41d4-a716-446655440000 done",
+    "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==",
 ]
