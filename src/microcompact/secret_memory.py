@@ -42,6 +42,7 @@ MAX_LENGTH = 512
 _PERSON = b"microcompact-sm1"  # BLAKE2b personalisation: these digests are of nothing else
 _STRIP = ".,:;!?"  # sentence punctuation a run may end with although the value does not
 _FORMAT = 1
+_PROCESS_KEY = secrets.token_bytes(32)  # sessions without a store: one key per process, so a fork can adopt
 
 
 def worth_remembering(value: str) -> bool:
@@ -124,7 +125,7 @@ class SecretMemory:
 
     def _keyed(self) -> bytes:
         if self._key is None:
-            self._key = install_key(self._home) if self._home is not None else secrets.token_bytes(32)
+            self._key = install_key(self._home) if self._home is not None else _PROCESS_KEY
         return self._key
 
     def _key_id(self) -> str:
@@ -175,8 +176,9 @@ class SecretMemory:
             shapes = [[s, n] for s, lengths in sorted(self._shapes.items()) for n in sorted(lengths)]
         return {"v": _FORMAT, "digests": by_key, "shapes": shapes}
 
-    def restore(self, data: Any) -> bool:
-        """Take back what :meth:`export` wrote; False when ``data`` is no memory (absent or malformed)."""
+    def restore(self, data: Any, *, stored: bool = True) -> bool:
+        """Take back what :meth:`export` wrote (``stored``: read from this session's store, so nothing new to
+        write; else another session's, e.g. a fork's parent); False when ``data`` is no memory."""
         if not isinstance(data, dict) or data.get("v") != _FORMAT:
             return False
         by_key, shapes = data.get("digests"), data.get("shapes")
@@ -196,7 +198,8 @@ class SecretMemory:
                         else:
                             self._others[str(key_id)] = kept
             self._rebuild()
-            self.version = 0  # what was read is what the store holds
+            if stored:
+                self.version = 0  # what was read is what the store holds
         return True
 
 
