@@ -32,7 +32,8 @@ changes nothing. The rules, applied in this order:
    follows (``password=abc&def`` is one password, ``?token=abc&page=2`` keeps ``page=2``).
 6. Credentials in commands and credential files: ``curl -u user:PASS``, ``mysql -pPASS``, ``sshpass -p``,
    ``docker login -p`` (the command must be on the same line, so ``docker run -u 1000:1000`` stays),
-   ``.pgpass`` lines (``host:port:db:user:PASS``), ``.netrc`` entries (``machine h login u password P``).
+   ``.pgpass`` lines (``host:port:db:user:PASS``; quoted, before a shell redirect, ``\\:`` escapes), ``.netrc``
+   entries (``machine h login u password P``).
 7. A bare AWS secret access key: 40 base64 characters alone on a line (or in the credentials CSV AWS hands
    out), mixing upper and lower case with digits or ``+``/``/``; hex-only strings such as git SHAs stay.
 
@@ -47,7 +48,8 @@ Rule 5 keeps values that are not secrets readable, because transcripts are mostl
   that name what they hold, such as ``Token`` or ``SecretStr``; ``Password: Swordfish`` is redacted),
   identifiers passed on as call arguments unless they look random (``login(password=user_pass)``), identifiers that
   repeat the secret word as a snake_case or camelCase part (``api_key=api_key``,
-  ``password=new_password``), filesystem paths (``PWD=/home/me``), and integers of up to 6 digits under
+  ``password=new_password``), filesystem paths (``PWD=/home/me``; under a password or secret name a
+  one-segment or random-looking path is a password: ``password=/Xk9pQz2``), and integers of up to 6 digits under
   names that are not password-like (``eos_token=2``). In environment-style assignments (``NAME=value``
   with an upper-case name) values are data: dotted values and one-segment paths are redacted there.
 
@@ -56,6 +58,11 @@ An unquoted number redacted after a quoted key (``"password": 123456``) becomes 
 replaces bare text. Every rule is linear in the input (no rule rescans the text from each position; a
 megabyte of adversarial input takes well under a second); rarer formats sit behind a substring test, so
 ordinary text pays little for them.
+
+Text that escapes its slashes (JSON from PHP, Java, some loggers: ``postgres:\\/\\/u:PW@h``) is also read
+with plain slashes, and what the rules find there is hidden in the escaped spelling. While a session's
+:class:`~microcompact.secret_memory.SecretMemory` is active, the values found are remembered and later
+bare mentions of them are hidden too (see that module).
 """
 
 from __future__ import annotations
@@ -67,13 +74,10 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from .keys import TOKENS_KEY
-from .redact_commands import _command_edits, _credential_file_edits, _is_placeholder, _starts_word
+from .redact_commands import _aws_secret_edits, _command_edits, _credential_file_edits, _is_placeholder, _starts_word
 from .redact_patterns import (
     _ASSIGNMENT_KEY,
     _AUTH_HEADER,
-    _AWS_SECRET_ESCAPED_LINE,
-    _AWS_SECRET_FIELD,
-    _AWS_SECRET_LINE,
     _BASE64_CHARS,
     _BEARER,
     _CHECKED_TOKENS,
@@ -122,17 +126,22 @@ def redact_text(text: str) -> str:
     found are remembered and every value it remembers is hidden too, bare mentions included."""
     if not text:
         return text
-    slashed: list[str] = []
-    if "\\/" in text:  # JSON that escapes slashes: the rules read it with plain slashes
-        slashed = _redact_found(_ESCAPES.sub("\\\\", _ESCAPED_SLASH.sub("/", text)))[1]
-        text = _hide_escaped(text, slashed)
-    out, found = _redact_found(text)
-    found += slashed
+    out, found = _redact_all(text)
     memory = active_memory()
     if memory is not None:
         memory.remember(found)
         out = memory.hide(out, REDACTED)
     return out
+
+
+def _redact_all(text: str) -> tuple[str, list[str]]:
+    """The rules on ``text`` (and on its reading with plain slashes): the text redacted, the values found."""
+    slashed: list[str] = []
+    if "\\/" in text:  # JSON that escapes slashes: the rules read it with plain slashes
+        slashed = _redact_found(_ESCAPES.sub("\\\\", _ESCAPED_SLASH.sub("/", text)))[1]
+        text = _hide_escaped(text, slashed)
+    out, found = _redact_found(text)
+    return out, found + slashed
 
 
 def _redact_found(text: str) -> tuple[str, list[str]]:
@@ -241,9 +250,29 @@ def redact_message(message: dict[str, Any]) -> dict[str, Any]:
 def remember_secrets(memory: SecretMemory, messages: Iterable[dict[str, Any]]) -> None:
     """Let ``memory`` learn the secrets of ``messages`` (a session's new messages, before any is summarized:
     a value a user message gave with its context is hidden when an assistant message repeats it bare)."""
-    with remembering(memory):
-        for message in messages:
-            redact_message(message)
+    for message in messages:
+        for text in _message_texts(message):
+            if text:
+                memory.remember(_redact_all(text)[1])
+
+
+def _message_texts(message: dict[str, Any]) -> Iterator[str]:
+    """The texts :func:`redact_message` redacts."""
+    content = message.get("content")
+    if isinstance(content, str):
+        yield content
+    elif isinstance(content, list):
+        for part in content:
+            if isinstance(part, str):
+                yield part
+            elif isinstance(part, dict) and isinstance(part.get("text"), str):
+                yield part["text"]
+    calls = message.get("tool_calls")
+    for call in calls if isinstance(calls, list) else ():
+        function = call.get("function") if isinstance(call, dict) else None
+        args = function.get("arguments") if isinstance(function, dict) else None
+        if args is not None:
+            yield args if isinstance(args, str) else json.dumps(args, ensure_ascii=False, default=str)
 
 
 def _redact_part(part: Any) -> Any:
@@ -453,32 +482,6 @@ def _is_url_signature(lowered: str, start: int, value_start: int) -> bool:
     """The parameter found at ``start`` is one of the signed-URL names (preceded by ``?``/``&`` or its prefix)."""
     window = lowered[max(0, start - 12) : value_start]
     return any(window.endswith(name) for name in _URL_SIGNATURE_NAMES)
-
-
-def _aws_secret_edits(text: str, lowered: str) -> Iterator[Edit]:
-    """Bare AWS secret access keys: 40 base64 characters alone on a line, or in a field of the credentials
-    CSV file AWS hands out (it has a ``Secret access key`` column), mixed like generated keys."""
-    first = _AWS_SECRET_LINE.match("\n" + text.split("\n", 1)[0])  # the first line has no newline before it
-    if first is not None and _looks_like_aws_secret(first["key"]):
-        yield first.start("key") - 1, first.end("key") - 1, REDACTED
-    patterns: tuple[re.Pattern[str], ...] = (_AWS_SECRET_LINE, _AWS_SECRET_ESCAPED_LINE)
-    if "secret access key" in lowered:
-        patterns += (_AWS_SECRET_FIELD,)
-    for pattern in patterns:
-        for m in pattern.finditer(text):
-            if _looks_like_aws_secret(m["key"]):
-                yield m.start("key"), m.end("key"), REDACTED
-
-
-def _looks_like_aws_secret(token: str) -> bool:
-    """Random base64: upper and lower case letters, and digits or ``+``/``/``. A git SHA (hex) is not one."""
-    has_upper = any(c.isupper() for c in token)
-    has_lower = any(c.islower() for c in token)
-    digits = sum(c.isdigit() for c in token)
-    symbols = sum(c in "+/" for c in token)
-    if not (has_upper and has_lower) or (digits < 2 and symbols == 0):
-        return False
-    return not token.startswith("/") and "//" not in token
 
 
 def _quote_before(text: str, pos: int) -> str:

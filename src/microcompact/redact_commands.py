@@ -1,8 +1,9 @@
-"""The command-line and credential-file rules of :mod:`microcompact.redact` (rule 6 of its docstring).
+"""The command-line, credential-file and bare-key rules of :mod:`microcompact.redact` (rules 6 and 7 of
+its docstring).
 
 Passwords given as flags to a command named on the same line (``curl -u user:PASS``, ``mysql -pPASS``,
-``sshpass -p PASS``, ``docker login -p PASS``), ``.pgpass`` lines and ``.netrc`` entries; with the two
-small predicates the other rules share. Kept apart so each module stays short.
+``sshpass -p PASS``, ``docker login -p PASS``), ``.pgpass`` lines and ``.netrc`` entries, bare AWS secret
+keys; with the two small predicates the other rules share. Kept apart so each module stays short.
 """
 
 from __future__ import annotations
@@ -10,7 +11,16 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from .redact_patterns import _MAX_HOST, _MIN_SECRET_LEN, _PGPASS, _PLACEHOLDER, REDACTED
+from .redact_patterns import (
+    _AWS_SECRET_ESCAPED_LINE,
+    _AWS_SECRET_FIELD,
+    _AWS_SECRET_LINE,
+    _MAX_HOST,
+    _MIN_SECRET_LEN,
+    _PGPASS,
+    _PLACEHOLDER,
+    REDACTED,
+)
 
 Edit = tuple[int, int, str]  # replace text[start:end] with the string
 
@@ -98,3 +108,29 @@ def _pgpass_host(text: str, end: int) -> bool:
         return False  # no word start within a host name's length
     host = text[max(starts, default=0) : end]
     return bool(host) and ":" not in host and "\\" not in host
+
+
+def _aws_secret_edits(text: str, lowered: str) -> Iterator[Edit]:
+    """Bare AWS secret access keys: 40 base64 characters alone on a line, or in a field of the credentials
+    CSV file AWS hands out (it has a ``Secret access key`` column), mixed like generated keys."""
+    first = _AWS_SECRET_LINE.match("\n" + text.split("\n", 1)[0])  # the first line has no newline before it
+    if first is not None and _looks_like_aws_secret(first["key"]):
+        yield first.start("key") - 1, first.end("key") - 1, REDACTED
+    patterns: tuple[re.Pattern[str], ...] = (_AWS_SECRET_LINE, _AWS_SECRET_ESCAPED_LINE)
+    if "secret access key" in lowered:
+        patterns += (_AWS_SECRET_FIELD,)
+    for pattern in patterns:
+        for m in pattern.finditer(text):
+            if _looks_like_aws_secret(m["key"]):
+                yield m.start("key"), m.end("key"), REDACTED
+
+
+def _looks_like_aws_secret(token: str) -> bool:
+    """Random base64: upper and lower case letters, and digits or ``+``/``/``. A git SHA (hex) is not one."""
+    has_upper = any(c.isupper() for c in token)
+    has_lower = any(c.islower() for c in token)
+    digits = sum(c.isdigit() for c in token)
+    symbols = sum(c in "+/" for c in token)
+    if not (has_upper and has_lower) or (digits < 2 and symbols == 0):
+        return False
+    return not token.startswith("/") and "//" not in token

@@ -82,26 +82,30 @@ def install_key(home: Path) -> bytes:
 
 
 class _Scanner:
-    """Runs of letters, digits and one symbol set, in a length range; JSON's ``\\/`` counts as ``/``."""
+    """Maximal runs of letters, digits and one symbol set, at least as long as its shortest value (JSON's
+    ``\\/`` counts as ``/``). The pattern starts with a character class and has no lookaround, so ``re``
+    scans in C; a run found is maximal because the scan goes left to right and each run is taken whole."""
 
     def __init__(self, symbols: str, lengths: frozenset[int]) -> None:
         self.lengths = lengths
+        self.symbols = symbols  # a mention holds every one (an escaped slash holds a slash too)
         self.slash = "/" in symbols
         cls = "A-Za-z0-9" + "".join(re.escape(c) for c in symbols)
         unit = rf"(?:[{cls}]|\\/)" if self.slash else f"[{cls}]"
-        top = max(lengths) * (2 if self.slash else 1) + len(_STRIP)
-        after = r"(?![" + cls + r"])" + (r"(?!\\/)" if self.slash else "")
-        start = rf"(?:(?<![{cls}\\])|(?<=\\[ntr]))"
-        self.pattern = re.compile(f"{start}{unit}{{{min(lengths)},{top}}}{after}")
+        self.pattern = re.compile(f"{unit}{{{min(lengths)},}}")
 
-    def candidates(self, token: str) -> Iterable[tuple[str, int]]:
-        """The values ``token`` may be (with the length cut from its end): itself, less trailing punctuation."""
+    def candidates(self, text: str, start: int, token: str) -> Iterator[tuple[str, int, int]]:
+        """The values ``token`` (found at ``start``) may be, with how much to cut from its start and end:
+        itself; without the letter of an escaped line break before it (``\\nVALUE``); without up to two
+        trailing punctuation marks (``VALUE.``)."""
         value = token.replace("\\/", "/") if self.slash else token
-        yield value, 0
-        cut = 0
-        while cut < 2 and value and value[-1] in _STRIP:
-            value, cut = value[:-1], cut + 1
-            yield value, cut
+        head = 1 if start > 0 and text[start - 1] == "\\" and value[:1] in "ntr" else 0
+        for lead in {0, head}:
+            body, cut = value[lead:], 0
+            yield body, lead, 0
+            while cut < 2 and body and body[-1] in _STRIP:
+                body, cut = body[:-1], cut + 1
+                yield body, lead, cut
 
 
 class SecretMemory:
@@ -158,10 +162,13 @@ class SecretMemory:
             return text
         spans: list[tuple[int, int]] = []
         for scanner in scanners:
+            if scanner.symbols and not all(c in text for c in scanner.symbols):
+                continue  # a mention holds every symbol of its value
+            lengths = scanner.lengths
             for m in scanner.pattern.finditer(text):
-                for value, cut in scanner.candidates(m.group()):
-                    if len(value) in scanner.lengths and self._digest(value) in self._digests:
-                        spans.append((m.start(), m.end() - cut))
+                for value, lead, cut in scanner.candidates(text, m.start(), m.group()):
+                    if len(value) in lengths and self._digest(value) in self._digests:
+                        spans.append((m.start() + lead, m.end() - cut))
                         break
         return _replace(text, spans, replacement) if spans else text
 
