@@ -28,41 +28,11 @@ from microcompact.store import SQLiteStore
 from microcompact.summarizers import OpenAISummarizer
 from microcompact.telemetry import setup_file_logging
 from support.chat_server import ChatServer, notes
-from support.secrets_table import fake
+from support.secrets_table import AWS_1, AWS_3, REMENTIONS, URL_PW, escaped
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 TESTS = str(Path(__file__).resolve().parents[1])
 
-AWS_1 = fake("wJalrXUtnFEMI/K7MDENG", "/bPxRfiCYEXAMPLEKEY")
-AWS_2 = fake("Kx9mQ2Lw7Vb4Rn8Tz3Yp", "6Hd1Jf5Gc0Sa+EbUoIqW")
-AWS_3 = fake("Qp4Lm8Nz2Xc6Vb0Rt5Yh", "/Jk9Gf3Ds7Aw1Eq6Ui2O")
-URL_PW = fake("Pg7Wq2", "Zx9vLm")
-PGPASS_PW = fake("Rt5Yu8", "Io2Kp")
-QUOTED_PW = fake("Tr0ub4dor", "&3xQzK")
-COOKIE = fake("q8w7e6r5t4", "y3u2i1o0p9")
-BEARER = fake("Zx9Yw8Vu7Ts6", "Rq5Po4Nm3")
-
-
-def escaped(value: str) -> str:
-    return value.replace("/", "\\/")
-
-
-# (case, text that gives the value with its context, a later text that mentions it bare, the value)
-REMENTIONS: list[tuple[str, str, str, str]] = [
-    ("aws-env-then-bare", f"AWS_SECRET_ACCESS_KEY={AWS_1}", f"uses key {AWS_1} for the service", AWS_1),
-    ("url-password-then-bare", f"postgres://admin:{URL_PW}@db.internal/app", f"the password {URL_PW} opens it", URL_PW),
-    ("pgpass-then-bare", f"db.internal:5432:app:svc:{PGPASS_PW}", f"retry with {PGPASS_PW}.", PGPASS_PW),
-    ("quoted-password-then-bare", f'password = "{QUOTED_PW}"', f"login failed for {QUOTED_PW}, locked", QUOTED_PW),
-    ("cookie-then-bare", f"Cookie: theme=dark; sessionid={COOKIE}", f"session {COOKIE} expired", COOKIE),
-    ("bearer-then-bare", f"Authorization: Bearer {BEARER}", f"the token {BEARER} still works", BEARER),
-    (
-        "escaped-context-then-bare",
-        f'{{"env": "AWS_SECRET_ACCESS_KEY={escaped(AWS_3)}"}}',
-        f"key {AWS_3} rotated",
-        AWS_3,
-    ),
-    ("context-then-escaped-bare", f"aws_secret_access_key = {AWS_2}", f'{{"cached": "{escaped(AWS_2)}"}}', AWS_2),
-]
 IDS = [row[0] for row in REMENTIONS]
 
 

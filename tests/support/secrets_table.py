@@ -5,6 +5,7 @@ survive redaction). Where a rule used to catch only the start of a secret, the s
 missed (the tail after ``&``, the token part of a webhook URL). Tests in redact/test_redact.py, and the end-to-end
 tests that plant every row in a transcript (micro pass, batch compaction, HTTP summarizer requests), are
 driven from ``SECRET_FORMATS``. ``NOT_SECRETS`` lists ordinary text that must come through unchanged.
+``REMENTIONS`` pairs a value given with its context with a later bare mention (redact/test_secrets_remembered.py).
 
 Samples are fake and built by concatenation so that repository secret scanners do not flag this file.
 """
@@ -216,4 +217,37 @@ NOT_SECRETS: list[str] = [
     'checksum = "a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90"',
     "request 550e8400-e29b-41d4-a716-446655440000 done",
     "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==",
+]
+
+
+AWS_1 = AWS_SECRET
+AWS_2 = fake("Kx9mQ2Lw7Vb4Rn8Tz3Yp", "6Hd1Jf5Gc0Sa+EbUoIqW")
+AWS_3 = fake("Qp4Lm8Nz2Xc6Vb0Rt5Yh", "/Jk9Gf3Ds7Aw1Eq6Ui2O")
+URL_PW = fake("Pg7Wq2", "Zx9vLm")
+PGPASS_PW = fake("Rt5Yu8", "Io2Kp")
+QUOTED_PW = fake("Tr0ub4dor", "&3xQzK")
+COOKIE = fake("q8w7e6r5t4", "y3u2i1o0p9")
+BEARER = fake("Zx9Yw8Vu7Ts6", "Rq5Po4Nm3")
+
+
+def escaped(value: str) -> str:
+    return value.replace("/", "\\/")
+
+
+# Re-mentions (issue 20): the secret memory must hide the bare mention once the value was seen in context.
+# (case, text that gives the value with its context, a later text that mentions it bare, the value)
+REMENTIONS: list[tuple[str, str, str, str]] = [
+    ("aws-env-then-bare", f"AWS_SECRET_ACCESS_KEY={AWS_1}", f"uses key {AWS_1} for the service", AWS_1),
+    ("url-password-then-bare", f"postgres://admin:{URL_PW}@db.internal/app", f"the password {URL_PW} opens it", URL_PW),
+    ("pgpass-then-bare", f"db.internal:5432:app:svc:{PGPASS_PW}", f"retry with {PGPASS_PW}.", PGPASS_PW),
+    ("quoted-password-then-bare", f'password = "{QUOTED_PW}"', f"login failed for {QUOTED_PW}, locked", QUOTED_PW),
+    ("cookie-then-bare", f"Cookie: theme=dark; sessionid={COOKIE}", f"session {COOKIE} expired", COOKIE),
+    ("bearer-then-bare", f"Authorization: Bearer {BEARER}", f"the token {BEARER} still works", BEARER),
+    (
+        "escaped-context-then-bare",
+        f'{{"env": "AWS_SECRET_ACCESS_KEY={escaped(AWS_3)}"}}',
+        f"key {AWS_3} rotated",
+        AWS_3,
+    ),
+    ("context-then-escaped-bare", f"aws_secret_access_key = {AWS_2}", f'{{"cached": "{escaped(AWS_2)}"}}', AWS_2),
 ]
