@@ -270,8 +270,13 @@ class StoreWriter:
             return True
         try:
             self.store.update_meta(self.session_id, {SECRETS_META: memory.export()})
+        except StoreReadOnly:
+            self._secrets_saved = version  # nothing is written to a read-only store (said once at open)
+            return False
         except Exception as exc:
-            log.error("Session store: could not save the secret memory (%s: %s)", type(exc).__name__, exc)
+            if self._secrets_saved >= 0:  # a store that stays down is logged once
+                log.error("Session store: could not save the secret memory (%s: %s)", type(exc).__name__, exc)
+            self._secrets_saved = -1  # retried at every flush
             return False
         self._secrets_saved = version
         return True

@@ -22,6 +22,7 @@ from test_secrets_end_to_end import MICRO, counter, planted_turn
 from microcompact.config import parse_config
 from microcompact.keys import SECRETS_META
 from microcompact.messages import marker_kind
+from microcompact.redact import redact_text, remembering
 from microcompact.secret_memory import KEY_FILE, SecretMemory
 from microcompact.session import Session
 from microcompact.store import SQLiteStore
@@ -263,3 +264,26 @@ def test_the_store_and_the_log_hold_no_remembered_value_in_clear(tmp_path: Path,
     assert [f for f in forms if f.encode() in raw] == []
     logged = log_path.read_bytes()
     assert [f for f in [*forms, escaped(AWS_3)] if f.encode() in logged] == []
+
+
+def test_a_read_only_store_still_hides_and_does_not_complain_per_flush(tmp_path: Path, monkeypatch, caplog) -> None:
+    """A read-only store cannot take the memory's new values (nor compact): nothing is logged per flush, and
+    what was stored and what is learned is still hidden."""
+    monkeypatch.setenv("MICROCOMPACT_HOME", str(tmp_path / "home"))
+    db = tmp_path / "sessions.db"
+    with SQLiteStore(db) as store:
+        s = Session(parse_config(MICRO), counter=counter(), store=store, session_id="ro")
+        s.append({"role": "system", "content": "be brief"})
+        s.extend(planted_turn(0, REMENTIONS[0][1]))
+        s.close()
+    caplog.set_level(logging.INFO, logger="microcompact")
+    with SQLiteStore(db, read_only=True) as store:
+        s = Session.open(store, "ro", parse_config(MICRO), counter=counter())
+        for n in range(3):
+            s.extend(planted_turn(10 + n, REMENTIONS[1][1]))
+            s.finalize_turn()
+        with remembering(s.secrets):
+            hidden = redact_text(f"{REMENTIONS[0][2]}; {REMENTIONS[1][2]}")
+        s.close()
+    assert leaked(hidden, REMENTIONS[:2]) == []
+    assert "could not save the secret memory" not in caplog.text
