@@ -23,6 +23,8 @@ LAYERS: list[set[str]] = [
         "jsoninput",
         "redact",
         "redact_patterns",
+        "redact_commands",
+        "secret_memory",
         "telemetry",
         "config",
         "render",

@@ -21,6 +21,7 @@ the session up; the worker never takes the session's lock, so waiting under it c
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -55,9 +56,9 @@ class BackgroundPasses:
         if mode == "fold":
             folds = self.micro.planned_folds()
             if folds:
-                self._job = self._pool.submit(self._fold, ledger.snapshot(), folds)
+                self._job = self._pool.submit(contextvars.copy_context().run, self._fold, ledger.snapshot(), folds)
             return
-        self._job = self._pool.submit(self._work, ledger.snapshot(), mode)
+        self._job = self._pool.submit(contextvars.copy_context().run, self._work, ledger.snapshot(), mode)
 
     def _fold(self, snapshot: Ledger, folds: tuple[Fold, ...]) -> Job:
         return self.micro.shadow_fold(snapshot, folds)

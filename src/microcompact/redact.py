@@ -32,7 +32,8 @@ changes nothing. The rules, applied in this order:
    follows (``password=abc&def`` is one password, ``?token=abc&page=2`` keeps ``page=2``).
 6. Credentials in commands and credential files: ``curl -u user:PASS``, ``mysql -pPASS``, ``sshpass -p``,
    ``docker login -p`` (the command must be on the same line, so ``docker run -u 1000:1000`` stays),
-   ``.pgpass`` lines (``host:port:db:user:PASS``), ``.netrc`` entries (``machine h login u password P``).
+   ``.pgpass`` lines (``host:port:db:user:PASS``; quoted, before a shell redirect, ``\\:`` escapes), ``.netrc``
+   entries (``machine h login u password P``).
 7. A bare AWS secret access key: 40 base64 characters alone on a line (or in the credentials CSV AWS hands
    out), mixing upper and lower case with digits or ``+``/``/``; hex-only strings such as git SHAs stay.
 
@@ -47,7 +48,8 @@ Rule 5 keeps values that are not secrets readable, because transcripts are mostl
   that name what they hold, such as ``Token`` or ``SecretStr``; ``Password: Swordfish`` is redacted),
   identifiers passed on as call arguments unless they look random (``login(password=user_pass)``), identifiers that
   repeat the secret word as a snake_case or camelCase part (``api_key=api_key``,
-  ``password=new_password``), filesystem paths (``PWD=/home/me``), and integers of up to 6 digits under
+  ``password=new_password``), filesystem paths (``PWD=/home/me``; under a password or secret name a
+  one-segment or random-looking path is a password: ``password=/Xk9pQz2``), and integers of up to 6 digits under
   names that are not password-like (``eos_token=2``). In environment-style assignments (``NAME=value``
   with an upper-case name) values are data: dotted values and one-segment paths are redacted there.
 
@@ -56,6 +58,11 @@ An unquoted number redacted after a quoted key (``"password": 123456``) becomes 
 replaces bare text. Every rule is linear in the input (no rule rescans the text from each position; a
 megabyte of adversarial input takes well under a second); rarer formats sit behind a substring test, so
 ordinary text pays little for them.
+
+Text that escapes its slashes (JSON from PHP, Java, some loggers: ``postgres:\\/\\/u:PW@h``) is also read
+with plain slashes, and what the rules find there is hidden in the escaped spelling. While a session's
+:class:`~microcompact.secret_memory.SecretMemory` is active, the values found are remembered and later
+bare mentions of them are hidden too (see that module).
 """
 
 from __future__ import annotations
@@ -63,16 +70,14 @@ from __future__ import annotations
 import base64
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from .keys import TOKENS_KEY
+from .redact_commands import _aws_secret_edits, _command_edits, _credential_file_edits, _is_placeholder, _starts_word
 from .redact_patterns import (
     _ASSIGNMENT_KEY,
     _AUTH_HEADER,
-    _AWS_SECRET_ESCAPED_LINE,
-    _AWS_SECRET_FIELD,
-    _AWS_SECRET_LINE,
     _BASE64_CHARS,
     _BEARER,
     _CHECKED_TOKENS,
@@ -87,7 +92,6 @@ from .redact_patterns import (
     _IDENTIFIER,
     _LINE_BREAKS,
     _LITERALS,
-    _MAX_HOST,
     _MAX_NAME,
     _MIN_COOKIE_VALUE,
     _MIN_SECRET_LEN,
@@ -97,8 +101,6 @@ from .redact_patterns import (
     _PEM_BEGIN,
     _PEM_BODY,
     _PEM_END,
-    _PGPASS,
-    _PLACEHOLDER,
     _SECRET_WORD_AT_END,
     _SNAKE_PART,
     _STRIPE,
@@ -109,24 +111,80 @@ from .redact_patterns import (
     _URL_SIGNATURE_NAMES,
     _VALUE,
     _WEBHOOKS,
+    REDACTED,
 )
+from .secret_memory import SecretMemory, active_memory, remembering
 
-REDACTED = "[REDACTED]"
-
+__all__ = ["REDACTED", "redact_message", "redact_text", "remember_secrets", "remembering"]
 
 Edit = tuple[int, int, str]  # replace text[start:end] with the string
 
 
 def redact_text(text: str) -> str:
-    """``text`` with every secret the module docstring describes replaced by ``[REDACTED]``."""
+    """``text`` with every secret the module docstring describes replaced by ``[REDACTED]``; while a
+    session's :class:`~microcompact.secret_memory.SecretMemory` is active (:func:`remembering`), the values
+    found are remembered and every value it remembers is hidden too, bare mentions included."""
     if not text:
         return text
-    text = _substitute_tokens(text)
-    return _apply(text, _context_edits(text))
+    out, found = _redact_all(text)
+    memory = active_memory()
+    if memory is not None:
+        memory.remember(found)
+        out = memory.hide(out, REDACTED)
+    return out
 
 
-def _substitute_tokens(text: str) -> str:
-    """Secrets recognised by their own shape (keys, tokens, webhooks, URL passwords), replaced in order.
+def _redact_all(text: str) -> tuple[str, list[str]]:
+    """The rules on ``text`` (and on its reading with plain slashes): the text redacted, the values found."""
+    slashed: list[str] = []
+    if "\\/" in text:  # JSON that escapes slashes: the rules read it with plain slashes
+        slashed = _redact_found(_ESCAPES.sub("\\\\", _ESCAPED_SLASH.sub("/", text)))[1]
+        text = _hide_escaped(text, slashed)
+    out, found = _redact_found(text)
+    return out, found + slashed
+
+
+def _redact_found(text: str) -> tuple[str, list[str]]:
+    """The redacted text and the values the rules removed (in order; a value may repeat)."""
+    found: list[str] = []
+    text = _substitute_tokens(text, found)
+    edits = _context_edits(text)
+    found += [text[start:end] for start, end, _ in edits]
+    return _apply(text, edits), found
+
+
+# JSON that escapes slashes writes ``\/``; inside another JSON string that becomes ``\\\/``. The rules
+# read such text with plain slashes (a backslash before a slash is never part of a secret the rules know).
+_ESCAPED_SLASH = re.compile(r"\\+/")
+_ESCAPES = re.compile(r"\\\\+(?=[nrt\"])")  # a doubly escaped line break or quote, read as singly escaped
+_WORD_CHAR = "A-Za-z0-9"
+
+
+def _hide_escaped(text: str, values: list[str]) -> str:
+    """``text`` without ``values`` spelled with escaped slashes (``a\\/b`` for ``a/b``), as whole words."""
+    spelled = sorted({v for v in values if REDACTED not in v}, key=len, reverse=True)
+    if not spelled:
+        return text
+    alternatives = "|".join(r"\\*/".join(re.escape(part) for part in v.split("/")) for v in spelled)
+    pattern = re.compile(rf"(?:(?<![{_WORD_CHAR}])|(?<=\\[ntr]))(?:{alternatives})(?![{_WORD_CHAR}])")
+    return pattern.sub(REDACTED, text)
+
+
+def _recording(found: list[str], rule: Callable[[re.Match[str]], str], group: str) -> Callable[[re.Match[str]], str]:
+    """``rule`` as a ``sub`` callback that also notes the value of ``group`` whenever it replaces a match."""
+
+    def replace(match: re.Match[str]) -> str:
+        out = rule(match)
+        if out != match.group():
+            found.append(match[group])
+        return out
+
+    return replace
+
+
+def _substitute_tokens(text: str, found: list[str]) -> str:
+    """Secrets recognised by their own shape (keys, tokens, webhooks, URL passwords), replaced in order;
+    the values of the rules that need context (Docker auth, webhooks, URL passwords) go to ``found``.
 
     Each guard is a cheap substring test that skips a pattern which cannot match; the order matters
     because an earlier replacement can hide a later pattern's match.
@@ -144,12 +202,12 @@ def _substitute_tokens(text: str) -> str:
         text = pattern.sub(_redact_if_random_word, text)
     text = _TWILIO.sub(_redact_if_word, text)
     if "auth" in text:
-        text = _DOCKER_AUTH.sub(_redact_docker_auth, text)
+        text = _DOCKER_AUTH.sub(_recording(found, _redact_docker_auth, "value"), text)
     for guard, pattern in _WEBHOOKS:
         if guard in text:
-            text = pattern.sub(_keep_prefix, text)
+            text = pattern.sub(_recording(found, _keep_prefix, "tail"), text)
     if "://" in text:
-        text = _URL_PASSWORD.sub(_redact_url_password, text)
+        text = _URL_PASSWORD.sub(_recording(found, _redact_url_password, "pw"), text)
     return text
 
 
@@ -187,6 +245,34 @@ def redact_message(message: dict[str, Any]) -> dict[str, Any]:
     if isinstance(calls, list):
         out["tool_calls"] = [_redact_tool_call(tc) for tc in calls]
     return out
+
+
+def remember_secrets(memory: SecretMemory, messages: Iterable[dict[str, Any]]) -> None:
+    """Let ``memory`` learn the secrets of ``messages`` (a session's new messages, before any is summarized:
+    a value a user message gave with its context is hidden when an assistant message repeats it bare)."""
+    for message in messages:
+        for text in _message_texts(message):
+            if text:
+                memory.remember(_redact_all(text)[1])
+
+
+def _message_texts(message: dict[str, Any]) -> Iterator[str]:
+    """The texts :func:`redact_message` redacts."""
+    content = message.get("content")
+    if isinstance(content, str):
+        yield content
+    elif isinstance(content, list):
+        for part in content:
+            if isinstance(part, str):
+                yield part
+            elif isinstance(part, dict) and isinstance(part.get("text"), str):
+                yield part["text"]
+    calls = message.get("tool_calls")
+    for call in calls if isinstance(calls, list) else ():
+        function = call.get("function") if isinstance(call, dict) else None
+        args = function.get("arguments") if isinstance(function, dict) else None
+        if args is not None:
+            yield args if isinstance(args, str) else json.dumps(args, ensure_ascii=False, default=str)
 
 
 def _redact_part(part: Any) -> Any:
@@ -268,10 +354,6 @@ def _base64_lines_before(text: str, pos: int, floor: int) -> int:
 def _looks_random(token: str) -> bool:
     """Generated keys mix letters and digits; slugs and words do not."""
     return any(c.isdigit() for c in token) and any(c.isalpha() for c in token)
-
-
-def _starts_word(text: str, start: int) -> bool:
-    return start == 0 or not (text[start - 1].isalnum() or text[start - 1] in "_-")
 
 
 def _redact_if_random_word(match: re.Match[str]) -> str:
@@ -390,83 +472,6 @@ def _password_tail_end(text: str, end: int) -> int:
     return tail.end() if tail else end
 
 
-# Commands that take a password on the command line, and the flag forms they use.
-_GLUED_P = re.compile(r"-p(?P<pw>[^\s'\"-][^\s'\"]*)")  # mysql -pPASS
-_SPACED_P = re.compile(r"-p[ \t]+(?P<q>['\"]?)(?P<pw>[^\s'\"-][^\s'\"]*)(?P=q)")  # sshpass -p PASS
-_CURL_USER = re.compile(r"-(?:u|-user)(?:[ \t]+|=)?(?P<q>['\"]?)[^\s:'\"@]+:(?P<pw>[^\s'\"]+)(?P=q)")
-# A command word (lowercase), and the flag forms that carry a password after it on the same line.
-_COMMAND_FLAGS = (
-    ("curl", (_CURL_USER,)),
-    ("mysql", (_GLUED_P, _SPACED_P)),  # also mysqldump, mysqladmin
-    ("mariadb", (_GLUED_P, _SPACED_P)),
-    ("sshpass", (_SPACED_P,)),
-    ("login", (_SPACED_P,)),  # docker/podman/helm registry/oc/cf/az login -p PASS
-)
-
-
-def _command_edits(text: str, lowered: str) -> Iterator[Edit]:
-    """Passwords given as command-line flags: ``curl -u user:PASS``, ``mysql -pPASS``, ``sshpass -p PASS``,
-    ``docker login -p PASS``. Only the rest of a line that names the command is searched, so
-    ``docker run -u 1000:1000`` and ``ssh -p 2222`` stay (and ordinary text costs a substring test)."""
-    for command, patterns in _COMMAND_FLAGS:
-        for start, end in _command_lines(lowered, command):
-            for pattern in patterns:
-                for m in pattern.finditer(text, start, end):
-                    pw = m["pw"]
-                    if (
-                        _is_flag(text, m.start())
-                        and len(pw) >= _MIN_SECRET_LEN
-                        and not _is_placeholder(pw)
-                        and not pw.isdigit()
-                    ):
-                        yield m.start("pw"), m.end("pw"), REDACTED
-
-
-_LINE_END = re.compile(r"\n|\\n")
-
-
-def _command_lines(lowered: str, command: str) -> Iterator[tuple[int, int]]:
-    """(start, end) of the rest of each line after ``command`` (a JSON-escaped line break ends a line too)."""
-    pos = lowered.find(command)
-    while pos >= 0:
-        line_end = _LINE_END.search(lowered, pos)  # real or JSON-escaped
-        end = line_end.start() if line_end else len(lowered)
-        yield pos + len(command), end
-        pos = lowered.find(command, end)
-
-
-def _is_flag(text: str, start: int) -> bool:
-    """A ``-x`` at ``start`` is a command-line flag, not the middle of a word (``pre-processing``)."""
-    return start == 0 or text[start - 1] in " \t\n'\"="
-
-
-_NETRC_SPACE = r"(?:[ \t\r\n]|\\[nrt])+"  # real or JSON-escaped
-_NETRC = re.compile(rf"login{_NETRC_SPACE}[^\s\"\\]+{_NETRC_SPACE}password{_NETRC_SPACE}(?P<pw>[^\s\"'\\]+)")
-
-
-def _credential_file_edits(text: str, lowered: str) -> Iterator[Edit]:
-    """``.pgpass`` lines (host:port:db:user:PASSWORD) and ``.netrc`` entries (machine h login u password P)."""
-    for m in _PGPASS.finditer(text):
-        pw = m["pw"]
-        if _pgpass_host(text, m.start()) and len(pw) >= _MIN_SECRET_LEN and not _is_placeholder(pw):
-            yield m.start("pw"), m.end("pw"), REDACTED
-    if "machine" in lowered:
-        for m in _NETRC.finditer(lowered):
-            if _starts_word(lowered, m.start()) and not _is_placeholder(text[m.start("pw") : m.end("pw")]):
-                yield m.start("pw"), m.end("pw"), REDACTED
-
-
-def _pgpass_host(text: str, end: int) -> bool:
-    """The word before ``end`` (from whitespace, a JSON-escaped line break, a quote, or the text start) is a
-    host name: a pgpass line, or one quoted inline."""
-    floor = max(0, end - _MAX_HOST - 2)
-    starts = [i + len(b) for b in (" ", "\t", "\n", "\\n", '"', "'", "`") if (i := text.rfind(b, floor, end)) >= 0]
-    if not starts and floor > 0:
-        return False  # no word start within a host name's length
-    host = text[max(starts, default=0) : end]
-    return bool(host) and ":" not in host and "\\" not in host
-
-
 def _url_signature_edits(lowered: str) -> Iterator[Edit]:
     for m in _URL_SIGNATURE.finditer(lowered):
         if _is_url_signature(lowered, m.start(), m.start("value")):
@@ -477,32 +482,6 @@ def _is_url_signature(lowered: str, start: int, value_start: int) -> bool:
     """The parameter found at ``start`` is one of the signed-URL names (preceded by ``?``/``&`` or its prefix)."""
     window = lowered[max(0, start - 12) : value_start]
     return any(window.endswith(name) for name in _URL_SIGNATURE_NAMES)
-
-
-def _aws_secret_edits(text: str, lowered: str) -> Iterator[Edit]:
-    """Bare AWS secret access keys: 40 base64 characters alone on a line, or in a field of the credentials
-    CSV file AWS hands out (it has a ``Secret access key`` column), mixed like generated keys."""
-    first = _AWS_SECRET_LINE.match("\n" + text.split("\n", 1)[0])  # the first line has no newline before it
-    if first is not None and _looks_like_aws_secret(first["key"]):
-        yield first.start("key") - 1, first.end("key") - 1, REDACTED
-    patterns: tuple[re.Pattern[str], ...] = (_AWS_SECRET_LINE, _AWS_SECRET_ESCAPED_LINE)
-    if "secret access key" in lowered:
-        patterns += (_AWS_SECRET_FIELD,)
-    for pattern in patterns:
-        for m in pattern.finditer(text):
-            if _looks_like_aws_secret(m["key"]):
-                yield m.start("key"), m.end("key"), REDACTED
-
-
-def _looks_like_aws_secret(token: str) -> bool:
-    """Random base64: upper and lower case letters, and digits or ``+``/``/``. A git SHA (hex) is not one."""
-    has_upper = any(c.isupper() for c in token)
-    has_lower = any(c.islower() for c in token)
-    digits = sum(c.isdigit() for c in token)
-    symbols = sum(c in "+/" for c in token)
-    if not (has_upper and has_lower) or (digits < 2 and symbols == 0):
-        return False
-    return not token.startswith("/") and "//" not in token
 
 
 def _quote_before(text: str, pos: int) -> str:
@@ -528,10 +507,6 @@ def _apply(text: str, edits: list[Edit]) -> str:
     return "".join(out)
 
 
-def _is_placeholder(value: str) -> bool:
-    return _PLACEHOLDER.fullmatch(value) is not None
-
-
 def _is_code_value(name: str, value: str, after: str, separator: str, *, env_style: bool = False) -> bool:
     """True when an unquoted value reads as code, a reference or a non-secret (see module docstring).
 
@@ -542,7 +517,7 @@ def _is_code_value(name: str, value: str, after: str, separator: str, *, env_sty
         return True
     if value.lower() in _LITERALS:
         return True
-    if _PATH.fullmatch(value) and (not env_style or value.count("/") >= 2 or value[:1] in "~."):
+    if _PATH.fullmatch(value) and _reads_as_path(name, value, env_style):
         return True
     if _DOTTED.fullmatch(value) and not env_style:
         return True
@@ -557,6 +532,24 @@ def _is_code_value(name: str, value: str, after: str, separator: str, *, env_sty
     if ":" in separator and "=" not in separator and _CLASS_NAME.fullmatch(value) and _names_a_type(value):
         return True  # a type annotation such as `token: Token`
     return _repeats_secret_word(name, value)
+
+
+def _reads_as_path(name: str, value: str, env_style: bool) -> bool:
+    """A path-shaped value is a path, except where it would be data: in an environment-style assignment,
+    or under a password or secret name, a one-segment path (``/Xk9pQz2``) or one with a random-looking
+    segment is a secret that starts with a slash."""
+    if not env_style and not _SLASHED_SECRET_NAME.search(name):
+        return True
+    if value.count("/") < 2 and value[:1] not in "~.":
+        return False
+    return env_style or not any(_looks_generated(part) for part in value.split("/"))
+
+
+_SLASHED_SECRET_NAME = re.compile(r"(?:password|passwd|passphrase|secret)$")
+
+
+def _looks_generated(part: str) -> bool:
+    return any(c.isupper() for c in part) and any(c.islower() for c in part) and any(c.isdigit() for c in part)
 
 
 # ``password: Password``, ``token: SecretStr``: an annotation names a type, which names what it holds.

@@ -51,8 +51,11 @@ _GUARDED_TOKENS = (
 _DOCKER_AUTH = re.compile(r"auth\\?\"[ \t]*:[ \t]*\\?\"(?P<value>[A-Za-z0-9+/]{8,}={0,2})\\?\"")  # or JSON-escaped
 # Webhook URLs are credentials in themselves: the host and route stay, the rest of the path goes.
 _WEBHOOKS = (
-    ("hooks.slack.com", re.compile(r"(?P<keep>hooks\.slack\.com/(?:services|workflows|triggers)/)[A-Za-z0-9_/-]+")),
-    ("/api/webhooks/", re.compile(r"(?P<keep>discord(?:app)?\.com/api/webhooks/[0-9]+/)[A-Za-z0-9_-]+")),
+    (
+        "hooks.slack.com",
+        re.compile(r"(?P<keep>hooks\.slack\.com/(?:services|workflows|triggers)/)(?P<tail>[\w/-]+)", re.A),
+    ),
+    ("/api/webhooks/", re.compile(r"(?P<keep>discord(?:app)?\.com/api/webhooks/[0-9]+/)(?P<tail>[A-Za-z0-9_-]+)")),
 )
 # Signed-URL query parameters (Azure SAS, S3 and GCS presigned URLs).
 _URL_SIGNATURE = re.compile(r"sig(?:nature)?=(?P<value>[^&\s'\"#<>\\]+)")
@@ -66,8 +69,9 @@ _AWS_SECRET_LINE = re.compile(r"\n[ \t]*(?P<key>[A-Za-z0-9+/]{40})(?=[ \t]*\r?(?
 _AWS_SECRET_ESCAPED_LINE = re.compile(r"\\n[ \t]*(?P<key>[A-Za-z0-9+/]{40})(?=[ \t]*(?:\\[rn]|\"|$))")  # JSON text
 _AWS_SECRET_FIELD = re.compile(r",(?P<key>[A-Za-z0-9+/]{40})(?=,|\r?\n|\\[rn]|\"|$)")
 # ``.pgpass`` lines: host:port:database:user:password.
-_PGPASS = re.compile(
-    r":(?:[0-9]{1,5}|\*):[^:\s\"\\]+:[^:\s\"\\]+:(?P<pw>[^\s\"\\]+)(?=\r?\n|\\[rn]|\"|$)"
+_PGPASS = re.compile(  # the password ends the line (before a closing quote or a shell redirect); \: escapes
+    r":(?:[0-9]{1,5}|\*):[^:\s\"\\]+:[^:\s\"\\]+:(?P<pw>(?:[^\s\"\\]|\\[:\\])+?)"
+    r"(?=['`]?[ \t]*(?:\r?\n|\\[rn]|\"|$|[>|]))"
 )  # host checked apart
 _MAX_HOST = 255
 _STRIPE = re.compile(r"(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}")
@@ -78,7 +82,7 @@ _CHECKED_TOKENS = (
     re.compile(r"key-[0-9a-z]{32}(?![0-9A-Za-z])"),
 )  # the last: Mailgun
 
-_URL_PASSWORD = re.compile(r"(?P<head>://[^\s:/@'\"<>]{0,128}:)(?P<pw>[^\s/'\"<>]{1,256})(?=@[^\s@/'\"<>])")
+_URL_PASSWORD = re.compile(r"(?P<head>://[^\s:/@'\"<>]{0,128}:)(?P<pw>/?[^\s/'\"<>]{1,256})(?=@[^\s@/'\"<>])")
 
 # The rules below run on the lowercased text.
 _AUTH_HEADER = re.compile(
@@ -131,3 +135,4 @@ _CLASS_NAME = re.compile(r"[A-Z][A-Za-z]*")
 _PATH = re.compile(r"(?:/|~/|\./|\.\./)[A-Za-z0-9_./~-]*")
 _SNAKE_PART = re.compile(r"[a-z0-9]+|[A-Z][a-z0-9]*|[A-Z0-9]+(?![a-z])")
 _MIN_SECRET_LEN = 4
+REDACTED = "[REDACTED]"

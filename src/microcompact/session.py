@@ -29,7 +29,7 @@ from . import carry
 from .background import BackgroundPasses
 from .batch import BatchCompactor, BatchResult
 from .cache_usage import CacheObservations, checked_report
-from .config import Config
+from .config import Config, home_dir
 from .events import Outcome
 from .identity import (
     Divergence,
@@ -44,6 +44,8 @@ from .keys import HID_KEY, ROW_KEY, STORE_KEYS
 from .messages import Message, disown_marker_text, to_api, validate_message
 from .micro import CommitHook, MicroCompactor, PassResult
 from .micro.price import policy_for
+from .redact import remember_secrets
+from .secret_memory import SecretMemory, hides_secrets
 from .session_store import StoreWriter
 from .store import StoreConflict
 from .summarizers import Summarizer, summarizer_for
@@ -145,6 +147,7 @@ class Session:
             return initial, StoreWriter.start(store, sid) if store is not None else None
 
         self._build(config, summarizer, sid, store, begin, counter=counter, commit=commit, clock=clock)
+        remember_secrets(self.secrets, self.ledger.messages)
 
     def _build(
         self,
@@ -169,6 +172,7 @@ class Session:
                 raise ValueError("give either a store or a commit hook, not both")
             commit = self._commit_to_store
         self.counter = counter or TokenCounter(make_text_counter(self.config.compression.tokenizer))
+        self.secrets = SecretMemory(home_dir() if store is not None else None)  # values redacted so far
         self.summarizer = summarizer or summarizer_for(self.config, self.counter)
         initial, self._writer = begin()
         self.ledger = Ledger(self.counter, initial)
@@ -233,6 +237,8 @@ class Session:
             raise
         session.micro.state.turns = saved.turns  # the every-N-turns cadence goes on
         carry.restore(saved.carried, session.ledger, session.counter, session.micro, session.batch)
+        if not session.secrets.restore(saved.secrets):  # stored before the memory existed: learn it now
+            remember_secrets(session.secrets, session.ledger.messages)
         return session
 
     @property
@@ -249,6 +255,7 @@ class Session:
         with self._lock:
             validate_message(message, f"message {len(self.ledger)}")
             owned = self.ledger.append(disown_marker_text(_own(message)))
+            remember_secrets(self.secrets, [owned])
             if self._writer is not None:
                 self._writer.pending.append(owned)
 
@@ -259,7 +266,10 @@ class Session:
             return self._flush()
 
     def _flush(self) -> bool:
-        return self._writer is None or self._writer.flush(self.ledger.messages)
+        if self._writer is None:
+            return True
+        self._writer.save_secrets(self.secrets)
+        return self._writer.flush(self.ledger.messages)
 
     def _commit_to_store(self, event: Any, messages: list[Message]) -> None:
         """The engines' commit hook: flush first, then write the event in one transaction (raises on failure,
@@ -421,6 +431,7 @@ class Session:
         messages += [m for i in range(start, len(history)) for m in tagged_parts(history[i], i, incoming[i], convert)]
         child = Session(self.config, self.summarizer, session_id=session_id, messages=messages, store=store)
         child._known = list(incoming)
+        child.secrets.restore(self.secrets.export(), stored=False)  # what the parent saw before the fork point
         if child._writer is not None:
             child._writer.record_fork(self.session_id, at, incoming[:start])
         return child
@@ -432,6 +443,7 @@ class Session:
         with self._lock:
             return self.batch.should_compress(self.ledger, prompt_tokens)
 
+    @hides_secrets
     def before_request(self, prompt_tokens: int | None = None) -> list[PassResult | BatchResult]:
         """Call before every model request: batch compaction when over the threshold, then absorption of
         long-turn iterations that left the tail. Never raises."""
@@ -456,6 +468,7 @@ class Session:
                 log.exception("before_request failed unexpectedly; the session goes on uncompacted")
         return results
 
+    @hides_secrets
     def compact(self, focus: str | None = None) -> BatchResult:
         """Batch compaction on demand (``force``), optionally favouring ``focus`` in the summary."""
         with self._lock:
@@ -471,6 +484,7 @@ class Session:
                 self._micro_passes_at_last_batch = self.micro.state.passes_total
         return result
 
+    @hides_secrets
     def finalize_turn(self, completed: bool = True) -> list[PassResult]:
         """Call after each turn; ``completed=False`` for an interrupted or failed turn. Never raises.
 

@@ -29,8 +29,10 @@ from .keys import (
     MICRO_TURNS_META,
     POS_KEY,
     ROW_KEY,
+    SECRETS_META,
 )
 from .messages import Message, to_api
+from .secret_memory import SecretMemory
 from .store import StoreError, StoreReadOnly
 from .tokens import Ledger, TokenCounter
 
@@ -72,6 +74,7 @@ class Saved:
     turns: int  # the micro engine's turn counter
     finalized_row: int | None  # the last message's row when finalize_turn last completed
     carried: Any  # the engine memory another process left (carry.snapshot), None when there is none
+    secrets: Any = None  # the secret memory (SecretMemory.export), None when none was stored
 
 
 class StoreWriter:
@@ -87,6 +90,7 @@ class StoreWriter:
         self._failed = False  # the last write failed: it may have committed, adopt before retrying
         self._error: str | None = None  # the last write failure logged (repeats are not logged again)
         self._carried_saved: Any = None  # the engine memory last written (hand_over)
+        self._secrets_saved = 0  # the SecretMemory.version last written (0: what the store holds)
 
     # ------------------------------------------------------------------ becoming the writer
 
@@ -118,7 +122,13 @@ class StoreWriter:
         skipped = self.store.skipped(self.session_id)
         self._skips_saved = set(skipped)
         meta = self.store.session_meta(self.session_id)
-        saved = Saved(skipped, int(meta.get(MICRO_TURNS_META, 0)), meta.get(FINALIZED_ROW_META), meta.get(CARRIED_META))
+        saved = Saved(
+            skipped,
+            int(meta.get(MICRO_TURNS_META, 0)),
+            meta.get(FINALIZED_ROW_META),
+            meta.get(CARRIED_META),
+            meta.get(SECRETS_META),
+        )
         self.finalized_row = saved.finalized_row
         self._carried_saved = saved.carried
         return saved
@@ -250,6 +260,25 @@ class StoreWriter:
             log.error("Session store: could not save the engine memory (%s: %s)", type(exc).__name__, exc)
             return False
         self._carried_saved = memory
+        return True
+
+    def save_secrets(self, memory: SecretMemory) -> bool:
+        """Write the secret memory when it learned a value since the last write (before the messages that
+        hold the value are written, so a restart never finds one without the other); False on failure."""
+        version = memory.version
+        if version == self._secrets_saved:
+            return True
+        try:
+            self.store.update_meta(self.session_id, {SECRETS_META: memory.export()})
+        except StoreReadOnly:
+            self._secrets_saved = version  # nothing is written to a read-only store (said once at open)
+            return False
+        except Exception as exc:
+            if self._secrets_saved >= 0:  # a store that stays down is logged once
+                log.error("Session store: could not save the secret memory (%s: %s)", type(exc).__name__, exc)
+            self._secrets_saved = -1  # retried at every flush
+            return False
+        self._secrets_saved = version
         return True
 
     def record_fork(self, parent_id: str, at: int, prefix: list[str]) -> None:

@@ -5,6 +5,7 @@ survive redaction). Where a rule used to catch only the start of a secret, the s
 missed (the tail after ``&``, the token part of a webhook URL). Tests in redact/test_redact.py, and the end-to-end
 tests that plant every row in a transcript (micro pass, batch compaction, HTTP summarizer requests), are
 driven from ``SECRET_FORMATS``. ``NOT_SECRETS`` lists ordinary text that must come through unchanged.
+``REMENTIONS`` pairs a value given with its context with a later bare mention (redact/test_secrets_remembered.py).
 
 Samples are fake and built by concatenation so that repository secret scanners do not flag this file.
 """
@@ -40,6 +41,7 @@ MAILGUN = fake("key-", "3ax6xnjp29jd6fds4gc373sgvjxteol0")
 DATABRICKS = fake("dapi", "0123456789abcdef0123456789abcdef")
 SQUARE = fake("sq0atp-", "Q2s1XbL8mN4pR7tV0wY3zA")
 AGE = fake("AGE-SECRET-KEY-1", "QQPQ7S2VJQ9ZK8V4GX0E9Y6N5M3L2K1J0H9G8F7D6S5A4P3O2I1U0Y9T8R")[:74]
+AWS_SECRET_ESCAPED = AWS_SECRET.replace("/", "\\/")  # as JSON encoders that escape slashes write it
 TELEGRAM = fake("123456789", ":AAH", "k9Lm2Qx7Vb4Rn8Tz3Yp6Hd1Jf5Gc0SaX")  # 9 digits, colon, AA + 33
 
 # (format name, sample text, the secret substring that must disappear)
@@ -139,6 +141,34 @@ SECRET_FORMATS: list[tuple[str, str, str]] = [
         ('{"private_key": "-----BEGIN PRIVATE KEY-----\\nMIIEvQIBADANBgkqhkiG9w0B\\n-----END PRIVATE KEY-----\\n"}'),
         "MIIEvQIBADANBgkqhkiG9w0B",
     ),
+    # --- issue 20: JSON with escaped slashes (PHP, Java and some loggers write ``\/``)
+    ("json-escaped-url-password", '{"url": "postgres:\\/\\/admin:Pa55w0rdX9@db.internal\\/app"}', "Pa55w0rdX9"),
+    (
+        "json-escaped-aws-assignment",
+        '{"env": "AWS_SECRET_ACCESS_KEY=' + AWS_SECRET_ESCAPED + '"}',
+        AWS_SECRET_ESCAPED[14:],
+    ),
+    ("json-escaped-aws-line", '{"out": "[default]\\n' + AWS_SECRET_ESCAPED + '\\n"}', AWS_SECRET_ESCAPED),
+    (
+        "json-escaped-slack-webhook",
+        '{"hook": "https:\\/\\/hooks.slack.com\\/services\\/T0AB12CD3\\/B0CD34EF5\\/' + SLACK_HOOK_SECRET + '"}',
+        SLACK_HOOK_SECRET,
+    ),
+    (
+        "json-escaped-basic-auth-url",
+        '{"registry": "https:\\/\\/ci-bot:Zq8Lp3Wm@registry.example.com\\/v2"}',
+        "Zq8Lp3Wm",
+    ),
+    # --- issue 20: passwords that start with a slash
+    ("password-leading-slash", "password=/Xk9pQz2Lm", "Xk9pQz2Lm"),
+    ("password-colon-leading-slash", "db_password: /Qw8Zr3Nx", "Qw8Zr3Nx"),
+    ("url-password-leading-slash", "postgres://admin:/Vb7Kq2Pz@db.internal/app", "Vb7Kq2Pz"),
+    ("flag-password-leading-slash", "psql-wrapper --password /Tq4Wm9Xr", "Tq4Wm9Xr"),
+    # --- issue 20: .pgpass lines as shells write them
+    ("pgpass-echo-quoted", "echo 'db.internal:5432:app:svc:Pg7Zq2Lx' > ~/.pgpass", "Pg7Zq2Lx"),
+    ("pgpass-echo-append", "echo db.internal:5432:app:svc:Pg8Rt3Mw >> ~/.pgpass", "Pg8Rt3Mw"),
+    ("pgpass-trailing-space", "db.internal:5432:app:svc:Pg4Hn6Vs  \nnext", "Pg4Hn6Vs"),
+    ("pgpass-escaped-colon", "db.internal:5432:app:svc:Pg9\\:Kx4Tz", "Kx4Tz"),
 ]
 
 # Ordinary text that looks a little like the formats above and must come through unchanged.
@@ -172,4 +202,52 @@ NOT_SECRETS: list[str] = [
     "key-valuestoreforthesessioncaches",
     '{"auth": "SGVsbG8gd29ybGQ="}',  # base64 of "Hello world": not a user:password pair
     '{"oauth": "ZGVwbG95OkdoN3hLcTJtWnA="}',  # only the key "auth" (Docker's)
+    # --- issue 20: slashes, paths under secret names, pgpass documentation, hashes in lockfiles
+    '{"path": "src\\/app\\/main.py", "sha": "3f2c1d0e9b8a7f6e5d4c3b2a1f0e9d8c7b6a5f4e"}',
+    '"resolved": "https:\\/\\/registry.npmjs.org\\/a\\/-\\/a-1.0.0.tgz"',
+    "PWD=/home/me/project",
+    "password_file: /run/secrets/db_password",
+    "secret: /run/secrets/db",
+    "hostname:port:database:username:password",
+    "https://user@example.com:8443/path@v2",
+    '"integrity": "sha512-v2kDEe57lecTulaDIuNTPy3Ry4gLGJ6Z1O3vE1krgXZNrsQ+LFTGHVxVjcXPs17LhbZVGedAJv8XZ1tvj5FvSg=="',
+    'resolved "https://registry.yarnpkg.com/lodash/-/lodash-4.17.21.tgz#679591c564c3bffaae8454cf0b3df370c3d6911c"',
+    '{file = "requests-2.31.0-py3-none-any.whl", '
+    'hash = "sha256:58cd2187c01e70e6e26505bca751777aa9f2ee0b7f4300988b709f44e013003f"}',
+    'checksum = "a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90"',
+    "request 550e8400-e29b-41d4-a716-446655440000 done",
+    "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==",
+]
+
+
+AWS_1 = AWS_SECRET
+AWS_2 = fake("Kx9mQ2Lw7Vb4Rn8Tz3Yp", "6Hd1Jf5Gc0Sa+EbUoIqW")
+AWS_3 = fake("Qp4Lm8Nz2Xc6Vb0Rt5Yh", "/Jk9Gf3Ds7Aw1Eq6Ui2O")
+URL_PW = fake("Pg7Wq2", "Zx9vLm")
+PGPASS_PW = fake("Rt5Yu8", "Io2Kp")
+QUOTED_PW = fake("Tr0ub4dor", "&3xQzK")
+COOKIE = fake("q8w7e6r5t4", "y3u2i1o0p9")
+BEARER = fake("Zx9Yw8Vu7Ts6", "Rq5Po4Nm3")
+
+
+def escaped(value: str) -> str:
+    return value.replace("/", "\\/")
+
+
+# Re-mentions (issue 20): the secret memory must hide the bare mention once the value was seen in context.
+# (case, text that gives the value with its context, a later text that mentions it bare, the value)
+REMENTIONS: list[tuple[str, str, str, str]] = [
+    ("aws-env-then-bare", f"AWS_SECRET_ACCESS_KEY={AWS_1}", f"uses key {AWS_1} for the service", AWS_1),
+    ("url-password-then-bare", f"postgres://admin:{URL_PW}@db.internal/app", f"the password {URL_PW} opens it", URL_PW),
+    ("pgpass-then-bare", f"db.internal:5432:app:svc:{PGPASS_PW}", f"retry with {PGPASS_PW}.", PGPASS_PW),
+    ("quoted-password-then-bare", f'password = "{QUOTED_PW}"', f"login failed for {QUOTED_PW}, locked", QUOTED_PW),
+    ("cookie-then-bare", f"Cookie: theme=dark; sessionid={COOKIE}", f"session {COOKIE} expired", COOKIE),
+    ("bearer-then-bare", f"Authorization: Bearer {BEARER}", f"the token {BEARER} still works", BEARER),
+    (
+        "escaped-context-then-bare",
+        f'{{"env": "AWS_SECRET_ACCESS_KEY={escaped(AWS_3)}"}}',
+        f"key {AWS_3} rotated",
+        AWS_3,
+    ),
+    ("context-then-escaped-bare", f"aws_secret_access_key = {AWS_2}", f'{{"cached": "{escaped(AWS_2)}"}}', AWS_2),
 ]
