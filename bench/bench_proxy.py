@@ -461,6 +461,8 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     rounds = 12 if quick else 40
     workdir = Path(tempfile.mkdtemp(prefix="bench-proxy-"))
+    # The proxies' home (their session salt) in the work folder, inherited by every child: never ~/.microcompact.
+    os.environ["MICROCOMPACT_HOME"] = str(workdir / "home")
     started = time.perf_counter()
     upstream = Child("--upstream")
     proxies: dict[str, Child] = {}

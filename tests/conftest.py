@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import importlib
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Iterator
 
 import pytest
@@ -32,6 +34,34 @@ OLD_HELPER_NAMES = (
 ).split()
 for _old in OLD_HELPER_NAMES:
     sys.modules.setdefault(_old, importlib.import_module(f"support.{_old}"))
+
+
+# --------------------------------------------------------------------------- $MICROCOMPACT_HOME
+
+HOME_ENV = "MICROCOMPACT_HOME"
+_HOMES: dict[str, str | None] = {}  # the developer's value ("real", None when unset) and the run's ("run")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The whole run, collection included, with ``$MICROCOMPACT_HOME`` in a temporary folder (and every
+    subprocess a test starts inheriting it): whatever falls back to the default home (a ``Proxy`` without a
+    salt file makes ``session-salt`` there, the CLI its log) writes there, never into the developer's
+    ``~/.microcompact``, and no developer ``config.yaml`` changes a test. A test that needs a home of its own
+    still sets one (``monkeypatch.setenv``, or the env of the process it starts)."""
+    _HOMES["real"] = os.environ.get(HOME_ENV)
+    _HOMES["run"] = os.environ[HOME_ENV] = tempfile.mkdtemp(prefix="mc-test-home-")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if "run" not in _HOMES:
+        return
+    real, run = _HOMES.pop("real"), _HOMES.pop("run")
+    if real is None:
+        os.environ.pop(HOME_ENV, None)
+    else:
+        os.environ[HOME_ENV] = real
+    if run is not None:
+        shutil.rmtree(run, ignore_errors=True)
 
 
 @pytest.fixture

@@ -29,6 +29,7 @@ from support.claude_code import ClaudeRun, comparable, run_claude, unavailable_r
 from support.http_tap import Exchange, TapRelay
 from support.numbered_steps import NumberedSteps
 from support.serve_process import ServeProcess, run_cli
+from support.session_ids import named
 from support.stored_session import stored_session_errors
 from upstream import (
     RecordedRequest,
@@ -130,6 +131,13 @@ def all_requests(scenario: Scenario) -> list[tuple[Exchange, RecordedRequest]]:
     return scenario.first.requests + scenario.second.requests
 
 
+def stored_id(scenario: Scenario) -> str:
+    """The conversation Claude Code's session id names: that id with its API key's fingerprint."""
+    assert scenario.first.run.result is not None
+    key = scenario.first.requests[0][1].headers["x-api-key"]
+    return named(scenario.first.run.result["session_id"], scenario.home / "session-salt", key)
+
+
 def test_claude_code_finished_both_turns_in_one_session(scenario: Scenario) -> None:
     first, second = scenario.first.run.result, scenario.second.run.result
     assert first is not None and second is not None
@@ -178,7 +186,7 @@ def test_responses_are_the_upstreams_bytes(scenario: Scenario) -> None:
 
 
 def test_the_long_turn_was_compacted_and_said_so(scenario: Scenario) -> None:
-    session_id = scenario.first.run.result["session_id"] if scenario.first.run.result else None
+    session_id = stored_id(scenario)
     compacted = []
     for sent, received in all_requests(scenario):
         headers = sent.response_headers
@@ -199,7 +207,7 @@ def test_the_long_turn_was_compacted_and_said_so(scenario: Scenario) -> None:
 
 
 def test_the_restarted_server_resumed_the_stored_session(scenario: Scenario) -> None:
-    session_id = scenario.first.run.result["session_id"] if scenario.first.run.result else ""
+    session_id = stored_id(scenario)
     listed = run_cli(scenario.home, "sessions", "list", "--db", str(scenario.db))
     assert listed.returncode == 0, listed.stderr
     assert session_id in listed.stdout and f"{session_id}~" not in listed.stdout, "one session, never forked"
@@ -274,4 +282,5 @@ def test_the_sonnet_shape_keeps_the_contract_too(tmp_path: Path) -> None:
         assert request_errors(json.loads(sent.request_body), received.body) == [], f"request {n}"
     assert sum(1 for _, received in requests if marker_texts(received.messages)) >= 10
     final = json.loads(requests[-1][0].request_body)["messages"]
-    assert stored_session_errors(db, run.result["session_id"], len(final), []) == []
+    stored = named(run.result["session_id"], tmp_path / "mchome" / "session-salt", requests[0][1].headers["x-api-key"])
+    assert stored_session_errors(db, stored, len(final), []) == []

@@ -24,6 +24,7 @@ from support.anthropic_contract import request_errors
 from support.claude_code import run_claude, unavailable_reason
 from support.http_tap import Exchange, TapRelay
 from support.serve_process import ServeProcess, run_cli
+from support.session_ids import named
 from support.stored_session import stored_session_errors
 from upstream import Answer, RecordedRequest, Reply, ScriptedUpstream, Text, Thinking, ToolCall, text
 from upstream.scripts import offers_tool, seq_command
@@ -167,7 +168,7 @@ def test_a_background_fork_keeps_its_own_branch_across_a_restart(upstream: Scrip
         assert is_fork(received.body) == is_fork(client), f"request {n} went up with the other history"
         trail[is_fork(client)].append(sent.response_headers["x-microcompact-session"])
         last[is_fork(client)] = client
-    session_id = run.result["session_id"]
+    session_id = named(run.result["session_id"], home / "session-salt", upstream.requests[0].headers["x-api-key"])
     everything = {session_id, f"{session_id}~2"}
     main = list(dict.fromkeys(trail[False]))  # the main agent's branches, in the order it used them
     assert len(set(trail[True])) == 1 and set(trail[True]) | set(main) == everything, trail
@@ -178,7 +179,8 @@ def test_a_background_fork_keeps_its_own_branch_across_a_restart(upstream: Scrip
     assert trail[False].index(main[-1]) < len(trail[False]) - len(after_restart), "its branch from before"
 
     listed = run_cli(home, "sessions", "list", "--db", str(db))
-    assert listed.returncode == 0 and f"{session_id}~3" not in listed.stdout, listed.stdout
+    assert listed.returncode == 0 and session_id in listed.stdout, listed.stdout
+    assert f"{session_id}~3" not in listed.stdout, listed.stdout
     for fork in (True, False):
         branch = trail[fork][-1]
         length = len(last[fork]["messages"]) if branch == session_id else None  # a fork's opening is its parent's

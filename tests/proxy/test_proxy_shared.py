@@ -23,7 +23,9 @@ from microcompact.replay import load_transcript
 from microcompact.router import SessionRouter
 from microcompact.server import Proxy, ProxySettings
 from microcompact.server.run import proxy_config
+from microcompact.server.session_key import default_salt_path
 from support.paths import NORMALIZED
+from support.session_ids import named
 from support.stored_session import normalized_export
 from upstream import ScriptedUpstream
 from upstream.replay import TranscriptReplay, anthropic_history
@@ -104,4 +106,7 @@ def test_two_proxies_taking_turns_send_what_one_proxy_sends(store_factory):
     assert sent["two"] == sent["one"], "every upstream request is the one a single proxy sends"
     assert sent["one"][-1] != anthropic_history(recorded[:-1])[1], "the proxies compacted"
     store = store_factory.open()
-    assert normalized_export(store, "two") == normalized_export(store, "one")
+    salt = default_salt_path()  # the apps name no salt file: $MICROCOMPACT_HOME's, a temporary one under pytest
+    two, one = named("two", salt, "k"), named("one", salt, "k")
+    exported = normalized_export(store, one)
+    assert exported and normalized_export(store, two) == exported, "the conversation under its key, the same rows"

@@ -13,6 +13,7 @@ import pytest
 from support.claude_code import run_claude, unavailable_reason
 from support.proxy_server import ProxyServer
 from support.server_contract import compacted, contract_errors, is_marker
+from support.session_ids import named
 from upstream import RecordedRequest, Reply, ScriptedUpstream, Text, Thinking, ToolCall, text
 from upstream.scripts import offers_tool, seq_command
 
@@ -86,4 +87,7 @@ def test_claude_code_bash_loop_through_the_proxy(upstream: ScriptedUpstream, tmp
         resumed = upstream.generation_requests()[len(requests)]
         assert compacted(resumed.messages), "the restarted proxy resumed the compacted session"
         stored = [s["id"] for s in proxy.store.list_sessions()]
-    assert stored == [run.result["session_id"]], "one session, never forked: Claude Code only appends"
+    assert proxy.proxy.settings.salt_file is not None
+    key = requests[0].headers["x-api-key"]
+    only = named(run.result["session_id"], proxy.proxy.settings.salt_file, key)
+    assert stored == [only], "one session, never forked: Claude Code only appends"

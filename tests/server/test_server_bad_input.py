@@ -15,6 +15,7 @@ import pytest
 from microcompact.server.run import proxy_config
 from support.proxy_server import ProxyServer
 from support.server_contract import compacted, contract_errors
+from support.session_ids import named
 from upstream import ScriptedUpstream, disconnect, error, garbage, text, tool_call
 
 ANTHROPIC_HEADERS = {"anthropic-version": "2023-06-01", "x-api-key": "k"}
@@ -171,7 +172,8 @@ def test_a_rewritten_history_forks_and_never_mixes(upstream: ScriptedUpstream, t
         ]
         upstream.enqueue(text("Fine."))
         raw = client.chat.completions.with_raw_response.create(model="m", messages=edited)  # type: ignore[arg-type]
-    assert raw.headers["x-microcompact-session"] == "s1~2"
+    assert proxy.proxy.settings.salt_file is not None
+    assert raw.headers["x-microcompact-session"] == named("s1", proxy.proxy.settings.salt_file, "k") + "~2"
     assert upstream.generation_requests()[-1].body["messages"] == edited, "a fork forwards only its own history"
 
 

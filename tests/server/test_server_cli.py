@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 import microcompact
 from microcompact.cli import app
 from microcompact.server.run import ServeOptions, serve
+from support.session_ids import named
 from upstream import ScriptedUpstream
 
 SRC = str(Path(microcompact.__file__).parent.parent)
@@ -89,7 +90,8 @@ def test_serve_runs_forwards_and_its_sessions_are_listed(home: Path, tmp_path: P
                 "x-microcompact-session": "cli-1",
             }
             response = httpx.post(f"{base}/v1/messages", json=body, headers=headers, timeout=10)
-            assert response.status_code == 200 and response.headers["x-microcompact-session"] == "cli-1"
+            stored = named("cli-1", home / "session-salt", "sk-ant-secret-7")
+            assert response.status_code == 200 and response.headers["x-microcompact-session"] == stored
         finally:
             proc.send_signal(signal.SIGINT)
             code = proc.wait(timeout=15)
@@ -98,6 +100,7 @@ def test_serve_runs_forwards_and_its_sessions_are_listed(home: Path, tmp_path: P
     assert upstream.requests[-1].headers["x-api-key"] == "sk-ant-secret-7"
     listed = CliRunner().invoke(app, ["sessions", "list", "--db", str(db)])
     assert listed.exit_code == 0 and "cli-1" in listed.stdout
+    assert stored.partition("@")[2] in listed.stdout, "its credential's fingerprint"
 
 
 def test_listening_beyond_localhost_without_a_key_is_warned_about(

@@ -18,6 +18,7 @@ from microcompact.cli import app
 from microcompact.telemetry import setup_file_logging
 from support.proxy_server import ProxyServer
 from support.server_contract import compacted, contract_errors
+from support.session_ids import named
 from upstream import ScriptedUpstream, text, tool_call
 
 SYSTEM = {"role": "system", "content": "You are a careful coding agent."}
@@ -136,7 +137,8 @@ def test_the_clients_session_header_names_the_session(upstream: ScriptedUpstream
             base_url=f"{proxy.base_url}/v1", api_key="k", max_retries=0, default_headers={header: "my-session-1"}
         )
         raw = client.chat.completions.with_raw_response.create(model="m", messages=[{"role": "user", "content": "hi"}])
-        assert raw.headers["x-microcompact-session"] == "my-session-1"
+        assert proxy.proxy.settings.salt_file is not None
+        assert raw.headers["x-microcompact-session"] == named("my-session-1", proxy.proxy.settings.salt_file, "k")
         assert header.lower() not in upstream.requests[-1].headers or header.startswith("X-Claude")
 
 

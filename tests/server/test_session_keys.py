@@ -13,6 +13,7 @@ import re
 import stat
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -151,7 +152,13 @@ UPSTREAMS: dict[Path, tuple[str, ...]] = {}
 @pytest.fixture(scope="module")
 def tmp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A module directory with the upstreams serve forwards to."""
-    path = tmp_path_factory.mktemp("keys")
+    with upstreams(tmp_path_factory.mktemp("keys")) as path:
+        yield path
+
+
+@contextmanager
+def upstreams(path: Path) -> Iterator[Path]:
+    """``path``, with the upstreams ``start_serve`` forwards to running (for ``start_serve(path, ...)``)."""
     with ResponsesUpstream() as openai_and_anthropic, TwoKeyGemini(api_key=KEY_A) as gemini:
         UPSTREAMS[path] = (
             "--openai-upstream",

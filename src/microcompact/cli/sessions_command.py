@@ -17,6 +17,9 @@ from ..store import PostgresStore, SQLiteStore, StoreError, default_store_path, 
 from .base import DbOption, fail, out
 from .output import export_form
 
+MAX_ID_WIDTH = 80  # the widest session column `sessions list` keeps whole before it shortens ids
+
+
 sessions_app = typer.Typer(
     help="Sessions in the store: list, show, search absorbed originals, export.", no_args_is_help=True
 )
@@ -51,16 +54,20 @@ def _require_session(store: SQLiteStore | PostgresStore, session_id: str) -> Non
 @sessions_app.command("list")
 def sessions_list(db: DbOption = None) -> None:
     """Every stored session with its message counts, and the fingerprint of the credential whose
-    conversation it is (the proxy's salted digest of the key, never the key; blank for a session the client
-    named, or one of keys shared across credentials)."""
+    conversation it is (the proxy's salted digest of the key, never the key; blank for a session the proxy
+    did not key, or one of keys shared across credentials)."""
     from ..server.session_key import fingerprint_of  # the proxy's key format (imported on use, as serve is)
 
     with _store(db) as store:
         rows = store.list_sessions()
     table = Table(title="sessions", title_justify="left")
     left = ("session", "credential", "created", "updated")
+    # A session id is shown whole (a Claude Code id with its fingerprint is 53 characters): the dates wrap first.
+    longest = min(max((len(str(r["id"])) for r in rows), default=0), MAX_ID_WIDTH)
     for col in ("session", "credential", "created", "updated", "active", "absorbed", "superseded", "markers"):
-        table.add_column(col, justify="left" if col in left else "right")
+        table.add_column(
+            col, justify="left" if col in left else "right", min_width=longest if col == "session" else None
+        )
     for r in rows:
         c = r["counts"]
         table.add_row(

@@ -1,18 +1,23 @@
-"""Which conversation a request belongs to: the client's own session id when it sends one, else a digest
-kept apart per credential.
+"""Which conversation a request belongs to, kept apart per credential: the client's own session id when it
+sends one, else a digest of its opening.
 
 Order: ``X-Microcompact-Session`` (set by the user), ``X-Claude-Code-Session-Id`` (Claude Code sends it),
-else ``API-FINGERPRINT-DIGEST``: a digest of the system prompt and the first user message (they stay the
-same for the life of a conversation while everything after them grows), after the *fingerprint* of the
-credential the request carries for its provider (:func:`credential_parts`). So two API keys never share a
-stored conversation, even when their histories are byte for byte the same: one client replaying another's
-history starts a conversation of its own.
+then ``ID@FINGERPRINT``; else ``API-FINGERPRINT-DIGEST``: a digest of the system prompt and the first user
+message (they stay the same for the life of a conversation while everything after them grows), after the
+*fingerprint* of the credential the request carries for its provider (:func:`credential_parts`). So two API
+keys never share a stored conversation, even when their histories are byte for byte the same or they name
+the same session id: one client replaying another's history, or sending another's session id, starts a
+conversation of its own. Every key of one credential ends with its fingerprint (derived keys hold no ``@``;
+a named one ends with ``@`` and it), so no key is two credentials' by construction. A named id that already
+ends with the request's own ``@FINGERPRINT`` (the ``X-Microcompact-Session`` the proxy answered with, an
+id from ``sessions list``) is that conversation: it is not suffixed twice.
 
 The fingerprint is an HMAC-SHA-256 of the credential under a salt (:func:`load_salt`), 16 hex digits:
 never the credential, and nothing a reader of the store, the logs or ``sessions list`` can test a guessed
 key against without the salt. A request without any credential gets the fixed fingerprint
 :data:`NO_CREDENTIAL`. :class:`SessionKeys` with ``salt=None`` (``--share-sessions-across-keys``) leaves
-the fingerprint out: every key's identical history is one conversation again, the key of earlier versions.
+the fingerprint out: every key's identical history is one conversation again, and a named id is used as
+it comes, the keys of earlier versions.
 
 The salt is generated once, 32 random bytes as hex, in ``$MICROCOMPACT_HOME/session-salt`` (mode 0600),
 and never rewritten. Every ``serve`` process on one store must derive the same keys, so they must read
@@ -52,10 +57,11 @@ CREDENTIAL_HEADERS: dict[str, tuple[str, ...]] = {
     "gemini": ("x-goog-api-key", "authorization"),
 }
 _SALT_TEXT = re.compile(r"[0-9a-f]{64}")
-# API-FINGERPRINT-DIGEST (a branch adds ~N): the keys this module derives, and their fingerprint.
-DERIVED_KEY = re.compile(
-    rf"(?:openai|anthropic|gemini)-([0-9a-f]{{{FINGERPRINT_CHARS}}}|{NO_CREDENTIAL})-[0-9a-f]{{20}}(?:~\d+)?"
-)
+NAMED_SEPARATOR = "@"  # between a session id the client names and its credential's fingerprint
+_FINGERPRINT = rf"[0-9a-f]{{{FINGERPRINT_CHARS}}}|{NO_CREDENTIAL}"
+# API-FINGERPRINT-DIGEST and ID@FINGERPRINT (a branch adds ~N): the keys of a credential, and its fingerprint.
+DERIVED_KEY = re.compile(rf"(?:openai|anthropic|gemini)-({_FINGERPRINT})-[0-9a-f]{{20}}(?:~\d+)?")
+NAMED_KEY = re.compile(rf".+{NAMED_SEPARATOR}({_FINGERPRINT})(?:~\d+)?", re.DOTALL)
 
 
 class SaltError(ValueError):
@@ -158,9 +164,9 @@ class SessionKeys:
     def key(self, api: str, headers: Mapping[str, str], query: str, key_material: Any) -> str:
         """The conversation key of a request (raises BadRequest for a session header it cannot use)."""
         named = client_session(headers)
-        if named is not None:
-            return named
         fingerprint = self.fingerprint(api, headers, query)
+        if named is not None:
+            return named if fingerprint is None else named_key(named, fingerprint)
         owner = f"{fingerprint}-" if fingerprint is not None else ""
         return f"{api}-{owner}{digest([api, key_material])[:20]}"
 
@@ -178,10 +184,17 @@ def client_session(headers: Mapping[str, str]) -> str | None:
     return None
 
 
+def named_key(session_id: str, fingerprint: str) -> str:
+    """The key of a session id the client names, for the credential with ``fingerprint``: ``ID@FINGERPRINT``,
+    the id kept readable in front (an id already ending with that suffix is kept as it is)."""
+    suffix = f"{NAMED_SEPARATOR}{fingerprint}"
+    return session_id if session_id.endswith(suffix) and len(session_id) > len(suffix) else session_id + suffix
+
+
 def fingerprint_of(session_id: str) -> str | None:
-    """The credential fingerprint in a session id the proxy derived (a branch's too), else None (a session
-    the client named, or one of keys shared across credentials)."""
-    found = DERIVED_KEY.fullmatch(session_id)
+    """The credential fingerprint in a conversation key or session id of the proxy's (a branch's too), else
+    None (a session the library or ``replay`` named, or one of keys shared across credentials)."""
+    found = DERIVED_KEY.fullmatch(session_id) or NAMED_KEY.fullmatch(session_id)
     return found.group(1) if found else None
 
 
@@ -198,6 +211,7 @@ __all__ = [
     "default_salt_path",
     "fingerprint_of",
     "load_salt",
+    "named_key",
     "salt_id",
     "session_key",
 ]
