@@ -54,7 +54,7 @@ def test_anthropic_json_and_stream_report_reads_and_writes():
     as_json = tap_of("anthropic", "application/json", [json.dumps(message).encode()])
     streamed = tap_of("anthropic", "text/event-stream", anthropic_wire.stream_events(text("hi"), message))
     for report in (as_json, streamed):
-        assert report == UsageReport(5310, 5000, 300, 5.0)
+        assert report == UsageReport(5310, 5000, 300, 5.0, turn_over=True)  # a text answer ends the turn
 
 
 def test_an_anthropic_message_delta_with_cumulative_cache_figures_counts_the_largest():
@@ -77,14 +77,15 @@ def test_an_anthropic_message_delta_with_cumulative_cache_figures_counts_the_lar
 
 def test_openai_json_and_stream_with_usage_report_cached_tokens():
     full = openai_completion(8000, 6144)
-    assert tap_of("openai", "application/json", [json.dumps(full).encode()]) == UsageReport(8000, 6144, None, 5.0)
+    expected = UsageReport(8000, 6144, None, 5.0, turn_over=True)
+    assert tap_of("openai", "application/json", [json.dumps(full).encode()]) == expected
     chunks = openai_wire.stream_chunks(text("hi"), full, include_usage=True)
-    assert tap_of("openai", "text/event-stream", chunks) == UsageReport(8000, 6144, None, 5.0)
+    assert tap_of("openai", "text/event-stream", chunks) == expected
 
 
 def test_responses_without_cache_figures_report_the_prompt_only():
     assert tap_of("openai", "application/json", [json.dumps(openai_completion(900, None)).encode()]) == UsageReport(
-        900, None, None, 5.0
+        900, None, None, 5.0, turn_over=True
     )
     bare = {"type": "message", "usage": {"input_tokens": 700, "output_tokens": 2}}
     assert tap_of("anthropic", "application/json", [json.dumps(bare).encode()]) == UsageReport(700, None, None, 5.0)
@@ -112,7 +113,7 @@ def test_bad_anthropic_figures_are_ignored_with_one_line(caplog, usage, expected
 def test_openai_cached_tokens_larger_than_the_prompt_are_ignored(caplog):
     with caplog.at_level(logging.WARNING, logger="microcompact"):
         report = tap_of("openai", "application/json", [json.dumps(openai_completion(1000, 5000)).encode()])
-    assert report == UsageReport(1000, None, None, 5.0)
+    assert report == UsageReport(1000, None, None, 5.0, turn_over=True)
     assert len(caplog.records) == 1 and "more than the prompt" in caplog.records[0].getMessage()
 
 
