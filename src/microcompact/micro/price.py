@@ -107,7 +107,9 @@ class PricePolicy:
         return "ahead"
 
     def soon(self, quote: FoldQuote, cache: CacheState) -> bool:
-        """True when the fold will be due before a fold started now could finish (with a margin)."""
+        """True when the fold is due at the next request, or before a fold started at the next request could
+        finish (with a margin): started now, it is ready when due. A worker's result is applied at a
+        request, so even an instant fold starts one request ahead."""
         k = requests_until_fold(quote, self.pricing, cache, self.config.threshold_tokens())
         if k is None:
             return False
@@ -116,7 +118,7 @@ class PricePolicy:
             return k <= AHEAD_REQUESTS
         growth = cache.growth_per_request or 0.0
         expected = self.seconds_per_token * (quote.removed_tokens + k * growth)
-        return k * interval <= expected * AHEAD_SAFETY + AHEAD_MARGIN_SECONDS
+        return k <= 1 or (k - 1) * interval <= expected * AHEAD_SAFETY + AHEAD_MARGIN_SECONDS
 
     def fold_timed(self, seconds: float, removed_tokens: int) -> None:
         """A fold's passes took ``seconds`` for ``removed_tokens``: the running figure the lead is planned by."""
