@@ -99,7 +99,7 @@ class MicroCompactor:
         self.state = RollingSummary()
         self.summarizer_ms_total = 0.0
         self.largest_pass_tokens = 0
-        self._fold_configs: dict[int, Config] = {}  # fold_config's, by tail size
+        self._fold_configs: dict[tuple[int | None, int | None], Config] = {}  # fold_config's, by tail
 
     @property
     def active(self) -> bool:
@@ -279,16 +279,26 @@ class MicroCompactor:
         change = st.marker_index if st.marker_index is not None else start
         return FoldEstimate(sum(tokens[:change]), absorbable, old_marker)
 
-    def fold_config(self, tail_tokens: int | None) -> Config:
-        """The config a fold's passes see: the protected tail shrunk to ``tail_tokens`` (never grown)."""
-        if tail_tokens is None or tail_tokens >= self.config.tail_budget_tokens():
+    def fold_config(self, tail_tokens: int | None, tail_messages: int | None = None) -> Config:
+        """The config a fold's passes see: the protected tail shrunk to ``tail_tokens`` and at least
+        ``tail_messages`` messages (never grown)."""
+        if tail_tokens is not None and tail_tokens >= self.config.tail_budget_tokens():
+            tail_tokens = None
+        if tail_messages is not None and tail_messages >= self.cfg.min_tail_messages:
+            tail_messages = None
+        if tail_tokens is None and tail_messages is None:
             return self.config
-        cached = self._fold_configs.get(tail_tokens)
+        key = (tail_tokens, tail_messages)
+        cached = self._fold_configs.get(key)
         if cached is None:
-            limit = self.config.model.context_length or FALLBACK_CONTEXT_LIMIT
-            ratio = max(MIN_TARGET_RATIO, tail_tokens / (self.cfg.threshold * limit))
-            cached = self.config.with_overrides(source="a fold's low-water mark", compression={"target_ratio": ratio})
-            self._fold_configs[tail_tokens] = cached
+            compression: dict[str, Any] = {}
+            if tail_tokens is not None:
+                limit = self.config.model.context_length or FALLBACK_CONTEXT_LIMIT
+                compression["target_ratio"] = max(MIN_TARGET_RATIO, tail_tokens / (self.cfg.threshold * limit))
+            if tail_messages is not None:
+                compression["min_tail_messages"] = max(1, tail_messages)
+            cached = self.config.with_overrides(source="a fold's low-water mark", compression=compression)
+            self._fold_configs[key] = cached
         return cached
 
     def finalize_turn(self, ledger: Ledger, completed: bool = True) -> list[PassResult]:
@@ -326,7 +336,7 @@ class MicroCompactor:
         """Up to ``fold.passes`` passes in a row, stopping at the first that absorbs nothing (or at the
         fold's low-water mark)."""
         results: list[PassResult] = []
-        config = self.fold_config(fold.tail_tokens)
+        config = self.fold_config(fold.tail_tokens, fold.tail_messages)
         for _ in range(min(fold.passes, MAX_CATCH_UP_PASSES)):
             if fold.low_water is not None and ledger.total <= fold.low_water:
                 break

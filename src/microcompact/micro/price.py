@@ -40,6 +40,9 @@ RECENT_SIZES = 16
 AHEAD_SAFETY = 1.5
 AHEAD_MARGIN_SECONDS = 0.5
 AHEAD_REQUESTS = 2
+# Messages an agent step adds (the model's tool call, its result): what a fold computed ahead leaves out of
+# its tail per request to come.
+MESSAGES_PER_REQUEST = 2
 # Weight of the newest timed fold in the running seconds-per-token figure.
 SPEED_WEIGHT = 0.5
 
@@ -87,10 +90,11 @@ class PricePolicy:
             self.folds += 1
             self._planned = self.folds_to_run(moment)
             return "fold"
-        if busy or not self.soon(quote, cache):
+        due_in = None if busy else self.due_in(quote, cache)
+        if due_in is None:
             return None
         self.ahead += 1
-        self._planned = self.folds_to_run(moment)
+        self._planned = self.folds_to_run(moment, max(1, due_in))
         return "ahead"
 
     def idle_mode(self, moment: Moment) -> str | None:
@@ -103,22 +107,24 @@ class PricePolicy:
         if not decide(quote, self.pricing, cold, self.config.threshold_tokens()).fold:
             return None
         self.ahead += 1
-        self._planned = self.folds_to_run(moment)
+        self._planned = self.folds_to_run(moment, 1)  # the next request (the user's) is its tail
         return "ahead"
 
-    def soon(self, quote: FoldQuote, cache: CacheState) -> bool:
-        """True when the fold is due at the next request, or before a fold started at the next request could
-        finish (with a margin): started now, it is ready when due. A worker's result is applied at a
-        request, so even an instant fold starts one request ahead."""
+    def due_in(self, quote: FoldQuote, cache: CacheState) -> int | None:
+        """The requests until the fold is due, when that is soon enough to start it now: due at the next
+        request, or before a fold started at the next request could finish (with a margin), so that started
+        now it is ready when due (a worker's result is applied at a request, so even an instant fold starts
+        one request ahead); else None."""
         k = requests_until_fold(quote, self.pricing, cache, self.config.threshold_tokens())
         if k is None:
-            return False
+            return None
         interval = self.cache.request_interval() or self._interval()
         if self.seconds_per_token is None or interval is None:
-            return k <= AHEAD_REQUESTS
+            return k if k <= AHEAD_REQUESTS else None
         growth = cache.growth_per_request or 0.0
         expected = self.seconds_per_token * (quote.removed_tokens + k * growth)
-        return k <= 1 or (k - 1) * interval <= expected * AHEAD_SAFETY + AHEAD_MARGIN_SECONDS
+        soon = k <= 1 or (k - 1) * interval <= expected * AHEAD_SAFETY + AHEAD_MARGIN_SECONDS
+        return k if soon else None
 
     def fold_timed(self, seconds: float, removed_tokens: int) -> None:
         """A fold's passes took ``seconds`` for ``removed_tokens``: the running figure the lead is planned by."""
@@ -155,15 +161,23 @@ class PricePolicy:
 
     # ------------------------------------------------------------------ the decision
 
-    def folds_to_run(self, moment: Moment) -> tuple[Fold, ...]:
+    def folds_to_run(self, moment: Moment, ahead: int = 0) -> tuple[Fold, ...]:
         """Every due exchange, then every completed iteration outside a tail of the low-water mark (``drain``:
-        request passes without waiting for a piece budget to pile up), down to that mark."""
+        request passes without waiting for a piece budget to pile up), down to that mark. A fold computed
+        ``ahead`` requests before it is adopted keeps that much less tail (in tokens by the growth per
+        request, in messages by MESSAGES_PER_REQUEST): the messages added meanwhile are the tail then, so
+        the view it switches to keeps what the fold made at that request would."""
         estimate = moment.estimate()
         tail = self.config.low_water_tokens()
+        messages = None
+        if ahead > 0:
+            growth = self.cache.growth_per_request() or self._growth() or 0.0
+            tail = max(0, round(tail - ahead * growth))
+            messages = max(1, self.cfg.min_tail_messages - ahead * MESSAGES_PER_REQUEST)
         low_water = estimate.change_point + self._new_marker(estimate) + tail
         return (
-            Fold("turn", MAX_CATCH_UP_PASSES, low_water, tail),
-            Fold("drain", MAX_CATCH_UP_PASSES, low_water, tail),
+            Fold("turn", MAX_CATCH_UP_PASSES, low_water, tail, messages),
+            Fold("drain", MAX_CATCH_UP_PASSES, low_water, tail, messages),
         )
 
     def decide(self, moment: Moment) -> Decision | None:
