@@ -103,18 +103,24 @@ def test_a_fold_started_ahead_is_adopted_at_the_request_that_decides_it():
     inline_now, bg_now = [0.0], [0.0]
     inline, bg = session(config(background=False), inline_now), session(config(), bg_now)
     inline_switches, bg_switches, bg_verdicts = [], [], []
+    views: dict[str, list[Any]] = {}
     for n in range(40):
         absorbed, _ = request(inline, inline_now)
         inline_switches.append(absorbed > 0)
+        if absorbed and "inline" not in views:
+            views["inline"] = [dict(m) for m in inline.ledger.messages]
         absorbed, verdict = request(bg, bg_now)
         bg_switches.append(absorbed > 0)
         bg_verdicts.append(verdict)
+        if absorbed and "bg" not in views:
+            views["bg"] = [dict(m) for m in bg.ledger.messages]
         step(inline, n)
         step(bg, n)
     assert bg.background is not None
     assert policy(bg).ahead >= 1 and bg.background.adopted_ahead >= 2
     first = inline_switches.index(True)
     assert bg_switches.index(True) == first, "the first fold lands at the request inline folds at"
+    assert views["bg"] == views["inline"], "and switches to the view inline passes made there (same tail kept)"
     folded_at = [i for i, switched in enumerate(bg_switches) if switched]
     assert all(bg_verdicts[i] in (Verdict.FOLD, Verdict.COLD, Verdict.FORCED) for i in folded_at), (
         "the view switches only at a request whose rule said fold, never later"
