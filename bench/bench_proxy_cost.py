@@ -56,6 +56,7 @@ TTL = 300.0
 ANTHROPIC = {"input": 3.00, "read": 0.30, "write": 3.75, "output": 15.00}
 OPENAI = {"input": 1.25, "read": 0.125, "output": 10.00}
 SUMMARIZER = {"input": 0.80, "output": 4.00}
+STEP_MENTION = re.compile(r"step (\d+)", re.IGNORECASE)
 SUMMARY_ASK = re.compile(r"create a detailed summary of the conversation", re.IGNORECASE)
 
 
@@ -197,7 +198,19 @@ class SummarizerUpstream(ScriptedUpstream):
         self.output_tokens = 0
 
     def _answer(self, request: RecordedRequest) -> Reply:
-        return text("## Progress\n- The Bash steps so far printed their numbers; nothing failed.\n")
+        """Notes a model would write, in the sections the merge prompt asks for and naming the steps the
+        request shows (a fixed text failed the output checks, so every call fell back to the extractive
+        summary)."""
+        body = " ".join(str(m.get("content")) for m in request.messages)
+        steps = sorted({int(n) for n in STEP_MENTION.findall(body)})
+        latest = steps[-1] if steps else 0
+        return text(
+            "## Goal\n- Run the numbered steps with the Bash tool until they are done.\n\n"
+            f"## Work done\n- Steps {', '.join(map(str, steps)) or 'none yet'} ran with the Bash tool and printed "
+            "their numbers.\n\n"
+            f"## Findings\n- Step {latest} is the latest one run; its output was a list of numbers.\n\n"
+            f"## Next\n- Run step {latest + 1}.\n"
+        )
 
     def _render_openai(self, record: RecordedRequest, reply: Reply) -> list[bytes]:
         chunks = super()._render_openai(record, reply)
