@@ -215,3 +215,30 @@ def test_the_measured_fold_time_is_carried_to_the_next_process():
     other = session(config(), now)
     policy(other).restore(carried)
     assert policy(other).seconds_per_token == p.seconds_per_token
+
+
+def test_before_any_fold_was_timed_a_model_summarizer_starts_earlier_than_the_extractive_one():
+    from microcompact.cache_usage import CacheObservations
+    from microcompact.fold_price import CacheState, FoldQuote, requests_until_fold
+
+    model = parse_config(
+        {
+            "compression": {"micro_compact": True},
+            "model": {"context_length": WINDOW},
+            "pricing": {"preset": "anthropic", "summarizer_input": 0.0, "summarizer_output": 0.0},
+            "auxiliary": {"compression": {"provider": "openai", "model": "m", "base_url": "http://127.0.0.1:9/v1"}},
+        }
+    )
+    extractive = config(summarizer_input=0.0, summarizer_output=0.0)
+    quote = FoldQuote(prompt_tokens=60_000, change_point_tokens=20_000, removed_tokens=20_000)
+    cache = CacheState(warm=True, growth_per_request=6_000)
+    due = requests_until_fold(quote, extractive.cache_pricing(), cache, extractive.threshold_tokens())
+    assert due is not None and due >= 4
+    starts = {}
+    for name, cfg in (("extractive", extractive), ("model", model)):
+        p = PricePolicy(cfg, cfg.cache_pricing(), CacheObservations())
+        p.requested(0.0)
+        p.requested(1.0)  # a request a second
+        starts[name] = p.due_in(quote, cache)
+    assert starts["extractive"] is None, "a tenth of a second of passes: not yet"
+    assert starts["model"] == due, "seconds per pass: started now, several requests before it is due"

@@ -12,7 +12,8 @@ The cache is read, not guessed: the session's :class:`~microcompact.cache_usage.
 grows and how often requests come; the TTL clock from the last request is the fallback.
 
 In background mode the fold is computed **ahead**: once the rule predicts it due within about the time a
-fold takes (measured on this session: seconds per removed token; before any was measured, two requests),
+fold takes (measured on this session: seconds per removed token; before any was measured, a prior by
+summarizer kind; before the request rate is known, two requests),
 the worker starts it on a shadow and keeps extending it over new messages; the request at which the rule
 says fold adopts it, so the view switches at the same request as inline. When the client's turn ends
 (an idle gap past the TTL may follow), a fold that would pay in a cold cache is started ahead too, so that
@@ -45,6 +46,11 @@ AHEAD_REQUESTS = 2
 MESSAGES_PER_REQUEST = 2
 # Weight of the newest timed fold in the running seconds-per-token figure.
 SPEED_WEIGHT = 0.5
+# Before a fold was timed: seconds per removed token by summarizer kind (the extractive one took about 90 ms
+# per 10K-token pass on a loaded 2-core machine; a model, about 2 s per piece budget of 8K tokens). Only
+# how early the first fold starts depends on them: the first timed fold replaces them.
+PRIOR_SECONDS_PER_TOKEN = {"extractive": 1e-5}
+PRIOR_MODEL_SECONDS_PER_TOKEN = 2.5e-4
 
 
 class PricePolicy:
@@ -119,12 +125,19 @@ class PricePolicy:
         if k is None:
             return None
         interval = self.cache.request_interval() or self._interval()
-        if self.seconds_per_token is None or interval is None:
+        if interval is None:
             return k if k <= AHEAD_REQUESTS else None
         growth = cache.growth_per_request or 0.0
-        expected = self.seconds_per_token * (quote.removed_tokens + k * growth)
+        expected = self.speed() * (quote.removed_tokens + k * growth)
         soon = k <= 1 or (k - 1) * interval <= expected * AHEAD_SAFETY + AHEAD_MARGIN_SECONDS
         return k if soon else None
+
+    def speed(self) -> float:
+        """Seconds per removed token a fold takes: measured on this session, else the summarizer's prior."""
+        if self.seconds_per_token is not None:
+            return self.seconds_per_token
+        kind = self.config.auxiliary.compression.kind
+        return PRIOR_SECONDS_PER_TOKEN.get(kind, PRIOR_MODEL_SECONDS_PER_TOKEN)
 
     def fold_timed(self, seconds: float, removed_tokens: int) -> None:
         """A fold's passes took ``seconds`` for ``removed_tokens``: the running figure the lead is planned by."""
