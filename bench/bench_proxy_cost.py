@@ -13,7 +13,10 @@ prefix caching (``cached_tokens``), priced at 0.1x with the rest at 1x, or at 1.
 Tasks (Claude Code 2.1.x from npm, ``claude -p``; the upstream counts its steps itself, since a compacting
 proxy shortens the history): ``24k``, 50 Bash steps of ~24 KB outputs; ``8k``, 150 steps of ~8 KB. Rows:
 direct, ``serve`` with its defaults (background passes), inline passes, and a scripted model summarizer
-of 2 s per call with model answers of 1 s. The SDK loop: 48 tool steps of ~24 KB through the openai SDK
+of 2 s per call with model answers of 1 s. The ``-idle`` tasks are the same steps in three user turns
+(``claude -p`` then ``--continue``) with idle gaps longer than the cache's life between them: the TTL is
+scaled to 15 s (upstream and proxy) and the gaps are 20 s, so a cold cache costs what it would after 5
+minutes without the bench waiting for them. The SDK loop: 48 tool steps of ~24 KB through the openai SDK
 (no window refusal: a 400K-window model).
 
 Cost is the main model's prompt and output at Claude Sonnet / GPT-5 list prices, plus the summarizer's
@@ -53,6 +56,7 @@ TTL = 300.0
 ANTHROPIC = {"input": 3.00, "read": 0.30, "write": 3.75, "output": 15.00}
 OPENAI = {"input": 1.25, "read": 0.125, "output": 10.00}
 SUMMARIZER = {"input": 0.80, "output": 4.00}
+STEP_MENTION = re.compile(r"step (\d+)", re.IGNORECASE)
 SUMMARY_ASK = re.compile(r"create a detailed summary of the conversation", re.IGNORECASE)
 
 
@@ -89,8 +93,9 @@ class CostSteps:
     compacting proxy nor Claude Code's own compaction moves it back. Claude Code's summary request (its own
     compaction) gets a text summary; side requests get a short text."""
 
-    def __init__(self, run: str, steps: int, lines: int, tally: Tally) -> None:
+    def __init__(self, run: str, steps: int, lines: int, tally: Tally, per_turn: int | None = None) -> None:
         self.run, self.steps, self.lines, self.tally = run, steps, lines, tally
+        self.per_turn = per_turn  # the user's turn ends after this many steps (then a text answer)
         self.done = 0
         self._seen: set[str] = set()
 
@@ -119,6 +124,12 @@ class CostSteps:
                 return int(found.group(1))
         return 0
 
+    def _after_result(self, request: RecordedRequest) -> bool:
+        """True when the request's last message carries a tool result (not the user's new turn)."""
+        last = request.messages[-1] if request.messages else {}
+        blocks = last.get("content") if isinstance(last.get("content"), list) else []
+        return any(isinstance(b, dict) and b.get("type") == "tool_result" for b in blocks)
+
     def __call__(self, request: RecordedRequest) -> Reply:
         if not offers_tool(request.body, "Bash"):
             return text("Side request answered.")
@@ -127,6 +138,8 @@ class CostSteps:
             return text(f"Summary: run {self.run}, steps 1-{self.done} done with the Bash tool; continue.")
         self.done = max(self.done, self._answered(request))
         n = self.done + 1
+        if self.per_turn and self.done % self.per_turn == 0 and self._after_result(request) and n <= self.steps:
+            return text(f"Run {self.run}: steps 1-{self.done} are done; say when to go on.")
         if n > self.steps:
             return text(f"Run {self.run}: all steps are done.")
         command = {"command": seq_command(n, self.lines), "description": f"Print numbers (step {n})"}
@@ -136,8 +149,8 @@ class CostSteps:
 class PricedUpstream(ScriptedUpstream):
     """The scripted upstream, tallying the usage of every main request (bodies are not kept)."""
 
-    def __init__(self, tally: Tally, **options: Any) -> None:
-        super().__init__(keep=2, cache_ttl=TTL, min_cacheable=1024, openai_cache=True, **options)
+    def __init__(self, tally: Tally, ttl: float = TTL, **options: Any) -> None:
+        super().__init__(keep=2, cache_ttl=ttl, min_cacheable=1024, openai_cache=True, **options)
         self.tally = tally
 
     def _too_long(self, record: RecordedRequest) -> str | None:
@@ -185,7 +198,19 @@ class SummarizerUpstream(ScriptedUpstream):
         self.output_tokens = 0
 
     def _answer(self, request: RecordedRequest) -> Reply:
-        return text("## Progress\n- The Bash steps so far printed their numbers; nothing failed.\n")
+        """Notes a model would write, in the sections the merge prompt asks for and naming the steps the
+        request shows (a fixed text failed the output checks, so every call fell back to the extractive
+        summary)."""
+        body = " ".join(str(m.get("content")) for m in request.messages)
+        steps = sorted({int(n) for n in STEP_MENTION.findall(body)})
+        latest = steps[-1] if steps else 0
+        return text(
+            "## Goal\n- Run the numbered steps with the Bash tool until they are done.\n\n"
+            f"## Work done\n- Steps {', '.join(map(str, steps)) or 'none yet'} ran with the Bash tool and printed "
+            "their numbers.\n\n"
+            f"## Findings\n- Step {latest} is the latest one run; its output was a list of numbers.\n\n"
+            f"## Next\n- Run step {latest + 1}.\n"
+        )
 
     def _render_openai(self, record: RecordedRequest, reply: Reply) -> list[bytes]:
         chunks = super()._render_openai(record, reply)
@@ -227,10 +252,12 @@ def stop(served: ServeProcess) -> None:
         served.kill()
 
 
-def serve_config(home: Path, inline: bool, summarizer_url: str | None) -> list[str]:
+def serve_config(home: Path, inline: bool, summarizer_url: str | None, ttl: float = TTL) -> list[str]:
     lines = []
     if inline:
         lines += ["compression:", "  micro_compact_background: false"]
+    if ttl != TTL:  # the idle rows' scaled clock: the proxy's cache life is the upstream's
+        lines += ["pricing:", "  preset: anthropic", f"  ttl_seconds: {ttl}"]
     if summarizer_url:
         lines += [
             "auxiliary:",
@@ -249,11 +276,15 @@ def serve_config(home: Path, inline: bool, summarizer_url: str | None) -> list[s
 
 
 def claude_row(task: str, steps: int, lines: int, route: str, work: Path) -> Row:
-    """One Claude Code run of ``task`` by ``route``: direct, serve, serve-inline, serve-model2s(-inline)."""
+    """One Claude Code run of ``task`` by ``route``: direct, serve, serve-inline, serve-model2s(-inline).
+    An ``-idle`` task is IDLE_TURNS user turns with an idle gap longer than the (scaled) TTL between them."""
     tally = Tally()
     model = "model2s" in route
-    upstream = PricedUpstream(tally, context_window=WINDOW, latency=1.0 if model else 0.0)
-    upstream.script = CostSteps(task.replace("k", ""), steps, lines, tally)
+    idle = task.endswith("-idle")
+    ttl = IDLE_TTL if idle else TTL
+    upstream = PricedUpstream(tally, ttl=ttl, context_window=WINDOW, latency=1.0 if model else 0.0)
+    per_turn = -(-steps // IDLE_TURNS) if idle else None
+    upstream.script = CostSteps(task.split("-")[0].replace("k", ""), steps, lines, tally, per_turn)
     summarizer = SummarizerUpstream(2.0) if model else None
     served: ServeProcess | None = None
     home = work / f"{task}-{route}"
@@ -265,7 +296,8 @@ def claude_row(task: str, steps: int, lines: int, route: str, work: Path) -> Row
         try:
             base = upstream.base_url
             if route != "direct":
-                options = serve_config(home, "inline" in route, summarizer.openai_base_url if summarizer else None)
+                summarizer_url = summarizer.openai_base_url if summarizer else None
+                options = serve_config(home, "inline" in route, summarizer_url, ttl)
                 served = ServeProcess(
                     home,
                     *options,
@@ -284,9 +316,20 @@ def claude_row(task: str, steps: int, lines: int, route: str, work: Path) -> Row
                 "Run the numbered steps with the Bash tool until they are done.",
                 workdir=home / "work",
                 home=home / "claude",
-                max_turns=steps + 20,
+                max_turns=(per_turn or steps) + 20,
                 timeout=3600,
             )
+            for _ in range(IDLE_TURNS - 1 if idle else 0):
+                time.sleep(IDLE_GAP)  # the user is away longer than the cache lives
+                run = run_claude(
+                    base,
+                    "Go on with the numbered steps.",
+                    workdir=home / "work",
+                    home=home / "claude",
+                    max_turns=(per_turn or steps) + 20,
+                    continue_session=True,
+                    timeout=3600,
+                )
         finally:
             if served is not None:
                 stop(served)
@@ -398,15 +441,29 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-TASKS = {"24k": (50, 3000), "8k": (150, 1000), "smoke": (4, 3000)}
+TASKS = {
+    "24k": (50, 3000),
+    "8k": (150, 1000),
+    "smoke": (4, 3000),
+    "24k-idle": (50, 3000),
+    "8k-idle": (150, 1000),
+    "smoke-idle": (4, 3000),
+}
 ROUTES = ("direct", "serve", "serve-inline", "serve-model2s")
+IDLE_ROUTES = ("direct", "serve")
+# The idle tasks: IDLE_TURNS user turns, IDLE_GAP seconds apart, against a cache that lives IDLE_TTL
+# seconds (upstream and proxy alike): the 5-minute TTL scaled down so the gaps take seconds, not minutes.
+IDLE_TURNS = 3
+IDLE_TTL = 15.0
+IDLE_GAP = 20.0
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", default="claude,sdk", help="claude, sdk, or both (comma-separated)")
-    parser.add_argument("--tasks", default="24k,8k")
-    parser.add_argument("--routes", default=",".join(ROUTES))
+    parser.add_argument("--tasks", default="24k,8k,24k-idle,8k-idle")
+    parser.add_argument("--routes", default=",".join(ROUTES), help="for the tasks without gaps")
+    parser.add_argument("--idle-routes", default=",".join(IDLE_ROUTES), help="for the -idle tasks")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, stores)")
     args = parser.parse_args()
     os.environ.setdefault("BENCH_SUMMARIZER_KEY", "sk-bench-summarizer")  # the scripted summarizer takes any key
@@ -420,7 +477,8 @@ def main() -> None:
             else:
                 for task in args.tasks.split(","):
                     steps, lines = TASKS[task]
-                    for route in args.routes.split(","):
+                    routes = args.idle_routes if task.endswith("-idle") else args.routes
+                    for route in routes.split(","):
                         rows.append(claude_row(task, steps, lines, route, work))
                         print(f"  {task} {route}: ${rows[-1].cost():.2f} in {rows[-1].seconds:.0f} s", flush=True)
         if "sdk" in args.rows:

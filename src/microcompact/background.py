@@ -13,6 +13,12 @@ rolling state, a commit hook that only records the events) over a snapshot; ``co
 applies the recorded events in order and takes the shadow's state, so the view switches once, however many
 passes the fold took, and only if nothing but new messages at the end changed meanwhile.
 
+**Fold ahead** (mode ``"ahead"``: the policy expects a fold soon, or the turn is over and an idle gap may
+follow): the same shadow fold, started before it is due and *held* when it finishes (the view does not
+change); a later ``"ahead"`` extends the held shadow over the messages added since, and ``"fold"`` (the
+policy says fold now) adopts it at that very request. A held shadow that no longer applies (something
+other than new trailing messages changed) is dropped and the fold starts as without it.
+
 Not thread-safe by itself: :class:`~microcompact.session.Session` calls ``submit`` and ``collect`` under its
 lock. ``wait`` needs no lock (it only waits for the running job), so a thread can wait without holding
 the session up; the worker never takes the session's lock, so waiting under it cannot deadlock either.
@@ -41,30 +47,77 @@ class BackgroundPasses:
         self._job: Future[Job] | None = None
         self._due = 0
         self.discarded = 0
+        self.ready: FoldJob | None = None  # a fold computed ahead, held until the policy says fold
+        self._adopt_running = False  # the running ahead job is due already: adopt it when it finishes
+        self._drop_running = False  # the running job extends a shadow that was adopted or dropped meanwhile
+        self._running_ahead = False  # the running job is a fold computed ahead
+        self.adopted_ahead = 0  # folds adopted at the request that decided them (telemetry, tests)
 
     @property
     def busy(self) -> bool:
         return self._job is not None
 
-    def submit(self, ledger: Ledger, mode: str = "turn") -> None:
-        """Start a pass on a snapshot; if one is running, remember that a turn pass is due."""
+    def submit(self, ledger: Ledger, mode: str = "turn") -> list[PassResult]:
+        """Start a pass on a snapshot; if one is running, remember that a turn pass is due. ``"fold"``
+        adopts a shadow computed ahead at once (its results are returned: the view switched now)."""
+        if mode == "fold" and self.ready is not None:
+            adopted = self._adopt_ready(ledger)
+            if adopted is not None:
+                return adopted
         if self._job is not None:
             if mode == "turn":
                 self._due += 1
-            return
+            elif mode == "fold" and self._running_ahead:
+                self._adopt_running = True  # the fold is due: the shadow being computed lands when done
+            return []
         self.micro.sync(ledger)
-        if mode == "fold":
+        if mode in ("fold", "ahead"):
             folds = self.micro.planned_folds()
             if folds:
-                self._job = self._pool.submit(contextvars.copy_context().run, self._fold, ledger.snapshot(), folds)
-            return
+                job = self.micro.fold_job(ledger, self.ready, ahead=mode == "ahead")
+                if self.ready is not None and job.base is not self.ready.base:
+                    self._drop_ready("it no longer applies")
+                self._running_ahead = job.ahead
+                self._job = self._pool.submit(contextvars.copy_context().run, self._fold, ledger.snapshot(), folds, job)
+            return []
         self._job = self._pool.submit(contextvars.copy_context().run, self._work, ledger.snapshot(), mode)
+        return []
 
-    def _fold(self, snapshot: Ledger, folds: tuple[Fold, ...]) -> Job:
-        return self.micro.shadow_fold(snapshot, folds)
+    def _adopt_ready(self, ledger: Ledger) -> list[PassResult] | None:
+        """Adopt the held shadow now (None: it no longer applies, dropped). A running extension of it is
+        dropped when it finishes: the view it would extend has just been switched."""
+        ready, self.ready = self.ready, None
+        assert ready is not None
+        results = self.micro.adopt_fold(ledger, ready)
+        if self._job is not None and self._running_ahead:
+            self._drop_running = True
+        if results is None:
+            self.discarded += 1
+            log.info("Micro-compaction: a fold computed ahead no longer applies; folding as usual")
+            return None
+        self.adopted_ahead += 1
+        return results
 
-    def _apply_fold(self, ledger: Ledger, job: FoldJob) -> list[PassResult]:
-        """The fold's results, or none when the transcript changed under it (the policy decides again)."""
+    def _drop_ready(self, why: str) -> None:
+        self.ready = None
+        self.discarded += 1
+        log.info("Micro-compaction: a fold computed ahead was dropped (%s)", why)
+
+    def _fold(self, snapshot: Ledger, folds: tuple[Fold, ...], job: FoldJob) -> Job:
+        return self.micro.shadow_fold(snapshot, folds, job)
+
+    def _finished_fold(self, ledger: Ledger, job: FoldJob) -> list[PassResult]:
+        """A fold job finished: drop it (its base was switched meanwhile), hold it (ahead, not due yet),
+        or apply it (the transcript changed under it: none, the policy decides again)."""
+        drop, adopt = self._drop_running, self._adopt_running or not job.ahead
+        self._drop_running = self._adopt_running = self._running_ahead = False
+        self.micro.fold_timed(job)
+        if drop:
+            self.discarded += 1
+            return []
+        if not adopt:
+            self.ready = job
+            return []
         results = self.micro.adopt_fold(ledger, job)
         if results is None:
             self.discarded += 1
@@ -105,7 +158,7 @@ class BackgroundPasses:
         try:
             done = job.result()
             if isinstance(done, FoldJob):
-                return self._apply_fold(ledger, done)
+                return self._finished_fold(ledger, done)
             planned, condensed = done
             if isinstance(planned, PassResult):
                 results.append(planned)

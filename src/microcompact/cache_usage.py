@@ -36,6 +36,7 @@ class UsageReport:
     cache_read_tokens: int | None = None
     cache_write_tokens: int | None = None
     at: float = 0.0  # when the request was answered (the session's clock, seconds)
+    turn_over: bool | None = None  # the answer ended the client's turn (None: the response did not say)
 
     @property
     def reports_cache(self) -> bool:
@@ -193,13 +194,15 @@ class SessionBill:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self.spent = 0.0
+        self.spent = 0.0  # the summarizer's calls included
         self.uncompacted = 0.0
+        self.summarizer = 0.0  # of ``spent``: the summarizer's calls
         self._previous_full: int | None = None
+        self._summarizer_unbilled = 0.0  # summarizer dollars not yet in a request's figure
 
     def add(self, pricing: CachePricing, report: UsageReport, full_prompt_tokens: int) -> tuple[float, float]:
         """Bill one request (``full_prompt_tokens``: its prompt had it not been compacted); returns the
-        request's (spent, uncompacted) dollars."""
+        request's (spent, uncompacted) dollars, its spent with the summarizer calls made since the last."""
         read = report.cache_read_tokens or 0
         written = report.cache_write_tokens if report.cache_write_tokens is not None else None
         if written is None:  # automatic caching: what is not read is written (premium) or plain input
@@ -214,11 +217,18 @@ class SessionBill:
             uncompacted = pricing.prompt_cost(full_read, full - full_read)
             self.spent += spent
             self.uncompacted += uncompacted
+            spent += self._summarizer_unbilled  # already in ``self.spent``; this request's line shows it
+            self._summarizer_unbilled = 0.0
         return spent, uncompacted
 
-    def add_summarizer(self, pricing: CachePricing, input_tokens: int, output_tokens: int) -> None:
+    def add_summarizer(self, pricing: CachePricing, input_tokens: int, output_tokens: int) -> float:
+        """Bill summarizer calls (counted in ``spent`` now, and in the next request's figure); their dollars."""
+        dollars = pricing.summarizer_cost(max(0, input_tokens), max(0, output_tokens))
         with self._lock:
-            self.spent += pricing.summarizer_cost(input_tokens, output_tokens)
+            self.spent += dollars
+            self.summarizer += dollars
+            self._summarizer_unbilled += dollars
+        return dollars
 
 
 __all__ = ["COST_TAG", "CacheObservations", "SessionBill", "UsageReport", "checked_report", "usage_count"]

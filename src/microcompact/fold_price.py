@@ -32,6 +32,8 @@ from .pricing import CachePricing
 DEFAULT_GROWTH_TOKENS = 2_000
 # Headroom below the cap: fold when the prompt is within this many requests' growth of it.
 CAP_HEADROOM_REQUESTS = 2
+# How far ahead ``requests_until_fold`` looks, in requests.
+HORIZON_REQUESTS = 64
 
 
 class Verdict(StrEnum):
@@ -130,6 +132,31 @@ def decide(quote: FoldQuote, pricing: CachePricing, cache: CacheState, cap_token
     return Decision(verdict, cost, saving)
 
 
+def requests_until_fold(
+    quote: FoldQuote,
+    pricing: CachePricing,
+    cache: CacheState,
+    cap_tokens: int | None = None,
+    horizon: int = HORIZON_REQUESTS,
+) -> int | None:
+    """In how many requests the rule first folds, the history growing by the session's growth per request
+    (each request's new tokens push as many out of the kept tail into what the fold removes, so what it
+    keeps stays the same): 0 when it folds now, None when not within ``horizon`` requests."""
+    growth = cache.growth_per_request if cache.growth_per_request and cache.growth_per_request > 0 else None
+    g = growth or DEFAULT_GROWTH_TOKENS
+    for k in range(horizon + 1):
+        grown = FoldQuote(
+            prompt_tokens=round(quote.prompt_tokens + k * g),
+            change_point_tokens=quote.change_point_tokens,
+            removed_tokens=round(quote.removed_tokens + k * g) if quote.removed_tokens > 0 else 0,
+            summarizer_input_tokens=round(quote.summarizer_input_tokens + k * g),
+            summarizer_output_tokens=quote.summarizer_output_tokens,
+        )
+        if decide(grown, pricing, cache, cap_tokens).fold:
+            return k
+    return None
+
+
 def break_even_growth(pricing: CachePricing, kept_tokens: int, growth_per_request: float) -> float:
     """The history (tokens above the low-water mark) at which a fold starts to pay with a warm cache:
     ``sqrt(2 * premium * kept * growth / read)`` (infinite when reads are free; 0 without a cache)."""
@@ -151,4 +178,5 @@ __all__ = [
     "fold_saving",
     "over_cap",
     "requests_ahead",
+    "requests_until_fold",
 ]

@@ -460,13 +460,26 @@ class Session:
                 elif self.micro.active:  # the inline schedule (cache-aware included), run on the worker
                     mode = self.micro.background_request_mode(self.ledger, self.background.busy)
                     if mode is not None:
-                        self.background.submit(self.ledger, mode)
+                        results += self.background.submit(self.ledger, mode)
                 cut = self.batch.last_resort(self.ledger)  # still over the window: cut what is oversized
                 if cut is not None:
                     results.append(cut)
             except Exception:
                 log.exception("before_request failed unexpectedly; the session goes on uncompacted")
         return results
+
+    @hides_secrets
+    def fold_ahead(self) -> None:
+        """The client's turn is over (an idle gap may follow): in background mode, start on the worker the
+        fold the policy would make at the next request, so that it is ready then. Never raises."""
+        with self._lock:
+            try:
+                if self.background is not None and self.micro.active and not self.background.busy:
+                    mode = self.micro.idle_mode(self.ledger)
+                    if mode is not None:
+                        self.background.submit(self.ledger, mode)
+            except Exception:
+                log.exception("fold_ahead failed unexpectedly; the session goes on as it was")
 
     @hides_secrets
     def compact(self, focus: str | None = None) -> BatchResult:

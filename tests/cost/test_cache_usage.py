@@ -54,7 +54,7 @@ def test_anthropic_json_and_stream_report_reads_and_writes():
     as_json = tap_of("anthropic", "application/json", [json.dumps(message).encode()])
     streamed = tap_of("anthropic", "text/event-stream", anthropic_wire.stream_events(text("hi"), message))
     for report in (as_json, streamed):
-        assert report == UsageReport(5310, 5000, 300, 5.0)
+        assert report == UsageReport(5310, 5000, 300, 5.0, turn_over=True)  # a text answer ends the turn
 
 
 def test_an_anthropic_message_delta_with_cumulative_cache_figures_counts_the_largest():
@@ -77,14 +77,15 @@ def test_an_anthropic_message_delta_with_cumulative_cache_figures_counts_the_lar
 
 def test_openai_json_and_stream_with_usage_report_cached_tokens():
     full = openai_completion(8000, 6144)
-    assert tap_of("openai", "application/json", [json.dumps(full).encode()]) == UsageReport(8000, 6144, None, 5.0)
+    expected = UsageReport(8000, 6144, None, 5.0, turn_over=True)
+    assert tap_of("openai", "application/json", [json.dumps(full).encode()]) == expected
     chunks = openai_wire.stream_chunks(text("hi"), full, include_usage=True)
-    assert tap_of("openai", "text/event-stream", chunks) == UsageReport(8000, 6144, None, 5.0)
+    assert tap_of("openai", "text/event-stream", chunks) == expected
 
 
 def test_responses_without_cache_figures_report_the_prompt_only():
     assert tap_of("openai", "application/json", [json.dumps(openai_completion(900, None)).encode()]) == UsageReport(
-        900, None, None, 5.0
+        900, None, None, 5.0, turn_over=True
     )
     bare = {"type": "message", "usage": {"input_tokens": 700, "output_tokens": 2}}
     assert tap_of("anthropic", "application/json", [json.dumps(bare).encode()]) == UsageReport(700, None, None, 5.0)
@@ -112,7 +113,7 @@ def test_bad_anthropic_figures_are_ignored_with_one_line(caplog, usage, expected
 def test_openai_cached_tokens_larger_than_the_prompt_are_ignored(caplog):
     with caplog.at_level(logging.WARNING, logger="microcompact"):
         report = tap_of("openai", "application/json", [json.dumps(openai_completion(1000, 5000)).encode()])
-    assert report == UsageReport(1000, None, None, 5.0)
+    assert report == UsageReport(1000, None, None, 5.0, turn_over=True)
     assert len(caplog.records) == 1 and "more than the prompt" in caplog.records[0].getMessage()
 
 
@@ -173,3 +174,40 @@ def test_the_bill_prices_what_was_reported_against_the_uncompacted_counterfactua
     openai = PRESETS["openai"]
     spent, _ = SessionBill().add(openai, UsageReport(10_000, 8_000, None), 10_000)
     assert spent == pytest.approx((8_000 * 0.125 + 2_000 * 1.25) / 1e6)
+
+
+def test_a_tool_call_answer_does_not_end_the_turn_and_a_bare_usage_says_nothing():
+    from upstream import ToolCall
+    from upstream.replies import Reply
+
+    call = Reply((ToolCall("Bash", {"command": "ls"}, id="toolu_1"),))
+    message = anthropic_wire.message(call, "m", 1, PromptUsage(10, 0, 0), 3)
+    assert message["stop_reason"] == "tool_use"
+    for report in (
+        tap_of("anthropic", "application/json", [json.dumps(message).encode()]),
+        tap_of("anthropic", "text/event-stream", anthropic_wire.stream_events(call, message)),
+    ):
+        assert report is not None and report.turn_over is False
+    full = openai_wire.completion(call, "m", 1, openai_wire.usage_json(900, 3))
+    chunks = openai_wire.stream_chunks(call, full, include_usage=True)
+    for report in (
+        tap_of("openai", "application/json", [json.dumps(full).encode()]),
+        tap_of("openai", "text/event-stream", chunks),
+    ):
+        assert report is not None and report.turn_over is False
+    bare = {"type": "message", "usage": {"input_tokens": 700, "output_tokens": 2}}
+    report = tap_of("anthropic", "application/json", [json.dumps(bare).encode()])
+    assert report is not None and report.turn_over is None
+
+
+def test_the_summarizer_counts_in_what_the_session_spent():
+    pricing = PRESETS["anthropic"].model_copy(update={"summarizer_input": 1.0, "summarizer_output": 5.0})
+    bill = SessionBill()
+    dollars = bill.add_summarizer(pricing, 1_000_000, 100_000)
+    assert dollars == pytest.approx(1.5) and bill.spent == pytest.approx(1.5) and bill.summarizer == pytest.approx(1.5)
+    spent, _ = bill.add(pricing, UsageReport(10_000, 0, 10_000), 10_000)
+    prompt_only = pricing.prompt_cost(0, 10_000, 0)
+    assert spent == pytest.approx(prompt_only + 1.5), "the next request's figure carries the summarizer calls"
+    assert bill.spent == pytest.approx(prompt_only + 1.5), "counted once in the total"
+    spent, _ = bill.add(pricing, UsageReport(10_000, 10_000, 0), 10_000)
+    assert spent == pytest.approx(pricing.prompt_cost(10_000, 0, 0))

@@ -17,6 +17,7 @@ from microcompact.fold_price import (
     decide,
     fold_cost,
     requests_ahead,
+    requests_until_fold,
 )
 from microcompact.pricing import PRESETS
 
@@ -108,3 +109,27 @@ def test_more_removed_never_turns_a_fold_into_a_wait(removed, kept, head, warm, 
     small = decide(quote(removed, kept, head), ANTHROPIC, cache)
     large = decide(quote(removed + 1_000, kept, head), ANTHROPIC, cache)
     assert not small.fold or large.fold
+
+
+def test_requests_until_fold_counts_down_as_the_history_grows():
+    free = ANTHROPIC.model_copy(update={"summarizer_input": 0.0, "summarizer_output": 0.0})
+    cache = CacheState(warm=True, growth_per_request=6_000)
+    now = quote(removed=4_000)
+    k = requests_until_fold(now, free, cache)
+    assert k is not None and k > 1
+    assert not decide(now, free, cache).fold
+    grown = quote(removed=4_000 + k * 6_000)
+    assert decide(grown, free, cache).fold, "due after k requests' growth"
+    assert not decide(quote(removed=4_000 + (k - 1) * 6_000), free, cache).fold, "and not one request before"
+    assert requests_until_fold(quote(removed=4_000 + 6_000), free, cache) == k - 1
+    assert requests_until_fold(grown, free, cache) == 0
+    dear = requests_until_fold(now, ANTHROPIC, cache)  # the summarizer at the main model's input price
+    assert dear is not None and dear > k, "what the summarizer costs puts the fold off"
+
+
+def test_a_fold_that_never_pays_is_never_due_except_at_the_cap():
+    free_reads = ANTHROPIC.model_copy(update={"cached_read": 0.0})
+    cache = CacheState(warm=True, growth_per_request=6_000)
+    assert requests_until_fold(quote(removed=4_000), free_reads, cache) is None
+    assert requests_until_fold(quote(removed=4_000), free_reads, cache, cap_tokens=100_000) is not None
+    assert requests_until_fold(quote(removed=0), ANTHROPIC, cache) is None, "nothing to remove, nothing due"

@@ -64,6 +64,9 @@ class FoldJob:
     state: RollingSummary | None = None
     largest_pass_tokens: int = 0
     summarizer_ms: float = 0.0
+    ahead: bool = False  # started before the policy said fold: held ready, adopted when it does
+    seconds: float = 0.0  # engine time its passes took (the clock's), all extensions included
+    removed_tokens: int = 0  # how much smaller its passes made the transcript (counted tokens)
 
 
 class MicroCompactor:
@@ -96,7 +99,7 @@ class MicroCompactor:
         self.state = RollingSummary()
         self.summarizer_ms_total = 0.0
         self.largest_pass_tokens = 0
-        self._fold_configs: dict[int, Config] = {}  # fold_config's, by tail size
+        self._fold_configs: dict[tuple[int | None, int | None], Config] = {}  # fold_config's, by tail
 
     @property
     def active(self) -> bool:
@@ -113,14 +116,39 @@ class MicroCompactor:
         st = self.state
         return MicroStats(st.passes_total, st.tokens_saved_total, self.largest_pass_tokens, self.summarizer_ms_total)
 
-    def shadow_fold(self, snapshot: Ledger, folds: tuple[Fold, ...]) -> FoldJob:
-        """Every pass of ``folds`` on a shadow of this engine over ``snapshot`` (its own copy of the rolling
-        state, a commit hook that only records the events): this engine is untouched, so a worker may run it."""
+    def fold_job(self, ledger: Ledger, prior: FoldJob | None = None, *, ahead: bool = False) -> FoldJob:
+        """On the caller's thread: a fold to run on ``ledger``'s snapshot, from this engine's state, or
+        extending ``prior`` (a shadow not adopted yet) when it still applies (see :meth:`applies`)."""
+        if prior is not None and self.applies(ledger, prior) and prior.state is not None:
+            return FoldJob(
+                prior.base,
+                prior.base_summary,
+                prior.base_marker,
+                list(prior.events),
+                list(prior.results),
+                copy.deepcopy(prior.state),
+                prior.largest_pass_tokens,
+                prior.summarizer_ms,
+                ahead,
+                prior.seconds,
+                prior.removed_tokens,
+            )
         st = self.state
-        job = FoldJob(list(snapshot.messages), st.text, st.marker_index)
+        return FoldJob(list(ledger.messages), st.text, st.marker_index, state=copy.deepcopy(st), ahead=ahead)
+
+    def shadow_fold(self, snapshot: Ledger, folds: tuple[Fold, ...], job: FoldJob | None = None) -> FoldJob:
+        """Every pass of ``folds`` on a shadow of this engine over ``snapshot`` (its own copy of the rolling
+        state, a commit hook that only records the events): this engine is untouched, so a worker may run it.
+        ``job`` (from :meth:`fold_job`): the fold to extend; its events are applied to ``snapshot`` first."""
+        if job is None:
+            job = self.fold_job(snapshot)
+        for event in job.events:
+            apply_event(snapshot, event)
+        t0, before = self.clock(), snapshot.total
         shadow = copy.copy(self)
-        shadow.state = copy.deepcopy(st)
+        shadow.state = job.state if job.state is not None else copy.deepcopy(self.state)
         shadow.summarizer_ms_total = 0.0
+        shadow.largest_pass_tokens = job.largest_pass_tokens
 
         def record(event: Event, msgs: list[Message]) -> Any:
             job.events.append(event)
@@ -130,16 +158,23 @@ class MicroCompactor:
             job.results += shadow.catch_up(snapshot, fold)
         job.state = shadow.state
         job.largest_pass_tokens = shadow.largest_pass_tokens
-        job.summarizer_ms = shadow.summarizer_ms_total
+        job.summarizer_ms += shadow.summarizer_ms_total
+        job.seconds += max(0.0, self.clock() - t0)
+        job.removed_tokens += max(0, before - snapshot.total)
         return job
+
+    def applies(self, ledger: Ledger, job: FoldJob) -> bool:
+        """True while ``job`` may still be adopted: the transcript opens with what it ran on (only messages
+        at the end were added since) and the rolling state is the one it started from."""
+        msgs, st = ledger.messages, self.state
+        fresh = len(msgs) >= len(job.base) and all(a is b for a, b in zip(msgs, job.base, strict=False))
+        return fresh and st.text == job.base_summary and st.marker_index == job.base_marker
 
     def adopt_fold(self, ledger: Ledger, job: FoldJob) -> list[PassResult] | None:
         """Commit and apply ``job``'s events in order, if the transcript still opens with what it ran on and
         the rolling state is the one it started from (None: stale, nothing changed); the view switches once."""
-        msgs = ledger.messages
         st = self.state
-        fresh = len(msgs) >= len(job.base) and all(a is b for a, b in zip(msgs, job.base, strict=False))
-        if not fresh or st.text != job.base_summary or st.marker_index != job.base_marker:
+        if not self.applies(ledger, job):
             return None
         for event in job.events:
             if not self.commit_event(event, ledger.messages):
@@ -151,6 +186,20 @@ class MicroCompactor:
         self.largest_pass_tokens = max(self.largest_pass_tokens, job.largest_pass_tokens)
         self.summarizer_ms_total += job.summarizer_ms
         return job.results
+
+    def fold_timed(self, job: FoldJob) -> None:
+        """Tell the policy how long a finished fold's passes took for what they removed (it plans how far
+        ahead to start the next one by it)."""
+        timed = getattr(self.policy, "fold_timed", None)
+        if timed is not None and job.removed_tokens > 0:
+            timed(job.seconds, job.removed_tokens)
+
+    def idle_mode(self, ledger: Ledger) -> str | None:
+        """Background mode, the client's turn just ended (an idle gap may follow): the fold to start ahead
+        now, or None (a policy that does not fold ahead: None)."""
+        idle = getattr(self.policy, "idle_mode", None)
+        mode: str | None = idle(self.moment(ledger)) if idle is not None else None
+        return mode
 
     def use_policy(self, policy: MicroPolicy) -> None:
         """Schedule by ``policy`` from now on (``replay --compare`` prices each policy its own way)."""
@@ -230,16 +279,26 @@ class MicroCompactor:
         change = st.marker_index if st.marker_index is not None else start
         return FoldEstimate(sum(tokens[:change]), absorbable, old_marker)
 
-    def fold_config(self, tail_tokens: int | None) -> Config:
-        """The config a fold's passes see: the protected tail shrunk to ``tail_tokens`` (never grown)."""
-        if tail_tokens is None or tail_tokens >= self.config.tail_budget_tokens():
+    def fold_config(self, tail_tokens: int | None, tail_messages: int | None = None) -> Config:
+        """The config a fold's passes see: the protected tail shrunk to ``tail_tokens`` and at least
+        ``tail_messages`` messages (never grown)."""
+        if tail_tokens is not None and tail_tokens >= self.config.tail_budget_tokens():
+            tail_tokens = None
+        if tail_messages is not None and tail_messages >= self.cfg.min_tail_messages:
+            tail_messages = None
+        if tail_tokens is None and tail_messages is None:
             return self.config
-        cached = self._fold_configs.get(tail_tokens)
+        key = (tail_tokens, tail_messages)
+        cached = self._fold_configs.get(key)
         if cached is None:
-            limit = self.config.model.context_length or FALLBACK_CONTEXT_LIMIT
-            ratio = max(MIN_TARGET_RATIO, tail_tokens / (self.cfg.threshold * limit))
-            cached = self.config.with_overrides(source="a fold's low-water mark", compression={"target_ratio": ratio})
-            self._fold_configs[tail_tokens] = cached
+            compression: dict[str, Any] = {}
+            if tail_tokens is not None:
+                limit = self.config.model.context_length or FALLBACK_CONTEXT_LIMIT
+                compression["target_ratio"] = max(MIN_TARGET_RATIO, tail_tokens / (self.cfg.threshold * limit))
+            if tail_messages is not None:
+                compression["min_tail_messages"] = max(1, tail_messages)
+            cached = self.config.with_overrides(source="a fold's low-water mark", compression=compression)
+            self._fold_configs[key] = cached
         return cached
 
     def finalize_turn(self, ledger: Ledger, completed: bool = True) -> list[PassResult]:
@@ -277,7 +336,7 @@ class MicroCompactor:
         """Up to ``fold.passes`` passes in a row, stopping at the first that absorbs nothing (or at the
         fold's low-water mark)."""
         results: list[PassResult] = []
-        config = self.fold_config(fold.tail_tokens)
+        config = self.fold_config(fold.tail_tokens, fold.tail_messages)
         for _ in range(min(fold.passes, MAX_CATCH_UP_PASSES)):
             if fold.low_water is not None and ledger.total <= fold.low_water:
                 break

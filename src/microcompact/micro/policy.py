@@ -65,6 +65,9 @@ class Fold:
     passes: int = 1
     low_water: int | None = None
     tail_tokens: int | None = None  # the protected tail for these passes (None: the configured one)
+    # The tail's minimum in messages for these passes (None: ``min_tail_messages``): a fold computed ahead
+    # keeps fewer, since the messages added before it is adopted will be the tail of the view it switches to.
+    tail_messages: int | None = None
 
 
 class MicroPolicy(Protocol):

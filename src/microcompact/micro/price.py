@@ -10,6 +10,14 @@ costs, so batch compaction and the window's last resort stay what they were: the
 The cache is read, not guessed: the session's :class:`~microcompact.cache_usage.CacheObservations` (fed by
 ``Session.record_usage`` and by the proxy from every response) say whether it is warm, how fast the prompt
 grows and how often requests come; the TTL clock from the last request is the fallback.
+
+In background mode the fold is computed **ahead**: once the rule predicts it due within about the time a
+fold takes (measured on this session: seconds per removed token; before any was measured, a prior by
+summarizer kind; before the request rate is known, two requests),
+the worker starts it on a shadow and keeps extending it over new messages; the request at which the rule
+says fold adopts it, so the view switches at the same request as inline. When the client's turn ends
+(an idle gap past the TTL may follow), a fold that would pay in a cold cache is started ahead too, so that
+it is ready at the first request after the gap.
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ from typing import Any
 
 from ..cache_usage import CacheObservations
 from ..config import Config
-from ..fold_price import CacheState, Decision, FoldQuote, Verdict, decide
+from ..fold_price import CacheState, Decision, FoldQuote, Verdict, decide, requests_until_fold
 from ..pricing import CachePricing
 from .policy import MAX_CATCH_UP_PASSES, Fold, FoldEstimate, Moment
 
@@ -28,6 +36,21 @@ from .policy import MAX_CATCH_UP_PASSES, Fold, FoldEstimate, Moment
 MARKER_SHARE = 0.05
 # Prompt sizes kept to measure growth when the provider reported none (a replay, a library session).
 RECENT_SIZES = 16
+# Fold ahead when the requests until the fold is due take less than the expected fold time times this,
+# plus AHEAD_MARGIN_SECONDS; before a fold was timed or the request rate is known: AHEAD_REQUESTS before.
+AHEAD_SAFETY = 1.5
+AHEAD_MARGIN_SECONDS = 0.5
+AHEAD_REQUESTS = 2
+# Messages an agent step adds (the model's tool call, its result): what a fold computed ahead leaves out of
+# its tail per request to come.
+MESSAGES_PER_REQUEST = 2
+# Weight of the newest timed fold in the running seconds-per-token figure.
+SPEED_WEIGHT = 0.5
+# Before a fold was timed: seconds per removed token by summarizer kind (the extractive one took about 90 ms
+# per 10K-token pass on a loaded 2-core machine; a model, about 2 s per piece budget of 8K tokens). Only
+# how early the first fold starts depends on them: the first timed fold replaces them.
+PRIOR_SECONDS_PER_TOKEN = {"extractive": 1e-5}
+PRIOR_MODEL_SECONDS_PER_TOKEN = 2.5e-4
 
 
 class PricePolicy:
@@ -43,6 +66,9 @@ class PricePolicy:
         self.folds = 0
         self._planned: tuple[Fold, ...] = ()  # background: the fold the worker should run next
         self._sizes: deque[int] = deque(maxlen=RECENT_SIZES)  # prompt estimates at recent requests
+        self._times: deque[float] = deque(maxlen=RECENT_SIZES)  # wall-clock times of recent requests
+        self.seconds_per_token: float | None = None  # how long folds took for what they removed (measured)
+        self.ahead = 0  # folds started ahead (telemetry, tests)
 
     # ------------------------------------------------------------------ the protocol
 
@@ -58,17 +84,66 @@ class PricePolicy:
         return self.folds_to_run(moment)
 
     def background_mode(self, moment: Moment, busy: bool) -> str | None:
-        """The same decision; the worker runs the whole fold and the view switches when it is applied (at
-        a later request: deciding earlier to make up for that was measured to fold more often, not less)."""
+        """The same decision: ``"fold"`` when the rule says fold (a fold computed ahead is adopted now),
+        ``"ahead"`` when it will soon (the worker starts or extends the fold on a shadow), else None."""
         self._sizes.append(moment.prompt_tokens)
-        if busy:
+        quote = self.quote(moment)
+        if quote is None:
             return None
-        decision = self.decide(moment)
-        if decision is None or not decision.fold:
+        cache = self.cache_state(moment)
+        self.last = decide(quote, self.pricing, cache, self.config.threshold_tokens())
+        if self.last.fold:
+            self.folds += 1
+            self._planned = self.folds_to_run(moment)
+            return "fold"
+        due_in = None if busy else self.due_in(quote, cache)
+        if due_in is None:
             return None
-        self.folds += 1
-        self._planned = self.folds_to_run(moment)
-        return "fold"
+        self.ahead += 1
+        self._planned = self.folds_to_run(moment, max(1, due_in))
+        return "ahead"
+
+    def idle_mode(self, moment: Moment) -> str | None:
+        """The client's turn just ended: ``"ahead"`` when folding would pay with the cache cold (the next
+        request may come after the TTL), so the fold is ready by then; else None."""
+        quote = self.quote(moment)
+        if quote is None:
+            return None
+        cold = CacheState(warm=False, growth_per_request=self.cache_state(moment).growth_per_request)
+        if not decide(quote, self.pricing, cold, self.config.threshold_tokens()).fold:
+            return None
+        self.ahead += 1
+        self._planned = self.folds_to_run(moment, 1)  # the next request (the user's) is its tail
+        return "ahead"
+
+    def due_in(self, quote: FoldQuote, cache: CacheState) -> int | None:
+        """The requests until the fold is due, when that is soon enough to start it now: due at the next
+        request, or before a fold started at the next request could finish (with a margin), so that started
+        now it is ready when due (a worker's result is applied at a request, so even an instant fold starts
+        one request ahead); else None."""
+        k = requests_until_fold(quote, self.pricing, cache, self.config.threshold_tokens())
+        if k is None:
+            return None
+        interval = self.cache.request_interval() or self._interval()
+        if interval is None:
+            return k if k <= AHEAD_REQUESTS else None
+        growth = cache.growth_per_request or 0.0
+        expected = self.speed() * (quote.removed_tokens + k * growth)
+        soon = k <= 1 or (k - 1) * interval <= expected * AHEAD_SAFETY + AHEAD_MARGIN_SECONDS
+        return k if soon else None
+
+    def speed(self) -> float:
+        """Seconds per removed token a fold takes: measured on this session, else the summarizer's prior."""
+        if self.seconds_per_token is not None:
+            return self.seconds_per_token
+        kind = self.config.auxiliary.compression.kind
+        return PRIOR_SECONDS_PER_TOKEN.get(kind, PRIOR_MODEL_SECONDS_PER_TOKEN)
+
+    def fold_timed(self, seconds: float, removed_tokens: int) -> None:
+        """A fold's passes took ``seconds`` for ``removed_tokens``: the running figure the lead is planned by."""
+        rate = max(0.0, seconds) / max(1, removed_tokens)
+        old = self.seconds_per_token
+        self.seconds_per_token = rate if old is None else SPEED_WEIGHT * rate + (1 - SPEED_WEIGHT) * old
 
     def take_planned(self) -> tuple[Fold, ...]:
         """The fold ``background_mode`` chose (the worker runs all of it, the view switches once)."""
@@ -77,11 +152,13 @@ class PricePolicy:
 
     def requested(self, at: float) -> None:
         self.last_request_at = at
+        self._times.append(at)
 
     def memory(self) -> dict[str, Any]:
         """What the next process continuing the session needs to decide as this one would: the cache
         observations, the recent prompt sizes and the last request's time."""
-        return {"price": {"cache": self.cache.memory(), "sizes": list(self._sizes), "at": self.last_request_at}}
+        carried = {"cache": self.cache.memory(), "sizes": list(self._sizes), "at": self.last_request_at}
+        return {"price": {**carried, "speed": self.seconds_per_token}}
 
     def restore(self, memory: dict[str, Any]) -> None:
         carried = memory.get("price")
@@ -92,39 +169,53 @@ class PricePolicy:
         self._sizes.extend(int(v) for v in carried.get("sizes") or [])
         at = carried.get("at")
         self.last_request_at = None if at is None else float(at)
+        speed = carried.get("speed")
+        self.seconds_per_token = None if speed is None else max(0.0, float(speed))
 
     # ------------------------------------------------------------------ the decision
 
-    def folds_to_run(self, moment: Moment) -> tuple[Fold, ...]:
+    def folds_to_run(self, moment: Moment, ahead: int = 0) -> tuple[Fold, ...]:
         """Every due exchange, then every completed iteration outside a tail of the low-water mark (``drain``:
-        request passes without waiting for a piece budget to pile up), down to that mark."""
+        request passes without waiting for a piece budget to pile up), down to that mark. A fold computed
+        ``ahead`` requests before it is adopted keeps that much less tail (in tokens by the growth per
+        request, in messages by MESSAGES_PER_REQUEST): the messages added meanwhile are the tail then, so
+        the view it switches to keeps what the fold made at that request would."""
         estimate = moment.estimate()
         tail = self.config.low_water_tokens()
+        messages = None
+        if ahead > 0:
+            growth = self.cache.growth_per_request() or self._growth() or 0.0
+            tail = max(0, round(tail - ahead * growth))
+            messages = max(1, self.cfg.min_tail_messages - ahead * MESSAGES_PER_REQUEST)
         low_water = estimate.change_point + self._new_marker(estimate) + tail
         return (
-            Fold("turn", MAX_CATCH_UP_PASSES, low_water, tail),
-            Fold("drain", MAX_CATCH_UP_PASSES, low_water, tail),
+            Fold("turn", MAX_CATCH_UP_PASSES, low_water, tail, messages),
+            Fold("drain", MAX_CATCH_UP_PASSES, low_water, tail, messages),
         )
 
     def decide(self, moment: Moment) -> Decision | None:
         """The rule of :func:`~microcompact.fold_price.decide` on the fold that would run now."""
+        quote = self.quote(moment)
+        if quote is None:
+            return None
+        self.last = decide(quote, self.pricing, self.cache_state(moment), self.config.threshold_tokens())
+        return self.last
+
+    def quote(self, moment: Moment) -> FoldQuote | None:
+        """The fold that would run now, in the provider's tokens (None: nothing to absorb)."""
         estimate = moment.estimate()
         if estimate.absorbable <= 0:
             return None
-        cache = self.cache_state(moment)
         scale = moment.prompt_tokens / moment.counted_tokens if moment.counted_tokens else 1.0
         new_marker = self._new_marker(estimate)
         removed = estimate.absorbable + estimate.old_marker - new_marker
-        summarizer_in = estimate.absorbable + estimate.old_marker
-        quote = FoldQuote(
+        return FoldQuote(
             prompt_tokens=moment.prompt_tokens,
             change_point_tokens=round(estimate.change_point * scale),
             removed_tokens=round(removed * scale),
-            summarizer_input_tokens=summarizer_in,
+            summarizer_input_tokens=estimate.absorbable + estimate.old_marker,
             summarizer_output_tokens=new_marker,
         )
-        self.last = decide(quote, self.pricing, cache, self.config.threshold_tokens())
-        return self.last
 
     def cache_state(self, moment: Moment) -> CacheState:
         """Warm or cold from the reports (the TTL clock when there are none), growth from the reports."""
@@ -141,6 +232,11 @@ class PricePolicy:
         sizes = list(self._sizes)
         steps = [b - a for a, b in itertools.pairwise(sizes) if b >= a]
         return sum(steps) / len(steps) if steps else None
+
+    def _interval(self) -> float | None:
+        """The mean time between the requests this policy saw (None before two)."""
+        times = list(self._times)
+        return (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else None
 
     def _new_marker(self, estimate: FoldEstimate) -> int:
         grown = estimate.old_marker + MARKER_SHARE * estimate.absorbable

@@ -137,6 +137,7 @@ class Compaction:
                 routed = self.router.route(key, [identity[i] for i in order], provider.convert, config)
                 session = routed.session
                 results = session.before_request()
+                self._bill_summarizer(session, provider.name, results)
                 view = session.transcript
                 prepared = Prepared(
                     key,
@@ -214,7 +215,11 @@ class Compaction:
                     )
                 self._bill(session, prepared)
                 if prepared.human:
-                    self.metrics.passes_done([str(r.outcome) for r in session.finalize_turn()])
+                    ended = session.finalize_turn()
+                    self._bill_summarizer(session, prepared.api, ended)
+                    self.metrics.passes_done([str(r.outcome) for r in ended])
+                if prepared.usage is not None and prepared.usage.turn_over:
+                    session.fold_ahead()  # an idle gap may follow: have the fold ready after it
             except Exception:
                 log.exception("Proxy: the follow-up of a request to session %s failed", session.session_id)
 
@@ -274,6 +279,17 @@ class Compaction:
                 "uncompacted": round(uncompacted, 6),
             }
             telemetry_log.info("%s%s", COST_TAG, json.dumps(record, sort_keys=True, separators=(", ", ": ")))
+
+    def _bill_summarizer(self, session: Session, api: str | None, results: Sequence[Any]) -> None:
+        """Count the summarizer calls of ``results`` (passes just applied) in the session's spent figure."""
+        records = [getattr(r, "record", None) or {} for r in results]
+        tokens_in = sum(int(r.get("summarizer_input_tokens") or 0) for r in records)
+        tokens_out = sum(int(r.get("summarizer_output_tokens") or 0) for r in records)
+        if not tokens_in and not tokens_out:
+            return
+        pricing = session.config.cache_pricing(api)
+        if pricing is not None:
+            self.bills.setdefault(session.session_id, SessionBill()).add_summarizer(pricing, tokens_in, tokens_out)
 
     # ------------------------------------------------------------------ internals
 

@@ -10,10 +10,14 @@ The cache figures: Anthropic's ``cache_read_input_tokens`` and ``cache_creation_
 message's ``usage``, or a stream's ``message_start`` / ``message_delta``; the largest value seen counts),
 OpenAI's ``prompt_tokens_details.cached_tokens``. A figure that is not a count, or larger than the prompt,
 is ignored with one log line (:func:`microcompact.cache_usage.checked_report`).
+
+Why the response stopped (Anthropic's ``stop_reason``, OpenAI's ``finish_reason``) says whether the
+client's turn is over (a final answer: an idle gap may follow) or goes on (a tool call).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +28,10 @@ from ..cache_usage import UsageReport, checked_report
 MAX_JSON_BYTES = 16 * 1024 * 1024
 MAX_PENDING_EVENT_BYTES = 4 * 1024 * 1024
 USAGE = b'"usage'  # "usage" (OpenAI, Anthropic) and "usageMetadata" (Gemini)
+FINISH = b'"finish_reason'  # OpenAI's stream may say why it stopped in a chunk without usage
+# Why a response stopped, by API: the reasons that end the client's turn, and those that continue it.
+TURN_OVER = {"end_turn", "stop", "stop_sequence"}
+TURN_GOES_ON = {"tool_use", "tool_calls", "function_call", "pause_turn"}
 
 
 # Where each API reports its cache figures: (read field, write field) in ``usage``; OpenAI's read is nested.
@@ -76,6 +84,7 @@ class UsageTap:
         self.prompt_tokens: int | None = None
         self._cache_read: Any = _MISSING
         self._cache_write: Any = _MISSING
+        self.turn_over: bool | None = None  # None: the response did not say why it stopped
 
     def feed(self, chunk: bytes) -> None:
         if self.streaming:
@@ -96,7 +105,8 @@ class UsageTap:
         checked; None without a usable prompt size."""
         read = None if self._cache_read is _MISSING else self._cache_read
         written = None if self._cache_write is _MISSING else self._cache_write
-        return checked_report(self.prompt_tokens, read, written, at=at, where=f"{self._api or 'upstream'} response")
+        report = checked_report(self.prompt_tokens, read, written, at=at, where=f"{self._api or 'upstream'} response")
+        return dataclasses.replace(report, turn_over=self.turn_over) if report is not None else None
 
     def _events(self) -> None:
         data = self._buffer.replace(b"\r\n", b"\n") if b"\r" in self._buffer else self._buffer
@@ -107,10 +117,10 @@ class UsageTap:
             return
         complete, rest = bytes(data[:end]), bytes(data[end + 2 :])
         self._buffer = bytearray(rest)
-        if USAGE not in complete:
+        if USAGE not in complete and FINISH not in complete:
             return
         for event in complete.split(b"\n\n"):
-            if USAGE not in event:
+            if USAGE not in event and FINISH not in event:
                 continue
             payload = b"\n".join(line[5:].lstrip(b" ") for line in event.split(b"\n") if line.startswith(b"data:"))
             self._take(payload)
@@ -120,6 +130,7 @@ class UsageTap:
             parsed = orjson.loads(payload)
         except orjson.JSONDecodeError:
             return
+        self._stopped(parsed)
         tokens = self._read_usage(parsed)
         if tokens is not None:
             self.prompt_tokens = max(tokens, self.prompt_tokens or 0)
@@ -128,3 +139,19 @@ class UsageTap:
             read, written = cache_fields(self._api, usage)
             self._cache_read = _larger(self._cache_read, read)
             self._cache_write = _larger(self._cache_write, written)
+
+    def _stopped(self, parsed: Any) -> None:
+        """Note why the response stopped, where it says (a JSON body, or one stream event)."""
+        if not isinstance(parsed, dict):
+            return
+        reasons = [parsed.get("stop_reason")]
+        delta, message = parsed.get("delta"), parsed.get("message")
+        reasons += [d.get("stop_reason") for d in (delta, message) if isinstance(d, dict)]
+        choices = parsed.get("choices")
+        if isinstance(choices, list):
+            reasons += [c.get("finish_reason") for c in choices if isinstance(c, dict)]
+        for reason in reasons:
+            if reason in TURN_OVER:
+                self.turn_over = True
+            elif reason in TURN_GOES_ON:
+                self.turn_over = False
