@@ -18,7 +18,8 @@ Routes (:mod:`.routes` holds the table; each path is matched to exactly one API,
 Every answer carries ``X-Microcompact-Mode``: ``compacted`` (the conversation is held and its compacted
 view forwarded) or ``passthrough; reason=...`` (forwarded as it came, or refused, and why).
 
-The event loop only parses, forwards and copies bytes; engine work runs on worker threads.
+The event loop only forwards and copies bytes; parsing a compacted route's body and the engine work run on
+worker threads.
 """
 
 from __future__ import annotations
@@ -300,7 +301,9 @@ class Proxy:
             return refused
         raw = await request.body()
         try:
-            body, history = _parse(provider, raw)
+            # Off the loop: parsing, the depth check and the history check of a 150K-token body take
+            # tens of ms of interpreter time, which would hold every other connection's bytes.
+            body, history = await anyio.to_thread.run_sync(_parse, provider, raw)
             aside = self.thinking.aside(provider.name, body)
             if aside is not None:  # the provider compacts this conversation itself
                 hint = _conversation_hint(request, body)
