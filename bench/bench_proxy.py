@@ -3,6 +3,11 @@
 Run: ``.venv/bin/python bench/bench_proxy.py`` (about 5 minutes; ``--quick`` about 2). Prints tables;
 asserts nothing. ``--db DSN`` runs the proxies on PostgreSQL instead of a fresh SQLite file.
 
+Before and after on a busy machine: ``--variant-src /other/checkout/src`` (or ``--variant-switch-interval MS``)
+adds a fourth proxy, the compacting one running that package (or with that switch interval), taking its turn
+request by request with the others so both see the same load; ``--skip routes,throughput,breakdown`` keeps
+such a run short. Two separate runs on a shared machine compare nothing.
+
 Targets (issue 10): added latency per request p50 <= 10 ms and p99 <= 40 ms at 150K-token histories,
 growing no faster than the body; streaming time-to-first-byte overhead <= 5 ms.
 
