@@ -3,6 +3,11 @@
 Run: ``.venv/bin/python bench/bench_proxy.py`` (about 5 minutes; ``--quick`` about 2). Prints tables;
 asserts nothing. ``--db DSN`` runs the proxies on PostgreSQL instead of a fresh SQLite file.
 
+Before and after on a busy machine: ``--variant-src /other/checkout/src`` (or ``--variant-switch-interval MS``)
+adds a fourth proxy, the compacting one running that package (or with that switch interval), taking its turn
+request by request with the others so both see the same load; ``--skip routes,throughput,breakdown`` keeps
+such a run short. Two separate runs on a shared machine compare nothing.
+
 Targets (issue 10): added latency per request p50 <= 10 ms and p99 <= 40 ms at 150K-token histories,
 growing no faster than the body; streaming time-to-first-byte overhead <= 5 ms.
 
@@ -58,6 +63,8 @@ import orjson
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests"), str(ROOT / "bench")]
+if "--src" in sys.argv[:-1]:  # a variant proxy running another tree's package (--variant-src)
+    sys.path.insert(0, sys.argv[sys.argv.index("--src") + 1])
 
 import proxy_routes  # noqa: E402  (this folder: the chat, Responses and Gemini rows)
 from support.paths import NORMALIZED  # noqa: E402  (tests/ helpers: the shared transcripts, the scripted upstream)
@@ -65,20 +72,22 @@ from upstream.replay import anthropic_history, load_transcript, tail_key  # noqa
 
 CONTEXT_LIMIT = 200_000  # Claude Code's window: the 150K history is over its batch threshold
 MODES = ("passthrough", "compact", "shared")
+VARIANT = "variant"  # --variant-switch-interval: the compacting proxy, one setting changed, side by side
 HEADERS = {"anthropic-version": "2023-06-01", "x-api-key": "bench", "content-type": "application/json"}
 
 
 # --------------------------------------------------------------------------- the processes
 
 
-def serve(mode: str, upstream: str, db: str) -> None:
-    """Run one proxy (``--serve``): print its port, serve until killed."""
+def serve(mode: str, upstream: str, db: str, switch_interval: float | None = None) -> None:
+    """Run one proxy (``--serve``): print its port, serve until killed. ``switch_interval`` (seconds): the
+    interpreter's thread switch interval for this process (``variant``: the compacting proxy with it)."""
     import socket
 
     import uvicorn
 
     from microcompact.router import SessionRouter
-    from microcompact.server import Proxy, ProxySettings
+    from microcompact.server import Proxy, ProxySettings, run
     from microcompact.server.compaction import Compaction, Prepared
     from microcompact.server.run import proxy_config
     from microcompact.store import open_store
@@ -89,6 +98,12 @@ def serve(mode: str, upstream: str, db: str) -> None:
         def prepare(self, provider: Any, body: Any, key: str, history: list[Any]) -> Prepared:
             return Prepared(key, history)
 
+    # What ``serve`` sets (a checkout from before it had the setting: Python's default).
+    default_ms = getattr(run, "SWITCH_INTERVAL_MS", None)
+    if switch_interval is None and default_ms is not None:
+        switch_interval = default_ms / 1000
+    if switch_interval is not None:
+        sys.setswitchinterval(switch_interval)
     store = open_store(db)
     router = SessionRouter(proxy_config(None, CONTEXT_LIMIT), store=store, shared=mode == "shared")
     settings = ProxySettings(openai_upstream=f"{upstream}/v1", anthropic_upstream=upstream, gemini_upstream=upstream)
@@ -165,8 +180,8 @@ def serve_upstream() -> None:
 class Child:
     """A process of this file, reporting its port on its first line."""
 
-    def __init__(self, *args: str) -> None:
-        env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}:{ROOT / 'tests'}"}
+    def __init__(self, *args: str, src: str | None = None) -> None:
+        env = {**os.environ, "PYTHONPATH": f"{src or ROOT / 'src'}:{ROOT / 'tests'}"}
         self.process = subprocess.Popen(
             [sys.executable, __file__, *args], stdout=subprocess.PIPE, env=env, text=True, cwd=ROOT
         )
@@ -435,6 +450,125 @@ def breakdown(system: str, histories: list[list[dict[str, Any]]], db: str, profi
         print("\n".join(line for line in out.getvalue().splitlines() if line.strip())[:6000])
 
 
+# --------------------------------------------------------------------------- the tables
+
+
+def added_cells(r: dict[str, list[float]], modes: list[str], skip_first: bool = False) -> list[str]:
+    """Added p50 and p99 of each compacting mode, in ``modes`` order."""
+    start = 1 if skip_first else 0
+    return [ms(pct(r[f"{m} added"][start:], q)) for m in modes for q in (50, 99)]
+
+
+def added_heads(modes: list[str]) -> list[str]:
+    names = {"compact": "added", "shared": "shared added", VARIANT: "variant added"}
+    return [f"{names[m]} p{q}" for m in modes for q in (50, 99)]
+
+
+def replays(client: httpx.Client, proxies: dict[str, Child], modes: list[str], quick: bool) -> None:
+    """The shared Claude Code sessions, each request through every proxy in turn."""
+    rows = []
+    files = sorted(NORMALIZED.glob("cc_*.jsonl"))
+    for path in files[:2] if quick else files:
+        bodies = claude_code_requests(path)
+        r = paired(client, proxies, bodies, f"replay-{path.stem}")
+        kb = statistics.median(len(b) for b in bodies) / 1024
+        peak = f"{max(r['occupancy']):.1f}" if r["occupancy"] else "-"
+        rows.append(
+            [path.stem, str(len(bodies)), f"{kb:.0f}", ms(pct(r["passthrough s"], 50)), *added_cells(r, modes), peak]
+        )
+    table(
+        "Claude Code sessions replayed (Anthropic API, full history resent each request)",
+        ["session", "requests", "body KB p50", "passthrough p50", *added_heads(modes), "peak occ %"],
+        rows,
+    )
+
+
+def synthetic_table(
+    client: httpx.Client,
+    proxies: dict[str, Child],
+    modes: list[str],
+    sizes: list[int],
+    rounds: int,
+    quick: bool,
+    outputs: list[str],
+    skip: set[str],
+) -> tuple[str, list[list[dict[str, Any]]]] | None:
+    """Synthetic histories of several sizes (unless skipped); the largest one's further histories, for the
+    streaming table."""
+    streamed = 8 if quick else 20
+    rows = []
+    largest: tuple[str, list[list[dict[str, Any]]]] | None = None
+    for size in sizes:
+        system, histories = synthetic(size, rounds + streamed, outputs)
+        largest = (system, histories[rounds + 1 :])  # the largest size's go on streaming
+        if "synthetic" in skip:
+            continue
+        bodies = [body(system, h) for h in histories[: rounds + 1]]
+        r = paired(client, proxies, bodies, f"synthetic-{size}")
+        first = [ms(r[f"{m} s"][0] - r["passthrough s"][0]) for m in modes if m != "shared"]
+        rows.append(
+            [
+                f"{size // 1000}K",
+                f"{len(bodies[-1]) / 1024:.0f}",
+                ms(pct(r["passthrough s"][1:], 50)),
+                *added_cells(r, modes, skip_first=True),
+                *first,
+                f"{r['occupancy'][-1]:.1f}" if r["occupancy"] else "-",
+            ]
+        )
+    if rows:
+        firsts = ["first request added" if m == "compact" else f"{m} first added" for m in modes if m != "shared"]
+        table(
+            f"synthetic histories: {rounds} requests after the first, each one tool round trip more",
+            ["tokens", "body KB", "passthrough p50", *added_heads(modes), *firsts, "occ %"],
+            rows,
+        )
+    return largest
+
+
+def streaming(
+    client: httpx.Client, proxies: dict[str, Child], largest: tuple[str, list[list[dict[str, Any]]]], size: int
+) -> None:
+    """Time to first byte at the largest size: the same conversations, going on, every proxy in turn."""
+    system, histories = largest
+    modes = list(proxies)
+    firsts: dict[str, list[float]] = {m: [] for m in modes}
+    for i, history in enumerate(histories):
+        content = body(system, history, stream=True)
+        for mode in modes[i % len(modes) :] + modes[: i % len(modes)]:
+            firsts[mode].append(ttfb(client, proxies[mode].url, content, f"synthetic-{size}-{mode}"))
+    added = {m: [a - b for a, b in zip(firsts[m], firsts["passthrough"], strict=True)] for m in modes}
+    table(
+        f"streaming time to first byte, {size // 1000}K-token history, {len(histories)} requests",
+        ["proxy", "ttfb p50", "added p50", "added p99"],
+        [[m, ms(pct(firsts[m], 50)), ms(pct(added[m], 50)), ms(pct(added[m], 99))] for m in modes],
+    )
+
+
+def throughput_table(proxies: dict[str, Child], quick: bool, outputs: list[str]) -> None:
+    """50 concurrent conversations through each proxy, and the memory per idle conversation."""
+    sessions, seconds = 50, (4.0 if quick else 8.0)
+    rss_before = proxies["compact"].rss_kb()
+    system, histories = synthetic(20_000, 60, outputs)
+    pre = [[body(system, h) for h in histories] for _ in range(sessions)]
+    rows = []
+    for mode in proxies:
+        rps, failed = asyncio.run(throughput(proxies[mode].url, sessions, seconds, pre, f"rps-{mode}"))
+        alive = "yes" if proxies[mode].process.poll() is None else "NO"
+        rows.append([mode, f"{rps:.0f}", str(failed), alive])
+    rss_after = proxies["compact"].rss_kb()
+    table(
+        f"{sessions} concurrent conversations (~20K tokens each, growing), {seconds:g} s per proxy",
+        ["proxy", "requests/s", "connection errors (retried)", "process alive"],
+        rows,
+    )
+    print(
+        f"\nmemory: the compacting proxy grew by {(rss_after - rss_before) / 1024:.1f} MB for {sessions} "
+        f"conversations left idle (~20-35K tokens each): {(rss_after - rss_before) / sessions:.0f} KB per "
+        "idle conversation (resident set; includes allocator growth from serving them)"
+    )
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -444,7 +578,26 @@ def main() -> None:
     parser.add_argument("--db", help="a PostgreSQL DSN for the proxies' stores (default: fresh SQLite files)")
     parser.add_argument("--sizes", default="10000,50000,150000", help="synthetic history sizes, tokens")
     parser.add_argument("--no-profile", action="store_true")
-    parser.add_argument("--serve", choices=MODES, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--variant-switch-interval",
+        type=float,
+        metavar="MS",
+        help="add a fourth proxy, the compacting one with this interpreter switch interval (ms), measured "
+        "side by side with the others (request by request, so both see the same machine load)",
+    )
+    parser.add_argument(
+        "--variant-src",
+        metavar="DIR",
+        help="add a fourth proxy, the compacting one running the package in DIR (another checkout's src/)",
+    )
+    parser.add_argument(
+        "--skip",
+        default="",
+        help="comma-separated sections to leave out: replays, synthetic, routes, streaming, throughput, breakdown",
+    )
+    parser.add_argument("--serve", choices=(*MODES, VARIANT), help=argparse.SUPPRESS)
+    parser.add_argument("--switch-interval", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--src", help=argparse.SUPPRESS)
     parser.add_argument("--upstream-url", help=argparse.SUPPRESS)
     parser.add_argument("--store", help=argparse.SUPPRESS)
     parser.add_argument("--upstream", action="store_true", help=argparse.SUPPRESS)
@@ -453,7 +606,7 @@ def main() -> None:
         serve_upstream()
         return
     if args.serve:
-        serve(args.serve, args.upstream_url, args.store)
+        serve(args.serve, args.upstream_url, args.store, args.switch_interval)
         return
 
     logging.getLogger("microcompact").setLevel(logging.ERROR)  # the breakdown's passes log warnings
@@ -466,10 +619,26 @@ def main() -> None:
     started = time.perf_counter()
     upstream = Child("--upstream")
     proxies: dict[str, Child] = {}
+    skip = set(filter(None, args.skip.split(",")))
+    variant = args.variant_switch_interval is not None or args.variant_src is not None
+    modes = (*MODES, VARIANT) if variant else MODES
     try:
-        for mode in MODES:
+        for mode in modes:
             db = args.db or str(workdir / f"{mode}.db")
-            proxies[mode] = Child("--serve", mode, "--upstream-url", upstream.url, "--store", db)
+            extra: list[str] = []
+            if mode == VARIANT and args.variant_switch_interval is not None:
+                extra += ["--switch-interval", str(args.variant_switch_interval / 1000)]
+            if mode == VARIANT and args.variant_src is not None:
+                extra += ["--src", args.variant_src]
+            src = args.variant_src if mode == VARIANT else None
+            proxies[mode] = Child("--serve", mode, "--upstream-url", upstream.url, "--store", db, *extra, src=src)
+        if variant:
+            print(
+                f"bench_proxy: variant = the compacting proxy with switch interval "
+                f"{args.variant_switch_interval if args.variant_switch_interval is not None else 'default'} ms"
+                f", package from {args.variant_src or ROOT / 'src'} (compact: serve's default switch interval, "
+                f"{ROOT / 'src'})"
+            )
         client = httpx.Client(timeout=120)
         outputs = tool_outputs()
         print(
@@ -477,137 +646,41 @@ def main() -> None:
             f"scripted upstream without latency; times in ms"
         )
 
-        # Replays of the shared Claude Code sessions.
-        rows = []
-        files = sorted(NORMALIZED.glob("cc_*.jsonl"))
-        for path in files[:2] if quick else files:
-            bodies = claude_code_requests(path)
-            r = paired(client, proxies, bodies, f"replay-{path.stem}")
-            kb = statistics.median(len(b) for b in bodies) / 1024
-            rows.append(
+        added_modes = [m for m in proxies if m != "passthrough"]
+        if "replays" not in skip:
+            replays(client, proxies, added_modes, quick)
+        largest = synthetic_table(client, proxies, added_modes, sizes, rounds, quick, outputs, skip)
+        if "routes" not in skip:  # the same tool loop in chat, Anthropic, Responses and Gemini shape
+            urls = {m: proxies[m].url for m in ("passthrough", "compact")}
+            route_rounds = 8 if quick else 20
+            table(
+                f"API routes: one tool loop in each API's shape, {route_rounds} requests after the first per row "
+                "(plain, then streamed: time to first byte), compact minus passthrough",
                 [
-                    path.stem,
-                    str(len(bodies)),
-                    f"{kb:.0f}",
-                    ms(pct(r["passthrough s"], 50)),
-                    ms(pct(r["compact added"], 50)),
-                    ms(pct(r["compact added"], 99)),
-                    ms(pct(r["shared added"], 50)),
-                    ms(pct(r["shared added"], 99)),
-                    f"{max(r['occupancy']):.1f}" if r["occupancy"] else "-",
-                ]
+                    "route",
+                    "tokens",
+                    "body KB",
+                    "passthrough p50",
+                    "added p50",
+                    "added p99",
+                    "SSE ttfb added p50",
+                    "p99",
+                ],
+                proxy_routes.route_rows(client, urls, sizes, route_rounds, outputs, pct, ms),
             )
-        table(
-            "Claude Code sessions replayed (Anthropic API, full history resent each request)",
-            [
-                "session",
-                "requests",
-                "body KB p50",
-                "passthrough p50",
-                "added p50",
-                "added p99",
-                "shared added p50",
-                "shared p99",
-                "peak occ %",
-            ],
-            rows,
-        )
-
-        # Synthetic histories, several sizes.
-        rows = []
-        streamed = 8 if quick else 20
-        largest: tuple[str, list[list[dict[str, Any]]]] | None = None
-        for size in sizes:
-            system, histories = synthetic(size, rounds + streamed, outputs)
-            largest = (system, histories[rounds + 1 :])  # the largest size's go on streaming
-            bodies = [body(system, h) for h in histories[: rounds + 1]]
-            r = paired(client, proxies, bodies, f"synthetic-{size}")
-            first = {m: r[f"{m} s"][0] for m in MODES}
-            steady = {k: v[1:] for k, v in r.items() if k != "occupancy"}
-            rows.append(
-                [
-                    f"{size // 1000}K",
-                    f"{len(bodies[-1]) / 1024:.0f}",
-                    ms(pct(steady["passthrough s"], 50)),
-                    ms(pct(steady["compact added"], 50)),
-                    ms(pct(steady["compact added"], 99)),
-                    ms(pct(steady["shared added"], 50)),
-                    ms(pct(steady["shared added"], 99)),
-                    ms(first["compact"] - first["passthrough"]),
-                    f"{r['occupancy'][-1]:.1f}" if r["occupancy"] else "-",
-                ]
-            )
-        table(
-            f"synthetic histories: {rounds} requests after the first, each one tool round trip more",
-            [
-                "tokens",
-                "body KB",
-                "passthrough p50",
-                "added p50",
-                "added p99",
-                "shared added p50",
-                "shared p99",
-                "first request added",
-                "occ %",
-            ],
-            rows,
-        )
-
-        # Every API route side by side: the same tool loop in chat, Anthropic, Responses and Gemini shape.
-        urls = {m: proxies[m].url for m in ("passthrough", "compact")}
-        route_rounds = 8 if quick else 20
-        table(
-            f"API routes: one tool loop in each API's shape, {route_rounds} requests after the first per row "
-            "(plain, then streamed: time to first byte), compact minus passthrough",
-            ["route", "tokens", "body KB", "passthrough p50", "added p50", "added p99", "SSE ttfb added p50", "p99"],
-            proxy_routes.route_rows(client, urls, sizes, route_rounds, outputs, pct, ms),
-        )
-
-        # Streaming time to first byte at the largest size: the same conversations, going on.
-        assert largest is not None
-        system, histories = largest
-        firsts: dict[str, list[float]] = {m: [] for m in MODES}
-        n = len(histories)
-        for i, history in enumerate(histories):
-            content = body(system, history, stream=True)
-            for mode in MODES[i % 3 :] + MODES[: i % 3]:
-                firsts[mode].append(ttfb(client, proxies[mode].url, content, f"synthetic-{sizes[-1]}-{mode}"))
-        added = {m: [a - b for a, b in zip(firsts[m], firsts["passthrough"], strict=True)] for m in MODES}
-        table(
-            f"streaming time to first byte, {sizes[-1] // 1000}K-token history, {n} requests",
-            ["proxy", "ttfb p50", "added p50", "added p99"],
-            [[m, ms(pct(firsts[m], 50)), ms(pct(added[m], 50)), ms(pct(added[m], 99))] for m in MODES],
-        )
-
-        # Throughput with 50 concurrent conversations, and memory per idle conversation.
-        sessions, seconds = 50, (4.0 if quick else 8.0)
-        rss_before = proxies["compact"].rss_kb()
-        system, histories = synthetic(20_000, 60, outputs)
-        pre = [[body(system, h) for h in histories] for _ in range(sessions)]
-        rows = []
-        for mode in MODES:
-            rps, failed = asyncio.run(throughput(proxies[mode].url, sessions, seconds, pre, f"rps-{mode}"))
-            alive = "yes" if proxies[mode].process.poll() is None else "NO"
-            rows.append([mode, f"{rps:.0f}", str(failed), alive])
-        rss_after = proxies["compact"].rss_kb()
-        table(
-            f"{sessions} concurrent conversations (~20K tokens each, growing), {seconds:g} s per proxy",
-            ["proxy", "requests/s", "connection errors (retried)", "process alive"],
-            rows,
-        )
-        print(
-            f"\nmemory: the compacting proxy grew by {(rss_after - rss_before) / 1024:.1f} MB for {sessions} "
-            f"conversations left idle (~20-35K tokens each): {(rss_after - rss_before) / sessions:.0f} KB per "
-            "idle conversation (resident set; includes allocator growth from serving them)"
-        )
+        if "streaming" not in skip and largest is not None:
+            streaming(client, proxies, largest, sizes[-1])
+        if "throughput" not in skip:
+            throughput_table(proxies, quick, outputs)
         client.close()
     finally:
         for p in proxies.values():
             p.stop()
         upstream.stop()
 
-    system, histories = synthetic(sizes[-1], 10 if quick else 20, outputs)
-    breakdown(system, histories, args.db or str(workdir / "breakdown.db"), profile=not args.no_profile)
+    if "breakdown" not in skip:
+        system, histories = synthetic(sizes[-1], 10 if quick else 20, outputs)
+        breakdown(system, histories, args.db or str(workdir / "breakdown.db"), profile=not args.no_profile)
     print(f"\nbench_proxy: {time.perf_counter() - started:.0f} s")
 
 

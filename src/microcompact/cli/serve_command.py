@@ -78,6 +78,14 @@ def serve_cmd(
             show_default=False,
         ),
     ] = None,
+    switch_interval: Annotated[
+        float,
+        typer.Option(
+            "--switch-interval",
+            help="The interpreter's thread switch interval, ms: how long a request may wait for a pass "
+            "computing on a worker thread at each hand-off (Python's default: 5).",
+        ),
+    ] = 1.0,
 ) -> None:
     """Run the compaction proxy: point OpenAI, Anthropic or Gemini clients (Claude Code, Codex, Gemini CLI, aider,
     SDKs) at it."""
@@ -108,6 +116,7 @@ def serve_cmd(
         gemini_upstream=gemini_upstream,
         limits=limits,
         share_sessions_across_keys=share_sessions_across_keys,
+        switch_interval_ms=switch_interval,
     )
     with logging_to(log_file):
         try:

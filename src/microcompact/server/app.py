@@ -18,7 +18,8 @@ Routes (:mod:`.routes` holds the table; each path is matched to exactly one API,
 Every answer carries ``X-Microcompact-Mode``: ``compacted`` (the conversation is held and its compacted
 view forwarded) or ``passthrough; reason=...`` (forwarded as it came, or refused, and why).
 
-The event loop only parses, forwards and copies bytes; engine work runs on worker threads.
+The event loop only forwards and copies bytes; parsing a compacted route's body and the engine work run on
+a worker thread, in one hand-off per request.
 """
 
 from __future__ import annotations
@@ -300,27 +301,33 @@ class Proxy:
             return refused
         raw = await request.body()
         try:
-            body, history = _parse(provider, raw)
-            aside = self.thinking.aside(provider.name, body)
-            if aside is not None:  # the provider compacts this conversation itself
-                hint = _conversation_hint(request, body)
-                headers = {**aside, **self._passthrough(provider.name, "provider_compaction", hint)}
-                return await self._forward(request, provider, raw, started, None, headers)
-            reason = provider.passthrough_reason(body)
-            if reason is not None:
-                headers = self._passthrough(provider.name, reason, _conversation_hint(request, body))
-                return await self._forward(request, provider, raw, started, None, headers)
-            key = self._key(request, provider, body)
-            prepared = await anyio.to_thread.run_sync(self.compaction.prepare, provider, body, key, history)
+            step = await anyio.to_thread.run_sync(self._engine_step, request, provider, raw)
         except BadRequest as exc:
             return self._answer(provider.name, 400, str(exc))
-        plan = await anyio.to_thread.run_sync(
-            self.thinking.plan, provider.name, prepared.key, body, history, prepared.messages, raw, provider.body
-        )
+        if isinstance(step, _Aside):
+            headers = {**step.headers, **self._passthrough(provider.name, step.reason, step.hint)}
+            return await self._forward(request, provider, raw, started, None, headers)
+        prepared, plan = step
         content = plan.first.content
         headers = self._report(prepared, len(raw), len(content))
         headers.update(self._mode_of(provider, prepared))
         return await self._forward(request, provider, content, started, prepared, headers, plan)
+
+    def _engine_step(self, request: Request, provider: Provider, raw: bytes) -> _Aside | tuple[Prepared, ThinkingPlan]:
+        """On a worker thread, in one hand-off (each hand-off waits for a thread to be scheduled, which on a
+        loaded machine is a slice of the scheduler's): parse the body (tens of ms of interpreter time for a
+        150K-token one, which on the loop would hold every other connection's bytes), then either why it
+        goes up as it came, or the engine's step and the thinking plan. Raises BadRequest."""
+        body, history = _parse(provider, raw)
+        aside = self.thinking.aside(provider.name, body)
+        if aside is not None:  # the provider compacts this conversation itself
+            return _Aside("provider_compaction", _conversation_hint(request, body), aside)
+        reason = provider.passthrough_reason(body)
+        if reason is not None:
+            return _Aside(reason, _conversation_hint(request, body))
+        prepared = self.compaction.prepare(provider, body, self._key(request, provider, body), history)
+        plan = self.thinking.plan(provider.name, prepared.key, body, history, prepared.messages, raw, provider.body)
+        return prepared, plan
 
     def _mode_of(self, provider: Provider, prepared: Prepared) -> dict[str, str]:
         """The mode header of a compacted route's request: passthrough when nothing could be compacted."""
@@ -519,6 +526,16 @@ class Proxy:
 
 
 _PROVIDERS: dict[str, Provider] = {"openai": OPENAI, "anthropic": ANTHROPIC, "gemini": GEMINI}
+
+
+@dataclass(frozen=True)
+class _Aside:
+    """A compacted route's request that goes up as it came: why (the mode header's reason), the name of its
+    conversation for the log, and headers of its own."""
+
+    reason: str
+    hint: str
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 def _parse(provider: Provider, raw: bytes) -> tuple[dict[str, Any], list[Any]]:

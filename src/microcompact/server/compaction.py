@@ -26,7 +26,7 @@ import orjson
 
 from ..cache_usage import COST_TAG, SessionBill, UsageReport
 from ..events import Outcome
-from ..identity import DIGEST_KEY, digest, digests, hid_of
+from ..identity import DIGEST_KEY, digest, digest_memo, digests, hid_of
 from ..messages import Message, TranscriptError
 from ..router import SessionRouter
 from ..session import Session
@@ -126,6 +126,10 @@ class Compaction:
         refuses; any other failure forwards the client's messages with a degraded reason)."""
         if not history:  # nothing to compact; the upstream says what it thinks of an empty conversation
             return Prepared(key, [])
+        with digest_memo():  # the key's digests and the sync's are of the same objects: computed once
+            return self._prepare(provider, body, key, history)
+
+    def _prepare(self, provider: Provider, body: dict[str, Any], key: str, history: list[Message]) -> Prepared:
         try:
             identity = stable(history)
             asked = key

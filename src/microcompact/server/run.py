@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -21,6 +22,12 @@ from .limits import Limits, LimitsError
 from .routes import served
 from .session_key import SaltError, default_salt_path, load_salt, salt_id
 from .userinfo import hide_userinfo_in_logs, stop_hiding, without_userinfo
+
+# The interpreter's thread switch interval while serving, ms. Python's 5 ms default lets a pass computing on a
+# worker thread keep a request's thread waiting up to 5 ms at every hand-off of the interpreter (each store
+# call, each socket read gives it up): a request of a few dozen such calls waited tens of ms behind a fold.
+SWITCH_INTERVAL_MS = 1.0
+SWITCH_INTERVAL_RANGE_MS = (0.05, 100.0)
 
 
 class ServeError(ValueError):
@@ -41,6 +48,7 @@ class ServeOptions:
     gemini_upstream: str = "https://generativelanguage.googleapis.com"  # last: positional callers keep working
     limits: Limits = field(default_factory=Limits)  # body size and pace, headers, connections, upstream timeouts
     share_sessions_across_keys: bool | None = None  # None: the config file's proxy.share_sessions_across_keys
+    switch_interval_ms: float = SWITCH_INTERVAL_MS  # the interpreter's thread switch interval while serving
 
 
 def proxy_config(config_path: Path | None, context_limit: int | None) -> Config:
@@ -116,6 +124,14 @@ def checked_limits(limits: Limits) -> Limits:
     return limits
 
 
+def checked_switch_interval(ms: float) -> float:
+    """``ms`` as seconds for :func:`sys.setswitchinterval`; a ServeError outside the range that makes sense."""
+    low, high = SWITCH_INTERVAL_RANGE_MS
+    if not low <= ms <= high:  # also refuses nan
+        raise ServeError(f"--switch-interval: expected {low:g} to {high:g} ms, got {ms:g}")
+    return ms / 1000
+
+
 def bind(host: str, port: int, guard: ConnectionGuard | None = None) -> socket.socket:
     """A listening socket on ``host:port`` (port 0: any free one) that accepts only as fast as ``guard``
     admits."""
@@ -144,6 +160,7 @@ def serve(options: ServeOptions, say: Callable[[str], None]) -> None:
     )
     if options.context_limit is not None and options.context_limit < 1024:
         raise ServeError(f"--context-limit: expected at least 1024 tokens, got {options.context_limit}")
+    switch_interval = checked_switch_interval(options.switch_interval_ms)
     try:
         config = proxy_config(options.config, options.context_limit)
         share = options.share_sessions_across_keys
@@ -182,7 +199,12 @@ def serve(options: ServeOptions, say: Callable[[str], None]) -> None:
         server = uvicorn.Server(uvicorn_config(Proxy(router, settings), guard))
         stop_hiding(hider)
         hider = hide_userinfo_in_logs()  # uvicorn.Config put its own handlers on its loggers
-        server.run(sockets=[sock])
+        before = sys.getswitchinterval()
+        sys.setswitchinterval(switch_interval)
+        try:
+            server.run(sockets=[sock])
+        finally:
+            sys.setswitchinterval(before)
     finally:
         stop_hiding(hider)
         router.close()
