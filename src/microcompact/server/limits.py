@@ -104,6 +104,9 @@ class Limits:
 _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmg]?)(i?b?)\s*", re.IGNORECASE)
 
 
+_UNIT_POWERS = {"k": 1, "m": 2, "g": 3}
+
+
 def parse_size(text: str) -> int:
     """Bytes in ``text``: a number of bytes, or with a unit (``64MiB``, ``64M`` and ``64m`` are 1024-based,
     ``64MB`` is 1000-based)."""
@@ -112,7 +115,7 @@ def parse_size(text: str) -> int:
         raise LimitsError(f"--max-body-size: expected a size such as 64MiB, 500KB or 1048576, got {text!r}")
     number, unit, suffix = found.groups()
     base = 1000 if suffix.lower() == "b" and unit else 1024
-    return int(float(number) * (base ** "_kmg".index(unit.lower()) if unit else 1))
+    return int(float(number) * (base ** _UNIT_POWERS[unit.lower()] if unit else 1))
 
 
 def size_text(size: int) -> str:
