@@ -157,6 +157,8 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 def _check_http_url(url: str) -> None:
     """Raise ValueError unless ``url`` is ``http(s)://host[:port][/path]``."""
+    if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):
+        raise ValueError("must not hold spaces or control characters (a newline pasted in?)")
     try:
         parts = urlsplit(url)
         port = parts.port  # raises on a port that is not a number in range

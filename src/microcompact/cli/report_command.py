@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from .base import err, out
+from .base import check_path_text, err, out
 
 
 def report_cmd(
@@ -20,6 +20,10 @@ def report_cmd(
 ) -> None:
     """Turn telemetry logs into answers: headroom, activity, tokens, per session."""
     from ..report import run_report
+
+    for path in logfiles or ():
+        check_path_text("LOGFILE", path)
+    check_path_text("--plot", plot)
 
     code = run_report(logfiles, per_session, as_json, plot, out, err)
     if code:
