@@ -19,7 +19,7 @@ from typing import Any
 from . import jsoninput
 from .events import BATCH_COMPACTIONS, Outcome
 from .identity import digest
-from .keys import ROW_KEY, SRC_KEY, TS_KEY
+from .keys import META_KEY, ROW_KEY, SRC_KEY, TS_KEY
 from .messages import (
     Message,
     TranscriptError,
@@ -199,6 +199,8 @@ def resume_start(session: Session, messages: list[Message], source: str = "this 
         src = m.get(SRC_KEY)
         if not isinstance(src, int) or isinstance(src, bool):
             other += 1
+        elif _rewritten(m):
+            continue  # a prune's copy of a recorded message (the original row is kept, absorbed)
         elif src in originals:
             raise ResumeMismatch(
                 f"{where} holds recorded message {src} twice (two replays wrote it at once, "
@@ -234,6 +236,16 @@ def resume_start(session: Session, messages: list[Message], source: str = "this 
                 "NAME) instead of mixing the two"
             )
     return count
+
+
+# What batch pruning marks on the copy it writes of a message it shortened, cut or stubbed; the copy keeps the
+# original's ``_src`` (it stands in the same place), the original stays in the store, absorbed.
+REWRITE_FLAGS = ("cut", "shortened", "stub")
+
+
+def _rewritten(message: Message) -> bool:
+    meta = message.get(META_KEY)
+    return isinstance(meta, dict) and any(meta.get(flag) for flag in REWRITE_FLAGS)
 
 
 def replay(
