@@ -220,8 +220,13 @@ class PostgresStore(_AdvisoryLeases, _PostgresSchema, _SQLStore):
                     raise
 
     def _connection_lost(self, conn: Any, exc: Exception) -> bool:
-        """Whether ``exc`` broke the connection (a server restart, a dropped link), not a SQL error."""
-        return bool(conn.closed or getattr(conn, "broken", False)) and isinstance(exc, self._pg.OperationalError)
+        """Whether ``exc`` is the connection failing (a server restart, a dropped link), not a SQL error: the
+        connection is marked broken, or the error has no SQLSTATE (raised by the client, not the server), or
+        the server said it is going away."""
+        if not isinstance(exc, self._pg.OperationalError):
+            return False
+        state = getattr(exc, "sqlstate", None)
+        return bool(conn.closed or getattr(conn, "broken", False)) or not state or state in TRANSIENT_STATES
 
     @staticmethod
     def _assigned_xid(cur: Any) -> int | None:
@@ -262,9 +267,10 @@ class PostgresStore(_AdvisoryLeases, _PostgresSchema, _SQLStore):
     def _after_error(self, conn: Any, exc: Exception, op: str, committing: bool, backoff: Backoff | None) -> Backoff:
         """After a failed transaction: the backoff to retry it with, or the error to raise. A connection lost
         outside COMMIT is retried (at once the first time, then with pauses) until the budget is spent."""
-        broken = bool(conn.closed or getattr(conn, "broken", False))
+        lost = self._connection_lost(conn, exc)
+        broken = lost or bool(conn.closed or getattr(conn, "broken", False))
         if broken:
-            self._drop_connection()
+            self._drop_connection()  # a connection that failed once is not used again
         else:
             self._rollback(conn)
         if broken and committing:
@@ -273,8 +279,7 @@ class PostgresStore(_AdvisoryLeases, _PostgresSchema, _SQLStore):
                 f"outcome of this write is unknown ({_driver_error(exc)})"
             ) from None
         # Never retried once COMMIT was sent: it may have been applied (a retry would write twice).
-        transient = broken or getattr(exc, "sqlstate", None) in TRANSIENT_STATES
-        if committing or not (transient and isinstance(exc, self._pg.OperationalError)):
+        if committing or not lost:
             raise self._translate(exc, op) from None
         if backoff is None:
             log.warning(
