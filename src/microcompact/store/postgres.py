@@ -72,6 +72,9 @@ class PostgresStore(_AdvisoryLeases, _PostgresSchema, _SQLStore):
         super().__init__()
         self.retry_seconds = float(retry_seconds)
         self._connected_once = False
+        # Set when a retry budget was spent: the server is down, so later operations try once and fail at
+        # once (the session degrades without a wait per hook) until one succeeds again.
+        self._down = False
         self._pg = _psycopg()
         self.dsn = dsn
         self.busy_timeout = float(busy_timeout)
@@ -175,8 +178,9 @@ class PostgresStore(_AdvisoryLeases, _PostgresSchema, _SQLStore):
                 self._conn = self._connect()
                 return backoff
             except _Transient as exc:
-                backoff = backoff or Backoff(self.retry_seconds)
+                backoff = backoff or Backoff(0.0 if self._down else self.retry_seconds)
                 if not backoff.wait():
+                    self._down = True
                     raise StoreError(f"{exc}; gave up after retrying for {self.retry_seconds:g} s") from None
 
     def _drop_connection(self) -> None:
@@ -207,10 +211,11 @@ class PostgresStore(_AdvisoryLeases, _PostgresSchema, _SQLStore):
                             xid = self._assigned_xid(cur)
                     committing = True
                     conn.commit()
+                    self._down = False
                     return result
                 except pg.Error as exc:
                     if committing and self._connection_lost(conn, exc):
-                        backoff = backoff or Backoff(self.retry_seconds)
+                        backoff = backoff or Backoff(0.0 if self._down else self.retry_seconds)
                         if self._committed(xid, op, exc, backoff):
                             return result  # it was applied before the connection died
                         continue  # it was not: run it again on the new connection
@@ -289,9 +294,10 @@ class PostgresStore(_AdvisoryLeases, _PostgresSchema, _SQLStore):
                 _driver_error(exc),
                 self.retry_seconds,
             )
-            return Backoff(self.retry_seconds)
+            return Backoff(0.0 if self._down else self.retry_seconds)
         if backoff.wait():
             return backoff
+        self._down = True
         raise StoreError(
             f"{self._where}: {op}: the connection stayed lost after retrying for {self.retry_seconds:g} s "
             f"({_driver_error(exc)})"
