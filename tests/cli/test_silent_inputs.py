@@ -120,6 +120,7 @@ REFUSED: list[tuple[str, Callable[[Path], list[Any]], tuple[str, ...]]] = [
     ("--db newline", ok_replay("--db", "a\nb.db"), ("--db:", "control character")),
     ("--db sqlite://", ok_replay("--db", "sqlite://"), ("--db:", "sqlite:///RELATIVE/FILE")),
     ("--db mysql://", ok_replay("--db", "mysql://h/db"), ("--db: 'mysql' is not a store",)),
+    ("--db key=value DSN", ok_replay("--db", "user=postgres host=127.0.0.1"), ("--db:", "key=value DSN")),
     ("--log newline", ok_replay("--log", "a\nb.log"), ("--log 'a\\nb.log'", "control character")),
     ("--out newline", ok_replay("--out", "a\nb.jsonl"), ("--out 'a\\nb.jsonl'", "control character")),
     ("--config newline", ok_replay("--config", "a\nb.yaml"), ("--config", "control character")),

@@ -52,6 +52,7 @@ from .sqlite_schema import sqlite_has_fts5
 # A scheme the store does not speak (``mysql://``, ``sqlite:/x``), read as a file name it would create.
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:/")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_CONNINFO = re.compile(r"^\s*(?:host|hostaddr|dbname|user|port|password|service)\s*=", re.IGNORECASE)
 
 
 def check_location(url_or_path: str | Path) -> None:
@@ -69,6 +70,11 @@ def check_location(url_or_path: str | Path) -> None:
         if not text.startswith("sqlite:///") or not text[len("sqlite:///") :].strip("/"):
             raise StoreError(f"{text[:60]!r}: a SQLite URL is sqlite:///RELATIVE/FILE or sqlite:////ABSOLUTE/FILE")
         return
+    if _CONNINFO.match(text):
+        raise StoreError(
+            f"{text[:40]!r}... looks like a PostgreSQL key=value DSN, which would be read as a SQLite file name; "
+            "give it as postgresql://USER@HOST:PORT/DBNAME"
+        )
     if _SCHEME.match(text):
         raise StoreError(
             f"{text.split(':', 1)[0]!r} is not a store this speaks: give a SQLite file or a postgresql:// DSN"
