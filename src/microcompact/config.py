@@ -50,7 +50,9 @@ class ConfigError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # strict: a config file says what it means. "5" is not 5, 1 is not true, 3.0 is not 3 (pydantic's lax
+    # mode coerces all three); an int stands for a float. No NaN or infinity anywhere: no setting wants one.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, strict=True, allow_inf_nan=False)
 
     @field_validator("*", mode="before")
     @classmethod
@@ -75,7 +77,9 @@ class CompressionConfig(_Strict):
     )
     tokenizer: Literal["o200k_base", "cl100k_base", "estimate"] = "o200k_base"
     micro_compact: bool = False
-    micro_compact_every_n_turns: int = 1
+    micro_compact_every_n_turns: int = Field(
+        1, ge=1, le=10_000, description="turn-end passes every N turns; 0 means 1 (Hermes), negative is an error"
+    )
     micro_compact_defrag_threshold_tokens: int = Field(2000, ge=200, le=1_000_000)
     micro_compact_min_reclaim_tokens: int = Field(0, ge=0, le=10_000_000)
     micro_compact_max_exchange_tokens: int = Field(8000, ge=256, le=10_000_000)
@@ -106,17 +110,18 @@ class CompressionConfig(_Strict):
     @field_validator("micro_compact_every_n_turns", mode="before")
     @classmethod
     def _clamp_cadence(cls, v: Any) -> Any:
-        # Values below 1 are clamped to 1 (Hermes behaviour): a cadence can slow passes, never disable them.
-        if isinstance(v, int) and not isinstance(v, bool) and v < 1:
+        # 0 is read as 1 (Hermes' configs write it for "every turn"): a cadence can slow passes, never disable
+        # them. A negative value is a mistake, refused by the range like any other.
+        if isinstance(v, int) and not isinstance(v, bool) and v == 0:
             return 1
         return v
 
 
 class AuxCompressionConfig(_Strict):
     provider: Literal["extractive", "openai", "openai-api", "openrouter", "vllm", "llamacpp", "ollama"] = "extractive"
-    model: str | None = None
+    model: str | None = Field(None, min_length=1, max_length=500)
     base_url: str | None = None
-    api_key_env: str = "OPENAI_API_KEY"
+    api_key_env: str = Field("OPENAI_API_KEY", max_length=200)
     timeout: float = Field(60.0, gt=0, le=3600)
     max_output_tokens: int = Field(1024, ge=64, le=32768)
     temperature: float = Field(0.1, ge=0.0, le=2.0)
@@ -128,6 +133,14 @@ class AuxCompressionConfig(_Strict):
         # Checked here, not at the first request: a bad URL is a config error, named with its key.
         if v is not None:
             _check_http_url(v)
+        return v
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _variable_name(cls, v: str) -> str:
+        # The name of a variable, never its value: an empty or spaced name would read no key at all.
+        if not _ENV_NAME.fullmatch(v):
+            raise ValueError("must be the name of an environment variable (letters, digits, _), such as OPENAI_API_KEY")
         return v
 
     @property
@@ -148,8 +161,13 @@ class AuxCompressionConfig(_Strict):
         return LOCAL_TIMEOUT_SECONDS
 
 
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
 def _check_http_url(url: str) -> None:
     """Raise ValueError unless ``url`` is ``http(s)://host[:port][/path]``."""
+    if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):
+        raise ValueError("must not hold spaces or control characters (a newline pasted in?)")
     try:
         parts = urlsplit(url)
         port = parts.port  # raises on a port that is not a number in range
@@ -250,6 +268,8 @@ class ThinkingConfig(_Strict):
     @classmethod
     def _over_the_defaults(cls, families: dict[str, ThinkingMode]) -> dict[str, ThinkingMode]:
         # A file naming one family changes that family; the others keep their default.
+        if any(not k.strip() for k in families):
+            raise ValueError("a model family must not be empty")
         return {**_default_families(), **families}
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from . import jsoninput
 from .events import BATCH_COMPACTIONS, Outcome
 from .identity import digest
-from .keys import ROW_KEY, SRC_KEY, TS_KEY
+from .keys import META_KEY, ROW_KEY, SRC_KEY, TS_KEY
 from .messages import (
     Message,
     TranscriptError,
@@ -63,11 +63,14 @@ def _checked(m: Any, where: str) -> tuple[str, Message]:
     problems = message_shape_errors(m)
     if problems:
         raise TranscriptError(f"{where}: {problems[0]}")
+    jsoninput.field_types(m, where)
+    jsoninput.library_keys(m, where)
     return where, {k: v for k, v in m.items() if v is not None or k == "content"}
 
 
 def read_transcript(path: str | Path, *, repair: bool = False) -> tuple[list[Message], list[str]]:
-    """The messages of ``path`` and, with ``repair``, one line per repair made (naming its line).
+    """The messages of ``path`` and one line per repair made (with ``repair``; naming its line), plus one
+    note when client-history keys were dropped (see :mod:`microcompact.jsoninput`).
 
     Without ``repair`` a defect (orphan tool result, call with no result, duplicate tool-call id) raises
     TranscriptError naming the first one's line and saying that ``--repair`` exists. An empty file is an
@@ -77,12 +80,20 @@ def read_transcript(path: str | Path, *, repair: bool = False) -> tuple[list[Mes
     if not located:
         raise TranscriptError(f"{path}: no messages in the file")
     wheres = [w for w, _ in located]
-    messages, defects = check_tool_pairing([m for _, m in located])
+    read = [jsoninput.without_history_keys(m) for _, m in located]
+    dropped = sum(1 for (_, m), kept in zip(located, read, strict=True) if kept is not m)
+    messages, defects = check_tool_pairing(read)
     if defects and not repair:
         i, problem, _action = defects[0]
         more = f" (and {len(defects) - 1} more defect(s))" if len(defects) > 1 else ""
         raise TranscriptError(f"{wheres[i]}: {problem}{more}; {REPAIR_HINT}")
-    return messages, [f"repaired {wheres[i]}: {problem}: {action}" for i, problem, action in defects]
+    notes = [f"repaired {wheres[i]}: {problem}: {action}" for i, problem, action in defects]
+    if dropped:
+        notes.append(
+            f"note: {path}: dropped the client-history keys ({', '.join(jsoninput.HISTORY_KEYS)}) of {dropped} "
+            "message(s): they index a proxy's or an Agents SDK's history, which a replay does not have"
+        )
+    return messages, notes
 
 
 def load_transcript(path: str | Path, *, repair: bool = False) -> list[Message]:
@@ -188,6 +199,8 @@ def resume_start(session: Session, messages: list[Message], source: str = "this 
         src = m.get(SRC_KEY)
         if not isinstance(src, int) or isinstance(src, bool):
             other += 1
+        elif _rewritten(m):
+            continue  # a prune's copy of a recorded message (the original row is kept, absorbed)
         elif src in originals:
             raise ResumeMismatch(
                 f"{where} holds recorded message {src} twice (two replays wrote it at once, "
@@ -223,6 +236,16 @@ def resume_start(session: Session, messages: list[Message], source: str = "this 
                 "NAME) instead of mixing the two"
             )
     return count
+
+
+# What batch pruning marks on the copy it writes of a message it shortened, cut or stubbed; the copy keeps the
+# original's ``_src`` (it stands in the same place), the original stays in the store, absorbed.
+REWRITE_FLAGS = ("cut", "shortened", "stub")
+
+
+def _rewritten(message: Message) -> bool:
+    meta = message.get(META_KEY)
+    return isinstance(meta, dict) and any(meta.get(flag) for flag in REWRITE_FLAGS)
 
 
 def replay(

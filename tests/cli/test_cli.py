@@ -443,28 +443,34 @@ def test_openai_summarizer_end_to_end(
 
 
 def test_openai_summarizer_down_leaves_transcript_whole(home: Path, tmp_path: Path) -> None:
-    with ChatServer() as server:
-        base_url = server.base_url  # closed: connection refused from here on
     out = tmp_path / "out.jsonl"
-    s = run_json(
-        DEMO,
-        "--context-limit",
-        200000,
-        "--summarizer",
-        "openai",
-        "--model",
-        "m",
-        "--base-url",
-        base_url,
-        "--api-key-env",
-        "MC_CLI_TEST_KEY",
-        "--out",
-        out,
-    )
+    with ChatServer() as server:
+        server.add_faults(*[500] * 2000)  # reachable, and every request fails
+        result = run(
+            DEMO,
+            "--context-limit",
+            200000,
+            "--summarizer",
+            "openai",
+            "--model",
+            "m",
+            "--base-url",
+            server.base_url,
+            "--api-key-env",
+            "MC_CLI_TEST_KEY",
+            "--out",
+            out,
+            "--json",
+        )
+    # The replay finishes and says so, but a model that never summarized is a non-zero exit.
+    assert result.exit_code == 1, result.output
+    s = json.loads(result.stdout)
     assert s["passes"] == 0 and s["outcomes"].get("absorbed", 0) == 0
     assert set(s["outcomes"]) <= {"summarize_failed", "exchange_skipped"} and s["outcomes"]
     assert marker_count(read_jsonl(out), "micro") == 0
     assert len(read_jsonl(out)) == s["messages_in"]
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning: the summarizer failed")]
+    assert len(warnings) == 1 and "never produced a summary" in warnings[0], result.stderr
 
 
 # --------------------------------------------------------------------------- the installed command

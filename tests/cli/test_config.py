@@ -22,10 +22,13 @@ def test_defaults():
     assert c2.threshold_tokens() == 100_000 and c2.tail_budget_tokens() == 20_000
 
 
-def test_cadence_below_one_is_clamped():
-    for n in (0, -4):
-        compression = parse_config({"compression": {"micro_compact_every_n_turns": n}}).compression
-        assert compression.micro_compact_every_n_turns == 1
+def test_cadence_zero_means_one_and_a_negative_or_huge_cadence_is_refused():
+    compression = parse_config({"compression": {"micro_compact_every_n_turns": 0}}).compression
+    assert compression.micro_compact_every_n_turns == 1  # Hermes writes 0 for "every turn"
+    for n, bound in ((-4, "ge 1"), (-5, "ge 1"), (10**23, "le 10000")):
+        with pytest.raises(ConfigError) as exc:
+            parse_config({"compression": {"micro_compact_every_n_turns": n}}, source="cfg.yaml")
+        assert "compression.micro_compact_every_n_turns" in str(exc.value) and bound in str(exc.value)
 
 
 @pytest.mark.parametrize(

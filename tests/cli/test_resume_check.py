@@ -184,3 +184,33 @@ def test_session_names_keep_their_bytes():
     ]
     assert transcript_digest(msgs) == "b99dd7a827257748056d31b8f84044bb128dce163f55a29cddaf0242518a175c"
     assert default_session_id("/x/run.jsonl", msgs) == "run-b99dd7a82725"
+
+
+def test_a_finished_replay_with_cut_messages_resumes_at_its_end(tmp_path: Path, monkeypatch) -> None:
+    """Batch pruning writes a cut copy of a long recorded message beside the original, under the same
+    ``_src``: running the command again resumed into "holds recorded message 291 twice" (found by the
+    PostgreSQL restart test); the copy is the library's, not a second recording."""
+    from importlib import resources
+
+    monkeypatch.setenv("MICROCOMPACT_HOME", str(tmp_path / "home"))
+    demo = Path(str(resources.files("microcompact") / "data" / "demo_transcript.jsonl"))
+    db = tmp_path / "s.db"
+    args = ["replay", str(demo), "--context-limit", "20000", "--db", str(db), "--session", "x", "--json"]
+    first = CliRunner().invoke(app, args)
+    assert first.exit_code == 0, first.output
+    with SQLiteStore(db) as st:
+        cut = [m for m in st.export("x", include_absorbed=True) if (m.get("_mc") or {}).get("cut")]
+    assert cut and all(isinstance(m.get("_src"), int) for m in cut)  # the case: copies under the same _src
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 0, again.output
+    n = len(load_transcript(demo))
+    assert f"resuming session x from message {n} of {n}" in again.stderr
+    twice = CliRunner().invoke(
+        app, ["replay", str(demo), "--context-limit", "20000", "--db", str(db), "--session", "y"]
+    )
+    assert twice.exit_code == 0, twice.output
+    with SQLiteStore(db) as st:  # a real second copy of a recorded message is still refused
+        row = next(m for m in st.export("y") if m.get("_src") == 0)
+        st.append("y", [{k: v for k, v in row.items() if k not in ("_row", "_pos", "_tokens")}])
+    dup = CliRunner().invoke(app, ["replay", str(demo), "--context-limit", "20000", "--db", str(db), "--session", "y"])
+    assert dup.exit_code == 2 and "holds recorded message 0 twice" in dup.stderr, dup.output

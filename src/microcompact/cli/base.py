@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +31,38 @@ def fail(message: str, code: int = 2) -> NoReturn:
     """Bad input ends a command with one line on stderr naming what is wrong, and exit code ``code``."""
     err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+# C0 and C1 controls (newline, tab, NUL, escape), line and paragraph separators, bidirectional overrides: in a
+# name or a path they are a paste mistake or a trick (an id that prints as another), never what was meant.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+MAX_NAME_CHARS = 256
+
+
+def shown(value: str, limit: int = 60) -> str:
+    """``value`` as an error quotes it: its repr (controls escaped), at most ``limit`` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def check_name(what: str, value: str) -> None:
+    """Fail unless ``value`` (a session id) is 1 to MAX_NAME_CHARS characters, without control characters and
+    without spaces around it: an empty ``--session ''`` must not fall back to the derived id, and an id with a
+    newline would not print as itself in ``sessions list``."""
+    if not value.strip():
+        fail(f"{what} must not be empty")
+    if _CONTROL.search(value):
+        fail(f"{what} {shown(value)} holds a control character (a newline, tab or NUL); use printable text")
+    if value != value.strip():
+        fail(f"{what} {shown(value)} has spaces around it; give it without them")
+    if len(value) > MAX_NAME_CHARS:
+        fail(f"{what} is {len(value)} characters long; at most {MAX_NAME_CHARS} are allowed")
+
+
+def check_path_text(what: str, path: Path | str | None) -> None:
+    """Fail when a path option holds a control character: a file name with a newline is a paste mistake."""
+    if path is not None and _CONTROL.search(str(path)):
+        fail(f"{what} {shown(str(path))}: a path with a control character (a newline, tab or NUL) is refused")
 
 
 def say(line: str) -> None:

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from ..importers import FORMATS, run_import
-from .base import err
+from .base import check_path_text, err, fail
 
 
 def import_cmd(
@@ -34,7 +34,10 @@ def import_cmd(
     ] = False,
 ) -> None:
     """Convert a recorded agent session into the JSONL that replay reads."""
-
+    check_path_text("FILE", file)
+    check_path_text("--out", out_file)
+    if record is not None and not 0 <= record < 2**31:
+        fail(f"--record must be a record's index (0 or more), got {record}")
     code = run_import(fmt, file, out_file, err, record=record, repair=repair)
     if code:
         raise typer.Exit(code)

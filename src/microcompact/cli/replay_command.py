@@ -17,10 +17,22 @@ from ..cost import Pricing, load_pricing
 from ..messages import Message, TranscriptError
 from ..replay import ReplayStats, default_session_id, read_transcript, resume_start, summary_json
 from ..session import Session
-from ..store import StoreError, open_store
-from .base import ConfigOption, ContextLimitOption, LogOption, err, fail, logging_to, out, say
+from ..store import StoreError, check_location, open_store
+from .base import (
+    ConfigOption,
+    ContextLimitOption,
+    LogOption,
+    check_name,
+    check_path_text,
+    err,
+    fail,
+    logging_to,
+    out,
+    say,
+)
 from .compare_command import CompareOptions, compare_options, run_compare
 from .output import as_read, check_writable_target, write_atomically
+from .summarizer_check import failure_report, unreachable
 from .tables import print_replay
 
 
@@ -172,12 +184,33 @@ def run_replay(req: ReplayRequest) -> None:
         _write_out(req.out_file, session, messages)
     if req.as_json:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
-        return
-    print_replay(out, req.transcript, summary, stats, session)
+    else:
+        print_replay(out, req.transcript, summary, stats, session)
+    warning, code = failure_report(stats)
+    if warning:
+        say(warning)
+    if code:
+        raise typer.Exit(code)
 
 
 def _checked_options(req: ReplayRequest) -> CompareOptions:
-    """The checks that need no file read: the summarizer's name, the --compare options, the --out target."""
+    """The checks that need no file read: names and paths, the summarizer's name, the --compare options,
+    the --out target."""
+    for what, path in (
+        ("TRANSCRIPT", req.transcript),
+        ("--config", req.config),
+        ("--out", req.out_file),
+        ("--log", req.log_file),
+        ("--plot", req.plot),
+    ):
+        check_path_text(what, path)
+    if req.session_id is not None:
+        check_name("--session", req.session_id)
+    if req.db is not None:
+        try:
+            check_location(req.db)
+        except StoreError as exc:
+            fail(f"--db: {exc}")
     if req.summarizer not in (None, "extractive", "openai"):
         fail(f"--summarizer must be extractive or openai, got {req.summarizer!r}")
     opts = compare_options(req.compare, req.pricing, req.every_n, req.reclaim, req.assume_gap, req.plot)
@@ -196,6 +229,9 @@ def _load(req: ReplayRequest, opts: CompareOptions) -> tuple[Config, list[Messag
         fail(str(exc))
     for line in repairs:
         say(line)
+    why = unreachable(cfg)
+    if why:
+        fail(why)
     return cfg, messages, prices
 
 
@@ -213,12 +249,24 @@ def configure(req: ReplayRequest) -> Config:
         "api_key_env": req.api_key_env,
         "provider": req.summarizer if req.summarizer else None,
     }
-    return config.with_overrides(
+    cfg = config.with_overrides(
         source="command-line options (--context-limit, --every, --summarizer, --model, --base-url, --api-key-env)",
         compression=compression,
         **{"auxiliary.compression": aux},
         model={"context_length": req.context_limit},
     )
+    if cfg.auxiliary.compression.kind == "extractive":
+        given = [
+            flag
+            for flag, v in (("--model", req.model), ("--base-url", req.base_url), ("--api-key-env", req.api_key_env))
+            if v is not None
+        ]
+        if given:
+            fail(
+                f"{given[0]} only applies with a model summarizer: add --summarizer openai (or set "
+                "auxiliary.compression.provider in the config)"
+            )
+    return cfg
 
 
 def _replay_session(req: ReplayRequest, cfg: Config, messages: list[Message]) -> tuple[ReplayStats, Session]:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from .base import err, out
+from .base import check_path_text, err, out
 
 
 def report_cmd(
@@ -22,6 +22,9 @@ def report_cmd(
     from ..report import run_report
     from .output import check_writable_target
 
+    for path in logfiles or ():
+        check_path_text("LOGFILE", path)
+    check_path_text("--plot", plot)
     if plot is not None:
         plot = check_writable_target("--plot", plot)  # a file (a symlink's target), nothing else
     code = run_report(logfiles, per_session, as_json, plot, out, err)

@@ -13,11 +13,12 @@ from rich.table import Table
 
 from ..keys import META_KEY, POS_KEY, ROW_KEY
 from ..render import content_text
-from ..store import PostgresStore, SQLiteStore, StoreError, default_store_path, open_store
-from .base import DbOption, fail, out
+from ..store import PostgresStore, SQLiteStore, StoreError, check_location, default_store_path, open_store
+from .base import DbOption, check_name, fail, out
 from .output import export_form
 
 MAX_ID_WIDTH = 80  # the widest session column `sessions list` keeps whole before it shortens ids
+MAX_SEARCH_LIMIT = 10_000
 
 
 sessions_app = typer.Typer(
@@ -27,6 +28,11 @@ sessions_app = typer.Typer(
 
 def _store(db: str | None) -> SQLiteStore | PostgresStore:
     """The store for a read-only command: it must exist already (a mistyped --db must not create one)."""
+    if db is not None:
+        try:
+            check_location(db)
+        except StoreError as exc:
+            fail(f"--db: {exc}")
     if not str(db or "").startswith(("postgresql://", "postgres://")):
         path = _sqlite_path(db)
         if path != ":memory:" and not Path(path).is_file():
@@ -47,6 +53,7 @@ def _sqlite_path(db: str | None) -> str:
 
 
 def _require_session(store: SQLiteStore | PostgresStore, session_id: str) -> None:
+    check_name("SESSION_ID", session_id)
     if not any(r["id"] == session_id for r in store.list_sessions()):
         fail(f"no session {session_id!r} in {store.describe()}")
 
@@ -97,7 +104,8 @@ def sessions_show(
     for col in ("pos", "row", "role", "content"):
         table.add_column(col, overflow="fold")
     for m in messages:
-        kind = (m.get(META_KEY) or {}).get("marker")
+        meta = m.get(META_KEY)
+        kind = meta.get("marker") if isinstance(meta, dict) else None
         text = content_text(m)
         calls = ", ".join((tc.get("function") or {}).get("name", "?") for tc in m.get("tool_calls") or [])
         line = text if full else " ".join(text.split())[:120]
@@ -121,6 +129,10 @@ def sessions_search(
     active: Annotated[bool, typer.Option("--include-active", help="Search active messages too.")] = False,
 ) -> None:
     """Full-text search over what compaction absorbed: nothing summarized is lost for good."""
+    if not 1 <= limit <= MAX_SEARCH_LIMIT:
+        fail(f"--limit must be between 1 and {MAX_SEARCH_LIMIT}, got {limit}")
+    if not query.strip():
+        fail("QUERY must not be empty: give the words to search for")
     with _store(db) as store:
         _require_session(store, session_id)
         hits = store.search(session_id, query, limit=limit, include_active=active)

@@ -79,6 +79,8 @@ def _openai_message(m: Any, where: str, report: ImportReport) -> Message:
     problems = message_shape_errors(msg)
     if problems:
         raise TranscriptError(f"{where}: {problems[0]}")
+    jsoninput.field_types(msg, where)
+    jsoninput.library_keys(msg, where)  # the same keys replay takes (see microcompact.jsoninput)
     return msg
 
 

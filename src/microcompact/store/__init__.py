@@ -26,6 +26,7 @@ the database) is in :mod:`microcompact.store.protocol`; the schema in :mod:`micr
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -48,13 +49,46 @@ from .schema import SCHEMA_VERSION, STATES
 from .sqlite import SQLiteStore, default_store_path
 from .sqlite_schema import sqlite_has_fts5
 
+# A scheme the store does not speak (``mysql://``, ``sqlite:/x``), read as a file name it would create.
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:/")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_CONNINFO = re.compile(r"^\s*(?:host|hostaddr|dbname|user|port|password|service)\s*=", re.IGNORECASE)
+
+
+def check_location(url_or_path: str | Path) -> None:
+    """Raise StoreError when ``url_or_path`` cannot name a store: empty or blank, a control character (a
+    newline pasted in), a URL scheme other than ``postgresql://``/``postgres://``/``sqlite:///``, or
+    ``sqlite://`` without a path. Each of these used to become a SQLite file of that odd name."""
+    text = str(url_or_path)
+    if not text.strip():
+        raise StoreError("the store location is empty: give a SQLite file or a postgresql:// DSN")
+    if _CONTROL.search(text):
+        raise StoreError(f"the store location {text[:60]!r} holds a control character (a newline?)")
+    if text.startswith(("postgresql://", "postgres://")):
+        return
+    if text.startswith("sqlite:"):
+        if not text.startswith("sqlite:///") or not text[len("sqlite:///") :].strip("/"):
+            raise StoreError(f"{text[:60]!r}: a SQLite URL is sqlite:///RELATIVE/FILE or sqlite:////ABSOLUTE/FILE")
+        return
+    if _CONNINFO.match(text):
+        raise StoreError(
+            f"{text[:40]!r}... looks like a PostgreSQL key=value DSN, which would be read as a SQLite file name; "
+            "give it as postgresql://USER@HOST:PORT/DBNAME"
+        )
+    if _SCHEME.match(text):
+        raise StoreError(
+            f"{text.split(':', 1)[0]!r} is not a store this speaks: give a SQLite file or a postgresql:// DSN"
+        )
+
 
 def open_store(url_or_path: str | Path | None = None, **options: Any) -> SQLiteStore | PostgresStore:
     """``postgresql://...`` (or ``postgres://``) opens a :class:`PostgresStore`; anything else is a SQLite
     path (``sqlite:///`` prefix allowed); None is :func:`default_store_path`. ``options`` go to the backend.
+    A location :func:`check_location` refuses raises StoreError.
     """
     if url_or_path is None:
         return SQLiteStore(None, **options)
+    check_location(url_or_path)
     text = str(url_or_path)
     if text.startswith(("postgresql://", "postgres://")):
         return PostgresStore(text, **options)
@@ -85,6 +119,7 @@ __all__ = [
     "StoreLocked",
     "StoreReadOnly",
     "_SQLStore",
+    "check_location",
     "default_store_path",
     "open_store",
     "search_text",

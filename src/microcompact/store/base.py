@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -22,6 +23,33 @@ DEFAULT_BUSY_TIMEOUT = 5.0
 LOCK_PREFIX = "\x1block:"
 
 T = TypeVar("T")
+
+# Transient store errors (a PostgreSQL server restarting, a dropped connection, a SQLite database locked past
+# the busy timeout) are retried with a doubling pause, from the first to the longest, for at most the store's
+# ``retry_seconds`` (PostgreSQL; SQLite: its busy timeout again) before the error reaches the session, which
+# then keeps its messages pending and goes on (see session_store.StoreWriter.flush).
+RETRY_FIRST_PAUSE = 0.05
+RETRY_LONGEST_PAUSE = 1.0
+DEFAULT_RETRY_SECONDS = 30.0
+
+
+class Backoff:
+    """The pauses of one run of retries: doubling from RETRY_FIRST_PAUSE, never past ``seconds`` in all."""
+
+    def __init__(self, seconds: float) -> None:
+        self.deadline = time.monotonic() + max(0.0, seconds)
+        self.pause = RETRY_FIRST_PAUSE
+        self.tries = 0
+
+    def wait(self) -> bool:
+        """Sleep before the next try and return True, or return False when the budget is spent."""
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(self.pause, left))
+        self.pause = min(self.pause * 2, RETRY_LONGEST_PAUSE)
+        self.tries += 1
+        return True
 
 
 class _SQLBase:

@@ -15,7 +15,7 @@ from typing import Any
 from urllib.parse import quote
 
 from ..config import home_dir
-from .base import DEFAULT_BUSY_TIMEOUT, T
+from .base import DEFAULT_BUSY_TIMEOUT, Backoff, T
 from .codec import _Encoded, _snippet
 from .core import _SQLStore
 from .errors import (
@@ -168,25 +168,39 @@ class SQLiteStore(_SQLiteLeases, _SQLiteSchema, _SQLStore):
     # -------------------------------------------------------------- transactions and errors
 
     def _txn(self, fn: Callable[[Any], T], write: bool, op: str = "access the store") -> T:
+        """Run ``fn(cursor)`` in one transaction. A database still locked after the busy timeout (another
+        process's long write, a checkpoint) is tried again with doubling pauses for up to the busy timeout
+        more before StoreLocked reaches the caller: nothing was written by the failed try (it rolled back)."""
         with self._lock:
             self._require_open()
             if write and self.read_only:
                 raise StoreReadOnly(f"{self.path}: the store is opened read-only; writes are refused")
-            conn = self._conn
-            assert conn is not None
-            try:
-                conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            backoff: Backoff | None = None
+            while True:
                 try:
-                    result = fn(conn.cursor())
-                    conn.execute("COMMIT")
-                except BaseException:
-                    if conn.in_transaction:
-                        with contextlib.suppress(sqlite3.Error):
-                            conn.execute("ROLLBACK")
-                    raise
-            except sqlite3.Error as exc:
-                raise self._translate(exc, op) from None
-            return result
+                    return self._run_txn(fn, write)
+                except sqlite3.Error as exc:
+                    if not _locked(exc):
+                        raise self._translate(exc, op) from None
+                    backoff = backoff or Backoff(self.busy_timeout)
+                    if not backoff.wait():
+                        raise self._translate(exc, op) from None
+                    if backoff.tries == 1:
+                        log.warning("%s: %s: the database is locked past the busy timeout; retrying", self.path, op)
+
+    def _run_txn(self, fn: Callable[[Any], T], write: bool) -> T:
+        conn = self._conn
+        assert conn is not None
+        conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        try:
+            result = fn(conn.cursor())
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            raise
+        return result
 
     def _translate(self, exc: Exception, op: str) -> StoreError:
         """A user-facing error naming the database, the operation and the error class (never its text)."""
