@@ -120,7 +120,6 @@ REFUSED: list[tuple[str, Callable[[Path], list[Any]], tuple[str, ...]]] = [
     ("--db newline", ok_replay("--db", "a\nb.db"), ("--db:", "control character")),
     ("--db sqlite://", ok_replay("--db", "sqlite://"), ("--db:", "sqlite:///RELATIVE/FILE")),
     ("--db mysql://", ok_replay("--db", "mysql://h/db"), ("--db: 'mysql' is not a store",)),
-    ("--db key=value DSN", ok_replay("--db", "user=postgres host=127.0.0.1"), ("--db:", "key=value DSN")),
     ("--log newline", ok_replay("--log", "a\nb.log"), ("--log 'a\\nb.log'", "control character")),
     ("--out newline", ok_replay("--out", "a\nb.jsonl"), ("--out 'a\\nb.jsonl'", "control character")),
     ("--config newline", ok_replay("--config", "a\nb.yaml"), ("--config", "control character")),
@@ -305,3 +304,14 @@ def test_a_tool_call_id_reused_by_a_later_turn_pairs_with_its_own_turn(home: Pat
 def test_cadence_zero_means_every_turn(home: Path, tmp_path: Path) -> None:
     result = invoke("replay", transcript(tmp_path, U, A), "--every", 0, "--json")
     assert result.exit_code == 0, result.output
+
+
+def test_a_key_value_dsn_is_postgresql_and_a_dead_one_is_one_line(home: Path, tmp_path: Path) -> None:
+    """libpq's ``host=... dbname=...`` form names a PostgreSQL store, as psql reads it (it used to become a
+    SQLite file of that name); nothing listening on its port is one line naming the server, exit 2."""
+    dsn = "user=postgres host=127.0.0.1 port=1 connect_timeout=5"
+    assert_one_line_error(
+        invoke(*_args(ok_replay("--db", dsn), tmp_path)),
+        "postgresql://postgres@127.0.0.1:1/: cannot connect to PostgreSQL",
+    )
+    assert not list(tmp_path.glob("user=*")), "no SQLite file named after the DSN"

@@ -71,10 +71,7 @@ def check_location(url_or_path: str | Path) -> None:
             raise StoreError(f"{text[:60]!r}: a SQLite URL is sqlite:///RELATIVE/FILE or sqlite:////ABSOLUTE/FILE")
         return
     if _CONNINFO.match(text):
-        raise StoreError(
-            f"{text[:40]!r}... looks like a PostgreSQL key=value DSN, which would be read as a SQLite file name; "
-            "give it as postgresql://USER@HOST:PORT/DBNAME"
-        )
+        return  # libpq's key=value form (``host=... dbname=...``): PostgreSQL, as psql reads it
     if _SCHEME.match(text):
         raise StoreError(
             f"{text.split(':', 1)[0]!r} is not a store this speaks: give a SQLite file or a postgresql:// DSN"
@@ -82,7 +79,8 @@ def check_location(url_or_path: str | Path) -> None:
 
 
 def open_store(url_or_path: str | Path | None = None, **options: Any) -> SQLiteStore | PostgresStore:
-    """``postgresql://...`` (or ``postgres://``) opens a :class:`PostgresStore`; anything else is a SQLite
+    """``postgresql://...`` (or ``postgres://``, or libpq's ``host=... dbname=...`` form) opens a
+    :class:`PostgresStore`; anything else is a SQLite
     path (``sqlite:///`` prefix allowed); None is :func:`default_store_path`. ``options`` go to the backend.
     A location :func:`check_location` refuses raises StoreError.
     """
@@ -90,7 +88,7 @@ def open_store(url_or_path: str | Path | None = None, **options: Any) -> SQLiteS
         return SQLiteStore(None, **options)
     check_location(url_or_path)
     text = str(url_or_path)
-    if text.startswith(("postgresql://", "postgres://")):
+    if text.startswith(("postgresql://", "postgres://")) or _CONNINFO.match(text):
         return PostgresStore(text, **options)
     if text.startswith("sqlite:///"):
         text = text[len("sqlite:///") :] if text.startswith("sqlite:////") else text[len("sqlite://") :]

@@ -113,7 +113,7 @@ class PostgresStore(_AdvisoryLeases, _PostgresSchema, _SQLStore):
         try:
             conn = pg.connect(self.dsn, autocommit=False, connect_timeout=self.connect_timeout)
         except pg.Error as exc:
-            message = f"{self._where}: cannot connect to PostgreSQL: {str(exc).strip()}"
+            message = f"{self._where}: cannot connect to PostgreSQL: {' '.join(str(exc).split())}"  # one line
             if self._retryable_connect(exc):
                 raise _Transient(message) from None
             raise StoreError(message) from None
