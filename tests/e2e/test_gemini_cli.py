@@ -32,7 +32,6 @@ import os
 import shutil
 import subprocess
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +43,7 @@ from support import gemini_server
 from support.gemini_server import GeminiUpstream, markers, pairing_errors
 from support.http_tap import Exchange as Sent
 from support.http_tap import TapRelay
+from support.numbered_steps import wait_for_pause
 from support.serve_process import ServeProcess
 from support.stored_session import stored_session_errors
 
@@ -119,14 +119,6 @@ class Scenario:
     log: str  # both servers' log files
 
 
-def wait_for(path: Path, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{path} did not appear")
-        time.sleep(0.05)
-
-
 @pytest.fixture(scope="module")
 def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
     tmp = tmp_path_factory.mktemp("gemini_cli")
@@ -146,7 +138,7 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
 
         def restart_when_paused() -> None:
             try:
-                wait_for(gate.with_suffix(".waiting"))
+                wait_for_pause(gate)
                 restart()
             finally:
                 gate.with_suffix(".go").touch()  # never leave the CLI waiting

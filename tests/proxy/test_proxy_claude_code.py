@@ -16,7 +16,6 @@ from __future__ import annotations
 import itertools
 import json
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,7 @@ import pytest
 from support.anthropic_contract import marker_texts, request_errors
 from support.claude_code import ClaudeRun, comparable, run_claude, unavailable_reason
 from support.http_tap import Exchange, TapRelay
-from support.numbered_steps import NumberedSteps
+from support.numbered_steps import NumberedSteps, wait_for_pause
 from support.serve_process import ServeProcess, run_cli
 from support.session_ids import named
 from support.stored_session import stored_session_errors
@@ -70,14 +69,6 @@ def pair_up(exchanges: list[Exchange], received: list[RecordedRequest]) -> list[
     return list(zip(exchanges, received, strict=True))
 
 
-def wait_for(path: Path, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{path} did not appear")
-        time.sleep(0.05)
-
-
 @pytest.fixture(scope="module")
 def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
     """A 32-step turn during which the server is killed (SIGKILL, while Claude Code runs step 16) and started
@@ -99,7 +90,7 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
 
         def restart_when_paused() -> None:
             try:
-                wait_for(gate.with_suffix(".waiting"))
+                wait_for_pause(gate)
                 restart()
             finally:
                 gate.with_suffix(".go").touch()  # never leave Claude Code waiting

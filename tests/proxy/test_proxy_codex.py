@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from microcompact.messages import MARKER_PREFIX
 from microcompact.server.responses_format import grouped
 from support.codex_cli import API_KEY, CodexRun, run_codex, unavailable_reason
 from support.http_tap import Exchange, TapRelay
+from support.numbered_steps import wait_for_pause
 from support.serve_process import ServeProcess
 from support.stored_session import stored_session_errors
 from upstream import RecordedRequest
@@ -48,14 +48,6 @@ class Scenario:
     restarted_at: int  # index of the first request the restarted server forwarded
     served: list[ServeProcess]
     db: Path
-
-
-def wait_for(path: Path, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{path} did not appear")
-        time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +76,7 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
 
         def restart_when_paused() -> None:
             try:
-                wait_for(gate.with_suffix(".waiting"))
+                wait_for_pause(gate)
                 restart()
             finally:
                 gate.with_suffix(".go").touch()  # never leave Codex waiting

@@ -4,6 +4,7 @@ each step known from the request's tail alone, with a pause and an overload on c
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -86,3 +87,12 @@ class NumberedSteps:
 
 
 __all__ = ["NumberedSteps"]
+
+
+def wait_for_pause(gate: Path, timeout: float = 120) -> None:
+    """Block until the paused step has touched ``GATE.waiting`` (TimeoutError after ``timeout`` seconds)."""
+    waiting, deadline = gate.with_suffix(".waiting"), time.monotonic() + timeout
+    while not waiting.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{waiting} did not appear")
+        time.sleep(0.05)
