@@ -44,6 +44,9 @@ Job = tuple[Planned | PassResult | None, Condensed | None] | FoldJob
 # A fold due while it ran that lags the transcript by more than this many messages (two agent steps) and
 # twice the low-water mark's tokens is extended over them once before the view switches (``_lags``).
 LAG_MESSAGES = 4
+# Only a fold whose passes took at most this long each (an extractive one) is extended: a model summarizer
+# taking seconds a pass would lag again by as much, the view switching later for nothing.
+CATCH_UP_MAX_PASS_SECONDS = 0.5
 
 
 class BackgroundPasses:
@@ -110,10 +113,12 @@ class BackgroundPasses:
     def _lags(self, ledger: Ledger, job: FoldJob) -> bool:
         """True when ``job`` (due now) ran over a transcript more than LAG_MESSAGES messages and twice the
         low-water mark's tokens shorter than ``ledger``: adopted as it is, its view would keep all that
-        verbatim and the next fold would follow a few requests later (a slow fold on a fast loop). Never at
-        the hard limit (the fold lands now), never twice for one fold (a slow summarizer could lag again)."""
+        verbatim and the next fold would follow a few requests later (a fold lagging a fast loop). Never at
+        the hard limit (the fold lands now), never twice for one fold, never for a slow summarizer's."""
         if job.caught_up or len(ledger) - job.covered <= LAG_MESSAGES:
             return False
+        if job.results and job.seconds / len(job.results) > CATCH_UP_MAX_PASS_SECONDS:
+            return False  # a slow summarizer: extending would lag as much again, adopt as it is
         if self.micro.fold_forced():
             return False
         return sum(ledger.tokens[job.covered :]) > 2 * self.micro.config.low_water_tokens()
