@@ -17,7 +17,9 @@ passes the fold took, and only if nothing but new messages at the end changed me
 follow): the same shadow fold, started before it is due and *held* when it finishes (the view does not
 change); a later ``"ahead"`` extends the held shadow over the messages added since, and ``"fold"`` (the
 policy says fold now) adopts it at that very request. A held shadow that no longer applies (something
-other than new trailing messages changed) is dropped and the fold starts as without it.
+other than new trailing messages changed) is dropped and the fold starts as without it. A due fold that
+lags the transcript (a slow fold on a fast loop: several steps came while it ran) is extended over them
+once before it is adopted, so its one switch of the view still goes down to the low-water mark.
 
 Not thread-safe by itself: :class:`~microcompact.session.Session` calls ``submit`` and ``collect`` under its
 lock. ``wait`` needs no lock (it only waits for the running job), so a thread can wait without holding
@@ -39,6 +41,13 @@ log = logging.getLogger("microcompact")
 
 Job = tuple[Planned | PassResult | None, Condensed | None] | FoldJob
 
+# A fold due while it ran that lags the transcript by more than this many messages (two agent steps) and
+# twice the low-water mark's tokens is extended over them once before the view switches (``_lags``).
+LAG_MESSAGES = 4
+# Only a fold whose passes took at most this long each (an extractive one) is extended: a model summarizer
+# taking seconds a pass would lag again by as much, the view switching later for nothing.
+CATCH_UP_MAX_PASS_SECONDS = 0.5
+
 
 class BackgroundPasses:
     def __init__(self, micro: MicroCompactor) -> None:
@@ -52,6 +61,7 @@ class BackgroundPasses:
         self._drop_running = False  # the running job extends a shadow that was adopted or dropped meanwhile
         self._running_ahead = False  # the running job is a fold computed ahead
         self.adopted_ahead = 0  # folds adopted at the request that decided them (telemetry, tests)
+        self.caught_up = 0  # due folds extended over what came while they ran, before the view switched
 
     @property
     def busy(self) -> bool:
@@ -61,6 +71,8 @@ class BackgroundPasses:
         """Start a pass on a snapshot; if one is running, remember that a turn pass is due. ``"fold"``
         adopts a shadow computed ahead at once (its results are returned: the view switched now)."""
         if mode == "fold" and self.ready is not None:
+            if self._job is None and self._lags(ledger, self.ready) and self._catch_up(ledger, self.ready):
+                return []  # the view switches once, when the extension lands, down to the low-water mark
             adopted = self._adopt_ready(ledger)
             if adopted is not None:
                 return adopted
@@ -98,6 +110,37 @@ class BackgroundPasses:
         self.adopted_ahead += 1
         return results
 
+    def _lags(self, ledger: Ledger, job: FoldJob) -> bool:
+        """True when ``job`` (due now) ran over a transcript more than LAG_MESSAGES messages and twice the
+        low-water mark's tokens shorter than ``ledger``: adopted as it is, its view would keep all that
+        verbatim and the next fold would follow a few requests later (a fold lagging a fast loop). Never at
+        the hard limit (the fold lands now), never twice for one fold, never for a slow summarizer's."""
+        if job.caught_up or len(ledger) - job.covered <= LAG_MESSAGES:
+            return False
+        if job.results and job.seconds / len(job.results) > CATCH_UP_MAX_PASS_SECONDS:
+            return False  # a slow summarizer: extending would lag as much again, adopt as it is
+        if self.micro.fold_forced():
+            return False
+        return sum(ledger.tokens[job.covered :]) > 2 * self.micro.config.low_water_tokens()
+
+    def _catch_up(self, ledger: Ledger, ready: FoldJob) -> bool:
+        """Extend the lagging ``ready`` fold over the messages that came while it ran, with the passes the
+        policy planned for this request, adopted when done (False: it no longer applies, or nothing was
+        planned: the caller adopts or drops it as before)."""
+        if not self.micro.applies(ledger, ready):
+            return False
+        self.micro.sync(ledger)
+        folds = self.micro.planned_folds()
+        if not folds:
+            return False
+        job = self.micro.fold_job(ledger, ready)
+        job.caught_up = True
+        self.ready = None
+        self._running_ahead = False
+        self.caught_up += 1
+        self._job = self._pool.submit(contextvars.copy_context().run, self._fold, ledger.snapshot(), folds, job)
+        return True
+
     def _drop_ready(self, why: str) -> None:
         self.ready = None
         self.discarded += 1
@@ -115,8 +158,8 @@ class BackgroundPasses:
         if drop:
             self.discarded += 1
             return []
-        if not adopt:
-            self.ready = job
+        if not adopt or self._lags(ledger, job):
+            self.ready = job  # lagging: the fold due at this request extends it first (``_catch_up``)
             return []
         results = self.micro.adopt_fold(ledger, job)
         if results is None:

@@ -67,6 +67,8 @@ class FoldJob:
     ahead: bool = False  # started before the policy said fold: held ready, adopted when it does
     seconds: float = 0.0  # engine time its passes took (the clock's), all extensions included
     removed_tokens: int = 0  # how much smaller its passes made the transcript (counted tokens)
+    covered: int = 0  # messages of the transcript it last ran over (the rest came after its snapshot)
+    caught_up: bool = False  # extended once at a due fold to cover what came while it ran
 
 
 class MicroCompactor:
@@ -132,6 +134,8 @@ class MicroCompactor:
                 ahead,
                 prior.seconds,
                 prior.removed_tokens,
+                prior.covered,
+                prior.caught_up,
             )
         st = self.state
         return FoldJob(list(ledger.messages), st.text, st.marker_index, state=copy.deepcopy(st), ahead=ahead)
@@ -142,6 +146,7 @@ class MicroCompactor:
         ``job`` (from :meth:`fold_job`): the fold to extend; its events are applied to ``snapshot`` first."""
         if job is None:
             job = self.fold_job(snapshot)
+        job.covered = len(snapshot.messages)
         for event in job.events:
             apply_event(snapshot, event)
         t0, before = self.clock(), snapshot.total
@@ -204,6 +209,10 @@ class MicroCompactor:
     def use_policy(self, policy: MicroPolicy) -> None:
         """Schedule by ``policy`` from now on (``replay --compare`` prices each policy its own way)."""
         self.policy = policy
+
+    def fold_forced(self) -> bool:
+        """True when the policy's last decision was the hard limit's (a fold that must land now)."""
+        return str(getattr(getattr(self.policy, "last", None), "verdict", "")) == "forced"
 
     def planned_folds(self) -> tuple[Fold, ...]:
         """The folds the policy planned for a background job (a policy that plans none: none), taken once."""

@@ -4,8 +4,9 @@ A fold rewrites the prompt from its change point on; what comes before the newes
 marker) then stays the same until the next fold. Clients place their own breakpoints (Claude Code: on the
 system prompt and on the newest message, which finds the previous request's entry by looking back up to
 20 blocks); a request that adds more blocks than that, or a later fold, would find no entry for the stable
-part and write it again. So the outgoing request gets one breakpoint on the newest marker's block, of the
-kind the client uses (its ``ttl``), keeping every breakpoint the client placed unless the provider's limit
+part and write it again. So the outgoing request gets one breakpoint on the newest marker's fixed opening
+(split from its summary, so the entry is the same for every fold until the head changes), of the kind the
+client uses (its ``ttl``), keeping every breakpoint the client placed unless the provider's limit
 (4) leaves no room: then the client's oldest message breakpoint gives way, never its newest one, and never
 one on its tools or system prompt. With no room at all, nothing is added.
 """
@@ -74,12 +75,25 @@ def _without_breakpoint(message: Message, j: int) -> Message:
     return {**message, "content": blocks}
 
 
+def _split_marker(block: dict[str, Any], kind: dict[str, Any]) -> list[dict[str, Any]]:
+    """The marker's text block as two: its fixed opening (``MARKER_PREFIX``, the same in every fold's
+    marker) carrying the breakpoint, then the summary. The entry written at the opening is then the prefix
+    every later fold shares (system, head and the user messages kept before the marker), so the next fold
+    reads it instead of writing it again: after a new user turn or an idle gap no breakpoint of the
+    client's ever stands at the end of that prefix."""
+    text = str(block.get("text", ""))
+    rest = text[len(MARKER_PREFIX) :]
+    if not rest:
+        return [{**block, CACHE_CONTROL: kind}]
+    return [{"type": "text", "text": MARKER_PREFIX, CACHE_CONTROL: kind}, {**block, "text": rest}]
+
+
 def _with_breakpoint(message: Message, j: int, kind: dict[str, Any]) -> Message:
     content = message.get("content")
     if isinstance(content, str):
-        return {**message, "content": [{"type": "text", "text": content, CACHE_CONTROL: kind}]}
+        return {**message, "content": _split_marker({"type": "text", "text": content}, kind)}
     blocks = list(content) if isinstance(content, list) else []
-    blocks[j] = {**blocks[j], CACHE_CONTROL: kind}
+    blocks[j : j + 1] = _split_marker(blocks[j], kind)
     return {**message, "content": blocks}
 
 

@@ -1,0 +1,122 @@
+"""A background fold that lags: the summarizer is slow, the agent loop fast, and several steps came while
+the fold ran. Adopted as it was, its view would keep all of them verbatim after the marker and the next
+fold would follow a few requests later (the bench's openai SDK loop: 105K folded to 57K, then again three
+requests on). It is extended over them once first, so its one switch of the view goes down to the
+low-water mark.
+
+Deterministic: the summarizer waits on a gate the test opens, and the test waits for the worker before the
+requests that must see its result; the session's clock is a list the test moves."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from microcompact.config import parse_config
+from microcompact.events import MICRO_ABSORBS
+from microcompact.session import Session
+from microcompact.tokens import EstimateCounter, TokenCounter
+
+WINDOW = 1_000_000  # the cap far away: the price rule, not the hard limit, decides the fold
+STEP_LINES = 3000  # ~6K tokens a step
+LAGGED_STEPS = 5
+
+
+class GatedNotes:
+    """One line per exchange, each call waiting until the gate is open."""
+
+    name = "notes"
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.gate.set()
+        self.calls = 0
+
+    def merge(self, summary: str, exchange: list[dict[str, Any]]) -> str:
+        assert self.gate.wait(60), "the test never opened the gate"
+        self.calls += 1
+        ids = [c["id"] for m in exchange for c in (m.get("tool_calls") or [])]
+        return (summary + "\n- ran " + ",".join(ids)).strip()
+
+    def batch(self, summary: str, messages: list[dict[str, Any]], focus: str | None = None) -> str:
+        return (summary + f"\n- batch of {len(messages)}").strip()
+
+    def condense(self, summary: str, target_tokens: int) -> str:
+        return summary[: len(summary) // 4]
+
+
+def make_session(now: list[float], notes: GatedNotes) -> Session:
+    cfg = parse_config(
+        {
+            "compression": {"micro_compact": True, "micro_compact_background": True},
+            "model": {"context_length": WINDOW},
+            "pricing": {"preset": "anthropic"},
+        }
+    )
+    s = Session(cfg, summarizer=notes, counter=TokenCounter(EstimateCounter()), clock=lambda: now[0])
+    s.append({"role": "system", "content": "system " * 16_000})
+    s.append({"role": "user", "content": "Run the numbered steps."})
+    return s
+
+
+def step(s: Session, n: int) -> None:
+    call = f"c{n}"
+    tool_call = {"id": call, "type": "function", "function": {"name": "Bash", "arguments": "{}"}}
+    s.append({"role": "assistant", "content": None, "tool_calls": [tool_call]})
+    s.append(
+        {"role": "tool", "tool_call_id": call, "content": "\n".join(str(n * 10**6 + i) for i in range(STEP_LINES))}
+    )
+
+
+def request(s: Session, now: list[float]) -> int:
+    """One model request (10 s after the last): the passes absorbed at it; then the provider's answer,
+    the prompt read from the cache up to the last request."""
+    now[0] += 10.0
+    absorbed = sum(1 for r in s.before_request() if r.outcome in MICRO_ABSORBS)
+    t = s.tokens
+    last = s.cache.last
+    read = min(t, last.cached_after) if last is not None else 0
+    s.record_usage(t, cache_read_tokens=read, cache_write_tokens=t - read)
+    return absorbed
+
+
+def after_marker(s: Session) -> int:
+    marker = s.micro.state.marker_index
+    assert marker is not None
+    return len(s.ledger.messages) - marker - 1
+
+
+def test_a_fold_that_lags_is_extended_before_the_view_switches_once():
+    now = [0.0]
+    notes = GatedNotes()
+    s = make_session(now, notes)
+    bg = s.background
+    assert bg is not None
+    n = 0
+    notes.gate.clear()  # every summarizer call waits: the first fold job stalls on its first pass
+    while not bg.busy and n < 80:
+        assert request(s, now) == 0
+        step(s, n)
+        n += 1
+    assert bg.busy, "no fold was ever started"
+    for _ in range(LAGGED_STEPS):  # the fast loop goes on while the fold waits on its summarizer
+        assert request(s, now) == 0
+        step(s, n)
+        n += 1
+    notes.gate.set()
+    bg.wait(60)
+    switches = []
+    for _ in range(4):
+        switches.append(request(s, now))
+        if switches[-1]:
+            break
+        bg.wait(60)
+        step(s, n)
+        n += 1
+    assert sum(1 for a in switches if a) == 1, f"the view switched {switches}"
+    assert bg.caught_up == 1
+    # The view it switched to keeps the low-water tail (and the one step since the extension started), not
+    # the steps that came while the fold ran (without the extension: 14 messages after the marker).
+    kept = after_marker(s)
+    assert kept <= s.config.compression.min_tail_messages + 3 and kept < 2 * LAGGED_STEPS, kept
+    assert s.batch.stats().compactions == 0
