@@ -35,7 +35,20 @@ def is_marker_text(block: dict[str, Any]) -> bool:
 
 
 def marker_texts(messages: list[dict[str, Any]]) -> list[str]:
-    return [b["text"] for m in messages for b in blocks_of(m) if is_marker_text(b)]
+    """Each marker's whole text. The proxy sends a marker with a breakpoint as two text blocks, its fixed
+    opening (carrying the breakpoint) then the summary (server/breakpoints.py): those are joined again."""
+    texts = []
+    for message in messages:
+        blocks = blocks_of(message)
+        for i, block in enumerate(blocks):
+            if not is_marker_text(block):
+                continue
+            text = str(block["text"])
+            following = blocks[i + 1] if i + 1 < len(blocks) else {}
+            if text == MARKER_PREFIX and following.get("type") == "text":
+                text += str(following.get("text", ""))
+            texts.append(text)
+    return texts
 
 
 def user_words(messages: list[dict[str, Any]]) -> list[str]:
