@@ -16,30 +16,10 @@ from microcompact.events import MICRO_ABSORBS
 from microcompact.fold_price import Verdict
 from microcompact.micro.price import AHEAD_REQUESTS, PricePolicy
 from microcompact.session import Session
-from microcompact.tokens import EstimateCounter, TokenCounter
+from support.price_loop import step
+from support.price_loop import step_session as session
 
 WINDOW = 200_000
-STEP_LINES = 3000  # ~6K tokens a step, as Claude Code's 24 KB outputs
-
-
-class Notes:
-    """A deterministic summarizer: one line per exchange."""
-
-    name = "notes"
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def merge(self, summary: str, exchange: list[dict[str, Any]]) -> str:
-        self.calls += 1
-        ids = [c["id"] for m in exchange for c in (m.get("tool_calls") or [])]
-        return (summary + "\n- ran " + ",".join(ids)).strip()
-
-    def batch(self, summary: str, messages: list[dict[str, Any]], focus: str | None = None) -> str:
-        return (summary + f"\n- batch of {len(messages)}").strip()
-
-    def condense(self, summary: str, target_tokens: int) -> str:
-        return summary[: len(summary) // 4]
 
 
 def config(background: bool = True, **pricing: Any) -> Any:
@@ -49,27 +29,6 @@ def config(background: bool = True, **pricing: Any) -> Any:
             "model": {"context_length": WINDOW},
             "pricing": {"preset": "anthropic", **pricing},
         }
-    )
-
-
-def session(cfg: Any, now: list[float]) -> Session:
-    s = Session(cfg, summarizer=Notes(), counter=TokenCounter(EstimateCounter()), clock=lambda: now[0])
-    s.append({"role": "system", "content": "system " * 16_000})
-    s.append({"role": "user", "content": "Run the numbered steps."})
-    return s
-
-
-def step(s: Session, n: int) -> None:
-    call = f"c{n}"
-    s.append(
-        {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [{"id": call, "type": "function", "function": {"name": "Bash", "arguments": "{}"}}],
-        }
-    )
-    s.append(
-        {"role": "tool", "tool_call_id": call, "content": "\n".join(str(n * 10**6 + i) for i in range(STEP_LINES))}
     )
 
 

@@ -9,43 +9,16 @@ requests that must see its result; the session's clock is a list the test moves.
 
 from __future__ import annotations
 
-import threading
-from typing import Any
-
 from microcompact.config import parse_config
 from microcompact.events import MICRO_ABSORBS
 from microcompact.session import Session
-from microcompact.tokens import EstimateCounter, TokenCounter
+from support.price_loop import Notes, step, step_session
 
 WINDOW = 1_000_000  # the cap far away: the price rule, not the hard limit, decides the fold
-STEP_LINES = 3000  # ~6K tokens a step
 LAGGED_STEPS = 5
 
 
-class GatedNotes:
-    """One line per exchange, each call waiting until the gate is open."""
-
-    name = "notes"
-
-    def __init__(self) -> None:
-        self.gate = threading.Event()
-        self.gate.set()
-        self.calls = 0
-
-    def merge(self, summary: str, exchange: list[dict[str, Any]]) -> str:
-        assert self.gate.wait(60), "the test never opened the gate"
-        self.calls += 1
-        ids = [c["id"] for m in exchange for c in (m.get("tool_calls") or [])]
-        return (summary + "\n- ran " + ",".join(ids)).strip()
-
-    def batch(self, summary: str, messages: list[dict[str, Any]], focus: str | None = None) -> str:
-        return (summary + f"\n- batch of {len(messages)}").strip()
-
-    def condense(self, summary: str, target_tokens: int) -> str:
-        return summary[: len(summary) // 4]
-
-
-def make_session(now: list[float], notes: GatedNotes) -> Session:
+def make_session(now: list[float], notes: Notes) -> Session:
     cfg = parse_config(
         {
             "compression": {"micro_compact": True, "micro_compact_background": True},
@@ -53,19 +26,7 @@ def make_session(now: list[float], notes: GatedNotes) -> Session:
             "pricing": {"preset": "anthropic"},
         }
     )
-    s = Session(cfg, summarizer=notes, counter=TokenCounter(EstimateCounter()), clock=lambda: now[0])
-    s.append({"role": "system", "content": "system " * 16_000})
-    s.append({"role": "user", "content": "Run the numbered steps."})
-    return s
-
-
-def step(s: Session, n: int) -> None:
-    call = f"c{n}"
-    tool_call = {"id": call, "type": "function", "function": {"name": "Bash", "arguments": "{}"}}
-    s.append({"role": "assistant", "content": None, "tool_calls": [tool_call]})
-    s.append(
-        {"role": "tool", "tool_call_id": call, "content": "\n".join(str(n * 10**6 + i) for i in range(STEP_LINES))}
-    )
+    return step_session(cfg, now, notes)
 
 
 def request(s: Session, now: list[float]) -> int:
@@ -88,7 +49,7 @@ def after_marker(s: Session) -> int:
 
 def test_a_fold_that_lags_is_extended_before_the_view_switches_once():
     now = [0.0]
-    notes = GatedNotes()
+    notes = Notes()
     s = make_session(now, notes)
     bg = s.background
     assert bg is not None

@@ -5,7 +5,6 @@ worker and switches the view once, never one exchange per request."""
 from __future__ import annotations
 
 import itertools
-import threading
 import time
 from typing import Any
 
@@ -14,34 +13,10 @@ from microcompact.events import MICRO_ABSORBS
 from microcompact.micro import CadencePolicy
 from microcompact.micro.price import PricePolicy
 from microcompact.session import Session
-from microcompact.tokens import EstimateCounter, TokenCounter
+from support.price_loop import Notes, step
+from support.price_loop import step_session as session
 
 WINDOW = 200_000
-STEP_LINES = 3000  # ~6K tokens a step, as Claude Code's 24 KB outputs
-
-
-class Notes:
-    """A deterministic summarizer: one line per exchange (``delay`` seconds per call, like a model)."""
-
-    name = "notes"
-
-    def __init__(self, delay: float = 0.0) -> None:
-        self.delay = delay
-        self.calls = 0
-        self.threads: set[str] = set()
-
-    def merge(self, summary: str, exchange: list[dict[str, Any]]) -> str:
-        self.calls += 1
-        self.threads.add(threading.current_thread().name)
-        time.sleep(self.delay)
-        ids = [c["id"] for m in exchange for c in (m.get("tool_calls") or [])]
-        return (summary + "\n- ran " + ",".join(ids)).strip()
-
-    def batch(self, summary: str, messages: list[dict[str, Any]], focus: str | None = None) -> str:
-        return (summary + f"\n- batch of {len(messages)}").strip()
-
-    def condense(self, summary: str, target_tokens: int) -> str:
-        return summary[: len(summary) // 4]
 
 
 def config(**compression: Any) -> Any:
@@ -51,27 +26,6 @@ def config(**compression: Any) -> Any:
             "model": {"context_length": WINDOW},
             "pricing": {"preset": "anthropic"},
         }
-    )
-
-
-def session(cfg: Any, now: list[float], summarizer: Notes | None = None) -> Session:
-    s = Session(cfg, summarizer=summarizer or Notes(), counter=TokenCounter(EstimateCounter()), clock=lambda: now[0])
-    s.append({"role": "system", "content": "system " * 16_000})
-    s.append({"role": "user", "content": "Run the numbered steps."})
-    return s
-
-
-def step(s: Session, n: int) -> None:
-    call = f"c{n}"
-    s.append(
-        {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [{"id": call, "type": "function", "function": {"name": "Bash", "arguments": "{}"}}],
-        }
-    )
-    s.append(
-        {"role": "tool", "tool_call_id": call, "content": "\n".join(str(n * 10**6 + i) for i in range(STEP_LINES))}
     )
 
 
