@@ -315,3 +315,16 @@ def test_a_key_value_dsn_is_postgresql_and_a_dead_one_is_one_line(home: Path, tm
         "postgresql://postgres@127.0.0.1:1/: cannot connect to PostgreSQL",
     )
     assert not list(tmp_path.glob("user=*")), "no SQLite file named after the DSN"
+
+
+def test_a_window_smaller_than_what_is_never_cut_is_said_not_silent(home: Path, tmp_path: Path) -> None:
+    """A --context-limit below the user messages' own size: the replay runs (nothing of theirs is cut) and
+    says on stderr that the prompt went over the window, instead of ending as a silent success."""
+    big = {"role": "user", "content": "please read this carefully " * 400}
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps(big) + "\n" + json.dumps({"role": "assistant", "content": "ok"}) + "\n")
+    result = invoke("replay", path, "--context-limit", 1024)
+    assert result.exit_code == 0, result.output
+    assert "over the 1,024-token window" in result.stderr and "larger --context-limit" in result.stderr
+    fits = invoke("replay", path, "--context-limit", 200_000)
+    assert fits.exit_code == 0 and "window" not in fits.stderr

@@ -6,7 +6,7 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -187,10 +187,23 @@ def run_replay(req: ReplayRequest) -> None:
     else:
         print_replay(out, req.transcript, summary, stats, session)
     warning, code = failure_report(stats)
-    if warning:
-        say(warning)
+    for line in (warning, over_window(summary)):
+        if line:
+            say(line)
     if code:
         raise typer.Exit(code)
+
+
+def over_window(summary: dict[str, Any]) -> str | None:
+    """The warning when the replayed prompt went over the window anyway (what is never cut, the system and
+    user messages and markers, is larger than it): without it a tiny --context-limit ends silently."""
+    limit, peak = summary.get("context_limit"), summary.get("peak_tokens", 0)
+    if not limit or peak <= limit:
+        return None
+    return (
+        f"warning: the prompt reached {peak:,} tokens, over the {limit:,}-token window: the system and user "
+        "messages and markers, which are never cut, alone are larger; use a larger --context-limit"
+    )
 
 
 def _checked_options(req: ReplayRequest) -> CompareOptions:
