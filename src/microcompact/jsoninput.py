@@ -110,9 +110,29 @@ def _is_jsonl(text: str) -> bool:
     return "role" in value or "messages" not in value or bool(rest.strip())
 
 
+def too_deep(value: Any) -> bool:
+    """True when a container in ``value`` is more than MAX_DEPTH levels down (``value`` itself is level 1).
+    Iterative and over containers only: well under a millisecond for a 150K-token request body."""
+    if not isinstance(value, (dict, list)):
+        return False
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return True
+        for child in item.values() if isinstance(item, dict) else item:
+            if isinstance(child, (dict, list)):
+                stack.append((child, depth + 1))
+    return False
+
+
 def check_value(value: Any, where: str, *, surrogates: bool = True) -> None:
     """Raise TranscriptError when ``value`` nests deeper than MAX_DEPTH or (``surrogates``) holds a string
     that is not valid Unicode text. Iterative, so it cannot itself run out of stack."""
+    if not surrogates:
+        if too_deep(value):
+            raise TranscriptError(f"{where}: JSON nested too deeply (more than {MAX_DEPTH} levels)")
+        return
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()

@@ -32,7 +32,7 @@ import httpx
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..jsoninput import MAX_DEPTH
+from ..jsoninput import MAX_DEPTH, too_deep
 from .errors import BadRequest, error_body
 from .metrics import Metrics
 from .routes import match
@@ -142,7 +142,7 @@ def parse_json(raw: bytes) -> Any:
             if where is not None:
                 raise BadRequest(_too_deep(where)) from None
             raise BadRequest(f"the request body is not valid JSON ({exc})") from None
-    if _too_deep_value(value):
+    if too_deep(value):
         where = deep_path(raw)
         raise BadRequest(_too_deep(where or "(unknown)"))
     return value
@@ -150,22 +150,6 @@ def parse_json(raw: bytes) -> Any:
 
 def _too_deep(where: str) -> str:
     return f"the request body is nested more than {MAX_DEPTH} levels deep at {where}; this proxy refuses it"
-
-
-def _too_deep_value(value: Any) -> bool:
-    """True when a container in ``value`` is more than MAX_DEPTH levels down (the body itself is level 1).
-    Iterative, containers only: well under a millisecond for a 150K-token body."""
-    if not isinstance(value, (dict, list)):
-        return False
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            return True
-        for child in item.values() if isinstance(item, dict) else item:
-            if isinstance(child, (dict, list)):
-                stack.append((child, depth + 1))
-    return False
 
 
 _TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{},]')
