@@ -27,6 +27,7 @@ TEMPLATE_NAMES = (
     "batch_focus.txt",
     "prose_template.md",
     "retry_note.txt",
+    "upstream_merge.txt",
 )
 EMPTY_MERGE_SUMMARY = "(empty: this is the first excerpt)"  # what the model sees before the first fold
 EMPTY_BATCH_SUMMARY = "(none)"
@@ -54,6 +55,19 @@ def _system_prompt(name: str, **values: object) -> str:
 def merge_system(max_words: int = PROSE_WORDS) -> str:
     """The system prompt of a merge: the fill-in template, its stated length, the rules."""
     return _system_prompt("merge_system.md", template=render("prose_template.md"), max_words=max_words)
+
+
+def upstream_merge_request(summary: str, exchange: str, max_words: int = PROSE_WORDS) -> str:
+    """The instruction appended to the client's own conversation (``summarizer: upstream``): notes on the
+    named ``exchange`` of it, in the prose template."""
+    return render(
+        "upstream_merge.txt",
+        exchange=exchange,
+        summary=summary.strip() or EMPTY_MERGE_SUMMARY,
+        template=render("prose_template.md"),
+        max_words=max_words,
+        common_rules=render("common_rules.md"),
+    )
 
 
 def condense_system(max_words: int = PROSE_WORDS) -> str:

@@ -1,0 +1,306 @@
+"""``summarizer: upstream``: the summary of an exchange asked of the client's own model, on the client's own
+credential, as one more turn of the conversation the provider has cached.
+
+``serve`` tells the summarizer of each conversation the last request that went upstream and was answered
+(:meth:`UpstreamSummarizer.remember`: its URL, headers and body exactly as sent). A merge sends that body
+again with one user message appended: an instruction naming the exchange to fold (its first words, its
+tool calls) and the notes so far, asking for the same prose template the model summarizers fill in. The
+provider reads the conversation from its cache, so the summary's input is billed at the read price; the
+answer goes through the same checks (:func:`~.checks.check_summary`) as any model summary, and the facts
+(file ledger, failing commands) are kept beside the notes by code.
+
+Any failure (no request known yet, the exchange not in that request, an HTTP error, a timeout, a tool call
+or refusal, an answer the checks reject) writes the extractive summary instead, with one log line; the
+upstream is not asked again for a while after a failure that is about the upstream (``REST_SECONDS``), and
+never again after it refused the credential. Condense and batch compaction always use the extractive
+summarizer: only a merge names one exchange of the cached conversation.
+
+The request goes only to the URL the client's request went to (never a redirect), with the headers it
+went with; nothing of it is stored or logged. What the summarizer adds to it (the instruction, the notes
+so far, quoted first words) is redacted first.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import orjson
+
+from ..messages import Message
+from ..redact import redact_text
+from ..render import exchange_text as render_exchange
+from ..tokens import EstimateCounter
+from .base import (
+    CountText,
+    Summarizer,
+    SummarizerAuthError,
+    SummarizerBadOutput,
+    SummarizerError,
+    SummarizerRateLimited,
+    SummarizerTimeout,
+    SummarizerUnavailable,
+    SummaryRejected,
+)
+from .checks import CheckInput, check_summary
+from .facts_text import strip_facts
+from .http import excerpt, join_facts, split_prose
+from .prompts import PROSE_HEADINGS, PROSE_WORDS, upstream_merge_request
+from .sections import clip
+from .upstream_wire import APIS, Answer, read_answer, summary_body, tool_call_ids
+
+log = logging.getLogger("microcompact")
+
+NAME = "upstream"
+REST_SECONDS = 30.0  # after a timeout, a 429 or a 5xx: the extractive summary meanwhile
+QUOTE_CHARS = 100  # of the exchange's first words, in the instruction
+DROPPED_HEADERS = frozenset({"content-length", "host", "transfer-encoding", "connection"})
+FactsHook = Callable[[str | None, Sequence[Message]], str]
+
+
+@dataclass(frozen=True)
+class UpstreamRequest:
+    """The last request of a conversation that went upstream and was answered, as it was sent."""
+
+    api: str  # "anthropic" or "openai-chat" (upstream_wire.APIS)
+    url: str
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+    # Bills one summary request (its usage at the client's model's prices): (answer) -> None.
+    bill: Callable[[Answer], None] | None = None
+
+    def __repr__(self) -> str:  # never the headers (credentials) or the body
+        return f"UpstreamRequest(api={self.api!r}, url=<{len(self.url)} chars>, body=<{len(self.body)} bytes>)"
+
+
+class UpstreamSummarizer:
+    """Merges by the client's own model over its cached conversation; everything else, and every failure,
+    by ``fallback`` (the extractive summarizer). ``last_used`` names the one that wrote the last summary."""
+
+    def __init__(
+        self,
+        fallback: Summarizer,
+        *,
+        timeout: float = 60.0,
+        max_output_tokens: int = 2000,
+        facts: FactsHook | None = None,
+        count_text: CountText | None = None,
+        prose_words: int = PROSE_WORDS,
+        clock: Callable[[], float] = time.monotonic,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.name = NAME
+        self.fallback = fallback
+        self.timeout = timeout
+        self.max_output_tokens = max_output_tokens
+        self.facts = facts
+        self.count_text: CountText = count_text or EstimateCounter().count
+        self.prose_words = prose_words
+        self.clock = clock
+        self.last_used: str | None = None
+        self.calls = 0  # summary requests sent upstream
+        self.failures = 0  # of those and of the merges that could not send one: the extractive summary written
+        self._request: UpstreamRequest | None = None
+        self._lock = threading.Lock()
+        self._resting_until = 0.0
+        self._refused = False
+        self._logged: set[str] = set()
+        self._transport = transport
+        self._client: httpx.Client | None = None
+
+    # ------------------------------------------------------------------ what serve tells it
+
+    def remember(self, request: UpstreamRequest) -> None:
+        """The conversation's newest answered request (called by ``serve`` after each one)."""
+        if request.api in APIS:
+            self._request = request
+
+    # ------------------------------------------------------------------ the protocol
+
+    def merge(self, summary: str, exchange: list[dict[str, Any]]) -> str:
+        try:
+            text = self._merge(summary, exchange)
+        except Exception as exc:
+            self._failed(exc)
+            self.last_used = str(getattr(self.fallback, "name", "extractive"))
+            return self.fallback.merge(summary, exchange)
+        self.last_used = NAME
+        return text
+
+    def condense(self, summary: str, target_tokens: int) -> str:
+        self.last_used = str(getattr(self.fallback, "name", "extractive"))
+        return self.fallback.condense(summary, target_tokens)
+
+    def batch(self, summary: str, messages: list[dict[str, Any]], focus: str | None = None) -> str:
+        self.last_used = str(getattr(self.fallback, "name", "extractive"))
+        return self.fallback.batch(summary, messages, focus)
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    # ------------------------------------------------------------------ one merge
+
+    def _merge(self, summary: str, exchange: list[Message]) -> str:
+        request = self._usable_request()
+        body = _parsed(request.body)
+        missing = exchange_calls(exchange) - tool_call_ids(request.api, body)
+        if missing:
+            raise SummarizerUnavailable("the exchange is not in the conversation's last request")
+        prose, kept = split_prose(summary)
+        shown = prose or summary
+        trusted = self._facts(summary or None, kept, exchange)
+        instruction = redact_text(upstream_merge_request(shown, name_exchange(exchange), self.prose_words))
+        given = CheckInput(
+            previous=summary,
+            messages=[render_exchange([m]) for m in exchange],
+            instructions=upstream_merge_request("", "", self.prose_words),
+            required_sections=PROSE_HEADINGS,
+            trusted=trusted,
+            previous_prose=shown,
+        )
+        answer = self._send(request, summary_body(request.api, body, instruction, self.max_output_tokens))
+        rejection = check_summary(answer.text, given)
+        if rejection is not None:
+            raise SummaryRejected(rejection, excerpt(answer.text))
+        return join_facts(answer.text, trusted)
+
+    def _usable_request(self) -> UpstreamRequest:
+        request = self._request
+        if request is None:
+            raise SummarizerUnavailable("no request of this conversation has gone upstream (only serve has one)")
+        with self._lock:
+            if self._refused:
+                raise SummarizerAuthError("the upstream refused the client's credential for a summary before")
+            if self.clock() < self._resting_until:
+                raise SummarizerUnavailable("resting after a failure of the upstream")
+        return request
+
+    def _facts(self, summary: str | None, kept: str, exchange: Sequence[Message]) -> str:
+        if self.facts is None:
+            return kept
+        return "\n\n".join(part for part in (strip_facts(kept), self.facts(summary, exchange).strip()) if part)
+
+    def _send(self, request: UpstreamRequest, body: dict[str, Any]) -> Answer:
+        """The upstream's answer to ``body``, billed; a :class:`SummarizerError` for any failure."""
+        headers = [(n, v) for n, v in request.headers if n.lower() not in DROPPED_HEADERS]
+        self.calls += 1
+        try:
+            response = self._http().post(request.url, headers=headers, content=orjson.dumps(body))
+        except httpx.TimeoutException as exc:
+            raise SummarizerTimeout("no answer within the timeout") from exc
+        except httpx.HTTPError as exc:
+            raise SummarizerUnavailable(f"the upstream is unreachable ({type(exc).__name__})") from exc
+        if response.status_code != 200:
+            raise _status_error(response.status_code)
+        try:
+            payload = orjson.loads(response.content)
+        except orjson.JSONDecodeError as exc:
+            raise SummarizerBadOutput("the answer is not JSON") from exc
+        answer = read_answer(request.api, payload, NAME)
+        if request.bill is not None:
+            request.bill(answer)
+        return answer
+
+    def _http(self) -> httpx.Client:
+        if self._client is None:
+            # No redirects: the credential goes to the URL the client's request went to, nowhere else.
+            self._client = httpx.Client(
+                timeout=self.timeout, follow_redirects=False, trust_env=True, transport=self._transport
+            )
+        return self._client
+
+    def _failed(self, exc: Exception) -> None:
+        """One log line per kind of failure (later ones of the same kind at debug level); a rest or a stop."""
+        self.failures += 1
+        with self._lock:
+            if isinstance(exc, SummarizerAuthError):
+                self._refused = True
+            elif isinstance(exc, (SummarizerTimeout, SummarizerRateLimited)) or (
+                isinstance(exc, SummarizerUnavailable) and "not in the conversation" not in str(exc)
+            ):
+                self._resting_until = max(self._resting_until, self.clock() + REST_SECONDS)
+            kind = type(exc).__name__ if not isinstance(exc, SummaryRejected) else f"rejected:{exc.rejection.code}"
+            first = kind not in self._logged
+            self._logged.add(kind)
+        reason = str(exc) if isinstance(exc, SummarizerError) else type(exc).__name__
+        if isinstance(exc, SummaryRejected) and exc.excerpt:
+            reason += f"; excerpt {exc.excerpt!r}"
+        log.log(
+            logging.WARNING if first else logging.DEBUG,
+            "Summarizer upstream: %s; the extractive summary is written instead",
+            clip(redact_text(reason), 300),
+        )
+
+
+def _status_error(status: int) -> SummarizerError:
+    if status in (401, 403):
+        return SummarizerAuthError(f"the upstream refused the client's credential ({status})")
+    if status == 429:
+        return SummarizerRateLimited("the upstream is rate limiting (429)")
+    if status >= 500:
+        return SummarizerUnavailable(f"the upstream is unavailable ({status})")
+    return SummarizerBadOutput(f"the upstream refused the summary request ({status})")
+
+
+def _parsed(raw: bytes) -> dict[str, Any]:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        body = None
+    if not isinstance(body, dict):
+        raise SummarizerUnavailable("the conversation's last request is not a JSON object")
+    return body
+
+
+def exchange_calls(exchange: Sequence[Message]) -> set[str]:
+    """The ids of the tool calls an exchange (session messages) makes."""
+    ids: set[str] = set()
+    for message in exchange:
+        for call in message.get("tool_calls") or []:
+            if isinstance(call, dict) and call.get("id"):
+                ids.add(str(call["id"]))
+    return ids
+
+
+def name_exchange(exchange: Sequence[Message]) -> str:
+    """How the instruction names an exchange: the assistant's first words, its tool calls (ids and names)."""
+    first = next((t for m in exchange if m.get("role") == "assistant" and (t := _text_of(m.get("content")))), "")
+    calls = [
+        f"{call.get('id')} ({(call.get('function') or {}).get('name', 'tool')})"
+        for m in exchange
+        for call in m.get("tool_calls") or []
+        if isinstance(call, dict)
+    ]
+    parts = []
+    if first.strip():
+        parts.append(f"begins with the assistant writing “{clip(redact_text(first), QUOTE_CHARS)}”")
+    if calls:
+        parts.append(f"makes the tool call{'s' if len(calls) > 1 else ''} {', '.join(calls)} and gets the results")
+    what = " and ".join(parts) if parts else "is the oldest assistant turn not yet summarized"
+    return f"the exchange that {what}"
+
+
+def _text_of(content: Any) -> str:
+    """The text of a message's content: a string, or its text blocks."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(b["text"] for b in content if isinstance(b, dict) and isinstance(b.get("text"), str))
+    return ""
+
+
+def upstream_link(summarizer: Any) -> UpstreamSummarizer | None:
+    """The :class:`UpstreamSummarizer` ``summarizer`` is, or holds as a link of a chain; else None."""
+    if isinstance(summarizer, UpstreamSummarizer):
+        return summarizer
+    for link in getattr(summarizer, "links", ()) or ():
+        if isinstance(link, UpstreamSummarizer):
+            return link
+    return None

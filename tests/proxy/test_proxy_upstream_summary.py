@@ -1,0 +1,283 @@
+"""``summarizer: upstream`` through ``serve`` over real HTTP: the summary request is the client's last request
+as it went up plus one instruction (so the scripted upstream's cache reads it), billed at the client's
+model's prices, sent with that conversation's credential to its own upstream only; a refusal, a tool call,
+an error or an answer the checks reject falls back to the extractive summary."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from microcompact.messages import MARKER_PREFIX
+from microcompact.server.run import proxy_config
+from support.proxy_server import ProxyServer
+from upstream import Fault, RecordedRequest, Reply, ScriptedUpstream, Text, ToolCall, text
+from upstream.usage import PrefixCache
+
+EPHEMERAL = {"type": "ephemeral"}
+INSTRUCTION = "[microcompact] This message comes from microcompact"
+TOOLS = [{"name": "Bash", "description": "Run.", "input_schema": {"type": "object", "properties": {}}}]
+OPENAI_TOOLS = [{"type": "function", "function": {"name": "Bash", "parameters": {"type": "object", "properties": {}}}}]
+STEPS = 30
+NOTES = (
+    "### Goal\nRun the numbered steps.\n### Work done\nThe assistant ran STEP with Bash and read its numbered "
+    "output lines.\n### Findings\nEvery step so far printed its lines; nothing failed.\n### Next\nRun the "
+    "remaining steps."
+)
+NAMED_STEP = re.compile(r"writing “(Step \d+)\.”")
+
+
+def notes(record: RecordedRequest) -> Reply:
+    """The notes a model would write on the exchange the instruction names (its step, in its own words)."""
+    named = NAMED_STEP.search(json.dumps(record.body["messages"][-1], ensure_ascii=False))
+    return text(NOTES.replace("STEP", named[1] if named else "a step"))
+
+
+def is_summary(record: RecordedRequest) -> bool:
+    messages = (record.body or {}).get("messages") or []
+    return bool(messages) and INSTRUCTION in json.dumps(messages[-1])
+
+
+def steps_done(body: dict[str, Any]) -> int:
+    return json.dumps(body.get("messages")).count('"tool_result"') + json.dumps(body.get("messages")).count(
+        '"role": "tool"'
+    )
+
+
+def scripted(summary: Any) -> Any:
+    """Summary requests get ``summary`` (a Reply or a Fault); the agent's get the next step or a final text."""
+
+    def script(record: RecordedRequest) -> Any:
+        if is_summary(record):
+            return notes(record) if summary is None else summary
+        n = steps_done(record.body or {})
+        if n >= STEPS:
+            return text("done")
+        return Reply((Text(f"Step {n}."), ToolCall("Bash", {"command": f"seq {n}"})))
+
+    return script
+
+
+def output(n: int) -> str:
+    return "\n".join(f"{n} line {i} " + "x" * 60 for i in range(120))
+
+
+def anthropic_loop(proxy: ProxyServer, key: str, opening: str = "Run the steps.") -> list[httpx.Response]:
+    """An agent loop like Claude Code's: breakpoints on the system prompt and the newest message."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": [{"type": "text", "text": opening}]}]
+    answers = []
+    with httpx.Client(base_url=proxy.base_url, timeout=60) as client:
+        for _ in range(STEPS + 1):
+            last = messages[-1]
+            marked = {**last, "content": [*last["content"][:-1], {**last["content"][-1], "cache_control": EPHEMERAL}]}
+            body = {
+                "model": "claude-test",
+                "max_tokens": 300,
+                "tools": TOOLS,
+                "system": [{"type": "text", "text": "system prompt " * 400, "cache_control": EPHEMERAL}],
+                "messages": [*messages[:-1], marked],
+            }
+            headers = {"x-api-key": key, "anthropic-version": "2023-06-01"}
+            answer = client.post("/v1/messages", json=body, headers=headers)
+            assert answer.status_code == 200, answer.text
+            answers.append(answer)
+            reply = answer.json()
+            messages.append({"role": "assistant", "content": reply["content"]})
+            calls = [b for b in reply["content"] if b["type"] == "tool_use"]
+            if not calls:
+                break
+            result = {"type": "tool_result", "tool_use_id": calls[0]["id"], "content": output(len(answers))}
+            messages.append({"role": "user", "content": [result]})
+            proxy.settle()
+    return answers
+
+
+def openai_loop(proxy: ProxyServer, key: str) -> list[httpx.Response]:
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "system prompt " * 400},
+        {"role": "user", "content": "Run the steps."},
+    ]
+    answers = []
+    with httpx.Client(base_url=proxy.base_url, timeout=60) as client:
+        for _ in range(STEPS + 1):
+            body = {"model": "gpt-test", "max_tokens": 300, "tools": OPENAI_TOOLS, "messages": messages}
+            answer = client.post("/v1/chat/completions", json=body, headers={"authorization": f"Bearer {key}"})
+            assert answer.status_code == 200, answer.text
+            answers.append(answer)
+            message = answer.json()["choices"][0]["message"]
+            messages = [*messages, {k: v for k, v in message.items() if v is not None}]
+            if not message.get("tool_calls"):
+                break
+            call = message["tool_calls"][0]
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": output(len(answers))})
+            proxy.settle()
+    return answers
+
+
+def serve(upstream: ScriptedUpstream, tmp_path: Path, **config: Any) -> ProxyServer:
+    cfg = proxy_config(None, 40_000, "upstream")
+    if config:
+        cfg = cfg.with_overrides(**config)
+    return ProxyServer(upstream.base_url, tmp_path / "s.db", config=cfg)
+
+
+def preceding(requests: list[RecordedRequest], summary: RecordedRequest) -> RecordedRequest:
+    """The client request ``summary`` continues: one of the last two that went up before it (a pass that
+    started after one answer may send its request while the client's next one is on its way), whose
+    messages are exactly the summary request's but its last."""
+    earlier = [r for r in requests if r.number < summary.number and not is_summary(r)][-2:]
+    prefix = orjson.dumps(summary.body["messages"][:-1])
+    matching = [r for r in earlier if orjson.dumps(r.body["messages"]) == prefix]
+    assert matching, f"summary request {summary.number} continues none of requests {[r.number for r in earlier]}"
+    return matching[-1]
+
+
+def markers(requests: list[RecordedRequest]) -> list[str]:
+    sent = [json.dumps(r.body["messages"]) for r in requests if not is_summary(r)]
+    return [m for m in sent if MARKER_PREFIX in m]
+
+
+# ------------------------------------------------------------------ Anthropic
+
+
+def test_the_summary_rides_the_cache_and_is_billed_as_the_clients_model(tmp_path: Path):
+    with ScriptedUpstream(scripted(None), min_cacheable=0) as upstream, serve(upstream, tmp_path) as proxy:
+        answers = anthropic_loop(proxy, "sk-ant-one")
+        proxy.settle()
+        bills = dict(proxy.proxy.compaction.bills)
+        pricing = proxy.config.cache_pricing("anthropic")
+    sent = upstream.generation_requests()
+    summaries = [r for r in sent if is_summary(r)]
+    assert summaries, "no summary request went upstream"
+    for summary in summaries:
+        last = preceding(sent, summary)
+        # The conversation exactly as it last went up: system, tools and every message, byte for byte.
+        assert orjson.dumps(summary.body["messages"][:-1]) == orjson.dumps(last.body["messages"])
+        for key in ("system", "tools", "model"):
+            assert orjson.dumps(summary.body[key]) == orjson.dumps(last.body[key])
+        assert summary.body["stream"] is False and summary.body["max_tokens"] == proxy.config.summarizer_output_tokens()
+        assert "tool_choice" not in summary.body  # not added: a change of it would invalidate the cached messages
+        assert summary.headers["x-api-key"] == "sk-ant-one"
+        # Read from the cache: everything the previous request left there, nothing written again.
+        assert summary.usage["cache_read_input_tokens"] == (
+            last.usage["cache_read_input_tokens"] + last.usage["cache_creation_input_tokens"]
+        )
+        assert summary.usage["cache_creation_input_tokens"] == 0
+    # The model's notes are what the markers say.
+    assert any("nothing failed" in m for m in markers(sent))
+    # Billed at the client's model's prices: read, plain input (the instruction) and output.
+    assert pricing is not None
+    expected = sum(
+        pricing.prompt_cost(s.usage["cache_read_input_tokens"], 0, s.usage["input_tokens"])
+        + pricing.output_cost(s.usage["output_tokens"])
+        for s in summaries
+    )
+    (bill,) = bills.values()
+    assert bill.summarizer == pytest.approx(expected)
+    assert bill.spent > bill.summarizer > 0
+    assert 0 < float(answers[-1].headers["x-microcompact-cost"]) <= bill.spent
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        text("I can't help with summarizing this conversation.", stop_reason="refusal"),
+        text("lol"),  # no sections: the checks reject it
+        Reply((ToolCall("Bash", {"command": "ls"}),)),  # a tool call instead of a summary
+        Fault(status=500, message="overloaded"),
+        Fault(garbage=b"not json at all"),
+    ],
+    ids=["refusal", "garbage", "tool-call", "http-500", "not-json"],
+)
+def test_a_failed_summary_falls_back_to_the_extractive_one(tmp_path: Path, answer: Any, caplog):
+    caplog.set_level(logging.WARNING, logger="microcompact")
+    with ScriptedUpstream(scripted(answer), min_cacheable=0) as upstream, serve(upstream, tmp_path) as proxy:
+        answers = anthropic_loop(proxy, "sk-ant-one")
+        proxy.settle()
+        (session,) = proxy.router.sessions()
+        summarizer = session.summarizer
+    assert all(a.status_code == 200 for a in answers) and len(answers) == STEPS + 1
+    sent = upstream.generation_requests()
+    assert any(is_summary(r) for r in sent)
+    written = markers(sent)
+    assert written, "no fold: the extractive summary should have been written"
+    assert not any("nothing failed" in m for m in written)
+    assert summarizer.failures >= 1 and summarizer.last_used == "extractive"
+    lines = [r for r in caplog.records if "Summarizer upstream" in r.getMessage()]
+    assert len(lines) == 1, [r.getMessage() for r in lines]  # once, however many passes fell back
+    assert "sk-ant-one" not in caplog.text
+
+
+def test_the_credential_goes_only_to_its_own_conversation_and_upstream(tmp_path: Path):
+    with (
+        ScriptedUpstream(scripted(None), min_cacheable=0) as anthropic,
+        ScriptedUpstream(scripted(None), openai_cache=True) as openai,
+        serve(anthropic, tmp_path) as proxy,
+    ):
+        proxy.proxy.settings = dataclasses.replace(proxy.proxy.settings, openai_upstream=openai.openai_base_url)
+        anthropic_loop(proxy, "sk-ant-one", "Run the steps, first.")
+        anthropic_loop(proxy, "sk-ant-two", "Run the steps, second.")
+        openai_loop(proxy, "sk-openai-three")
+        proxy.settle()
+    ant = anthropic.generation_requests()
+    oai = openai.generation_requests()
+    assert any(is_summary(r) for r in ant) and any(is_summary(r) for r in oai)
+    for record in ant:
+        first = json.dumps(record.body["messages"][0])
+        own = "sk-ant-one" if "first." in first else "sk-ant-two"
+        assert record.headers.get("x-api-key") == own
+        assert "sk-openai-three" not in json.dumps(record.headers)
+        assert "authorization" not in record.headers
+    for record in oai:
+        assert record.headers.get("authorization") == "Bearer sk-openai-three"
+        assert "sk-ant" not in json.dumps(record.headers)
+    assert all(r.path == "/v1/messages" for r in ant) and all(r.path == "/v1/chat/completions" for r in oai)
+
+
+# ------------------------------------------------------------------ OpenAI Chat Completions
+
+
+def test_openai_chat_summary_reuses_the_prefix_and_reads_cached_tokens(tmp_path: Path):
+    with (
+        ScriptedUpstream(scripted(None), openai_cache=True) as upstream,
+        serve(upstream, tmp_path) as proxy,
+    ):
+        openai_loop(proxy, "sk-openai-three")
+        proxy.settle()
+        bills = dict(proxy.proxy.compaction.bills)
+        pricing = proxy.config.cache_pricing("openai")
+    sent = upstream.generation_requests()
+    summaries = [r for r in sent if is_summary(r)]
+    assert summaries
+    for summary in summaries:
+        last = preceding(sent, summary)
+        assert orjson.dumps(summary.body["messages"][:-1]) == orjson.dumps(last.body["messages"])
+        assert orjson.dumps(summary.body["tools"]) == orjson.dumps(last.body["tools"])
+        assert summary.body["max_tokens"] == proxy.config.summarizer_output_tokens()
+        assert summary.body["stream"] is False
+        cached = summary.usage["prompt_tokens_details"]["cached_tokens"]
+        # All of the previous request is read: what a cache that saw only it reads of the summary request.
+        alone = PrefixCache()
+        alone.cached_tokens(last.body)
+        assert cached == alone.cached_tokens(summary.body) > 0
+        assert summary.usage["prompt_tokens"] - cached < 1_200  # the instruction, the overhead, a step's rest
+    assert any("nothing failed" in m for m in markers(sent))
+    assert pricing is not None
+    expected = sum(
+        pricing.prompt_cost(
+            s.usage["prompt_tokens_details"]["cached_tokens"],
+            s.usage["prompt_tokens"] - s.usage["prompt_tokens_details"]["cached_tokens"],
+        )
+        + pricing.output_cost(s.usage["completion_tokens"])
+        for s in summaries
+    )
+    (bill,) = bills.values()
+    assert bill.summarizer == pytest.approx(expected)
