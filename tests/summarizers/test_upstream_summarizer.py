@@ -1,0 +1,282 @@
+"""The upstream summarizer against the scripted upstream over HTTP on 127.0.0.1: what it appends, what it
+never adds (secrets), when it does not ask at all, how it rests and stops after failures, and the
+request body it builds for each API; plus the config and command-line errors of ``summarizer: upstream``."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from typer.testing import CliRunner
+
+from microcompact.cli import app
+from microcompact.config import parse_config
+from microcompact.summarizers import ExtractiveSummarizer
+from microcompact.summarizers.configured import summarizer_for
+from microcompact.summarizers.upstream import REST_SECONDS, UpstreamRequest, UpstreamSummarizer, name_exchange
+from microcompact.summarizers.upstream_wire import ANTHROPIC, OPENAI_CHAT, Answer, read_answer, summary_body
+from upstream import Fault, RecordedRequest, ScriptedUpstream, text
+
+SECRET = "sk-ant-api03-" + "Q" * 80
+NOTES = (
+    "### Goal\nFix the failing build.\n### Work done\nThe assistant read the build log of make test.\n"
+    "### Findings\nThe build log showed one failure.\n### Next\nFix the failure."
+)
+
+
+def exchange(call_id: str = "toolu_01", said: str = "Reading the build log.") -> list[dict[str, Any]]:
+    call = {"id": call_id, "type": "function", "function": {"name": "Bash", "arguments": '{"command": "make test"}'}}
+    return [
+        {"role": "assistant", "content": said, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": call_id, "content": "make test\nbuild log: 1 failure in test_build"},
+    ]
+
+
+def last_request(call_id: str = "toolu_01", said: str = "Reading the build log.") -> dict[str, Any]:
+    return {
+        "model": "claude-test",
+        "max_tokens": 8000,
+        "stream": True,
+        "system": [{"type": "text", "text": "You are a coding agent.", "cache_control": {"type": "ephemeral"}}],
+        "messages": [
+            {"role": "user", "content": "Fix the failing build."},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": said},
+                    {"type": "tool_use", "id": call_id, "name": "Bash", "input": {"command": "make test"}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": call_id, "content": "build log: 1 failure"}],
+            },
+        ],
+    }
+
+
+def told(summarizer: UpstreamSummarizer, upstream: ScriptedUpstream, body: dict[str, Any], key: str = "k1") -> None:
+    summarizer.remember(
+        UpstreamRequest(
+            ANTHROPIC,
+            f"{upstream.base_url}/v1/messages",
+            (("x-api-key", key), ("anthropic-version", "2023-06-01"), ("content-length", "1")),
+            orjson.dumps(body),
+        )
+    )
+
+
+def instruction(record: RecordedRequest) -> str:
+    return str(record.body["messages"][-1]["content"][0]["text"])
+
+
+def test_the_notes_of_the_named_exchange_come_back_with_the_facts(tmp_path: Path):
+    with ScriptedUpstream(lambda r: text(NOTES)) as upstream:
+        summarizer = UpstreamSummarizer(
+            ExtractiveSummarizer(), facts=lambda previous, messages: "### Files\n- build.log"
+        )
+        told(summarizer, upstream, last_request())
+        out = summarizer.merge("", exchange())
+    (sent,) = upstream.generation_requests()
+    assert out.startswith(NOTES) and out.endswith("### Files\n- build.log")
+    assert summarizer.last_used == "upstream" and summarizer.calls == 1
+    asked = instruction(sent)
+    assert "toolu_01 (Bash)" in asked and "“Reading the build log.”" in asked
+    assert sent.headers["x-api-key"] == "k1" and sent.body["stream"] is False
+    assert sent.body["messages"][:-1] == last_request()["messages"]
+
+
+def test_no_secret_is_added_by_the_instruction(tmp_path: Path):
+    said = f"Using the key {SECRET} to read the log."
+    with ScriptedUpstream(lambda r: text(NOTES)) as upstream:
+        summarizer = UpstreamSummarizer(ExtractiveSummarizer())
+        told(summarizer, upstream, last_request(said=said))
+        summarizer.merge(f"### Goal\nThe key {SECRET} was set.", exchange(said=said))
+    (sent,) = upstream.generation_requests()
+    assert SECRET not in instruction(sent)
+    # What the client sent itself goes back as it was (its own provider has it already).
+    assert SECRET in json.dumps(sent.body["messages"][:-1])
+
+
+def test_an_exchange_not_in_the_last_request_is_never_asked_about(caplog):
+    caplog.set_level(logging.WARNING, logger="microcompact")
+    with ScriptedUpstream(lambda r: text(NOTES)) as upstream:
+        summarizer = UpstreamSummarizer(ExtractiveSummarizer())
+        told(summarizer, upstream, last_request(call_id="toolu_other"))
+        out = summarizer.merge("", exchange())
+        assert upstream.generation_requests() == []
+    assert out and summarizer.last_used == "extractive" and summarizer.failures == 1
+    assert "not in the conversation's last request" in caplog.text
+
+
+def test_without_any_request_the_extractive_summary_is_written_and_said_once(caplog):
+    caplog.set_level(logging.WARNING, logger="microcompact")
+    summarizer = UpstreamSummarizer(ExtractiveSummarizer())
+    for _ in range(3):
+        assert summarizer.merge("", exchange())
+    lines = [r for r in caplog.records if "Summarizer upstream" in r.getMessage()]
+    assert len(lines) == 1 and "only serve has one" in lines[0].getMessage()
+
+
+def test_a_refused_credential_stops_the_asking_and_an_outage_rests_it():
+    now = [0.0]
+    with ScriptedUpstream() as upstream:
+        upstream.enqueue(Fault(status=503, message="overloaded"), text(NOTES))
+        summarizer = UpstreamSummarizer(ExtractiveSummarizer(), clock=lambda: now[0])
+        told(summarizer, upstream, last_request())
+        summarizer.merge("", exchange())  # 503: rests
+        summarizer.merge("", exchange())  # resting: not asked
+        assert len(upstream.generation_requests()) == 1
+        now[0] = REST_SECONDS + 1
+        assert summarizer.merge("", exchange()).startswith(NOTES)
+        assert len(upstream.generation_requests()) == 2
+        upstream.enqueue(Fault(status=401, message="invalid x-api-key"))
+        summarizer.merge("", exchange())
+        now[0] += 10 * REST_SECONDS
+        summarizer.merge("", exchange())
+        assert len(upstream.generation_requests()) == 3  # refused once: never asked again
+    assert summarizer.last_used == "extractive"
+
+
+def test_a_redirect_is_not_followed_so_the_credential_stays_with_its_upstream():
+    with ScriptedUpstream() as elsewhere, ScriptedUpstream() as upstream:
+        moved = f"{elsewhere.base_url}/v1/messages"
+        upstream.enqueue(Fault(status=307, message="moved", headers={"location": moved}))
+        summarizer = UpstreamSummarizer(ExtractiveSummarizer())
+        told(summarizer, upstream, last_request())
+        assert summarizer.merge("", exchange())
+        assert elsewhere.requests == [] and summarizer.last_used == "extractive"
+
+
+def test_condense_and_batch_are_extractive():
+    summarizer = UpstreamSummarizer(ExtractiveSummarizer())
+    long = "### Goal\n" + "\n".join(f"- item {i} " + "word " * 30 for i in range(40))
+    assert len(summarizer.condense(long, 100)) < len(long)
+    assert summarizer.batch("", exchange()) and summarizer.last_used == "extractive"
+
+
+# ------------------------------------------------------------------ the wire
+
+
+def test_the_anthropic_body_keeps_everything_but_the_stream_and_the_bound():
+    body = {**last_request(), "thinking": {"type": "enabled", "budget_tokens": 4000}, "tool_choice": {"type": "auto"}}
+    out = summary_body(ANTHROPIC, body, "notes please", 2000)
+    assert list(out) == list(body)  # key order kept: the cached parts serialize as they did
+    assert out["max_tokens"] == 6000 and out["stream"] is False
+    assert out["tool_choice"] == body["tool_choice"] and out["thinking"] == body["thinking"]
+    assert out["messages"][:-1] == body["messages"]
+    assert out["messages"][-1] == {"role": "user", "content": [{"type": "text", "text": "notes please"}]}
+
+
+def test_the_openai_body_bounds_the_output_in_the_field_the_client_used():
+    base = {"model": "gpt", "messages": [{"role": "user", "content": "hi"}], "stream": True, "n": 2}
+    plain = summary_body(OPENAI_CHAT, {**base, "max_tokens": 100, "stream_options": {"include_usage": True}}, "x", 500)
+    assert plain["max_tokens"] == 500 and "max_completion_tokens" not in plain
+    assert "stream_options" not in plain and "n" not in plain and plain["stream"] is False
+    reasoning = summary_body(OPENAI_CHAT, {**base, "max_completion_tokens": 9000}, "x", 500)
+    assert reasoning["max_completion_tokens"] == 500 and "max_tokens" not in reasoning
+    assert summary_body(OPENAI_CHAT, base, "x", 500)["max_completion_tokens"] == 500
+    with pytest.raises(ValueError):
+        summary_body(ANTHROPIC, {"messages": []}, "x", 500)
+
+
+@pytest.mark.parametrize(
+    ("api", "payload", "error"),
+    [
+        (ANTHROPIC, {"content": [{"type": "text", "text": "no"}], "stop_reason": "refusal"}, "refusal"),
+        (ANTHROPIC, {"content": [{"type": "tool_use", "id": "t", "name": "Bash", "input": {}}]}, "called a tool"),
+        (ANTHROPIC, {"content": [{"type": "text", "text": "### Goal\n- a"}], "stop_reason": "max_tokens"}, "cut off"),
+        (
+            OPENAI_CHAT,
+            {"choices": [{"message": {"content": None, "refusal": "no"}, "finish_reason": "stop"}]},
+            "refused",
+        ),
+        (
+            OPENAI_CHAT,
+            {"choices": [{"message": {"content": "x"}, "finish_reason": "content_filter"}]},
+            "content_filter",
+        ),
+        (OPENAI_CHAT, [], "not a JSON object"),
+    ],
+)
+def test_an_answer_that_is_not_a_summary_is_refused(api: str, payload: Any, error: str):
+    with pytest.raises(Exception, match=error):
+        read_answer(api, payload, "upstream")
+
+
+def test_the_usage_of_an_answer_is_read_for_the_bill():
+    anthropic = {
+        "content": [{"type": "thinking", "thinking": "hm"}, {"type": "text", "text": NOTES}],
+        "stop_reason": "end_turn",
+        "usage": {
+            "input_tokens": 700,
+            "cache_read_input_tokens": 90_000,
+            "cache_creation_input_tokens": 0,
+            "output_tokens": 150,
+        },
+    }
+    assert read_answer(ANTHROPIC, anthropic, "u") == Answer(NOTES, 90_700, 90_000, 0, 150)
+    openai = {
+        "choices": [{"message": {"content": NOTES}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 9000, "completion_tokens": 80, "prompt_tokens_details": {"cached_tokens": 8064}},
+    }
+    assert read_answer(OPENAI_CHAT, openai, "u") == Answer(NOTES, 9000, 8064, None, 80)
+
+
+def test_the_exchange_is_named_by_its_first_words_and_its_calls():
+    named = name_exchange(exchange())
+    assert named == (
+        "the exchange that begins with the assistant writing “Reading the build log.” and makes the tool call "
+        "toolu_01 (Bash) and gets the results"
+    )
+    assert SECRET not in name_exchange(exchange(said=SECRET))
+
+
+# ------------------------------------------------------------------ config and command line
+
+
+def test_the_config_builds_the_upstream_summarizer_with_the_extractive_behind_it():
+    cfg = parse_config({"auxiliary": {"compression": {"provider": "upstream"}}})
+    assert cfg.auxiliary.compression.kind == "upstream"
+    summarizer = summarizer_for(cfg)
+    assert isinstance(summarizer, UpstreamSummarizer) and summarizer.fallback.name == "extractive"
+    assert summarizer.max_output_tokens == cfg.summarizer_output_tokens()
+    pricing = cfg.cache_pricing("anthropic")
+    assert pricing is not None and pricing.summarizer_input == 0.0  # its calls are billed from their usage
+
+
+def test_replay_refuses_the_upstream_summarizer_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("MICROCOMPACT_HOME", str(tmp_path / "home"))
+    config = tmp_path / "c.yaml"
+    config.write_text("auxiliary:\n  compression:\n    provider: upstream\n")
+    transcript = tmp_path / "t.jsonl"
+    transcript.write_text('{"role": "user", "content": "hi"}\n{"role": "assistant", "content": "hello"}\n')
+    result = CliRunner().invoke(app, ["replay", str(transcript), "--config", str(config)])
+    assert result.exit_code != 0
+    assert "provider: upstream" in result.output and "replay has no upstream" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_serve_refuses_an_unknown_summarizer_in_one_line():
+    result = CliRunner().invoke(app, ["serve", "--summarizer", "gpt"])
+    assert result.exit_code != 0 and "--summarizer: expected extractive or upstream, got 'gpt'" in result.output
+
+
+def test_serve_summarizer_option_beats_the_config_file(tmp_path: Path):
+    from microcompact.server.run import proxy_config
+
+    config = tmp_path / "c.yaml"
+    config.write_text("auxiliary:\n  compression:\n    provider: extractive\n")
+    assert proxy_config(config, None, "upstream").auxiliary.compression.provider == "upstream"
+    assert proxy_config(config, None).auxiliary.compression.provider == "extractive"
+
+
+def test_the_request_never_shows_its_credential_or_body():
+    request = UpstreamRequest(ANTHROPIC, "https://x/v1/messages", (("x-api-key", SECRET),), b'{"secret": 1}')
+    assert SECRET not in repr(request) and "secret" not in repr(request)
+    assert httpx.URL(request.url).host == "x"
