@@ -20,6 +20,7 @@ from microcompact.messages import MARKER_PREFIX
 from microcompact.server.run import proxy_config
 from support.proxy_server import ProxyServer
 from upstream import Fault, RecordedRequest, Reply, ScriptedUpstream, Text, ToolCall, text
+from upstream.responses_server import ResponsesUpstream
 from upstream.usage import PrefixCache
 
 EPHEMERAL = {"type": "ephemeral"}
@@ -37,19 +38,24 @@ NAMED_STEP = re.compile(r"writing “(Step \d+)\.”")
 
 def notes(record: RecordedRequest) -> Reply:
     """The notes a model would write on the exchange the instruction names (its step, in its own words)."""
-    named = NAMED_STEP.search(json.dumps(record.body["messages"][-1], ensure_ascii=False))
+    named = NAMED_STEP.search(json.dumps(conversation(record.body)[-1], ensure_ascii=False))
     return text(NOTES.replace("STEP", named[1] if named else "a step"))
 
 
+def conversation(body: dict[str, Any] | None) -> list[Any]:
+    """A request's messages (Chat, Messages) or input items (Responses)."""
+    body = body or {}
+    return list(body.get("messages") or body.get("input") or [])
+
+
 def is_summary(record: RecordedRequest) -> bool:
-    messages = (record.body or {}).get("messages") or []
-    return bool(messages) and INSTRUCTION in json.dumps(messages[-1])
+    items = conversation(record.body)
+    return bool(items) and INSTRUCTION in json.dumps(items[-1])
 
 
 def steps_done(body: dict[str, Any]) -> int:
-    return json.dumps(body.get("messages")).count('"tool_result"') + json.dumps(body.get("messages")).count(
-        '"role": "tool"'
-    )
+    shown = json.dumps(conversation(body))
+    return shown.count('"tool_result"') + shown.count('"role": "tool"') + shown.count('"function_call_output"')
 
 
 def scripted(summary: Any) -> Any:
@@ -134,14 +140,14 @@ def preceding(requests: list[RecordedRequest], summary: RecordedRequest) -> Reco
     started after one answer may send its request while the client's next one is on its way), whose
     messages are exactly the summary request's but its last."""
     earlier = [r for r in requests if r.number < summary.number and not is_summary(r)][-2:]
-    prefix = orjson.dumps(summary.body["messages"][:-1])
-    matching = [r for r in earlier if orjson.dumps(r.body["messages"]) == prefix]
+    prefix = orjson.dumps(conversation(summary.body)[:-1])
+    matching = [r for r in earlier if orjson.dumps(conversation(r.body)) == prefix]
     assert matching, f"summary request {summary.number} continues none of requests {[r.number for r in earlier]}"
     return matching[-1]
 
 
 def markers(requests: list[RecordedRequest]) -> list[str]:
-    sent = [json.dumps(r.body["messages"]) for r in requests if not is_summary(r)]
+    sent = [json.dumps(conversation(r.body)) for r in requests if not is_summary(r)]
     return [m for m in sent if MARKER_PREFIX in m]
 
 
@@ -281,3 +287,63 @@ def test_openai_chat_summary_reuses_the_prefix_and_reads_cached_tokens(tmp_path:
     )
     (bill,) = bills.values()
     assert bill.summarizer == pytest.approx(expected)
+
+
+# ------------------------------------------------------------------ OpenAI Responses
+
+RESPONSES_TOOLS = [{"type": "function", "name": "Bash", "parameters": {"type": "object", "properties": {}}}]
+
+
+def responses_loop(proxy: ProxyServer, key: str) -> list[httpx.Response]:
+    """A Codex-like loop: instructions, stateless input items (store false), function calls and outputs."""
+    items: list[dict[str, Any]] = [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Run the steps."}]}
+    ]
+    answers = []
+    with httpx.Client(base_url=proxy.base_url, timeout=60) as client:
+        for _ in range(STEPS + 1):
+            body = {
+                "model": "gpt-test",
+                "instructions": "system prompt " * 400,
+                "input": items,
+                "tools": RESPONSES_TOOLS,
+                "store": False,
+                "max_output_tokens": 300,
+            }
+            answer = client.post("/v1/responses", json=body, headers={"authorization": f"Bearer {key}"})
+            assert answer.status_code == 200, answer.text
+            answers.append(answer)
+            said = answer.json()["output"]
+            items = [*items, *said]
+            calls = [i for i in said if i["type"] == "function_call"]
+            if not calls:
+                break
+            result = {"type": "function_call_output", "call_id": calls[0]["call_id"], "output": output(len(answers))}
+            items.append(result)
+            proxy.settle()
+    return answers
+
+
+def test_responses_summary_reuses_the_input_and_reads_cached_tokens(tmp_path: Path):
+    with ResponsesUpstream(scripted(None)) as upstream, serve(upstream, tmp_path) as proxy:
+        proxy.proxy.settings = dataclasses.replace(proxy.proxy.settings, openai_upstream=upstream.openai_base_url)
+        answers = responses_loop(proxy, "sk-openai-four")
+        proxy.settle()
+        bills = dict(proxy.proxy.compaction.bills)
+    assert len(answers) == STEPS + 1
+    sent = upstream.responses_requests()
+    summaries = [r for r in sent if is_summary(r)]
+    assert summaries
+    for summary in summaries:
+        last = preceding(sent, summary)
+        assert orjson.dumps(summary.body["input"][:-1]) == orjson.dumps(last.body["input"])
+        for key in ("instructions", "tools", "model"):
+            assert orjson.dumps(summary.body[key]) == orjson.dumps(last.body[key])
+        assert summary.body["store"] is False and summary.body["stream"] is False
+        assert summary.body["max_output_tokens"] == proxy.config.summarizer_output_tokens()
+        assert summary.headers["authorization"] == "Bearer sk-openai-four"
+        cached = summary.usage["input_tokens_details"]["cached_tokens"]
+        assert cached > 0 and summary.usage["input_tokens"] - cached < 1_200
+    assert any("nothing failed" in m for m in markers(sent))
+    (bill,) = bills.values()
+    assert bill.summarizer > 0

@@ -19,7 +19,15 @@ from microcompact.config import parse_config
 from microcompact.summarizers import ExtractiveSummarizer
 from microcompact.summarizers.configured import summarizer_for
 from microcompact.summarizers.upstream import REST_SECONDS, UpstreamRequest, UpstreamSummarizer, name_exchange
-from microcompact.summarizers.upstream_wire import ANTHROPIC, OPENAI_CHAT, Answer, read_answer, summary_body
+from microcompact.summarizers.upstream_wire import (
+    ANTHROPIC,
+    OPENAI_CHAT,
+    OPENAI_RESPONSES,
+    Answer,
+    read_answer,
+    summary_body,
+    tool_call_ids,
+)
 from upstream import Fault, RecordedRequest, ScriptedUpstream, text
 
 SECRET = "sk-ant-api03-" + "Q" * 80
@@ -183,6 +191,40 @@ def test_the_openai_body_bounds_the_output_in_the_field_the_client_used():
     assert summary_body(OPENAI_CHAT, base, "x", 500)["max_completion_tokens"] == 500
     with pytest.raises(ValueError):
         summary_body(ANTHROPIC, {"messages": []}, "x", 500)
+
+
+def test_the_responses_body_appends_one_message_item_and_stores_nothing():
+    items = [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+        {"type": "function_call", "call_id": "call_1", "name": "Bash", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "call_1", "output": "ok"},
+    ]
+    body = {"model": "gpt", "instructions": "sys", "input": items, "store": True, "stream": True, "tools": []}
+    out = summary_body(OPENAI_RESPONSES, body, "notes please", 700)
+    assert out["input"][:-1] == items and out["input"][-1]["content"] == [
+        {"type": "input_text", "text": "notes please"}
+    ]
+    assert out["store"] is False and out["stream"] is False and out["max_output_tokens"] == 700
+    assert out["instructions"] == "sys" and list(out)[: len(body)] == list(body)
+    assert tool_call_ids(OPENAI_RESPONSES, body) == {"call_1"}
+    with pytest.raises(ValueError):
+        summary_body(OPENAI_RESPONSES, {"input": "a string"}, "x", 5)
+
+
+def test_a_responses_answer_is_read_and_its_calls_and_cutoffs_refused():
+    message = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": NOTES}]}
+    usage = {"input_tokens": 9000, "input_tokens_details": {"cached_tokens": 8192}, "output_tokens": 90}
+    done = {"status": "completed", "output": [{"type": "reasoning", "summary": []}, message], "usage": usage}
+    assert read_answer(OPENAI_RESPONSES, done, "u") == Answer(NOTES, 9000, 8192, None, 90)
+    call = {"status": "completed", "output": [{"type": "function_call", "call_id": "c", "name": "Bash"}]}
+    with pytest.raises(Exception, match="called a tool"):
+        read_answer(OPENAI_RESPONSES, call, "u")
+    cut = {"status": "incomplete", "incomplete_details": {"reason": "max_output_tokens"}, "output": [message]}
+    with pytest.raises(Exception, match="cut off"):
+        read_answer(OPENAI_RESPONSES, cut, "u")
+    refused = {"status": "completed", "output": [{**message, "content": [{"type": "refusal", "refusal": "no"}]}]}
+    with pytest.raises(Exception, match="refused"):
+        read_answer(OPENAI_RESPONSES, refused, "u")
 
 
 @pytest.mark.parametrize(

@@ -3,9 +3,9 @@ summarizer, and the summary requests it sends are billed as what they are, the c
 
 :func:`remember` is called once a compacted request's answer has come back whole and successful: the request
 as it went upstream (``httpx.Request``: URL, headers, body) becomes the prefix the next summary requests
-reuse, so they go to that upstream only, with that request's credential only. The Anthropic Messages route
-and the OpenAI Chat Completions route are served; on the Responses and Gemini routes the conversation's
-merges are extractive.
+reuse, so they go to that upstream only, with that request's credential only. The Anthropic Messages, OpenAI
+Chat Completions and OpenAI Responses routes are served; on the Gemini routes the conversation's merges
+are extractive.
 
 A summary request's cost goes into the session's bill (``Compaction.bills``) at the client's model's
 prices: the cache read, the cache written and the plain input the answer reports, and its output. Its
@@ -22,7 +22,7 @@ from ..cache_usage import SessionBill
 from ..config import Config
 from ..pricing import MILLION
 from ..summarizers.upstream import UpstreamRequest, upstream_link
-from ..summarizers.upstream_wire import ANTHROPIC, OPENAI_CHAT, Answer
+from ..summarizers.upstream_wire import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES, Answer
 from .compaction import Prepared
 
 
@@ -32,6 +32,8 @@ def wire_api(api: str | None, url: httpx.URL) -> str | None:
         return ANTHROPIC
     if api == "openai" and url.path.endswith("/chat/completions"):
         return OPENAI_CHAT
+    if api == "openai" and url.path.endswith("/responses"):
+        return OPENAI_RESPONSES
     return None
 
 

@@ -92,7 +92,6 @@ class UpstreamSummarizer:
         count_text: CountText | None = None,
         prose_words: int = PROSE_WORDS,
         clock: Callable[[], float] = time.monotonic,
-        transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.name = NAME
         self.fallback = fallback
@@ -110,8 +109,6 @@ class UpstreamSummarizer:
         self._resting_until = 0.0
         self._refused = False
         self._logged: set[str] = set()
-        self._transport = transport
-        self._client: httpx.Client | None = None
 
     # ------------------------------------------------------------------ what serve tells it
 
@@ -139,11 +136,6 @@ class UpstreamSummarizer:
     def batch(self, summary: str, messages: list[dict[str, Any]], focus: str | None = None) -> str:
         self.last_used = str(getattr(self.fallback, "name", "extractive"))
         return self.fallback.batch(summary, messages, focus)
-
-    def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
 
     # ------------------------------------------------------------------ one merge
 
@@ -174,7 +166,10 @@ class UpstreamSummarizer:
     def _usable_request(self) -> UpstreamRequest:
         request = self._request
         if request is None:
-            raise SummarizerUnavailable("no request of this conversation has gone upstream (only serve has one)")
+            raise SummarizerUnavailable(
+                "no request of this conversation to re-send: only serve has one, on the Anthropic Messages, "
+                "OpenAI Chat Completions and Responses routes"
+            )
         with self._lock:
             if self._refused:
                 raise SummarizerAuthError("the upstream refused the client's credential for a summary before")
@@ -192,7 +187,7 @@ class UpstreamSummarizer:
         headers = [(n, v) for n, v in request.headers if n.lower() not in DROPPED_HEADERS]
         self.calls += 1
         try:
-            response = self._http().post(request.url, headers=headers, content=orjson.dumps(body))
+            response = _http().post(request.url, headers=headers, content=orjson.dumps(body), timeout=self.timeout)
         except httpx.TimeoutException as exc:
             raise SummarizerTimeout("no answer within the timeout") from exc
         except httpx.HTTPError as exc:
@@ -207,14 +202,6 @@ class UpstreamSummarizer:
         if request.bill is not None:
             request.bill(answer)
         return answer
-
-    def _http(self) -> httpx.Client:
-        if self._client is None:
-            # No redirects: the credential goes to the URL the client's request went to, nowhere else.
-            self._client = httpx.Client(
-                timeout=self.timeout, follow_redirects=False, trust_env=True, transport=self._transport
-            )
-        return self._client
 
     def _failed(self, exc: Exception) -> None:
         """One log line per kind of failure (later ones of the same kind at debug level); a rest or a stop."""
@@ -237,6 +224,21 @@ class UpstreamSummarizer:
             "Summarizer upstream: %s; the extractive summary is written instead",
             clip(redact_text(reason), 300),
         )
+
+
+_CLIENT: httpx.Client | None = None
+_CLIENT_LOCK = threading.Lock()
+
+
+def _http() -> httpx.Client:
+    """One connection pool for every conversation's summary requests (thread-safe), made when first used.
+    No redirects: the credential goes to the URL the client's request went to, nowhere else; the proxy's
+    environment (HTTPS_PROXY, SSL_CERT_FILE) applies, as it does to the forwarded requests."""
+    global _CLIENT
+    with _CLIENT_LOCK:
+        if _CLIENT is None:
+            _CLIENT = httpx.Client(follow_redirects=False, trust_env=True)
+        return _CLIENT
 
 
 def _status_error(status: int) -> SummarizerError:

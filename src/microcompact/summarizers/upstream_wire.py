@@ -1,6 +1,7 @@
 """The wire side of a summary that rides the provider's cache: the request body built from the one the client
 last sent (its conversation left exactly as it went up, one instruction appended), and the answer read
-back (its text, why it stopped, what the cache did).
+back (its text, why it stopped, what the cache did): Anthropic Messages, OpenAI Chat Completions and
+OpenAI Responses (not stored on the provider: ``store`` false).
 
 Only what is outside the cached prefix changes: ``stream`` (off: one JSON answer), the output bound and,
 for OpenAI, the stream options. Tools, ``tool_choice``, thinking settings, the system prompt and every
@@ -22,7 +23,8 @@ from .validation import completion_summary
 
 ANTHROPIC = "anthropic"
 OPENAI_CHAT = "openai-chat"
-APIS = (ANTHROPIC, OPENAI_CHAT)
+OPENAI_RESPONSES = "openai-responses"
+APIS = (ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES)
 # Why an answer stopped that leaves it usable as a summary.
 FINISHED = {"end_turn", "stop_sequence", "stop"}
 
@@ -42,6 +44,8 @@ def summary_body(api: str, body: dict[str, Any], instruction: str, max_output_to
     """The summary request: ``body`` (the client's request as it went upstream) with ``instruction`` as one
     more user message at the end, no stream and a bounded output. Raises ValueError for a body that holds
     no conversation."""
+    if api == OPENAI_RESPONSES:
+        return _responses_body(body, instruction, max_output_tokens)
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise ValueError("the request holds no messages")
@@ -62,6 +66,21 @@ def summary_body(api: str, body: dict[str, Any], instruction: str, max_output_to
     return out
 
 
+def _responses_body(body: dict[str, Any], instruction: str, max_output_tokens: int) -> dict[str, Any]:
+    """The Responses API's summary request: one more user message item, not stored on the provider."""
+    items = body.get("input")
+    if not isinstance(items, list) or not items:
+        raise ValueError("the request holds no input items")
+    out = dict(body)
+    message = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": instruction}]}
+    out["input"] = [*items, message]
+    out["stream"] = False
+    out.pop("stream_options", None)
+    out["store"] = False
+    out["max_output_tokens"] = max_output_tokens
+    return out
+
+
 def _thinking_budget(body: dict[str, Any]) -> int:
     """The thinking budget the client's request grants (its max_tokens must exceed it), else 0."""
     thinking = body.get("thinking")
@@ -79,6 +98,8 @@ def read_answer(api: str, payload: Any, name: str) -> Answer:
         raise SummarizerBadOutput(f"{name}: the answer is not a JSON object")
     if api == ANTHROPIC:
         text, stop = _anthropic_text(payload, name)
+    elif api == OPENAI_RESPONSES:
+        text, stop = _responses_text(payload, name)
     else:
         text, stop = _openai_text(payload, name)
     if stop == "max_tokens":
@@ -119,6 +140,30 @@ def _openai_text(payload: dict[str, Any], name: str) -> tuple[str, Any]:
     return (content if isinstance(content, str) else ""), choice.get("finish_reason") if choice else None
 
 
+def _responses_text(payload: dict[str, Any], name: str) -> tuple[str, Any]:
+    output = payload.get("output")
+    if not isinstance(output, list):
+        raise SummarizerBadOutput(f"{name}: the answer has no output")
+    texts = []
+    for item in output:
+        kind = item.get("type") if isinstance(item, dict) else None
+        if isinstance(kind, str) and (kind.endswith("_call") or kind == "function_call"):
+            raise SummarizerBadOutput(f"{name}: the model called a tool instead of writing the summary")
+        if kind != "message" or not isinstance(item.get("content"), list):
+            continue  # reasoning items and the like
+        for part in item["content"]:
+            if isinstance(part, dict) and part.get("type") == "refusal":
+                raise SummarizerBadOutput(f"{name}: the model refused to write the summary")
+            if isinstance(part, dict) and part.get("type") == "output_text" and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+    status = payload.get("status")
+    if status == "incomplete":
+        details = payload.get("incomplete_details")
+        reason = details.get("reason") if isinstance(details, dict) else None
+        status = "length" if reason == "max_output_tokens" else reason
+    return "\n".join(texts), "stop" if status == "completed" else status
+
+
 def _count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
@@ -130,15 +175,24 @@ def _usage(api: str, usage: dict[str, Any]) -> tuple[int, int | None, int | None
         written = _count(usage.get("cache_creation_input_tokens"))
         prompt = (_count(usage.get("input_tokens")) or 0) + (read or 0) + (written or 0)
         return prompt, read, written, _count(usage.get("output_tokens")) or 0
-    details = usage.get("prompt_tokens_details")
+    chat = api == OPENAI_CHAT
+    details = usage.get("prompt_tokens_details" if chat else "input_tokens_details")
     read = _count(details.get("cached_tokens")) if isinstance(details, dict) else None
-    prompt = _count(usage.get("prompt_tokens")) or 0
-    return prompt, min(read, prompt) if read is not None else None, None, _count(usage.get("completion_tokens")) or 0
+    prompt = _count(usage.get("prompt_tokens" if chat else "input_tokens")) or 0
+    output = _count(usage.get("completion_tokens" if chat else "output_tokens")) or 0
+    return prompt, min(read, prompt) if read is not None else None, None, output
 
 
 def tool_call_ids(api: str, body: dict[str, Any]) -> set[str]:
     """The ids of the tool calls the request's messages hold (to tell whether an exchange is in it)."""
     ids: set[str] = set()
+    if api == OPENAI_RESPONSES:
+        items = body.get("input")
+        return (
+            {str(i["call_id"]) for i in items if isinstance(i, dict) and i.get("call_id")}
+            if isinstance(items, list)
+            else ids
+        )
     for message in body.get("messages") or []:
         if not isinstance(message, dict):
             continue
