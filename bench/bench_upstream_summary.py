@@ -6,8 +6,8 @@ credential and are priced there like any request (cache read, write, input, outp
     PYTHONPATH=src:tests python bench/bench_upstream_summary.py                 # 24k and the SDK loop
     PYTHONPATH=src:tests python bench/bench_upstream_summary.py --rows sdk      # only the SDK rows
 
-The upstream answers a summary request (the one ending with microcompact's instruction) with notes in the
-four sections, naming the step the instruction names; it tallies those requests apart ("summ calls",
+The upstream answers a summary request (the one ending with microcompact's instruction) with a note on
+each turn it lists, naming the turn's step; it tallies those requests apart ("summ calls",
 their dollars in "cost $"), so "folds" and the main figures count the agent's requests only.
 """
 
@@ -45,7 +45,7 @@ from upstream import Reply, text  # noqa: E402
 from upstream.recorded import RecordedRequest  # noqa: E402
 
 INSTRUCTION = "[microcompact] This message comes from microcompact"
-NAMED_STEP = re.compile(r"writing “Step (\d+)\.”")
+LISTED = re.compile(r"^E(\d+): the assistant turn that begins “Step (\d+)\.”", re.MULTILINE)
 
 
 def is_summary(record: RecordedRequest) -> bool:
@@ -76,14 +76,16 @@ class NotesSteps(CostSteps):
 
     def __call__(self, request: RecordedRequest) -> Reply:
         if is_summary(request):
-            named = NAMED_STEP.search(json.dumps(request.body["messages"][-1], ensure_ascii=False))
-            step = named[1] if named else "one"
-            return text(
-                "### Goal\nRun the numbered steps with the Bash tool until they are done.\n"
-                f"### Work done\nStep {step} ran with the Bash tool and printed its numbers.\n"
-                f"### Findings\nStep {step} printed a list of numbers; nothing failed.\n"
-                "### Next\nRun the next step."
-            )
+            asked = request.body["messages"][-1]["content"]
+            shown = asked if isinstance(asked, str) else asked[0]["text"]
+            blocks = ["### Goal\nRun the numbered steps with the Bash tool until they are done."]
+            for label, step in LISTED.findall(shown):
+                blocks.append(
+                    f"### E{label}\nWork done: Step {step} ran with the Bash tool.\n"
+                    f"Findings: step {step} finished cleanly and step {step} printed its numbers.\n"
+                    f"Next: run the step after step {step}."
+                )
+            return text("\n".join(blocks))
         return super().__call__(request)
 
 

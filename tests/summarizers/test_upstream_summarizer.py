@@ -16,9 +16,11 @@ from typer.testing import CliRunner
 
 from microcompact.cli import app
 from microcompact.config import parse_config
+from microcompact.messages import MARKER_END, MARKER_PREFIX
 from microcompact.summarizers import ExtractiveSummarizer
 from microcompact.summarizers.configured import summarizer_for
-from microcompact.summarizers.upstream import REST_SECONDS, UpstreamRequest, UpstreamSummarizer, name_exchange
+from microcompact.summarizers.upstream import REST_SECONDS, UpstreamRequest, UpstreamSummarizer
+from microcompact.summarizers.upstream_notes import parse_notes, request_turns, session_keys, text_key
 from microcompact.summarizers.upstream_wire import (
     ANTHROPIC,
     OPENAI_CHAT,
@@ -26,15 +28,15 @@ from microcompact.summarizers.upstream_wire import (
     Answer,
     read_answer,
     summary_body,
-    tool_call_ids,
 )
 from upstream import Fault, RecordedRequest, ScriptedUpstream, text
 
 SECRET = "sk-ant-api03-" + "Q" * 80
-NOTES = (
-    "### Goal\nFix the failing build.\n### Work done\nThe assistant read the build log of make test.\n"
-    "### Findings\nThe build log showed one failure.\n### Next\nFix the failure."
+NOTE = (
+    "Work done: The assistant ran make test and read the build log.\n"
+    "Findings: The build log showed 1 failure in test_build.\nNext: Fix the failure."
 )
+NOTES = f"### Goal\nFix the failing build.\n### E1\n{NOTE}"
 
 
 def exchange(call_id: str = "toolu_01", said: str = "Reading the build log.") -> list[dict[str, Any]]:
@@ -91,12 +93,53 @@ def test_the_notes_of_the_named_exchange_come_back_with_the_facts(tmp_path: Path
         told(summarizer, upstream, last_request())
         out = summarizer.merge("", exchange())
     (sent,) = upstream.generation_requests()
-    assert out.startswith(NOTES) and out.endswith("### Files\n- build.log")
-    assert summarizer.last_used == "upstream" and summarizer.calls == 1
+    assert out == (
+        "### Goal\n- Fix the failing build.\n\n### Work done\n- The assistant ran make test and read the build log."
+        "\n\n### Findings\n- The build log showed 1 failure in test_build.\n\n### Next\n- Fix the failure.\n\n"
+        "### Files\n- build.log"
+    )
+    assert summarizer.last_used == "upstream" and summarizer.calls == 1 and summarizer.merged == 1
     asked = instruction(sent)
-    assert "toolu_01 (Bash)" in asked and "“Reading the build log.”" in asked
+    assert "E1: the assistant turn that begins “Reading the build log.” and calls toolu_01 (Bash)" in asked
     assert sent.headers["x-api-key"] == "k1" and sent.body["stream"] is False
     assert sent.body["messages"][:-1] == last_request()["messages"]
+
+
+def test_one_request_writes_the_notes_of_the_exchanges_after_it_too():
+    body = last_request()
+    body["messages"] += [
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "Opening the failing test."},
+                {"type": "tool_use", "id": "toolu_02", "name": "Read", "input": {"path": "test_build.py"}},
+            ],
+        },
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_02", "content": "def test_build"}]},
+    ]
+    second = (
+        "### E2\nWork done: The assistant read test_build.py.\nFindings: none\nNext: Fix test_build in test_build.py."
+    )
+    read = {
+        "id": "toolu_02",
+        "type": "function",
+        "function": {"name": "Read", "arguments": '{"path": "test_build.py"}'},
+    }
+    later = [
+        {"role": "assistant", "content": "Opening the failing test.", "tool_calls": [read]},
+        {"role": "tool", "tool_call_id": "toolu_02", "content": "def test_build"},
+    ]
+    with ScriptedUpstream(lambda r: text(f"{NOTES}\n{second}")) as upstream:
+        summarizer = UpstreamSummarizer(ExtractiveSummarizer())
+        told(summarizer, upstream, body)
+        first = summarizer.merge("", exchange())
+        out = summarizer.merge(first, later)
+        (sent,) = upstream.generation_requests()  # the second merge found its note ready
+    assert "E2: the assistant turn that begins “Opening the failing test.” and calls toolu_02 (Read)" in instruction(
+        sent
+    )
+    assert "- The assistant read test_build.py." in out and "make test" in out
+    assert out.endswith("### Next\n- Fix test_build in test_build.py.") and summarizer.merged == 2
 
 
 def test_no_secret_is_added_by_the_instruction(tmp_path: Path):
@@ -136,17 +179,21 @@ def test_a_refused_credential_stops_the_asking_and_an_outage_rests_it():
     with ScriptedUpstream() as upstream:
         upstream.enqueue(Fault(status=503, message="overloaded"), text(NOTES))
         summarizer = UpstreamSummarizer(ExtractiveSummarizer(), clock=lambda: now[0])
-        told(summarizer, upstream, last_request())
-        summarizer.merge("", exchange())  # 503: rests
-        summarizer.merge("", exchange())  # resting: not asked
+
+        def fold(n: int) -> str:  # exchange n, the newest of the conversation's last request
+            told(summarizer, upstream, last_request(call_id=f"toolu_0{n}"))
+            return summarizer.merge("", exchange(call_id=f"toolu_0{n}"))
+
+        fold(1)  # 503: rests
+        fold(2)  # resting: not asked
         assert len(upstream.generation_requests()) == 1
         now[0] = REST_SECONDS + 1
-        assert summarizer.merge("", exchange()).startswith(NOTES)
+        assert fold(3).startswith("### Goal\n- Fix the failing build.")
         assert len(upstream.generation_requests()) == 2
         upstream.enqueue(Fault(status=401, message="invalid x-api-key"))
-        summarizer.merge("", exchange())
+        fold(4)
         now[0] += 10 * REST_SECONDS
-        summarizer.merge("", exchange())
+        fold(5)
         assert len(upstream.generation_requests()) == 3  # refused once: never asked again
     assert summarizer.last_used == "extractive"
 
@@ -206,7 +253,7 @@ def test_the_responses_body_appends_one_message_item_and_stores_nothing():
     ]
     assert out["store"] is False and out["stream"] is False and out["max_output_tokens"] == 700
     assert out["instructions"] == "sys" and list(out)[: len(body)] == list(body)
-    assert tool_call_ids(OPENAI_RESPONSES, body) == {"call_1"}
+    assert [t.key for t in request_turns(OPENAI_RESPONSES, body)] == ["call_1"]
     with pytest.raises(ValueError):
         summary_body(OPENAI_RESPONSES, {"input": "a string"}, "x", 5)
 
@@ -270,13 +317,24 @@ def test_the_usage_of_an_answer_is_read_for_the_bill():
     assert read_answer(OPENAI_CHAT, openai, "u") == Answer(NOTES, 9000, 8064, None, 80)
 
 
-def test_the_exchange_is_named_by_its_first_words_and_its_calls():
-    named = name_exchange(exchange())
-    assert named == (
-        "the exchange that begins with the assistant writing “Reading the build log.” and makes the tool call "
-        "toolu_01 (Bash) and gets the results"
-    )
-    assert SECRET not in name_exchange(exchange(said=SECRET))
+def test_the_turns_of_a_request_are_keyed_as_the_session_keys_them():
+    body = last_request()
+    marker = f"{MARKER_PREFIX}\n\n## Summary\n\n- x\n\n{MARKER_END}"
+    body["messages"][1]["content"].insert(0, {"type": "text", "text": marker})  # a marker merged in front
+    body["messages"].append({"role": "assistant", "content": "All done."})
+    turns = request_turns(ANTHROPIC, body)
+    assert [t.key for t in turns] == ["toolu_01", text_key("All done.")]
+    assert turns[0].words == "Reading the build log." and turns[0].calls == ("toolu_01 (Bash)",)
+    assert session_keys([*exchange(), {"role": "assistant", "content": "All done."}]) == [t.key for t in turns]
+    said = request_turns(ANTHROPIC, last_request(said=SECRET))
+    assert SECRET not in said[0].words
+
+
+def test_a_note_lacking_a_line_is_no_note():
+    turns = request_turns(ANTHROPIC, last_request())
+    assert parse_notes(NOTES, turns)["toolu_01"].work == "The assistant ran make test and read the build log."
+    assert parse_notes("### E1\nWork done: ran it.\nNext: more.", turns) == {}
+    assert parse_notes("### E7\n" + NOTE, turns) == {}  # a label that was not asked for
 
 
 # ------------------------------------------------------------------ config and command line

@@ -57,19 +57,6 @@ def merge_system(max_words: int = PROSE_WORDS) -> str:
     return _system_prompt("merge_system.md", template=render("prose_template.md"), max_words=max_words)
 
 
-def upstream_merge_request(summary: str, exchange: str, max_words: int = PROSE_WORDS) -> str:
-    """The instruction appended to the client's own conversation (``summarizer: upstream``): notes on the
-    named ``exchange`` of it, in the prose template."""
-    return render(
-        "upstream_merge.txt",
-        exchange=exchange,
-        summary=summary.strip() or EMPTY_MERGE_SUMMARY,
-        template=render("prose_template.md"),
-        max_words=max_words,
-        common_rules=render("common_rules.md"),
-    )
-
-
 def condense_system(max_words: int = PROSE_WORDS) -> str:
     """The system prompt of a condense: the same template, a shorter stated length."""
     return _system_prompt("condense_system.md", template=render("prose_template.md"), max_words=max_words)

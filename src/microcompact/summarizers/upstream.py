@@ -2,18 +2,20 @@
 credential, as one more turn of the conversation the provider has cached.
 
 ``serve`` tells the summarizer of each conversation the last request that went upstream and was answered
-(:meth:`UpstreamSummarizer.remember`: its URL, headers and body exactly as sent). A merge sends that body
-again with one user message appended: an instruction naming the exchange to fold (its first words, its
-tool calls) and the notes so far, asking for the same prose template the model summarizers fill in. The
-provider reads the conversation from its cache, so the summary's input is billed at the read price; the
-answer goes through the same checks (:func:`~.checks.check_summary`) as any model summary, and the facts
-(file ledger, failing commands) are kept beside the notes by code.
+(:meth:`UpstreamSummarizer.remember`: its URL, headers and body exactly as sent). A merge that finds no
+note on its exchange sends that body again with one user message appended: an instruction naming the
+assistant turns from that exchange on (their first words, their tool calls; at most as many as the output
+bound holds) and asking for a three-line note on each, with the notes so far for context
+(:mod:`.upstream_notes`). The provider reads the conversation from its cache, so the input is billed at
+the read price, once for the turns of a whole fold; each merge adds its exchange's note to the rolling
+notes' sections, and the result goes through the same checks (:func:`~.checks.check_summary`) as any
+model summary, the facts (file ledger, failing commands) kept beside the notes by code.
 
-Any failure (no request known yet, the exchange not in that request, an HTTP error, a timeout, a tool call
-or refusal, an answer the checks reject) writes the extractive summary instead, with one log line; the
-upstream is not asked again for a while after a failure that is about the upstream (``REST_SECONDS``), and
-never again after it refused the credential. Condense and batch compaction always use the extractive
-summarizer: only a merge names one exchange of the cached conversation.
+Any failure (no request known yet, the exchange not in that request, an HTTP error, a timeout, a tool
+call or refusal, no note on the exchange, a result the checks reject) writes the extractive summary
+instead, with one log line; the upstream is not asked again for a while after a failure that is about the
+upstream (``REST_SECONDS``), and never again after it refused the credential. Condense and batch
+compaction always use the extractive summarizer: only a merge names exchanges of the cached conversation.
 
 The request goes only to the URL the client's request went to (never a redirect), with the headers it
 went with; nothing of it is stored or logged. What the summarizer adds to it (the instruction, the notes
@@ -50,15 +52,27 @@ from .base import (
 from .checks import CheckInput, check_summary
 from .facts_text import strip_facts
 from .http import excerpt, join_facts, split_prose
-from .prompts import PROSE_HEADINGS, PROSE_WORDS, upstream_merge_request
-from .sections import clip
-from .upstream_wire import APIS, Answer, read_answer, summary_body, tool_call_ids
+from .prompts import PROSE_HEADINGS
+from .sections import clip, parse_sections
+from .upstream_notes import (
+    MAX_EXCHANGES,
+    NOTE_TOKENS,
+    Note,
+    Turn,
+    assemble,
+    instruction,
+    parse_notes,
+    request_turns,
+    session_keys,
+)
+from .upstream_wire import APIS, Answer, read_answer, summary_body
 
 log = logging.getLogger("microcompact")
 
 NAME = "upstream"
 REST_SECONDS = 30.0  # after a timeout, a 429 or a 5xx: the extractive summary meanwhile
-QUOTE_CHARS = 100  # of the exchange's first words, in the instruction
+NOTE_WORDS = 60  # the stated length of one exchange's note
+MAX_NOTES = 1024  # notes kept per conversation (oldest dropped first)
 DROPPED_HEADERS = frozenset({"content-length", "host", "transfer-encoding", "connection"})
 FactsHook = Callable[[str | None, Sequence[Message]], str]
 
@@ -90,7 +104,6 @@ class UpstreamSummarizer:
         max_output_tokens: int = 2000,
         facts: FactsHook | None = None,
         count_text: CountText | None = None,
-        prose_words: int = PROSE_WORDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.name = NAME
@@ -99,16 +112,18 @@ class UpstreamSummarizer:
         self.max_output_tokens = max_output_tokens
         self.facts = facts
         self.count_text: CountText = count_text or EstimateCounter().count
-        self.prose_words = prose_words
         self.clock = clock
         self.last_used: str | None = None
         self.calls = 0  # summary requests sent upstream
+        self.merged = 0  # merges written from the upstream's notes
         self.failures = 0  # of those and of the merges that could not send one: the extractive summary written
         self._request: UpstreamRequest | None = None
         self._lock = threading.Lock()
         self._resting_until = 0.0
         self._refused = False
         self._logged: set[str] = set()
+        self._notes: dict[str, Note] = {}  # by exchange key (upstream_notes): written, not used yet or again
+        self._goal = ""  # the goal the latest answer states
 
     # ------------------------------------------------------------------ what serve tells it
 
@@ -127,6 +142,7 @@ class UpstreamSummarizer:
             self.last_used = str(getattr(self.fallback, "name", "extractive"))
             return self.fallback.merge(summary, exchange)
         self.last_used = NAME
+        self.merged += 1
         return text
 
     def condense(self, summary: str, target_tokens: int) -> str:
@@ -140,28 +156,53 @@ class UpstreamSummarizer:
     # ------------------------------------------------------------------ one merge
 
     def _merge(self, summary: str, exchange: list[Message]) -> str:
-        request = self._usable_request()
-        body = _parsed(request.body)
-        missing = exchange_calls(exchange) - tool_call_ids(request.api, body)
-        if missing:
-            raise SummarizerUnavailable("the exchange is not in the conversation's last request")
+        keys = session_keys(exchange)
+        if not keys:
+            raise SummarizerUnavailable("the exchange has no assistant turn to name")
         prose, kept = split_prose(summary)
         shown = prose or summary
+        if any(key not in self._notes for key in keys):
+            self._ask(keys[0], shown)
+        notes = [self._notes.get(key) for key in keys]
+        if any(note is None for note in notes):
+            raise SummarizerBadOutput("the answer holds no note on the exchange")
         trusted = self._facts(summary or None, kept, exchange)
-        instruction = redact_text(upstream_merge_request(shown, name_exchange(exchange), self.prose_words))
+        text = assemble(shown, [n for n in notes if n is not None], self._goal or "none")
         given = CheckInput(
             previous=summary,
             messages=[render_exchange([m]) for m in exchange],
-            instructions=upstream_merge_request("", "", self.prose_words),
+            instructions=instruction([], "", NOTE_WORDS),
             required_sections=PROSE_HEADINGS,
             trusted=trusted,
             previous_prose=shown,
         )
-        answer = self._send(request, summary_body(request.api, body, instruction, self.max_output_tokens))
-        rejection = check_summary(answer.text, given)
+        rejection = check_summary(text, given)
         if rejection is not None:
-            raise SummaryRejected(rejection, excerpt(answer.text))
-        return join_facts(answer.text, trusted)
+            for key in keys:  # a note the checks refuse is asked for again by the next fold
+                self._notes.pop(key, None)
+            raise SummaryRejected(rejection, excerpt(text))
+        return join_facts(text, trusted)
+
+    def _ask(self, first: str, summary: str) -> None:
+        """One summary request: notes on the request's assistant turns from ``first`` on (those without a
+        note yet, at most as many as the output bound holds), kept for this merge and the next ones."""
+        request = self._usable_request()
+        body = _parsed(request.body)
+        turns = request_turns(request.api, body)
+        start = next((i for i, turn in enumerate(turns) if turn.key == first), None)
+        if start is None:
+            raise SummarizerUnavailable("the exchange is not in the conversation's last request")
+        room = max(1, min(MAX_EXCHANGES, (self.max_output_tokens - NOTE_TOKENS) // NOTE_TOKENS))
+        batch: list[Turn] = [turns[start], *(t for t in turns[start + 1 :] if t.key not in self._notes)][:room]
+        asked = instruction(batch, summary, NOTE_WORDS)
+        answer = self._send(request, summary_body(request.api, body, asked, self.max_output_tokens))
+        notes = parse_notes(answer.text, batch)
+        goal = next((s.items for s in parse_sections(answer.text) if s.name == "goal"), [])
+        if goal:
+            self._goal = " ".join(goal)
+        self._notes.update(notes)
+        while len(self._notes) > MAX_NOTES:
+            self._notes.pop(next(iter(self._notes)))
 
     def _usable_request(self) -> UpstreamRequest:
         request = self._request
@@ -259,43 +300,6 @@ def _parsed(raw: bytes) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise SummarizerUnavailable("the conversation's last request is not a JSON object")
     return body
-
-
-def exchange_calls(exchange: Sequence[Message]) -> set[str]:
-    """The ids of the tool calls an exchange (session messages) makes."""
-    ids: set[str] = set()
-    for message in exchange:
-        for call in message.get("tool_calls") or []:
-            if isinstance(call, dict) and call.get("id"):
-                ids.add(str(call["id"]))
-    return ids
-
-
-def name_exchange(exchange: Sequence[Message]) -> str:
-    """How the instruction names an exchange: the assistant's first words, its tool calls (ids and names)."""
-    first = next((t for m in exchange if m.get("role") == "assistant" and (t := _text_of(m.get("content")))), "")
-    calls = [
-        f"{call.get('id')} ({(call.get('function') or {}).get('name', 'tool')})"
-        for m in exchange
-        for call in m.get("tool_calls") or []
-        if isinstance(call, dict)
-    ]
-    parts = []
-    if first.strip():
-        parts.append(f"begins with the assistant writing “{clip(redact_text(first), QUOTE_CHARS)}”")
-    if calls:
-        parts.append(f"makes the tool call{'s' if len(calls) > 1 else ''} {', '.join(calls)} and gets the results")
-    what = " and ".join(parts) if parts else "is the oldest assistant turn not yet summarized"
-    return f"the exchange that {what}"
-
-
-def _text_of(content: Any) -> str:
-    """The text of a message's content: a string, or its text blocks."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(b["text"] for b in content if isinstance(b, dict) and isinstance(b.get("text"), str))
-    return ""
 
 
 def upstream_link(summarizer: Any) -> UpstreamSummarizer | None:

@@ -181,26 +181,3 @@ def _usage(api: str, usage: dict[str, Any]) -> tuple[int, int | None, int | None
     prompt = _count(usage.get("prompt_tokens" if chat else "input_tokens")) or 0
     output = _count(usage.get("completion_tokens" if chat else "output_tokens")) or 0
     return prompt, min(read, prompt) if read is not None else None, None, output
-
-
-def tool_call_ids(api: str, body: dict[str, Any]) -> set[str]:
-    """The ids of the tool calls the request's messages hold (to tell whether an exchange is in it)."""
-    ids: set[str] = set()
-    if api == OPENAI_RESPONSES:
-        items = body.get("input")
-        return (
-            {str(i["call_id"]) for i in items if isinstance(i, dict) and i.get("call_id")}
-            if isinstance(items, list)
-            else ids
-        )
-    for message in body.get("messages") or []:
-        if not isinstance(message, dict):
-            continue
-        if api == ANTHROPIC:
-            content = message.get("content")
-            blocks = content if isinstance(content, list) else []
-            ids.update(str(b.get("id")) for b in blocks if isinstance(b, dict) and b.get("type") == "tool_use")
-        else:
-            calls = message.get("tool_calls")
-            ids.update(str(c.get("id")) for c in calls or [] if isinstance(c, dict))
-    return ids
