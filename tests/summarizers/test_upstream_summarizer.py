@@ -161,7 +161,10 @@ def test_an_exchange_not_in_the_last_request_is_never_asked_about(caplog):
         told(summarizer, upstream, last_request(call_id="toolu_other"))
         out = summarizer.merge("", exchange())
         assert upstream.generation_requests() == []
-    assert out and summarizer.last_used == "extractive" and summarizer.failures == 1
+        assert out and summarizer.last_used == "extractive" and summarizer.failures == 1
+        told(summarizer, upstream, last_request())  # about that input only: the next exchange is asked at once
+        assert summarizer.merge("", exchange()).startswith("### Goal") and summarizer.last_used == "upstream"
+        assert len(upstream.generation_requests()) == 1
     assert "not in the conversation's last request" in caplog.text
 
 

@@ -77,6 +77,14 @@ DROPPED_HEADERS = frozenset({"content-length", "host", "transfer-encoding", "con
 FactsHook = Callable[[str | None, Sequence[Message]], str]
 
 
+class NotAsked(SummarizerError):
+    """The upstream was not asked: nothing to re-send, or the exchange is not in it (about this input)."""
+
+
+class UpstreamDown(SummarizerUnavailable):
+    """The upstream did not answer (5xx, no connection): it rests before it is asked again."""
+
+
 @dataclass(frozen=True)
 class UpstreamRequest:
     """The last request of a conversation that went upstream and was answered, as it was sent."""
@@ -158,12 +166,13 @@ class UpstreamSummarizer:
     def _merge(self, summary: str, exchange: list[Message]) -> str:
         keys = session_keys(exchange)
         if not keys:
-            raise SummarizerUnavailable("the exchange has no assistant turn to name")
+            raise NotAsked("the exchange has no assistant turn to name")
         prose, kept = split_prose(summary)
         shown = prose or summary
         if any(key not in self._notes for key in keys):
             self._ask(keys[0], shown)
-        notes = [self._notes.get(key) for key in keys]
+        with self._lock:
+            notes = [self._notes.get(key) for key in keys]
         if any(note is None for note in notes):
             raise SummarizerBadOutput("the answer holds no note on the exchange")
         trusted = self._facts(summary or None, kept, exchange)
@@ -178,8 +187,9 @@ class UpstreamSummarizer:
         )
         rejection = check_summary(text, given)
         if rejection is not None:
-            for key in keys:  # a note the checks refuse is asked for again by the next fold
-                self._notes.pop(key, None)
+            with self._lock:  # a note the checks refuse is asked for again by the next fold
+                for key in keys:
+                    self._notes.pop(key, None)
             raise SummaryRejected(rejection, excerpt(text))
         return join_facts(text, trusted)
 
@@ -191,23 +201,24 @@ class UpstreamSummarizer:
         turns = request_turns(request.api, body)
         start = next((i for i, turn in enumerate(turns) if turn.key == first), None)
         if start is None:
-            raise SummarizerUnavailable("the exchange is not in the conversation's last request")
+            raise NotAsked("the exchange is not in the conversation's last request")
         room = max(1, min(MAX_EXCHANGES, (self.max_output_tokens - NOTE_TOKENS) // NOTE_TOKENS))
         batch: list[Turn] = [turns[start], *(t for t in turns[start + 1 :] if t.key not in self._notes)][:room]
         asked = instruction(batch, summary, NOTE_WORDS)
         answer = self._send(request, summary_body(request.api, body, asked, self.max_output_tokens))
         notes = parse_notes(answer.text, batch)
         goal = next((s.items for s in parse_sections(answer.text) if s.name == "goal"), [])
-        if goal:
-            self._goal = " ".join(goal)
-        self._notes.update(notes)
-        while len(self._notes) > MAX_NOTES:
-            self._notes.pop(next(iter(self._notes)))
+        with self._lock:
+            if goal:
+                self._goal = " ".join(goal)
+            self._notes.update(notes)
+            while len(self._notes) > MAX_NOTES:
+                self._notes.pop(next(iter(self._notes)))
 
     def _usable_request(self) -> UpstreamRequest:
         request = self._request
         if request is None:
-            raise SummarizerUnavailable(
+            raise NotAsked(
                 "no request of this conversation to re-send: only serve has one, on the Anthropic Messages, "
                 "OpenAI Chat Completions and Responses routes"
             )
@@ -215,7 +226,7 @@ class UpstreamSummarizer:
             if self._refused:
                 raise SummarizerAuthError("the upstream refused the client's credential for a summary before")
             if self.clock() < self._resting_until:
-                raise SummarizerUnavailable("resting after a failure of the upstream")
+                raise NotAsked("resting after a failure of the upstream")
         return request
 
     def _facts(self, summary: str | None, kept: str, exchange: Sequence[Message]) -> str:
@@ -232,7 +243,7 @@ class UpstreamSummarizer:
         except httpx.TimeoutException as exc:
             raise SummarizerTimeout("no answer within the timeout") from exc
         except httpx.HTTPError as exc:
-            raise SummarizerUnavailable(f"the upstream is unreachable ({type(exc).__name__})") from exc
+            raise UpstreamDown(f"the upstream is unreachable ({type(exc).__name__})") from exc
         if response.status_code != 200:
             raise _status_error(response.status_code)
         try:
@@ -250,9 +261,7 @@ class UpstreamSummarizer:
         with self._lock:
             if isinstance(exc, SummarizerAuthError):
                 self._refused = True
-            elif isinstance(exc, (SummarizerTimeout, SummarizerRateLimited)) or (
-                isinstance(exc, SummarizerUnavailable) and "not in the conversation" not in str(exc)
-            ):
+            elif isinstance(exc, (SummarizerTimeout, SummarizerRateLimited, UpstreamDown)):
                 self._resting_until = max(self._resting_until, self.clock() + REST_SECONDS)
             kind = type(exc).__name__ if not isinstance(exc, SummaryRejected) else f"rejected:{exc.rejection.code}"
             first = kind not in self._logged
@@ -288,7 +297,7 @@ def _status_error(status: int) -> SummarizerError:
     if status == 429:
         return SummarizerRateLimited("the upstream is rate limiting (429)")
     if status >= 500:
-        return SummarizerUnavailable(f"the upstream is unavailable ({status})")
+        return UpstreamDown(f"the upstream is unavailable ({status})")
     return SummarizerBadOutput(f"the upstream refused the summary request ({status})")
 
 
@@ -298,7 +307,7 @@ def _parsed(raw: bytes) -> dict[str, Any]:
     except orjson.JSONDecodeError:
         body = None
     if not isinstance(body, dict):
-        raise SummarizerUnavailable("the conversation's last request is not a JSON object")
+        raise NotAsked("the conversation's last request is not a JSON object")
     return body
 
 
