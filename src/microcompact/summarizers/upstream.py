@@ -207,6 +207,7 @@ class UpstreamSummarizer:
         asked = instruction(batch, summary, NOTE_WORDS)
         answer = self._send(request, summary_body(request.api, body, asked, self.max_output_tokens))
         notes = parse_notes(answer.text, batch)
+        log.info("Summarizer upstream: notes on %d of %d turns asked for", len(notes), len(batch))
         goal = next((s.items for s in parse_sections(answer.text) if s.name == "goal"), [])
         with self._lock:
             if goal:
