@@ -81,6 +81,10 @@ class NotAsked(SummarizerError):
     """The upstream was not asked: nothing to re-send, or the exchange is not in it (about this input)."""
 
 
+class Resting(NotAsked):
+    """Not asked while the upstream rests after a failure (that failure was logged: this is not, again)."""
+
+
 class UpstreamDown(SummarizerUnavailable):
     """The upstream did not answer (5xx, no connection): it rests before it is asked again."""
 
@@ -227,7 +231,7 @@ class UpstreamSummarizer:
             if self._refused:
                 raise SummarizerAuthError("the upstream refused the client's credential for a summary before")
             if self.clock() < self._resting_until:
-                raise NotAsked("resting after a failure of the upstream")
+                raise Resting("resting after a failure of the upstream")
         return request
 
     def _facts(self, summary: str | None, kept: str, exchange: Sequence[Message]) -> str:
@@ -265,7 +269,7 @@ class UpstreamSummarizer:
             elif isinstance(exc, (SummarizerTimeout, SummarizerRateLimited, UpstreamDown)):
                 self._resting_until = max(self._resting_until, self.clock() + REST_SECONDS)
             kind = type(exc).__name__ if not isinstance(exc, SummaryRejected) else f"rejected:{exc.rejection.code}"
-            first = kind not in self._logged
+            first = kind not in self._logged and not isinstance(exc, Resting)
             self._logged.add(kind)
         reason = str(exc) if isinstance(exc, SummarizerError) else type(exc).__name__
         if isinstance(exc, SummaryRejected) and exc.excerpt:
