@@ -118,7 +118,11 @@ class CompressionConfig(_Strict):
 
 
 class AuxCompressionConfig(_Strict):
-    provider: Literal["extractive", "openai", "openai-api", "openrouter", "vllm", "llamacpp", "ollama"] = "extractive"
+    # "upstream": ``serve`` asks the client's own model, on the client's credential, for the summary
+    # (summarizers/upstream.py); the extractive summarizer writes it when that fails.
+    provider: Literal["extractive", "openai", "openai-api", "openrouter", "vllm", "llamacpp", "ollama", "upstream"] = (
+        "extractive"
+    )
     model: str | None = Field(None, min_length=1, max_length=500)
     base_url: str | None = None
     api_key_env: str = Field("OPENAI_API_KEY", max_length=200)
@@ -145,7 +149,8 @@ class AuxCompressionConfig(_Strict):
 
     @property
     def kind(self) -> str:
-        return "extractive" if self.provider == "extractive" else "openai"
+        """``extractive``, ``upstream`` (the client's own model, through ``serve``) or ``openai`` (an endpoint)."""
+        return self.provider if self.provider in ("extractive", "upstream") else "openai"
 
     @property
     def local(self) -> bool:
@@ -304,7 +309,9 @@ class Config(_Strict):
         (the proxy), else None (a library session with no price known)."""
         if not self.pricing.configured and api is None:
             return None
-        return self.pricing.resolve(api, summarizer_free=self.auxiliary.compression.kind == "extractive")
+        # The upstream summarizer's calls are billed from their own usage (read, written, output at the
+        # client's model's prices: server/upstream_summary.py), not per pass at a summarizer price.
+        return self.pricing.resolve(api, summarizer_free=self.auxiliary.compression.kind in ("extractive", "upstream"))
 
     def threshold_tokens(self) -> int | None:
         limit = self.model.context_length

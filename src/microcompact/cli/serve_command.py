@@ -86,12 +86,23 @@ def serve_cmd(
             "computing on a worker thread at each hand-off (Python's default: 5).",
         ),
     ] = 1.0,
+    summarizer: Annotated[
+        str | None,
+        typer.Option(
+            "--summarizer",
+            help="Who writes the summaries: extractive (offline), upstream (the client's own model on its own "
+            "credential, over its cached conversation: spends the client's tokens), or the config file's "
+            "auxiliary.compression when unset.",
+        ),
+    ] = None,
 ) -> None:
     """Run the compaction proxy: point OpenAI, Anthropic or Gemini clients (Claude Code, Codex, Gemini CLI, aider,
     SDKs) at it."""
     from ..server.limits import Limits, LimitsError, parse_size
     from ..server.run import ServeError, ServeOptions, serve
 
+    if summarizer not in (None, "extractive", "upstream"):
+        fail(f"--summarizer: expected extractive or upstream, got {summarizer!r}")
     try:
         limits = Limits(
             max_body_bytes=parse_size(max_body_size),
@@ -117,6 +128,7 @@ def serve_cmd(
         limits=limits,
         share_sessions_across_keys=share_sessions_across_keys,
         switch_interval_ms=switch_interval,
+        summarizer=summarizer,
     )
     with logging_to(log_file):
         try:

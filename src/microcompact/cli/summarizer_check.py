@@ -31,6 +31,11 @@ ANSWERED_BATCH = (Outcome.COMPACTED,)
 def unreachable(cfg: Config) -> str | None:
     """Why the configured model endpoint cannot be reached (None: reachable, or no endpoint named)."""
     aux = cfg.auxiliary.compression
+    if aux.kind == "upstream":
+        return (
+            "auxiliary.compression.provider: upstream asks the client's own model through microcompact serve; "
+            "a replay has no upstream: set another provider (or replay with --summarizer extractive)"
+        )
     if aux.kind != "openai" or not aux.base_url or not aux.model:
         return None  # no endpoint named (the SDK's default), or no model: that error comes first
     parts = urlsplit(aux.base_url)

@@ -73,6 +73,7 @@ from .routes import (
 from .routes import GEMINI as GEMINI_API
 from .session_key import SessionKeys, load_salt
 from .thinking import ThinkingGuard, ThinkingPlan, is_binding_refusal
+from .upstream_summary import remember as remember_for_summary
 from .usage_tap import UsageTap
 from .view import unchanged
 
@@ -442,6 +443,8 @@ class Proxy:
                 ok = response.status_code < 400 and complete and not (plan is not None and plan.fell_back)
                 prompt_tokens = tap.finish() if ok else None
                 usage = tap.report(time.time()) if prompt_tokens else None
+                if ok:  # the prefix of the conversation's next summary request (summarizer: upstream)
+                    remember_for_summary(prepared, response.request, self.compaction.bills)
                 self.metrics.cache_usage(usage)
                 self._follow_up(prepared, prompt_tokens, usage)
 

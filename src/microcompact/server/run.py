@@ -49,14 +49,15 @@ class ServeOptions:
     limits: Limits = field(default_factory=Limits)  # body size and pace, headers, connections, upstream timeouts
     share_sessions_across_keys: bool | None = None  # None: the config file's proxy.share_sessions_across_keys
     switch_interval_ms: float = SWITCH_INTERVAL_MS  # the interpreter's thread switch interval while serving
+    summarizer: str | None = None  # --summarizer: auxiliary.compression.provider over the config file's
 
 
-def proxy_config(config_path: Path | None, context_limit: int | None) -> Config:
+def proxy_config(config_path: Path | None, context_limit: int | None, summarizer: str | None = None) -> Config:
     """The config file (or the defaults) with the proxy's defaults on top: micro-compaction on, its passes in
     the background (so a request waits on a summarizer only when the hard limit forces a batch), and
     cache-aware (a pass waits while the provider's prompt cache is warm, up to the occupancy cap: measured
     with Claude Code's cache breakpoints, passes at every request cost about twice the cached full history),
-    unless the file says otherwise; ``--context-limit`` beats the file."""
+    unless the file says otherwise; ``--context-limit`` and ``--summarizer`` beat the file."""
     config = load_config(config_path)
     chosen = config.compression.model_fields_set
     compression = {
@@ -66,9 +67,10 @@ def proxy_config(config_path: Path | None, context_limit: int | None) -> Config:
         "micro_compact_schedule": None if "micro_compact_schedule" in chosen else "price",
     }
     return config.with_overrides(
-        source="command-line options (--context-limit)",
+        source="command-line options (--context-limit, --summarizer)",
         compression=compression,
         model={"context_length": context_limit},
+        **{"auxiliary.compression": {"provider": summarizer}},
     )
 
 
@@ -162,7 +164,7 @@ def serve(options: ServeOptions, say: Callable[[str], None]) -> None:
         raise ServeError(f"--context-limit: expected at least 1024 tokens, got {options.context_limit}")
     switch_interval = checked_switch_interval(options.switch_interval_ms)
     try:
-        config = proxy_config(options.config, options.context_limit)
+        config = proxy_config(options.config, options.context_limit, options.summarizer)
         share = options.share_sessions_across_keys
         settings = replace(
             settings, share_sessions_across_keys=config.proxy.share_sessions_across_keys if share is None else share

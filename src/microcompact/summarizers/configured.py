@@ -1,5 +1,6 @@
-"""The summarizer a config describes: ``auxiliary.compression`` names the offline extractive one (the default)
-or an OpenAI-compatible endpoint, which keeps the file ledger beside the model's prose."""
+"""The summarizer a config describes: ``auxiliary.compression`` names the offline extractive one (the default),
+an OpenAI-compatible endpoint, which keeps the file ledger beside the model's prose, or ``upstream``: the
+client's own model behind ``serve``, over its cached conversation, with the extractive one as fallback."""
 
 from __future__ import annotations
 
@@ -16,12 +17,15 @@ log = logging.getLogger("microcompact")
 def summarizer_for(config: Config, counter: TokenCounter | None = None) -> Summarizer:
     """The summarizer ``auxiliary.compression`` describes (the offline extractive one by default)."""
     aux = config.auxiliary.compression
+    extractive = make_summarizer(
+        "extractive",
+        count_text=counter.count_text if counter else None,
+        ledger_budget_tokens=ledger_budget(config.compression.micro_compact_defrag_threshold_tokens),
+    )
     if aux.kind == "extractive":
-        return make_summarizer(
-            "extractive",
-            count_text=counter.count_text if counter else None,
-            ledger_budget_tokens=ledger_budget(config.compression.micro_compact_defrag_threshold_tokens),
-        )
+        return extractive
+    if aux.kind == "upstream":
+        return _upstream(config, extractive, counter)
     if not aux.model:
         raise ConfigError(
             "auxiliary.compression.model: required when provider is "
@@ -49,5 +53,20 @@ def summarizer_for(config: Config, counter: TokenCounter | None = None) -> Summa
         count_text=counter.count_text if counter else None,
         # The file ledger and failing commands are kept by code beside the model's prose: a model may
         # rewrite or drop the prose, never the facts.
+        facts=lambda previous, messages: facts_block(previous, messages, budget, count_text),
+    )
+
+
+def _upstream(config: Config, extractive: Summarizer, counter: TokenCounter | None) -> Summarizer:
+    """The client's own model through ``serve`` (summarizers/upstream.py), the extractive one behind it."""
+    from .upstream import UpstreamSummarizer
+
+    budget = ledger_budget(config.compression.micro_compact_defrag_threshold_tokens)
+    count_text = counter.count_text if counter else None
+    return UpstreamSummarizer(
+        extractive,
+        timeout=config.auxiliary.compression.timeout_seconds(),
+        max_output_tokens=config.summarizer_output_tokens(),
+        count_text=count_text,
         facts=lambda previous, messages: facts_block(previous, messages, budget, count_text),
     )

@@ -27,6 +27,7 @@ TEMPLATE_NAMES = (
     "batch_focus.txt",
     "prose_template.md",
     "retry_note.txt",
+    "upstream_merge.txt",
 )
 EMPTY_MERGE_SUMMARY = "(empty: this is the first excerpt)"  # what the model sees before the first fold
 EMPTY_BATCH_SUMMARY = "(none)"

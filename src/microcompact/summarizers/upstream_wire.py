@@ -1,0 +1,183 @@
+"""The wire side of a summary that rides the provider's cache: the request body built from the one the client
+last sent (its conversation left exactly as it went up, one instruction appended), and the answer read
+back (its text, why it stopped, what the cache did): Anthropic Messages, OpenAI Chat Completions and
+OpenAI Responses (not stored on the provider: ``store`` false).
+
+Only what is outside the cached prefix changes: ``stream`` (off: one JSON answer), the output bound and,
+for OpenAI, the stream options. Tools, ``tool_choice``, thinking settings, the system prompt and every
+message stay as sent: Anthropic's cache is invalidated from the messages on by a change of ``tool_choice``
+or of the thinking settings, OpenAI's reads only an identical prefix (tools included). So the model may
+still call a tool: such an answer is refused (:class:`~.base.SummarizerBadOutput`), and the extractive
+summary is written instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+from .base import Rejection, SummarizerBadOutput, SummaryRejected
+from .sections import clip
+from .validation import completion_summary
+
+ANTHROPIC = "anthropic"
+OPENAI_CHAT = "openai-chat"
+OPENAI_RESPONSES = "openai-responses"
+APIS = (ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES)
+# Why an answer stopped that leaves it usable as a summary.
+FINISHED = {"end_turn", "stop_sequence", "stop"}
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What the upstream answered to a summary request: its text and usage."""
+
+    text: str  # the model's text, as :func:`~.validation.completion_summary` cleans it
+    prompt_tokens: int
+    cache_read_tokens: int | None
+    cache_write_tokens: int | None
+    output_tokens: int
+
+
+def summary_body(api: str, body: dict[str, Any], instruction: str, max_output_tokens: int) -> dict[str, Any]:
+    """The summary request: ``body`` (the client's request as it went upstream) with ``instruction`` as one
+    more user message at the end, no stream and a bounded output. Raises ValueError for a body that holds
+    no conversation."""
+    if api == OPENAI_RESPONSES:
+        return _responses_body(body, instruction, max_output_tokens)
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ValueError("the request holds no messages")
+    out = dict(body)  # key order kept: the cached parts serialize as they did
+    out["stream"] = False
+    if api == ANTHROPIC:
+        out["messages"] = [*messages, {"role": "user", "content": [{"type": "text", "text": instruction}]}]
+        out["max_tokens"] = max_output_tokens + _thinking_budget(body)
+        return out
+    out["messages"] = [*messages, {"role": "user", "content": instruction}]
+    out.pop("stream_options", None)
+    out.pop("n", None)
+    if "max_tokens" in body and "max_completion_tokens" not in body:
+        out["max_tokens"] = max_output_tokens
+    else:  # reasoning models take only max_completion_tokens (it bounds their reasoning too)
+        out.pop("max_tokens", None)
+        out["max_completion_tokens"] = max_output_tokens
+    return out
+
+
+def _responses_body(body: dict[str, Any], instruction: str, max_output_tokens: int) -> dict[str, Any]:
+    """The Responses API's summary request: one more user message item, not stored on the provider."""
+    items = body.get("input")
+    if not isinstance(items, list) or not items:
+        raise ValueError("the request holds no input items")
+    out = dict(body)
+    message = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": instruction}]}
+    out["input"] = [*items, message]
+    out["stream"] = False
+    out.pop("stream_options", None)
+    out["store"] = False
+    out["max_output_tokens"] = max_output_tokens
+    return out
+
+
+def _thinking_budget(body: dict[str, Any]) -> int:
+    """The thinking budget the client's request grants (its max_tokens must exceed it), else 0."""
+    thinking = body.get("thinking")
+    if isinstance(thinking, dict) and thinking.get("type") == "enabled":
+        budget = thinking.get("budget_tokens")
+        if isinstance(budget, int) and not isinstance(budget, bool) and budget > 0:
+            return budget
+    return 0
+
+
+def read_answer(api: str, payload: Any, name: str) -> Answer:
+    """The summary in the upstream's JSON answer; :class:`SummarizerBadOutput` for an answer that is not
+    one (a tool call, a refusal, no text), :class:`SummaryRejected` for one cut off at the bound."""
+    if not isinstance(payload, dict):
+        raise SummarizerBadOutput(f"{name}: the answer is not a JSON object")
+    if api == ANTHROPIC:
+        text, stop = _anthropic_text(payload, name)
+    elif api == OPENAI_RESPONSES:
+        text, stop = _responses_text(payload, name)
+    else:
+        text, stop = _openai_text(payload, name)
+    if stop == "max_tokens":
+        stop = "length"
+    if stop not in FINISHED and stop != "length":
+        raise SummarizerBadOutput(f"{name}: the answer stopped with {clip(str(stop), 40)!r}, not a summary")
+    if stop == "length" and not text.strip():
+        raise SummaryRejected(Rejection("cut_off", f"{name}: output was cut off at max_output_tokens"))
+    completion = SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(content=text), finish_reason=stop)])
+    usage = payload.get("usage") if isinstance(payload.get("usage"), dict) else {}
+    assert isinstance(usage, dict)
+    return Answer(completion_summary(completion, name), *_usage(api, usage))
+
+
+def _anthropic_text(payload: dict[str, Any], name: str) -> tuple[str, Any]:
+    content = payload.get("content")
+    if not isinstance(content, list):
+        raise SummarizerBadOutput(f"{name}: the answer has no content")
+    if any(isinstance(b, dict) and b.get("type") in ("tool_use", "server_tool_use") for b in content):
+        raise SummarizerBadOutput(f"{name}: the model called a tool instead of writing the summary")
+    texts = [
+        b["text"] for b in content if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
+    ]
+    return "\n".join(texts), payload.get("stop_reason")
+
+
+def _openai_text(payload: dict[str, Any], name: str) -> tuple[str, Any]:
+    choices = payload.get("choices")
+    choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else None
+    message = choice.get("message") if choice else None
+    if not isinstance(message, dict):
+        raise SummarizerBadOutput(f"{name}: the answer has no message")
+    if message.get("tool_calls") or message.get("function_call"):
+        raise SummarizerBadOutput(f"{name}: the model called a tool instead of writing the summary")
+    if message.get("refusal"):
+        raise SummarizerBadOutput(f"{name}: the model refused to write the summary")
+    content = message.get("content")
+    return (content if isinstance(content, str) else ""), choice.get("finish_reason") if choice else None
+
+
+def _responses_text(payload: dict[str, Any], name: str) -> tuple[str, Any]:
+    output = payload.get("output")
+    if not isinstance(output, list):
+        raise SummarizerBadOutput(f"{name}: the answer has no output")
+    texts = []
+    for item in output:
+        kind = item.get("type") if isinstance(item, dict) else None
+        if isinstance(kind, str) and (kind.endswith("_call") or kind == "function_call"):
+            raise SummarizerBadOutput(f"{name}: the model called a tool instead of writing the summary")
+        if kind != "message" or not isinstance(item.get("content"), list):
+            continue  # reasoning items and the like
+        for part in item["content"]:
+            if isinstance(part, dict) and part.get("type") == "refusal":
+                raise SummarizerBadOutput(f"{name}: the model refused to write the summary")
+            if isinstance(part, dict) and part.get("type") == "output_text" and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+    status = payload.get("status")
+    if status == "incomplete":
+        details = payload.get("incomplete_details")
+        reason = details.get("reason") if isinstance(details, dict) else None
+        status = "length" if reason == "max_output_tokens" else reason
+    return "\n".join(texts), "stop" if status == "completed" else status
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _usage(api: str, usage: dict[str, Any]) -> tuple[int, int | None, int | None, int]:
+    """(prompt tokens, cache read, cache written, output tokens) of an answer's ``usage``."""
+    if api == ANTHROPIC:
+        read = _count(usage.get("cache_read_input_tokens"))
+        written = _count(usage.get("cache_creation_input_tokens"))
+        prompt = (_count(usage.get("input_tokens")) or 0) + (read or 0) + (written or 0)
+        return prompt, read, written, _count(usage.get("output_tokens")) or 0
+    chat = api == OPENAI_CHAT
+    details = usage.get("prompt_tokens_details" if chat else "input_tokens_details")
+    read = _count(details.get("cached_tokens")) if isinstance(details, dict) else None
+    prompt = _count(usage.get("prompt_tokens" if chat else "input_tokens")) or 0
+    output = _count(usage.get("completion_tokens" if chat else "output_tokens")) or 0
+    return prompt, min(read, prompt) if read is not None else None, None, output
