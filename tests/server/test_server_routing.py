@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from microcompact.server import ProxySettings
@@ -236,6 +236,7 @@ SEGMENTS = st.sampled_from(
 CREDENTIAL_HEADERS = sorted(frozenset().union(*CREDENTIALS.values()) | {"anthropic-version"})
 
 
+@example(method="GET", segments=["", "v1beta"], sent={"x-goog-api-key"}, key_param=False)
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     method=st.sampled_from(["GET", "POST", "DELETE", "PUT"]),

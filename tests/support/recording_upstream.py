@@ -25,7 +25,10 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("content-length") or 0)
         if length:
             self.rfile.read(length)
-        path, _, query = self.path.partition("?")
+        # the target as it came on the request line: ``self.path`` has a leading ``//`` collapsed by
+        # http.server (a guard of its own), which would hide what the proxy sent
+        target = self.requestline.split(" ")[1] if self.requestline.count(" ") >= 2 else self.path
+        path, _, query = target.partition("?")
         headers = {name.lower(): value for name, value in self.headers.items()}
         with self.server.lock:
             self.server.received.append(Received(self.command, path, query, headers))
