@@ -526,9 +526,10 @@ class Session:
                 log.exception("finalize_turn failed unexpectedly; the session goes on uncompacted")
         return results
 
+    @hides_secrets
     def drain(self, timeout: float = 60.0) -> list[PassResult]:
-        """Wait for a background pass to finish and apply it (tests, replays, shutdown). The wait itself
-        holds no lock: other threads go on appending meanwhile."""
+        """Wait for a background pass to finish and apply it (tests, replays, shutdown; ``0``: apply one that
+        finished, as the proxy does after a response). The wait holds no lock: appends go on meanwhile."""
         background = self.background
         if background is None:
             return []
