@@ -8,6 +8,9 @@ adds a fourth proxy, the compacting one running that package (or with that switc
 request by request with the others so both see the same load; ``--skip routes,throughput,breakdown`` keeps
 such a run short. Two separate runs on a shared machine compare nothing.
 
+``--noise-floor`` adds a second passthrough proxy: its "noise added" columns are what the machine's load
+alone adds to a p99 of 40 paired requests (the largest of them), the floor under every other p99.
+
 Targets (issue 10): added latency per request p50 <= 10 ms and p99 <= 40 ms at 150K-token histories,
 growing no faster than the body; streaming time-to-first-byte overhead <= 5 ms.
 
@@ -73,6 +76,7 @@ from upstream.replay import anthropic_history, load_transcript, tail_key  # noqa
 CONTEXT_LIMIT = 200_000  # Claude Code's window: the 150K history is over its batch threshold
 MODES = ("passthrough", "compact", "shared")
 VARIANT = "variant"  # --variant-switch-interval: the compacting proxy, one setting changed, side by side
+NOISE = "noise"  # --noise-floor: a second passthrough, whose "added" is what the machine alone adds
 HEADERS = {"anthropic-version": "2023-06-01", "x-api-key": "bench", "content-type": "application/json"}
 
 
@@ -82,7 +86,6 @@ HEADERS = {"anthropic-version": "2023-06-01", "x-api-key": "bench", "content-typ
 def serve(mode: str, upstream: str, db: str, switch_interval: float | None = None) -> None:
     """Run one proxy (``--serve``): print its port, serve until killed. ``switch_interval`` (seconds): the
     interpreter's thread switch interval for this process (``variant``: the compacting proxy with it)."""
-    import socket
 
     import uvicorn
 
@@ -108,10 +111,10 @@ def serve(mode: str, upstream: str, db: str, switch_interval: float | None = Non
     router = SessionRouter(proxy_config(None, CONTEXT_LIMIT), store=store, shared=mode == "shared")
     settings = ProxySettings(openai_upstream=f"{upstream}/v1", anthropic_upstream=upstream, gemini_upstream=upstream)
     proxy = Proxy(router, settings)
-    if mode == "passthrough":
+    if mode in ("passthrough", NOISE):
         proxy.compaction = Passthrough(router, proxy.metrics)
         logging.getLogger("microcompact").setLevel(logging.ERROR)  # a "passing through" line per conversation
-    sock = socket.socket()
+    sock = listener()
     sock.bind(("127.0.0.1", 0))
     print(sock.getsockname()[1], flush=True)
     uvicorn.Server(uvicorn.Config(proxy.app(), log_level="warning", access_log=False, lifespan="on")).run(
@@ -124,7 +127,6 @@ def serve_upstream() -> None:
     recorded assistant message that followed its tail in a shared Claude Code session (else a short text),
     as JSON or SSE, and the chat, Responses and Gemini routes (``proxy_routes``) answering a short text. It
     reports its own time in ``x-bench-upstream-ms`` so the client can take it out."""
-    import socket
 
     import uvicorn
     from starlette.applications import Starlette
@@ -167,7 +169,7 @@ def serve_upstream() -> None:
         took = f"{(time.perf_counter() - t0) * 1000:.3f}"
         return StreamingResponse(stream(), media_type="text/event-stream", headers={"x-bench-upstream-ms": took})
 
-    sock = socket.socket()
+    sock = listener()
     sock.bind(("127.0.0.1", 0))
     print(sock.getsockname()[1], flush=True)
     app = Starlette(routes=[Route("/v1/messages", messages, methods=["POST"]), *proxy_routes.upstream_routes()])
@@ -175,6 +177,17 @@ def serve_upstream() -> None:
     # closed pooled connections just as the proxy reused them (a 502), which is not what is measured here.
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_keep_alive=120)
     uvicorn.Server(config).run(sockets=[sock])
+
+
+def listener() -> Any:
+    """A socket for 127.0.0.1 as ``serve`` makes it (``run.bind``: the protocol from getaddrinfo, IPPROTO_TCP):
+    asyncio turns Nagle's algorithm off only on connections of such a socket. ``socket.socket()`` (protocol
+    0) kept it on: a response written in two parts (uvicorn: headers, then body) waited for the client's
+    delayed ACK, 40 ms, on a kept-alive connection, in any proxy, at random (the p99s of every mode)."""
+    import socket
+
+    family, kind, proto, _, _ = socket.getaddrinfo("127.0.0.1", 0, type=socket.SOCK_STREAM)[0]
+    return socket.socket(family, kind, proto)
 
 
 class Child:
@@ -460,7 +473,7 @@ def added_cells(r: dict[str, list[float]], modes: list[str], skip_first: bool = 
 
 
 def added_heads(modes: list[str]) -> list[str]:
-    names = {"compact": "added", "shared": "shared added", VARIANT: "variant added"}
+    names = {"compact": "added", "shared": "shared added", VARIANT: "variant added", NOISE: "noise added"}
     return [f"{names[m]} p{q}" for m in modes for q in (50, 99)]
 
 
@@ -505,7 +518,7 @@ def synthetic_table(
             continue
         bodies = [body(system, h) for h in histories[: rounds + 1]]
         r = paired(client, proxies, bodies, f"synthetic-{size}")
-        first = [ms(r[f"{m} s"][0] - r["passthrough s"][0]) for m in modes if m != "shared"]
+        first = [ms(r[f"{m} s"][0] - r["passthrough s"][0]) for m in modes if m not in ("shared", NOISE)]
         rows.append(
             [
                 f"{size // 1000}K",
@@ -517,7 +530,9 @@ def synthetic_table(
             ]
         )
     if rows:
-        firsts = ["first request added" if m == "compact" else f"{m} first added" for m in modes if m != "shared"]
+        firsts = [
+            "first request added" if m == "compact" else f"{m} first added" for m in modes if m not in ("shared", NOISE)
+        ]
         table(
             f"synthetic histories: {rounds} requests after the first, each one tool round trip more",
             ["tokens", "body KB", "passthrough p50", *added_heads(modes), *firsts, "occ %"],
@@ -595,7 +610,13 @@ def main() -> None:
         default="",
         help="comma-separated sections to leave out: replays, synthetic, routes, streaming, throughput, breakdown",
     )
-    parser.add_argument("--serve", choices=(*MODES, VARIANT), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--noise-floor",
+        action="store_true",
+        help="add a second passthrough proxy, measured like the others: its added p50/p99 over the first is "
+        "what the machine's load alone adds (on a shared machine, the floor under every other p99)",
+    )
+    parser.add_argument("--serve", choices=(*MODES, VARIANT, NOISE), help=argparse.SUPPRESS)
     parser.add_argument("--switch-interval", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--src", help=argparse.SUPPRESS)
     parser.add_argument("--upstream-url", help=argparse.SUPPRESS)
@@ -622,6 +643,7 @@ def main() -> None:
     skip = set(filter(None, args.skip.split(",")))
     variant = args.variant_switch_interval is not None or args.variant_src is not None
     modes = (*MODES, VARIANT) if variant else MODES
+    modes = (*modes, NOISE) if args.noise_floor else modes
     try:
         for mode in modes:
             db = args.db or str(workdir / f"{mode}.db")

@@ -13,6 +13,7 @@ rule in :mod:`microcompact.properties` (public in :mod:`microcompact.contract`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
@@ -208,9 +209,35 @@ def marker_count(messages: Iterable[Message], kind: MarkerKind) -> int:
 # --------------------------------------------------------------------------- shape of one message
 
 
+def _has_non_finite(value: Any) -> bool:
+    """Whether ``value`` holds a NaN or an Infinity anywhere: the values only, no paths built (a proxy checks
+    every message of a 150K-token history it has not seen: the walk with paths took 20 ms of it)."""
+    stack = [value]
+    pop, push = stack.pop, stack.extend
+    while stack:
+        item = pop()
+        kind = type(item)
+        if kind is str:
+            continue
+        if kind is dict:
+            push(item.values())
+        elif kind is list or kind is tuple:
+            push(item)
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                return True
+        elif isinstance(item, dict):
+            push(item.values())
+        elif isinstance(item, (list, tuple)):
+            push(item)
+    return False
+
+
 def _non_finite_number(value: Any) -> tuple[str, float] | None:
     """(path, value) of the first NaN or Infinity in ``value`` (JSON cannot hold them), else None. Iterative,
     so deeply nested input cannot exhaust the stack."""
+    if not _has_non_finite(value):
+        return None
     stack: list[tuple[Any, str]] = [(value, "")]
     while stack:
         item, path = stack.pop()

@@ -254,10 +254,14 @@ class Session:
         message that is not a chat message or holds a value JSON cannot (NaN, Infinity)."""
         with self._lock:
             validate_message(message, f"message {len(self.ledger)}")
-            owned = self.ledger.append(disown_marker_text(_own(message)))
-            remember_secrets(self.secrets, [owned])
-            if self._writer is not None:
-                self._writer.pending.append(owned)
+            self._take(message)
+
+    def _take(self, message: Message) -> None:
+        """Append a message already validated (under the lock)."""
+        owned = self.ledger.append(disown_marker_text(_own(message)))
+        remember_secrets(self.secrets, [owned])
+        if self._writer is not None:
+            self._writer.pending.append(owned)
 
     def flush(self) -> bool:
         """Write appended messages to the store (append-only; each once). False when the store failed:
@@ -388,7 +392,8 @@ class Session:
             new = [m for i in range(matched, len(history)) for m in tagged_parts(history[i], i, incoming[i], convert)]
             for j, m in enumerate(new):
                 validate_message(m, f"client message {m[HID_KEY]} (part {j})")
-            self.extend(new)
+            for m in new:  # all valid: none is appended unless all are, and none is checked twice
+                self._take(m)
             known.extend(incoming[matched:])
             return HistorySync(matched, len(history) - matched, any(is_human(m) for m in new))
 
@@ -521,9 +526,10 @@ class Session:
                 log.exception("finalize_turn failed unexpectedly; the session goes on uncompacted")
         return results
 
+    @hides_secrets
     def drain(self, timeout: float = 60.0) -> list[PassResult]:
-        """Wait for a background pass to finish and apply it (tests, replays, shutdown). The wait itself
-        holds no lock: other threads go on appending meanwhile."""
+        """Wait for a background pass to finish and apply it (tests, replays, shutdown; ``0``: apply one that
+        finished, as the proxy does after a response). The wait holds no lock: appends go on meanwhile."""
         background = self.background
         if background is None:
             return []

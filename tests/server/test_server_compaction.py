@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from microcompact.messages import is_marker
 from microcompact.router import SessionRouter
 from microcompact.server.compaction import Compaction
 from microcompact.server.metrics import Metrics
@@ -73,5 +74,46 @@ def test_a_view_the_api_would_refuse_goes_out_uncompacted_and_the_turn_still_end
     prepared = compaction.prepare(Refusing(), {}, "k", history)
     assert prepared.degraded == "view-invalid" and prepared.messages == history
     assert prepared.session is session and not prepared.human
+    router.close()
+    store.close()
+
+
+def tool_step(history: list[dict[str, object]], k: int) -> None:
+    call = {"id": f"c{k}", "type": "function", "function": {"name": "read", "arguments": f'{{"path": "f{k}"}}'}}
+    history.append({"role": "assistant", "content": None, "tool_calls": [call]})
+    history.append(
+        {"role": "tool", "tool_call_id": f"c{k}", "content": f"file {k}: " + " ".join(f"l{k}x{i}" for i in range(150))}
+    )
+
+
+def test_a_pass_finished_by_the_follow_up_is_applied_there_not_by_the_next_request(tmp_path: Path) -> None:
+    """A background pass that is done when the response ends is committed and applied by the follow-up
+    (after the response): the next request's view shows it, and that request commits nothing itself.
+    Nothing is lost: the user message verbatim, every tool output in the store."""
+    store = open_store(tmp_path / "s.db")
+    router = SessionRouter(proxy_config(None, 8192), store=store)
+    compaction = Compaction(router, Metrics())
+    history: list[dict[str, object]] = [{"role": "user", "content": "Fix the failing tests."}]
+    for k in range(6):  # a conversation that arrives with a long tool loop: a fold is due at every request
+        tool_step(history, k)
+    applied_after = 0
+    for k in range(6, 14):
+        prepared = compaction.prepare(OA, {}, "k", history)
+        session = prepared.session
+        assert session is not None and session.background is not None
+        assert "absorbed" not in prepared.outcomes, "the request did not commit a finished pass"
+        compaction.answered(prepared, None)
+        session.background.wait(30)  # the pass finishes while the upstream answers (applies nothing itself)
+        before = session.transcript
+        compaction.follow_up("k")
+        applied_after += session.transcript != before
+        tool_step(history, k)
+    assert applied_after >= 4, "passes were applied by the follow-ups"
+    view = compaction.prepare(OA, {}, "k", history).messages
+    assert any(is_marker(m) for m in session.transcript) and len(view) < len(history), "folded"
+    assert view[0] == history[0], "the user message verbatim"
+    stored = store.export(session.session_id, include_absorbed=True)
+    outputs = [m["content"] for m in history if m["role"] == "tool"]
+    assert [m["content"] for m in stored if m.get("role") == "tool"] == outputs, "every tool output kept"
     router.close()
     store.close()

@@ -50,6 +50,7 @@ from .anthropic_format import AnthropicFormat
 from .compaction import Compaction, Prepared
 from .errors import BadRequest, error_response
 from .forward import Passthrough, unless_client_leaves, upstream_failure, upstream_headers
+from .gc_pace import CollectionPacing
 from .gemini_format import GeminiFormat
 from .limits import BodyLimit, Limits, parse_json
 from .metrics import Metrics
@@ -139,6 +140,7 @@ class Proxy:
         self.keys = SessionKeys(None if settings.share_sessions_across_keys else load_salt(settings.salt_file))
         self.client: httpx.AsyncClient | None = None
         self._follow_ups: set[asyncio.Task[None]] = set()
+        self.collector = CollectionPacing()  # full garbage collections between requests
         self._logged_passthroughs: dict[tuple[str, str], None] = {}  # insertion-ordered, bounded
 
     # ------------------------------------------------------------------ app
@@ -163,12 +165,14 @@ class Proxy:
         self.client = httpx.AsyncClient(
             timeout=limits.upstream_timeout(), limits=limits.upstream_pool(), trust_env=True
         )
+        self.collector.start()
         try:
             yield
         finally:
             if self._follow_ups:
                 await asyncio.gather(*self._follow_ups, return_exceptions=True)
             await self.client.aclose()
+            self.collector.stop()
 
     def _guarded(self, endpoint: Endpoint) -> Endpoint:
         """``endpoint``, answering a failure of the proxy itself with one log line and a provider-shaped 500
@@ -296,6 +300,10 @@ class Proxy:
     # ------------------------------------------------------------------ the compacted path
 
     async def _generate(self, request: Request, provider: Provider) -> Response:
+        with self.collector.preparing():  # no full collection of the follow-ups' until it is forwarded
+            return await self._compacted(request, provider)
+
+    async def _compacted(self, request: Request, provider: Provider) -> Response:
         started = time.perf_counter()
         refused = self._refused(request, provider.name)
         if refused is not None:
@@ -491,9 +499,14 @@ class Proxy:
     def _follow_up(self, prepared: Prepared, prompt_tokens: int | None, usage: UsageReport | None = None) -> None:
         """Queue the request's after-work at once, and run it on a worker thread, not awaited."""
         self.compaction.answered(prepared, prompt_tokens, usage)
-        task = asyncio.get_running_loop().create_task(anyio.to_thread.run_sync(self.compaction.follow_up, prepared.key))
+        task = asyncio.get_running_loop().create_task(anyio.to_thread.run_sync(self._after, prepared.key))
         self._follow_ups.add(task)
         task.add_done_callback(self._follow_ups.discard)
+
+    def _after(self, key: str) -> None:
+        """A request's follow-up, then a full garbage collection if one is due and none is being prepared."""
+        self.compaction.follow_up(key)
+        self.collector.between_requests()
 
     # ------------------------------------------------------------------ helpers
 

@@ -6,7 +6,10 @@ session's background worker) and build the outgoing messages. After the response
 reported prompt tokens and, when a person spoke, end the previous turn (``finalize_turn``), which starts
 that turn's pass in the background. That follow-up is queued the moment the response ends
 (:meth:`Compaction.answered`) and run on a worker thread (:meth:`Compaction.follow_up`), or first thing by
-the conversation's next request if it comes sooner: a fast client never gets ahead of its turn's end.
+the conversation's next request if it comes sooner: a fast client never gets ahead of its turn's end. A
+background pass that finished by then is applied there too (committed and applied to the session's
+transcript: the next request's view shows it, one switch of the view as before), so that request does not
+pay for its store writes.
 
 When the store or the engine fails, the request still goes out, uncompacted if need be, and the reason is
 returned for the ``X-Microcompact-Degraded`` header; the failure is logged once per reason change.
@@ -218,14 +221,18 @@ class Compaction:
                         cache_write_tokens=usage.cache_write_tokens if usage else None,
                     )
                 self._bill(session, prepared)
+                self._collected(session, prepared.api, session.drain(0))  # a pass done already: not next request's
                 if prepared.human:
-                    ended = session.finalize_turn()
-                    self._bill_summarizer(session, prepared.api, ended)
-                    self.metrics.passes_done([str(r.outcome) for r in ended])
+                    self._collected(session, prepared.api, session.finalize_turn())
                 if prepared.usage is not None and prepared.usage.turn_over:
                     session.fold_ahead()  # an idle gap may follow: have the fold ready after it
             except Exception:
                 log.exception("Proxy: the follow-up of a request to session %s failed", session.session_id)
+
+    def _collected(self, session: Session, api: str | None, results: Sequence[Any]) -> None:
+        """Count passes a follow-up applied (their summarizer calls billed)."""
+        self._bill_summarizer(session, api, results)
+        self.metrics.passes_done([str(r.outcome) for r in results])
 
     def view_for_count(
         self, provider: Provider, body: dict[str, Any], key: str, history: list[Message]
