@@ -120,3 +120,19 @@ def test_background_runs_the_whole_fold_on_the_worker_and_switches_once():
     assert 1 <= switches <= notes.calls // 2, (switches, notes.calls)  # several passes per switch
     print(f"background: {notes.calls} summarizer calls, {switches} view switches")
     assert max(waits) < 0.05 * 2, "no request waited on the summarizer"
+
+
+def test_the_fold_is_quoted_with_what_the_cache_has_not_seen_yet():
+    """The tokens past what the last request left cached (the provider's report) are written by the next
+    request anyway: the quote names them, so the rule does not charge a rewrite premium on them."""
+    now = [0.0]
+    s = session(config(), now)
+    run(s, 8, now)  # every request answered: the last report covers the prompt before the last step
+    p = s.micro.policy
+    assert isinstance(p, PricePolicy)
+    moment = s.micro.moment(s.ledger)
+    q = p.quote(moment)
+    assert q is not None
+    reported = s.cache.cached_prefix_tokens
+    assert reported > 0 and q.fresh_tokens == moment.prompt_tokens - reported > 0
+    assert q.rewritten_tokens == q.kept_after_tokens - q.fresh_tokens

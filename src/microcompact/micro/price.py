@@ -215,7 +215,17 @@ class PricePolicy:
             removed_tokens=round(removed * scale),
             summarizer_input_tokens=estimate.absorbable + estimate.old_marker,
             summarizer_output_tokens=new_marker,
+            fresh_tokens=self.fresh_tokens(moment),
         )
+
+    def fresh_tokens(self, moment: Moment) -> int:
+        """Tokens at the end of the prompt the cache has not seen yet (written whether a fold is made or
+        not): the prompt now less what the last request left cached, as the provider reported it; without
+        a report, the growth per request measured here (0 before any)."""
+        cached = self.cache.cached_prefix_tokens
+        if cached > 0:
+            return max(0, moment.prompt_tokens - cached)
+        return round(self._growth() or 0.0)
 
     def cache_state(self, moment: Moment) -> CacheState:
         """Warm or cold from the reports (the TTL clock when there are none), growth from the reports."""
