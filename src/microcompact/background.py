@@ -17,9 +17,15 @@ passes the fold took, and only if nothing but new messages at the end changed me
 follow): the same shadow fold, started before it is due and *held* when it finishes (the view does not
 change); a later ``"ahead"`` extends the held shadow over the messages added since, and ``"fold"`` (the
 policy says fold now) adopts it at that very request. A held shadow that no longer applies (something
-other than new trailing messages changed) is dropped and the fold starts as without it. A due fold that
-lags the transcript (a slow fold on a fast loop: several steps came while it ran) is extended over them
-once before it is adopted, so its one switch of the view still goes down to the low-water mark.
+other than new trailing messages changed) is dropped and the fold starts as without it.
+
+A due fold is adopted only when switching the view to it *as it is* pays by the price policy's rule
+(``adoption_pays``: its summarizer calls are spent, only the cache counts). One that lags the transcript (a
+slow fold on a fast loop: several steps came while it ran, and it would keep them all after its new
+marker, rewriting them to remove little) is held and extended over what came since, and decided on again
+when that lands, so the view switches once, low, and not to a fold that rewrites much to remove little. A
+slow summarizer's fold that never catches up is extended until it pays, or the batch threshold (the hard
+limit) takes over. No request waits for the worker either way.
 
 Not thread-safe by itself: :class:`~microcompact.session.Session` calls ``submit`` and ``collect`` under its
 lock. ``wait`` needs no lock (it only waits for the running job), so a thread can wait without holding
@@ -41,13 +47,6 @@ log = logging.getLogger("microcompact")
 
 Job = tuple[Planned | PassResult | None, Condensed | None] | FoldJob
 
-# A fold due while it ran that lags the transcript by more than this many messages (two agent steps) and
-# twice the low-water mark's tokens is extended over them once before the view switches (``_lags``).
-LAG_MESSAGES = 4
-# Only a fold whose passes took at most this long each (an extractive one) is extended: a model summarizer
-# taking seconds a pass would lag again by as much, the view switching later for nothing.
-CATCH_UP_MAX_PASS_SECONDS = 0.5
-
 
 class BackgroundPasses:
     def __init__(self, micro: MicroCompactor) -> None:
@@ -60,8 +59,9 @@ class BackgroundPasses:
         self._adopt_running = False  # the running ahead job is due already: adopt it when it finishes
         self._drop_running = False  # the running job extends a shadow that was adopted or dropped meanwhile
         self._running_ahead = False  # the running job is a fold computed ahead
+        self._extends_ready = False  # the running job extends the held shadow (a due fold catching up)
         self.adopted_ahead = 0  # folds adopted at the request that decided them (telemetry, tests)
-        self.caught_up = 0  # due folds extended over what came while they ran, before the view switched
+        self.caught_up = 0  # due folds extended over what came since, as switching to them did not pay
 
     @property
     def busy(self) -> bool:
@@ -71,9 +71,7 @@ class BackgroundPasses:
         """Start a pass on a snapshot; if one is running, remember that a turn pass is due. ``"fold"``
         adopts a shadow computed ahead at once (its results are returned: the view switched now)."""
         if mode == "fold" and self.ready is not None:
-            if self._job is None and self._lags(ledger, self.ready) and self._catch_up(ledger, self.ready):
-                return []  # the view switches once, when the extension lands, down to the low-water mark
-            adopted = self._adopt_ready(ledger)
+            adopted = self._due_ready(ledger)
             if adopted is not None:
                 return adopted
         if self._job is not None:
@@ -101,7 +99,7 @@ class BackgroundPasses:
         ready, self.ready = self.ready, None
         assert ready is not None
         results = self.micro.adopt_fold(ledger, ready)
-        if self._job is not None and self._running_ahead:
+        if self._job is not None and (self._running_ahead or self._extends_ready):
             self._drop_running = True
         if results is None:
             self.discarded += 1
@@ -110,33 +108,47 @@ class BackgroundPasses:
         self.adopted_ahead += 1
         return results
 
-    def _lags(self, ledger: Ledger, job: FoldJob) -> bool:
-        """True when ``job`` (due now) ran over a transcript more than LAG_MESSAGES messages and twice the
-        low-water mark's tokens shorter than ``ledger``: adopted as it is, its view would keep all that
-        verbatim and the next fold would follow a few requests later (a fold lagging a fast loop). Never at
-        the hard limit (the fold lands now), never twice for one fold, never for a slow summarizer's."""
-        if job.caught_up or len(ledger) - job.covered <= LAG_MESSAGES:
-            return False
-        if job.results and job.seconds / len(job.results) > CATCH_UP_MAX_PASS_SECONDS:
-            return False  # a slow summarizer: extending would lag as much again, adopt as it is
+    def _due_ready(self, ledger: Ledger) -> list[PassResult] | None:
+        """The fold is due and a shadow is held: adopt it when switching to it now pays (its results), or
+        extend it over what came since and decide again when that lands ([]); None: it no longer applies
+        (dropped), the fold starts as without it."""
+        ready = self.ready
+        assert ready is not None
+        if not self.micro.applies(ledger, ready):
+            self._adopt_ready(ledger)  # counts the drop, drops a running extension of it
+            return None
+        if self._pays(ledger, ready):
+            return self._adopt_ready(ledger)
         if self.micro.fold_forced():
-            return False
-        return sum(ledger.tokens[job.covered :]) > 2 * self.micro.config.low_water_tokens()
+            return []  # at the cap the batch threshold comes first: extending it would be spent for nothing
+        if self._job is not None:
+            if self._running_ahead:
+                self._adopt_running = True  # the extension running now is decided on when it lands
+            return []
+        self._catch_up(ledger, ready)
+        return []
+
+    def _pays(self, ledger: Ledger, job: FoldJob) -> bool:
+        """Whether the policy would switch the view to ``job`` now (a policy that does not price: always)."""
+        pays = getattr(self.micro.policy, "adoption_pays", None)
+        if pays is None:
+            return True
+        return bool(pays(self.micro.moment(ledger), job.removed_tokens, job.caught_up))
 
     def _catch_up(self, ledger: Ledger, ready: FoldJob) -> bool:
-        """Extend the lagging ``ready`` fold over the messages that came while it ran, with the passes the
-        policy planned for this request, adopted when done (False: it no longer applies, or nothing was
-        planned: the caller adopts or drops it as before)."""
-        if not self.micro.applies(ledger, ready):
-            return False
+        """Extend the held ``ready`` fold (due, but lagging the transcript) over the messages that came
+        since, with a tail as for a fold adopted a request later; decided on again when it lands (False:
+        nothing to extend with, it stays held)."""
         self.micro.sync(ledger)
-        folds = self.micro.planned_folds()
+        self.micro.planned_folds()  # the plan made for this request keeps a whole tail: replaced
+        plan = getattr(self.micro.policy, "folds_to_run", None)
+        folds: tuple[Fold, ...] = plan(self.micro.moment(ledger), 1) if plan is not None else ()
         if not folds:
             return False
         job = self.micro.fold_job(ledger, ready)
         job.caught_up = True
-        self.ready = None
         self._running_ahead = False
+        self._extends_ready = True
         self.caught_up += 1
         self._job = self._pool.submit(contextvars.copy_context().run, self._fold, ledger.snapshot(), folds, job)
         return True
@@ -153,20 +165,19 @@ class BackgroundPasses:
         """A fold job finished: drop it (its base was switched meanwhile), hold it (ahead, not due yet),
         or apply it (the transcript changed under it: none, the policy decides again)."""
         drop, adopt = self._drop_running, self._adopt_running or not job.ahead
-        self._drop_running = self._adopt_running = self._running_ahead = False
+        self._drop_running = self._adopt_running = self._running_ahead = self._extends_ready = False
         self.micro.fold_timed(job)
         if drop:
             self.discarded += 1
             return []
-        if not adopt or self._lags(ledger, job):
-            self.ready = job  # lagging: the fold due at this request extends it first (``_catch_up``)
-            return []
-        results = self.micro.adopt_fold(ledger, job)
-        if results is None:
+        if not self.micro.applies(ledger, job):
             self.discarded += 1
             log.info("Micro-compaction: background fold discarded, the transcript changed under it")
             return []
-        return results
+        if not adopt or not self._pays(ledger, job):
+            self.ready = job  # held: a later request adopts it, or extends it first (``_due_ready``)
+            return []
+        return self.micro.adopt_fold(ledger, job) or []
 
     def _work(self, snapshot: Ledger, mode: str) -> Job:
         planned = self.micro.plan(snapshot, mode)

@@ -136,3 +136,29 @@ def test_the_fold_is_quoted_with_what_the_cache_has_not_seen_yet():
     reported = s.cache.cached_prefix_tokens
     assert reported > 0 and q.fresh_tokens == moment.prompt_tokens - reported > 0
     assert q.rewritten_tokens == q.kept_after_tokens - q.fresh_tokens
+
+
+def test_a_fold_computed_on_the_worker_is_adopted_only_when_switching_to_it_as_it_is_pays():
+    """A fold down to the low-water mark is adopted where the rule folds, at the cap too; one that removes
+    only an exchange and keeps everything after it (a shadow far behind the transcript) is not, even at
+    the cap: it would rewrite everything after its marker to remove little."""
+    now = [0.0]
+    s = session(config(), now)
+    p = s.micro.policy
+    assert isinstance(p, PricePolicy)
+    seen = []
+    for n in range(14):
+        now[0] += 10.0
+        p.requested(now[0])
+        answered(s)
+        step(s, n)
+        moment = s.micro.moment(s.ledger)
+        decision = p.decide(moment)
+        if decision is None or not decision.fold:
+            continue
+        seen.append(str(decision.verdict))
+        whole = moment.estimate().absorbable  # what a fold down to the low-water mark removes
+        one_exchange = sum(s.ledger.tokens[-4:-2])  # a shadow that absorbed one exchange only
+        assert p.adoption_pays(moment, whole), (n, decision)
+        assert not p.adoption_pays(moment, one_exchange), (n, decision)
+    assert "fold" in seen and "forced" in seen

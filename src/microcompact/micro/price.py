@@ -23,12 +23,22 @@ it is ready at the first request after the gap.
 from __future__ import annotations
 
 import itertools
+import math
 from collections import deque
 from typing import Any
 
 from ..cache_usage import CacheObservations
 from ..config import Config
-from ..fold_price import CacheState, Decision, FoldQuote, Verdict, decide, requests_until_fold
+from ..fold_price import (
+    DEFAULT_GROWTH_TOKENS,
+    CacheState,
+    Decision,
+    FoldQuote,
+    Verdict,
+    decide,
+    over_cap,
+    requests_until_fold,
+)
 from ..pricing import CachePricing
 from .policy import MAX_CATCH_UP_PASSES, Fold, FoldEstimate, Moment
 
@@ -171,6 +181,61 @@ class PricePolicy:
         self.last_request_at = None if at is None else float(at)
         speed = carried.get("speed")
         self.seconds_per_token = None if speed is None else max(0.0, float(speed))
+
+    def adoption_pays(self, moment: Moment, removed_counted: int, extended: bool = False) -> bool:
+        """Whether to switch the view now to a fold computed on the worker that removes ``removed_counted``
+        tokens (counted) from the transcript as it is now, or to extend it first over what came since.
+
+        The rule of :func:`~microcompact.fold_price.decide` on the fold as it stands (its summarizer calls
+        are spent: only the cache counts), and a fold that lags the transcript (it keeps more after its
+        marker than a fold down to the low-water mark now would) waits for its extension when the extra
+        rewrite costs more than the requests the extension takes would read of what it removes, once: an
+        ``extended`` fold that lags again, or a summarizer that cannot keep up with the growth (a request's
+        growth takes it longer than a request), would chase the transcript: adopted when it pays as it is.
+        At the cap, see :meth:`_forced_adoption_pays`.
+        """
+        quote = self.quote(moment)
+        if quote is None:
+            return removed_counted > 0
+        scale = quote.prompt_tokens / moment.counted_tokens if moment.counted_tokens else 1.0
+        actual = FoldQuote(
+            prompt_tokens=quote.prompt_tokens,
+            change_point_tokens=quote.change_point_tokens,
+            removed_tokens=round(removed_counted * scale),
+            fresh_tokens=quote.fresh_tokens,
+        )
+        cache = self.cache_state(moment)
+        cap = self.config.threshold_tokens()
+        decision = decide(actual, self.pricing, cache, cap)
+        if decision.verdict is Verdict.FORCED:
+            return self._forced_adoption_pays(actual, quote, cache, cap)
+        if not decision.fold:
+            return False
+        if extended or not cache.warm:
+            return True  # extended once already; or a cold cache, which rewrites everything anyway
+        lag = max(0, actual.rewritten_tokens - quote.rewritten_tokens)
+        if lag == 0:
+            return True
+        interval = self.cache.request_interval() or self._interval()
+        speed = self.speed()
+        if interval and speed * (cache.growth_per_request or 0.0) >= interval:
+            return True  # it would lag as much again after its extension
+        requests = max(1, math.ceil(speed * lag / interval)) if interval else 1
+        return lag * self.pricing.rewrite_premium <= actual.removed_tokens * self.pricing.read_price * requests
+
+    def _forced_adoption_pays(self, actual: FoldQuote, quote: FoldQuote, cache: CacheState, cap: int | None) -> bool:
+        """At the cap a fold lands whatever it costs, so the fold computed on the worker is adopted when it
+        takes the prompt out of the cap's headroom, unless it lags far behind the fold down to the low-water
+        mark (``quote``): then it only puts the batch threshold off by the requests until the cap is
+        reached again, and what those requests read less of does not pay for rewriting the lag; it is left
+        to that threshold."""
+        left = actual.prompt_tokens - actual.removed_tokens
+        if cap is None or actual.removed_tokens <= 0 or over_cap(left, cap, cache.growth_per_request):
+            return False
+        lag = max(0, actual.rewritten_tokens - quote.rewritten_tokens)
+        growth = cache.growth_per_request or DEFAULT_GROWTH_TOKENS
+        until_cap = max(1.0, (cap - left) / growth)
+        return lag * self.pricing.rewrite_premium <= actual.removed_tokens * self.pricing.read_price * until_cap
 
     # ------------------------------------------------------------------ the decision
 
