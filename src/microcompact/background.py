@@ -47,6 +47,10 @@ log = logging.getLogger("microcompact")
 
 Job = tuple[Planned | PassResult | None, Condensed | None] | FoldJob
 
+# Set on a fold's pass once it was handed to the caller (adopted) or to ``take_spent`` (discarded): an
+# extension carries its prior fold's passes, which are billed once.
+ACCOUNTED = "_microcompact_accounted"
+
 
 class BackgroundPasses:
     def __init__(self, micro: MicroCompactor) -> None:
@@ -61,6 +65,7 @@ class BackgroundPasses:
         self._running_ahead = False  # the running job is a fold computed ahead
         self._extends_ready = False  # the running job extends the held shadow (a due fold catching up)
         self.adopted_ahead = 0  # folds adopted at the request that decided them (telemetry, tests)
+        self.spent: list[PassResult] = []  # passes of discarded folds not taken yet (``take_spent``)
         self.caught_up = 0  # due folds extended over what came since, as switching to them did not pay
 
     @property
@@ -103,10 +108,11 @@ class BackgroundPasses:
             self._drop_running = True
         if results is None:
             self.discarded += 1
+            self._spend(ready)
             log.info("Micro-compaction: a fold computed ahead no longer applies; folding as usual")
             return None
         self.adopted_ahead += 1
-        return results
+        return self._applied(ready, results)
 
     def _due_ready(self, ledger: Ledger) -> list[PassResult] | None:
         """The fold is due and a shadow is held: adopt it when switching to it now pays (its results), or
@@ -154,6 +160,8 @@ class BackgroundPasses:
         return True
 
     def _drop_ready(self, why: str) -> None:
+        if self.ready is not None:
+            self._spend(self.ready)
         self.ready = None
         self.discarded += 1
         log.info("Micro-compaction: a fold computed ahead was dropped (%s)", why)
@@ -169,15 +177,39 @@ class BackgroundPasses:
         self.micro.fold_timed(job)
         if drop:
             self.discarded += 1
+            self._spend(job)
             return []
         if not self.micro.applies(ledger, job):
             self.discarded += 1
+            self._spend(job)
             log.info("Micro-compaction: background fold discarded, the transcript changed under it")
             return []
         if not adopt or not self._pays(ledger, job):
             self.ready = job  # held: a later request adopts it, or extends it first (``_due_ready``)
             return []
-        return self.micro.adopt_fold(ledger, job) or []
+        return self._applied(job, self.micro.adopt_fold(ledger, job) or [])
+
+    def _applied(self, job: FoldJob, results: list[PassResult]) -> list[PassResult]:
+        """``job`` was adopted: its passes are the caller's to bill (none: the store refused them, spent)."""
+        if not results:
+            self._spend(job)
+        for result in results:
+            setattr(result, ACCOUNTED, True)
+        return results
+
+    def _spend(self, job: FoldJob) -> None:
+        """``job`` is discarded: its passes' summarizer calls were made all the same (``take_spent``); a
+        pass an extension carries over from the fold it extended is counted once."""
+        for result in job.results:
+            if not getattr(result, ACCOUNTED, False):
+                setattr(result, ACCOUNTED, True)
+                self.spent.append(result)
+
+    def take_spent(self) -> list[PassResult]:
+        """The passes of folds discarded since the last call: never applied, but their summarizer calls
+        were made, so whoever bills the summarizer (the proxy's ``SessionBill``) counts them too."""
+        spent, self.spent = self.spent, []
+        return spent
 
     def _work(self, snapshot: Ledger, mode: str) -> Job:
         planned = self.micro.plan(snapshot, mode)
