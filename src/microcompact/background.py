@@ -36,10 +36,14 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import copy
+import dataclasses
 import logging
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from .micro import Condensed, Fold, FoldJob, MicroCompactor, PassResult, Planned
+from .micro.passes import Merging
+from .summarizers.extractive import ExtractiveSummarizer
 from .tokens import Ledger
 
 log = logging.getLogger("microcompact")
@@ -65,6 +69,7 @@ class BackgroundPasses:
         self._running_ahead = False  # the running job is a fold computed ahead
         self._extends_ready = False  # the running job extends the held shadow (a due fold catching up)
         self.adopted_ahead = 0  # folds adopted at the request that decided them (telemetry, tests)
+        self._untimed: set[int] = set()  # jobs extended offline: their time is not the summarizer's
         self.spent: list[PassResult] = []  # passes of discarded folds not taken yet (``take_spent``)
         self.caught_up = 0  # due folds extended over what came since, as switching to them did not pay
 
@@ -125,8 +130,6 @@ class BackgroundPasses:
             return None
         if self._pays(ledger, ready):
             return self._adopt_ready(ledger)
-        if self.micro.fold_forced():
-            return []  # at the cap the batch threshold comes first: extending it would be spent for nothing
         if self._job is not None:
             if self._running_ahead:
                 self._adopt_running = True  # the extension running now is decided on when it lands
@@ -156,8 +159,26 @@ class BackgroundPasses:
         self._running_ahead = False
         self._extends_ready = True
         self.caught_up += 1
-        self._job = self._pool.submit(contextvars.copy_context().run, self._fold, ledger.snapshot(), folds, job)
+        keeps_up = getattr(self.micro.policy, "keeps_up", None)
+        run = self._fold if keeps_up is None or keeps_up() else self._fold_offline
+        self._job = self._pool.submit(contextvars.copy_context().run, run, ledger.snapshot(), folds, job)
         return True
+
+    def _fold_offline(self, snapshot: Ledger, folds: tuple[Fold, ...], job: FoldJob) -> Job:
+        """Extend ``job`` with the offline summarizer: the summarizer cannot keep up with the session (it
+        would lag as much again, and the batch threshold would prune the tool outputs instead), so what it
+        could not reach in time gets the deterministic summary, in the same rolling summary and the same
+        one switch of the view. Those passes cost nothing, and their time is not the summarizer's."""
+        offline = copy.copy(self.micro)
+        extractive = ExtractiveSummarizer(count_text=self.micro.counter.count_text)
+        offline.merging = Merging(self.micro.config, extractive, self.micro.counter, self.micro.clock)
+        offline.context = dataclasses.replace(self.micro.context, summarizer=extractive)
+        before = len(job.results)
+        offline.shadow_fold(snapshot, folds, job)
+        for result in job.results[before:]:
+            result.record["summarizer_input_tokens"] = result.record["summarizer_output_tokens"] = 0
+        self._untimed.add(id(job))
+        return job
 
     def _drop_ready(self, why: str) -> None:
         if self.ready is not None:
@@ -174,7 +195,10 @@ class BackgroundPasses:
         or apply it (the transcript changed under it: none, the policy decides again)."""
         drop, adopt = self._drop_running, self._adopt_running or not job.ahead
         self._drop_running = self._adopt_running = self._running_ahead = self._extends_ready = False
-        self.micro.fold_timed(job)
+        if id(job) in self._untimed:
+            self._untimed.discard(id(job))
+        else:
+            self.micro.fold_timed(job)
         if drop:
             self.discarded += 1
             self._spend(job)

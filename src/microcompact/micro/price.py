@@ -22,6 +22,7 @@ it is ready at the first request after the gap.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections import deque
@@ -97,7 +98,7 @@ class PricePolicy:
         """The same decision: ``"fold"`` when the rule says fold (a fold computed ahead is adopted now),
         ``"ahead"`` when it will soon (the worker starts or extends the fold on a shadow), else None."""
         self._sizes.append(moment.prompt_tokens)
-        quote = self.quote(moment)
+        quote = self.quote(moment, offline=not self.keeps_up())
         if quote is None:
             return None
         cache = self.cache_state(moment)
@@ -111,6 +112,8 @@ class PricePolicy:
             return None
         self.ahead += 1
         self._planned = self.folds_to_run(moment, max(1, due_in))
+        if not self.keeps_up():  # one pass a job: the worker is free soon for the due fold's extension
+            self._planned = (dataclasses.replace(self._planned[0], passes=1),)
         return "ahead"
 
     def idle_mode(self, moment: Moment) -> str | None:
@@ -216,12 +219,18 @@ class PricePolicy:
         lag = max(0, actual.rewritten_tokens - quote.rewritten_tokens)
         if lag == 0:
             return True
-        interval = self.cache.request_interval() or self._interval()
-        speed = self.speed()
-        if interval and speed * (cache.growth_per_request or 0.0) >= interval:
+        if not self.keeps_up():
             return True  # it would lag as much again after its extension
-        requests = max(1, math.ceil(speed * lag / interval)) if interval else 1
+        interval = self.cache.request_interval() or self._interval()
+        requests = max(1, math.ceil(self.speed() * lag / interval)) if interval else 1
         return lag * self.pricing.rewrite_premium <= actual.removed_tokens * self.pricing.read_price * requests
+
+    def keeps_up(self) -> bool:
+        """False when the summarizer cannot keep up with the session: folding one request's growth takes it
+        longer than a request lasts (measured; True while either is unknown)."""
+        interval = self.cache.request_interval() or self._interval()
+        growth = self.cache.growth_per_request() or self._growth()
+        return not (interval and growth and self.speed() * growth >= interval)
 
     def _forced_adoption_pays(self, actual: FoldQuote, quote: FoldQuote, cache: CacheState, cap: int | None) -> bool:
         """At the cap a fold lands whatever it costs, so the fold computed on the worker is adopted when it
@@ -266,8 +275,10 @@ class PricePolicy:
         self.last = decide(quote, self.pricing, self.cache_state(moment), self.config.threshold_tokens())
         return self.last
 
-    def quote(self, moment: Moment) -> FoldQuote | None:
-        """The fold that would run now, in the provider's tokens (None: nothing to absorb)."""
+    def quote(self, moment: Moment, offline: bool = False) -> FoldQuote | None:
+        """The fold that would run now, in the provider's tokens (None: nothing to absorb). ``offline``: a
+        background fold of a summarizer that cannot keep up, whose due part is summarized offline (its
+        model passes run ahead one at a time whatever is decided): no summarizer call to price."""
         estimate = moment.estimate()
         if estimate.absorbable <= 0:
             return None
@@ -278,8 +289,8 @@ class PricePolicy:
             prompt_tokens=moment.prompt_tokens,
             change_point_tokens=round(estimate.change_point * scale),
             removed_tokens=round(removed * scale),
-            summarizer_input_tokens=estimate.absorbable + estimate.old_marker,
-            summarizer_output_tokens=new_marker,
+            summarizer_input_tokens=0 if offline else estimate.absorbable + estimate.old_marker,
+            summarizer_output_tokens=0 if offline else new_marker,
             fresh_tokens=self.fresh_tokens(moment),
         )
 
