@@ -3,6 +3,7 @@ through ``microcompact serve``, priced from what a scripted upstream with the re
 
     PYTHONPATH=src:tests python bench/bench_proxy_cost.py            # every row (about 20-40 min on 2 busy cores)
     PYTHONPATH=src:tests python bench/bench_proxy_cost.py --rows sdk # only the SDK rows
+    PYTHONPATH=src:tests python bench/bench_proxy_cost.py --rows sdk --sdk-routes direct,serve,serve-inline
 
 The upstream (tests/upstream, one per run) implements Anthropic's cache: breakpoints, a 20-block lookback,
 a 5-minute TTL refreshed on every hit, a 1,024-token minimum; reads are billed at 0.1x input and writes at
