@@ -98,7 +98,8 @@ class BackgroundPasses:
                 if self.ready is not None and job.base is not self.ready.base:
                     self._drop_ready("it no longer applies")
                 self._running_ahead = job.ahead
-                self._job = self._pool.submit(contextvars.copy_context().run, self._fold, ledger.snapshot(), folds, job)
+                run = self._fold_offline if getattr(self.micro.policy, "offline", False) else self._fold
+                self._job = self._pool.submit(contextvars.copy_context().run, run, ledger.snapshot(), folds, job)
             return []
         self._job = self._pool.submit(contextvars.copy_context().run, self._work, ledger.snapshot(), mode)
         return []

@@ -80,6 +80,8 @@ class PricePolicy:
         self._times: deque[float] = deque(maxlen=RECENT_SIZES)  # wall-clock times of recent requests
         self.seconds_per_token: float | None = None  # how long folds took for what they removed (measured)
         self.ahead = 0  # folds started ahead (telemetry, tests)
+        # Background: the fold planned last runs with the offline summary (the summarizer cannot keep up).
+        self.offline = False
 
     # ------------------------------------------------------------------ the protocol
 
@@ -98,7 +100,9 @@ class PricePolicy:
         """The same decision: ``"fold"`` when the rule says fold (a fold computed ahead is adopted now),
         ``"ahead"`` when it will soon (the worker starts or extends the fold on a shadow), else None."""
         self._sizes.append(moment.prompt_tokens)
-        quote = self.quote(moment, offline=not self.keeps_up())
+        slow = not self.keeps_up()
+        self.offline = False
+        quote = self.quote(moment, offline=slow)
         if quote is None:
             return None
         cache = self.cache_state(moment)
@@ -106,13 +110,16 @@ class PricePolicy:
         if self.last.fold:
             self.folds += 1
             self._planned = self.folds_to_run(moment)
+            self.offline = slow
             return "fold"
         due_in = None if busy else self.due_in(quote, cache)
         if due_in is None:
             return None
         self.ahead += 1
         self._planned = self.folds_to_run(moment, max(1, due_in))
-        if not self.keeps_up():  # one pass a job: the worker is free soon for the due fold's extension
+        if slow and due_in <= 1:
+            self.offline = True  # due at the next request: what the model has not reached is done offline
+        elif slow:  # one pass a job: the worker is free soon for the due fold's offline part
             self._planned = (dataclasses.replace(self._planned[0], passes=1),)
         return "ahead"
 
