@@ -162,3 +162,19 @@ def test_a_fold_computed_on_the_worker_is_adopted_only_when_switching_to_it_as_i
         assert p.adoption_pays(moment, whole), (n, decision)
         assert not p.adoption_pays(moment, one_exchange), (n, decision)
     assert "fold" in seen and "forced" in seen
+
+
+def test_the_markers_growth_is_measured_on_the_sessions_own_folds():
+    """Before a fold, the new marker is assumed to grow by MARKER_SHARE of what it absorbs; after one, by
+    what this session's folds made it grow (a one-line-per-exchange summary: far less), so the quote
+    neither overstates what a fold keeps nor understates what it removes."""
+    from microcompact.micro.price import MARKER_SHARE
+
+    now = [0.0]
+    s = session(config(), now)
+    p = s.micro.policy
+    assert isinstance(p, PricePolicy)
+    assert p.marker_share is None
+    absorbed = run(s, 30, now)
+    assert any(absorbed), "the loop never folded"
+    assert p.marker_share is not None and 0 <= p.marker_share < MARKER_SHARE

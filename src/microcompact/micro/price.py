@@ -43,7 +43,8 @@ from ..fold_price import (
 from ..pricing import CachePricing
 from .policy import MAX_CATCH_UP_PASSES, Fold, FoldEstimate, Moment
 
-# The new marker's size, as a share of what a fold absorbs, until the summary reaches its defrag threshold.
+# The new marker's size, as a share of what a fold absorbs, until the summary reaches its defrag threshold
+# (until a fold of this session measured it).
 MARKER_SHARE = 0.05
 # Prompt sizes kept to measure growth when the provider reported none (a replay, a library session).
 RECENT_SIZES = 16
@@ -80,6 +81,8 @@ class PricePolicy:
         self._times: deque[float] = deque(maxlen=RECENT_SIZES)  # wall-clock times of recent requests
         self.seconds_per_token: float | None = None  # how long folds took for what they removed (measured)
         self.ahead = 0  # folds started ahead (telemetry, tests)
+        self.marker_share: float | None = None  # the marker's growth per absorbed token, measured
+        self._last_estimate: FoldEstimate | None = None
         # Background: the fold planned last runs with the offline summary (the summarizer cannot keep up).
         self.offline = False
 
@@ -332,8 +335,20 @@ class PricePolicy:
         return (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else None
 
     def _new_marker(self, estimate: FoldEstimate) -> int:
-        grown = estimate.old_marker + MARKER_SHARE * estimate.absorbable
+        self._measure_marker(estimate)
+        share = MARKER_SHARE if self.marker_share is None else self.marker_share
+        grown = estimate.old_marker + share * estimate.absorbable
         return round(min(grown, float(self.cfg.micro_compact_defrag_threshold_tokens)))
+
+    def _measure_marker(self, estimate: FoldEstimate) -> None:
+        """How much the marker grew for what the last fold absorbed (the marker changed since the last
+        estimate: a fold landed), as a share of what was absorbable then; a running figure."""
+        last, self._last_estimate = self._last_estimate, estimate
+        if last is None or last.absorbable <= 0 or estimate.old_marker == last.old_marker:
+            return
+        share = max(0.0, estimate.old_marker - last.old_marker) / last.absorbable
+        old = self.marker_share
+        self.marker_share = share if old is None else SPEED_WEIGHT * share + (1 - SPEED_WEIGHT) * old
 
 
 def policy_for(config: Config, cache: CacheObservations) -> PricePolicy | None:
