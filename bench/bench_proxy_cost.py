@@ -3,6 +3,7 @@ through ``microcompact serve``, priced from what a scripted upstream with the re
 
     PYTHONPATH=src:tests python bench/bench_proxy_cost.py            # every row (about 20-40 min on 2 busy cores)
     PYTHONPATH=src:tests python bench/bench_proxy_cost.py --rows sdk # only the SDK rows
+    PYTHONPATH=src:tests python bench/bench_proxy_cost.py --rows sdk --sdk-routes direct,serve,serve-inline
 
 The upstream (tests/upstream, one per run) implements Anthropic's cache: breakpoints, a 20-block lookback,
 a 5-minute TTL refreshed on every hit, a 1,024-token minimum; reads are billed at 0.1x input and writes at
@@ -369,9 +370,9 @@ def sdk_loop(base_url: str, steps: int) -> bool:
     return False
 
 
-def sdk_rows(work: Path, steps: int = 48) -> list[Row]:
+def sdk_rows(work: Path, routes: list[str], steps: int = 48) -> list[Row]:
     rows = []
-    for route in ("direct", "serve"):
+    for route in routes:
         tally = Tally()
         upstream = PricedUpstream(tally)
         upstream.script = CostSteps("sdk", steps, 3000, tally)
@@ -381,9 +382,10 @@ def sdk_rows(work: Path, steps: int = 48) -> list[Row]:
         with upstream:
             served = None
             base = upstream.openai_base_url
-            if route == "serve":
+            if route != "direct":
                 served = ServeProcess(
                     home,
+                    *serve_config(home, "inline" in route, None),
                     "--db",
                     str(home / "s.db"),
                     "--log",
@@ -464,6 +466,7 @@ def main() -> None:
     parser.add_argument("--tasks", default="24k,8k,24k-idle,8k-idle")
     parser.add_argument("--routes", default=",".join(ROUTES), help="for the tasks without gaps")
     parser.add_argument("--idle-routes", default=",".join(IDLE_ROUTES), help="for the -idle tasks")
+    parser.add_argument("--sdk-routes", default="direct,serve", help="direct, serve, serve-inline")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, stores)")
     args = parser.parse_args()
     os.environ.setdefault("BENCH_SUMMARIZER_KEY", "sk-bench-summarizer")  # the scripted summarizer takes any key
@@ -482,7 +485,7 @@ def main() -> None:
                         rows.append(claude_row(task, steps, lines, route, work))
                         print(f"  {task} {route}: ${rows[-1].cost():.2f} in {rows[-1].seconds:.0f} s", flush=True)
         if "sdk" in args.rows:
-            rows += sdk_rows(work)
+            rows += sdk_rows(work, args.sdk_routes.split(","))
         print(table(rows))
     finally:
         if args.keep:

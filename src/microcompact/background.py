@@ -17,9 +17,15 @@ passes the fold took, and only if nothing but new messages at the end changed me
 follow): the same shadow fold, started before it is due and *held* when it finishes (the view does not
 change); a later ``"ahead"`` extends the held shadow over the messages added since, and ``"fold"`` (the
 policy says fold now) adopts it at that very request. A held shadow that no longer applies (something
-other than new trailing messages changed) is dropped and the fold starts as without it. A due fold that
-lags the transcript (a slow fold on a fast loop: several steps came while it ran) is extended over them
-once before it is adopted, so its one switch of the view still goes down to the low-water mark.
+other than new trailing messages changed) is dropped and the fold starts as without it.
+
+A due fold is adopted only when switching the view to it *as it is* pays by the price policy's rule
+(``adoption_pays``: its summarizer calls are spent, only the cache counts). One that lags the transcript (a
+slow fold on a fast loop: several steps came while it ran, and it would keep them all after its new
+marker, rewriting them to remove little) is held and extended over what came since, and decided on again
+when that lands, so the view switches once, low, and not to a fold that rewrites much to remove little. A
+slow summarizer's fold that never catches up is extended until it pays, or the batch threshold (the hard
+limit) takes over. No request waits for the worker either way.
 
 Not thread-safe by itself: :class:`~microcompact.session.Session` calls ``submit`` and ``collect`` under its
 lock. ``wait`` needs no lock (it only waits for the running job), so a thread can wait without holding
@@ -30,10 +36,14 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import copy
+import dataclasses
 import logging
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from .micro import Condensed, Fold, FoldJob, MicroCompactor, PassResult, Planned
+from .micro.passes import Merging
+from .summarizers.extractive import ExtractiveSummarizer
 from .tokens import Ledger
 
 log = logging.getLogger("microcompact")
@@ -41,12 +51,9 @@ log = logging.getLogger("microcompact")
 
 Job = tuple[Planned | PassResult | None, Condensed | None] | FoldJob
 
-# A fold due while it ran that lags the transcript by more than this many messages (two agent steps) and
-# twice the low-water mark's tokens is extended over them once before the view switches (``_lags``).
-LAG_MESSAGES = 4
-# Only a fold whose passes took at most this long each (an extractive one) is extended: a model summarizer
-# taking seconds a pass would lag again by as much, the view switching later for nothing.
-CATCH_UP_MAX_PASS_SECONDS = 0.5
+# Set on a fold's pass once it was handed to the caller (adopted) or to ``take_spent`` (discarded): an
+# extension carries its prior fold's passes, which are billed once.
+ACCOUNTED = "_microcompact_accounted"
 
 
 class BackgroundPasses:
@@ -60,8 +67,11 @@ class BackgroundPasses:
         self._adopt_running = False  # the running ahead job is due already: adopt it when it finishes
         self._drop_running = False  # the running job extends a shadow that was adopted or dropped meanwhile
         self._running_ahead = False  # the running job is a fold computed ahead
+        self._extends_ready = False  # the running job extends the held shadow (a due fold catching up)
         self.adopted_ahead = 0  # folds adopted at the request that decided them (telemetry, tests)
-        self.caught_up = 0  # due folds extended over what came while they ran, before the view switched
+        self._untimed: set[int] = set()  # jobs extended offline: their time is not the summarizer's
+        self.spent: list[PassResult] = []  # passes of discarded folds not taken yet (``take_spent``)
+        self.caught_up = 0  # due folds extended over what came since, as switching to them did not pay
 
     @property
     def busy(self) -> bool:
@@ -71,9 +81,7 @@ class BackgroundPasses:
         """Start a pass on a snapshot; if one is running, remember that a turn pass is due. ``"fold"``
         adopts a shadow computed ahead at once (its results are returned: the view switched now)."""
         if mode == "fold" and self.ready is not None:
-            if self._job is None and self._lags(ledger, self.ready) and self._catch_up(ledger, self.ready):
-                return []  # the view switches once, when the extension lands, down to the low-water mark
-            adopted = self._adopt_ready(ledger)
+            adopted = self._due_ready(ledger)
             if adopted is not None:
                 return adopted
         if self._job is not None:
@@ -90,7 +98,8 @@ class BackgroundPasses:
                 if self.ready is not None and job.base is not self.ready.base:
                     self._drop_ready("it no longer applies")
                 self._running_ahead = job.ahead
-                self._job = self._pool.submit(contextvars.copy_context().run, self._fold, ledger.snapshot(), folds, job)
+                run = self._fold_offline if getattr(self.micro.policy, "offline", False) else self._fold
+                self._job = self._pool.submit(contextvars.copy_context().run, run, ledger.snapshot(), folds, job)
             return []
         self._job = self._pool.submit(contextvars.copy_context().run, self._work, ledger.snapshot(), mode)
         return []
@@ -101,47 +110,80 @@ class BackgroundPasses:
         ready, self.ready = self.ready, None
         assert ready is not None
         results = self.micro.adopt_fold(ledger, ready)
-        if self._job is not None and self._running_ahead:
+        if self._job is not None and (self._running_ahead or self._extends_ready):
             self._drop_running = True
         if results is None:
             self.discarded += 1
+            self._spend(ready)
             log.info("Micro-compaction: a fold computed ahead no longer applies; folding as usual")
             return None
         self.adopted_ahead += 1
-        return results
+        return self._applied(ready, results)
 
-    def _lags(self, ledger: Ledger, job: FoldJob) -> bool:
-        """True when ``job`` (due now) ran over a transcript more than LAG_MESSAGES messages and twice the
-        low-water mark's tokens shorter than ``ledger``: adopted as it is, its view would keep all that
-        verbatim and the next fold would follow a few requests later (a fold lagging a fast loop). Never at
-        the hard limit (the fold lands now), never twice for one fold, never for a slow summarizer's."""
-        if job.caught_up or len(ledger) - job.covered <= LAG_MESSAGES:
-            return False
-        if job.results and job.seconds / len(job.results) > CATCH_UP_MAX_PASS_SECONDS:
-            return False  # a slow summarizer: extending would lag as much again, adopt as it is
-        if self.micro.fold_forced():
-            return False
-        return sum(ledger.tokens[job.covered :]) > 2 * self.micro.config.low_water_tokens()
+    def _due_ready(self, ledger: Ledger) -> list[PassResult] | None:
+        """The fold is due and a shadow is held: adopt it when switching to it now pays (its results), or
+        extend it over what came since and decide again when that lands ([]); None: it no longer applies
+        (dropped), the fold starts as without it."""
+        ready = self.ready
+        assert ready is not None
+        if not self.micro.applies(ledger, ready):
+            self._adopt_ready(ledger)  # counts the drop, drops a running extension of it
+            return None
+        if self._pays(ledger, ready):
+            return self._adopt_ready(ledger)
+        if self._job is not None:
+            if self._running_ahead:
+                self._adopt_running = True  # the extension running now is decided on when it lands
+            return []
+        self._catch_up(ledger, ready)
+        return []
+
+    def _pays(self, ledger: Ledger, job: FoldJob) -> bool:
+        """Whether the policy would switch the view to ``job`` now (a policy that does not price: always)."""
+        pays = getattr(self.micro.policy, "adoption_pays", None)
+        if pays is None:
+            return True
+        return bool(pays(self.micro.moment(ledger), job.removed_tokens, job.caught_up))
 
     def _catch_up(self, ledger: Ledger, ready: FoldJob) -> bool:
-        """Extend the lagging ``ready`` fold over the messages that came while it ran, with the passes the
-        policy planned for this request, adopted when done (False: it no longer applies, or nothing was
-        planned: the caller adopts or drops it as before)."""
-        if not self.micro.applies(ledger, ready):
-            return False
+        """Extend the held ``ready`` fold (due, but lagging the transcript) over the messages that came
+        since, with a tail as for a fold adopted a request later; decided on again when it lands (False:
+        nothing to extend with, it stays held)."""
         self.micro.sync(ledger)
-        folds = self.micro.planned_folds()
+        self.micro.planned_folds()  # the plan made for this request keeps a whole tail: replaced
+        plan = getattr(self.micro.policy, "folds_to_run", None)
+        folds: tuple[Fold, ...] = plan(self.micro.moment(ledger), 1) if plan is not None else ()
         if not folds:
             return False
         job = self.micro.fold_job(ledger, ready)
         job.caught_up = True
-        self.ready = None
         self._running_ahead = False
+        self._extends_ready = True
         self.caught_up += 1
-        self._job = self._pool.submit(contextvars.copy_context().run, self._fold, ledger.snapshot(), folds, job)
+        keeps_up = getattr(self.micro.policy, "keeps_up", None)
+        run = self._fold if keeps_up is None or keeps_up() else self._fold_offline
+        self._job = self._pool.submit(contextvars.copy_context().run, run, ledger.snapshot(), folds, job)
         return True
 
+    def _fold_offline(self, snapshot: Ledger, folds: tuple[Fold, ...], job: FoldJob) -> Job:
+        """Extend ``job`` with the offline summarizer: the summarizer cannot keep up with the session (it
+        would lag as much again, and the batch threshold would prune the tool outputs instead), so what it
+        could not reach in time gets the deterministic summary, in the same rolling summary and the same
+        one switch of the view. Those passes cost nothing, and their time is not the summarizer's."""
+        offline = copy.copy(self.micro)
+        extractive = ExtractiveSummarizer(count_text=self.micro.counter.count_text)
+        offline.merging = Merging(self.micro.config, extractive, self.micro.counter, self.micro.clock)
+        offline.context = dataclasses.replace(self.micro.context, summarizer=extractive)
+        before = len(job.results)
+        offline.shadow_fold(snapshot, folds, job)
+        for result in job.results[before:]:
+            result.record["summarizer_input_tokens"] = result.record["summarizer_output_tokens"] = 0
+        self._untimed.add(id(job))
+        return job
+
     def _drop_ready(self, why: str) -> None:
+        if self.ready is not None:
+            self._spend(self.ready)
         self.ready = None
         self.discarded += 1
         log.info("Micro-compaction: a fold computed ahead was dropped (%s)", why)
@@ -153,20 +195,46 @@ class BackgroundPasses:
         """A fold job finished: drop it (its base was switched meanwhile), hold it (ahead, not due yet),
         or apply it (the transcript changed under it: none, the policy decides again)."""
         drop, adopt = self._drop_running, self._adopt_running or not job.ahead
-        self._drop_running = self._adopt_running = self._running_ahead = False
-        self.micro.fold_timed(job)
+        self._drop_running = self._adopt_running = self._running_ahead = self._extends_ready = False
+        if id(job) in self._untimed:
+            self._untimed.discard(id(job))
+        else:
+            self.micro.fold_timed(job)
         if drop:
             self.discarded += 1
+            self._spend(job)
             return []
-        if not adopt or self._lags(ledger, job):
-            self.ready = job  # lagging: the fold due at this request extends it first (``_catch_up``)
-            return []
-        results = self.micro.adopt_fold(ledger, job)
-        if results is None:
+        if not self.micro.applies(ledger, job):
             self.discarded += 1
+            self._spend(job)
             log.info("Micro-compaction: background fold discarded, the transcript changed under it")
             return []
+        if not adopt or not self._pays(ledger, job):
+            self.ready = job  # held: a later request adopts it, or extends it first (``_due_ready``)
+            return []
+        return self._applied(job, self.micro.adopt_fold(ledger, job) or [])
+
+    def _applied(self, job: FoldJob, results: list[PassResult]) -> list[PassResult]:
+        """``job`` was adopted: its passes are the caller's to bill (none: the store refused them, spent)."""
+        if not results:
+            self._spend(job)
+        for result in results:
+            setattr(result, ACCOUNTED, True)
         return results
+
+    def _spend(self, job: FoldJob) -> None:
+        """``job`` is discarded: its passes' summarizer calls were made all the same (``take_spent``); a
+        pass an extension carries over from the fold it extended is counted once."""
+        for result in job.results:
+            if not getattr(result, ACCOUNTED, False):
+                setattr(result, ACCOUNTED, True)
+                self.spent.append(result)
+
+    def take_spent(self) -> list[PassResult]:
+        """The passes of folds discarded since the last call: never applied, but their summarizer calls
+        were made, so whoever bills the summarizer (the proxy's ``SessionBill``) counts them too."""
+        spent, self.spent = self.spent, []
+        return spent
 
     def _work(self, snapshot: Ledger, mode: str) -> Job:
         planned = self.micro.plan(snapshot, mode)

@@ -3,8 +3,9 @@
 A fold (one or many micro passes, one switch of the view) replaces the history after its *change point*
 (the first absorbed message) with the marker and the kept tail. With a warm cache:
 
-- it **costs** now the rewrite premium on everything it keeps after the change point (those tokens are
-  written again instead of read), plus the summarizer's calls;
+- it **costs** now the rewrite premium on everything it keeps after the change point that the cache holds
+  (those tokens are written again instead of read; the request's new messages, which the cache has not
+  seen yet, are written whether it folds or not), plus the summarizer's calls;
 - it **saves** the read price on every token it removes, on every further request.
 
 How many further requests count: the saving is measured against folding later, which the growing history
@@ -56,11 +57,18 @@ class FoldQuote:
     removed_tokens: int  # how much smaller the prompt gets (absorbed minus the marker's growth)
     summarizer_input_tokens: int = 0
     summarizer_output_tokens: int = 0
+    fresh_tokens: int = 0  # at the end of the prompt, not in the cache yet (the request's new messages)
 
     @property
     def kept_after_tokens(self) -> int:
         """What the fold rewrites: everything after the change point that stays (marker, tail)."""
         return max(0, self.prompt_tokens - self.change_point_tokens - self.removed_tokens)
+
+    @property
+    def rewritten_tokens(self) -> int:
+        """What the fold makes the cache write again: what it keeps after the change point, less the fresh
+        tokens at the end (written this request whether it folds or not)."""
+        return max(0, self.kept_after_tokens - self.fresh_tokens)
 
 
 @dataclass(frozen=True)
@@ -94,9 +102,9 @@ def requests_ahead(quote: FoldQuote, cache: CacheState) -> float:
 
 
 def fold_cost(quote: FoldQuote, pricing: CachePricing, warm: bool) -> float:
-    """Dollars a fold costs now: the rewrite premium on what it keeps after the change point (warm cache
-    only), plus the summarizer."""
-    rewrite = quote.kept_after_tokens * pricing.rewrite_premium if warm and pricing.cache else 0.0
+    """Dollars a fold costs now: the rewrite premium on what it keeps after the change point and the cache
+    held (warm cache only), plus the summarizer."""
+    rewrite = quote.rewritten_tokens * pricing.rewrite_premium if warm and pricing.cache else 0.0
     summarizer = pricing.summarizer_cost(quote.summarizer_input_tokens, quote.summarizer_output_tokens)
     return rewrite / 1_000_000 + summarizer
 
@@ -141,7 +149,8 @@ def requests_until_fold(
 ) -> int | None:
     """In how many requests the rule first folds, the history growing by the session's growth per request
     (each request's new tokens push as many out of the kept tail into what the fold removes, so what it
-    keeps stays the same): 0 when it folds now, None when not within ``horizon`` requests."""
+    keeps stays the same, and so do its fresh tokens): 0 when it folds now, None when not within
+    ``horizon`` requests."""
     growth = cache.growth_per_request if cache.growth_per_request and cache.growth_per_request > 0 else None
     g = growth or DEFAULT_GROWTH_TOKENS
     for k in range(horizon + 1):
@@ -151,6 +160,7 @@ def requests_until_fold(
             removed_tokens=round(quote.removed_tokens + k * g) if quote.removed_tokens > 0 else 0,
             summarizer_input_tokens=round(quote.summarizer_input_tokens + k * g),
             summarizer_output_tokens=quote.summarizer_output_tokens,
+            fresh_tokens=quote.fresh_tokens,
         )
         if decide(grown, pricing, cache, cap_tokens).fold:
             return k

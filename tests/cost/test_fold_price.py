@@ -133,3 +133,19 @@ def test_a_fold_that_never_pays_is_never_due_except_at_the_cap():
     assert requests_until_fold(quote(removed=4_000), free_reads, cache) is None
     assert requests_until_fold(quote(removed=4_000), free_reads, cache, cap_tokens=100_000) is not None
     assert requests_until_fold(quote(removed=0), ANTHROPIC, cache) is None, "nothing to remove, nothing due"
+
+
+def test_the_requests_new_messages_are_no_rewrite():
+    """What the fold keeps that the cache never held (this request's new messages) is written whether it
+    folds or not: only the kept part the cache held costs the premium, so the fold comes sooner."""
+    stale = quote(removed=40_000, kept=16_000)
+    fresh = FoldQuote(stale.prompt_tokens, stale.change_point_tokens, stale.removed_tokens, fresh_tokens=8_000)
+    assert fresh.rewritten_tokens == 8_000 and stale.rewritten_tokens == 16_000
+    assert math.isclose(fold_cost(fresh, ANTHROPIC, True), fold_cost(stale, ANTHROPIC, True) / 2)
+    assert not decide(stale, ANTHROPIC, WARM).fold
+    assert decide(fresh, ANTHROPIC, WARM).fold
+    grown_fresh = requests_until_fold(fresh, ANTHROPIC, WARM)
+    grown_stale = requests_until_fold(stale, ANTHROPIC, WARM)
+    assert grown_fresh == 0 and grown_stale is not None and grown_stale > 0
+    everything_new = FoldQuote(stale.prompt_tokens, stale.change_point_tokens, 40_000, fresh_tokens=10**6)
+    assert everything_new.rewritten_tokens == 0 and fold_cost(everything_new, ANTHROPIC, True) == 0.0

@@ -201,3 +201,40 @@ def test_before_any_fold_was_timed_a_model_summarizer_starts_earlier_than_the_ex
         starts[name] = p.due_in(quote, cache)
     assert starts["extractive"] is None, "a tenth of a second of passes: not yet"
     assert starts["model"] == due, "seconds per pass: started now, several requests before it is due"
+
+
+def test_a_dropped_shadows_summarizer_calls_are_counted_once_and_never_as_applied():
+    """A shadow that no longer applies is dropped, but its summarizer calls were made: ``take_spent`` hands
+    its passes to whoever bills the summarizer, each once, and never one that was applied."""
+    now = [0.0]
+    s = session(config(), now)
+    bg = s.background
+    assert bg is not None
+    n = 0
+    applied: list[Any] = []
+    while bg.ready is None and n < 40:
+        now[0] += 10.0
+        applied += s.before_request()
+        answered(s)
+        step(s, n)
+        n += 1
+        applied += s.drain(60)
+    held = bg.ready
+    assert held is not None and held.results, "a fold was computed ahead and held"
+    assert all(r.record.get("summarizer_input_tokens") for r in held.results)
+    s.compact()  # the held shadow's base is gone: dropped at the next request
+    spent: list[Any] = []
+    for _ in range(30):
+        now[0] += 10.0
+        applied += s.before_request()
+        answered(s)
+        bg.wait(60)
+        spent += bg.take_spent()
+        step(s, n)
+        n += 1
+    assert bg.discarded >= 1
+    ids = [id(r) for r in spent]
+    assert len(ids) == len(set(ids)), "a pass counted twice"
+    assert {id(r) for r in held.results} <= set(ids), "the dropped shadow's passes are counted"
+    assert not set(ids) & {id(r) for r in applied}, "an applied pass is billed where it was applied"
+    assert bg.take_spent() == []

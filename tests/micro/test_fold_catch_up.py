@@ -9,6 +9,8 @@ requests that must see its result; the session's clock is a list the test moves.
 
 from __future__ import annotations
 
+import itertools
+
 from microcompact.config import parse_config
 from microcompact.events import MICRO_ABSORBS
 from microcompact.session import Session
@@ -81,3 +83,94 @@ def test_a_fold_that_lags_is_extended_before_the_view_switches_once():
     kept = after_marker(s)
     assert kept <= s.config.compression.min_tail_messages + 3 and kept < 2 * LAGGED_STEPS, kept
     assert s.batch.stats().compactions == 0
+
+
+def test_a_slow_summarizers_lagging_fold_is_not_adopted_as_it_is():
+    """The same, with a summarizer the engine measures as slow (its pass clock says a second went by at
+    every reading, as for a model taking seconds a call): switching to the fold as it stands would keep
+    every step that came meanwhile after the new marker, rewriting them all to remove one or two
+    exchanges. That does not pay, so the view does not switch to it; the fold is extended over them, and
+    the view switches once, low."""
+    now = [0.0]
+    notes = Notes()
+    s = make_session(now, notes)
+    ticks = itertools.count()
+    s.micro.clock = lambda: float(next(ticks))  # what a fold's passes took, as the engine measures it
+    bg = s.background
+    assert bg is not None
+    n = 0
+    notes.gate.clear()
+    while not bg.busy and n < 80:
+        assert request(s, now) == 0
+        step(s, n)
+        n += 1
+    assert bg.busy, "no fold was ever started"
+    for _ in range(LAGGED_STEPS):
+        assert request(s, now) == 0
+        step(s, n)
+        n += 1
+    notes.gate.set()
+    bg.wait(60)
+    switches, kept_at_switch = [], None
+    for _ in range(6):
+        switches.append(request(s, now))
+        if switches[-1]:
+            kept_at_switch = after_marker(s)
+            break
+        bg.wait(60)
+        step(s, n)
+        n += 1
+    assert sum(1 for a in switches if a) == 1, f"the view switched {switches}"
+    assert switches[0] == 0, "not at once to the fold that lags"
+    assert kept_at_switch is not None
+    assert kept_at_switch <= s.config.compression.min_tail_messages + 3 and kept_at_switch < 2 * LAGGED_STEPS
+    assert s.batch.stats().compactions == 0
+
+
+def test_a_summarizer_that_cannot_keep_up_leaves_the_due_folds_lag_to_the_offline_summary():
+    """A summarizer measured far slower than the session grows (ten seconds a clock reading, a request
+    every ten seconds) would lag as much again after every extension: the due fold's extension over what
+    it could not reach runs with the offline summarizer instead (no call to it, no summarizer tokens
+    billed), and the view still switches once, low."""
+    now = [0.0]
+    notes = Notes()
+    s = make_session(now, notes)
+    ticks = itertools.count()
+    s.micro.clock = lambda: 10.0 * next(ticks)
+    bg = s.background
+    assert bg is not None
+    n = 0
+    notes.gate.clear()
+    while not bg.busy and n < 80:
+        assert request(s, now) == 0
+        step(s, n)
+        n += 1
+    assert bg.busy, "no fold was ever started"
+    for _ in range(LAGGED_STEPS):
+        assert request(s, now) == 0
+        step(s, n)
+        n += 1
+    notes.gate.set()
+    bg.wait(60)
+    calls_before = notes.calls
+    applied = []
+    for _ in range(8):
+        now[0] += 10.0
+        results = s.before_request()
+        t, last = s.tokens, s.cache.last
+        read = min(t, last.cached_after) if last is not None else 0
+        s.record_usage(t, cache_read_tokens=read, cache_write_tokens=t - read)
+        applied += [r for r in results if r.outcome in MICRO_ABSORBS]
+        if applied:
+            break
+        bg.wait(60)
+        step(s, n)
+        n += 1
+    assert applied, "the view never switched"
+    offline = [r for r in applied if not r.record.get("summarizer_input_tokens")]
+    assert offline, "the lag was absorbed without the slow summarizer"
+    assert notes.calls - calls_before < len(offline), "and without calling it for it"
+    assert after_marker(s) <= s.config.compression.min_tail_messages + 3
+    assert s.batch.stats().compactions == 0
+    policy = s.micro.policy
+    assert not policy.keeps_up(), "the summarizer was measured as slower than the session"  # type: ignore[attr-defined]

@@ -120,3 +120,61 @@ def test_background_runs_the_whole_fold_on_the_worker_and_switches_once():
     assert 1 <= switches <= notes.calls // 2, (switches, notes.calls)  # several passes per switch
     print(f"background: {notes.calls} summarizer calls, {switches} view switches")
     assert max(waits) < 0.05 * 2, "no request waited on the summarizer"
+
+
+def test_the_fold_is_quoted_with_what_the_cache_has_not_seen_yet():
+    """The tokens past what the last request left cached (the provider's report) are written by the next
+    request anyway: the quote names them, so the rule does not charge a rewrite premium on them."""
+    now = [0.0]
+    s = session(config(), now)
+    run(s, 8, now)  # every request answered: the last report covers the prompt before the last step
+    p = s.micro.policy
+    assert isinstance(p, PricePolicy)
+    moment = s.micro.moment(s.ledger)
+    q = p.quote(moment)
+    assert q is not None
+    reported = s.cache.cached_prefix_tokens
+    assert reported > 0 and q.fresh_tokens == moment.prompt_tokens - reported > 0
+    assert q.rewritten_tokens == q.kept_after_tokens - q.fresh_tokens
+
+
+def test_a_fold_computed_on_the_worker_is_adopted_only_when_switching_to_it_as_it_is_pays():
+    """A fold down to the low-water mark is adopted where the rule folds, at the cap too; one that removes
+    only an exchange and keeps everything after it (a shadow far behind the transcript) is not, even at
+    the cap: it would rewrite everything after its marker to remove little."""
+    now = [0.0]
+    s = session(config(), now)
+    p = s.micro.policy
+    assert isinstance(p, PricePolicy)
+    seen = []
+    for n in range(14):
+        now[0] += 10.0
+        p.requested(now[0])
+        answered(s)
+        step(s, n)
+        moment = s.micro.moment(s.ledger)
+        decision = p.decide(moment)
+        if decision is None or not decision.fold:
+            continue
+        seen.append(str(decision.verdict))
+        whole = moment.estimate().absorbable  # what a fold down to the low-water mark removes
+        one_exchange = sum(s.ledger.tokens[-4:-2])  # a shadow that absorbed one exchange only
+        assert p.adoption_pays(moment, whole), (n, decision)
+        assert not p.adoption_pays(moment, one_exchange), (n, decision)
+    assert "fold" in seen and "forced" in seen
+
+
+def test_the_markers_growth_is_measured_on_the_sessions_own_folds():
+    """Before a fold, the new marker is assumed to grow by MARKER_SHARE of what it absorbs; after one, by
+    what this session's folds made it grow (a one-line-per-exchange summary: far less), so the quote
+    neither overstates what a fold keeps nor understates what it removes."""
+    from microcompact.micro.price import MARKER_SHARE
+
+    now = [0.0]
+    s = session(config(), now)
+    p = s.micro.policy
+    assert isinstance(p, PricePolicy)
+    assert p.marker_share is None
+    absorbed = run(s, 30, now)
+    assert any(absorbed), "the loop never folded"
+    assert p.marker_share is not None and 0 <= p.marker_share < MARKER_SHARE

@@ -22,17 +22,29 @@ it is ready at the first request after the gap.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import math
 from collections import deque
 from typing import Any
 
 from ..cache_usage import CacheObservations
 from ..config import Config
-from ..fold_price import CacheState, Decision, FoldQuote, Verdict, decide, requests_until_fold
+from ..fold_price import (
+    DEFAULT_GROWTH_TOKENS,
+    CacheState,
+    Decision,
+    FoldQuote,
+    Verdict,
+    decide,
+    over_cap,
+    requests_until_fold,
+)
 from ..pricing import CachePricing
 from .policy import MAX_CATCH_UP_PASSES, Fold, FoldEstimate, Moment
 
-# The new marker's size, as a share of what a fold absorbs, until the summary reaches its defrag threshold.
+# The new marker's size, as a share of what a fold absorbs, until the summary reaches its defrag threshold
+# (until a fold of this session measured it).
 MARKER_SHARE = 0.05
 # Prompt sizes kept to measure growth when the provider reported none (a replay, a library session).
 RECENT_SIZES = 16
@@ -69,6 +81,10 @@ class PricePolicy:
         self._times: deque[float] = deque(maxlen=RECENT_SIZES)  # wall-clock times of recent requests
         self.seconds_per_token: float | None = None  # how long folds took for what they removed (measured)
         self.ahead = 0  # folds started ahead (telemetry, tests)
+        self.marker_share: float | None = None  # the marker's growth per absorbed token, measured
+        self._last_estimate: FoldEstimate | None = None
+        # Background: the fold planned last runs with the offline summary (the summarizer cannot keep up).
+        self.offline = False
 
     # ------------------------------------------------------------------ the protocol
 
@@ -87,7 +103,9 @@ class PricePolicy:
         """The same decision: ``"fold"`` when the rule says fold (a fold computed ahead is adopted now),
         ``"ahead"`` when it will soon (the worker starts or extends the fold on a shadow), else None."""
         self._sizes.append(moment.prompt_tokens)
-        quote = self.quote(moment)
+        slow = not self.keeps_up()
+        self.offline = False
+        quote = self.quote(moment, offline=slow)
         if quote is None:
             return None
         cache = self.cache_state(moment)
@@ -95,12 +113,17 @@ class PricePolicy:
         if self.last.fold:
             self.folds += 1
             self._planned = self.folds_to_run(moment)
+            self.offline = slow
             return "fold"
         due_in = None if busy else self.due_in(quote, cache)
         if due_in is None:
             return None
         self.ahead += 1
         self._planned = self.folds_to_run(moment, max(1, due_in))
+        if slow and due_in <= 1:
+            self.offline = True  # due at the next request: what the model has not reached is done offline
+        elif slow:  # one pass a job: the worker is free soon for the due fold's offline part
+            self._planned = (dataclasses.replace(self._planned[0], passes=1),)
         return "ahead"
 
     def idle_mode(self, moment: Moment) -> str | None:
@@ -172,6 +195,67 @@ class PricePolicy:
         speed = carried.get("speed")
         self.seconds_per_token = None if speed is None else max(0.0, float(speed))
 
+    def adoption_pays(self, moment: Moment, removed_counted: int, extended: bool = False) -> bool:
+        """Whether to switch the view now to a fold computed on the worker that removes ``removed_counted``
+        tokens (counted) from the transcript as it is now, or to extend it first over what came since.
+
+        The rule of :func:`~microcompact.fold_price.decide` on the fold as it stands (its summarizer calls
+        are spent: only the cache counts), and a fold that lags the transcript (it keeps more after its
+        marker than a fold down to the low-water mark now would) waits for its extension when the extra
+        rewrite costs more than the requests the extension takes would read of what it removes, once: an
+        ``extended`` fold that lags again, or a summarizer that cannot keep up with the growth (a request's
+        growth takes it longer than a request), would chase the transcript: adopted when it pays as it is.
+        At the cap, see :meth:`_forced_adoption_pays`.
+        """
+        quote = self.quote(moment)
+        if quote is None:
+            return removed_counted > 0
+        scale = quote.prompt_tokens / moment.counted_tokens if moment.counted_tokens else 1.0
+        actual = FoldQuote(
+            prompt_tokens=quote.prompt_tokens,
+            change_point_tokens=quote.change_point_tokens,
+            removed_tokens=round(removed_counted * scale),
+            fresh_tokens=quote.fresh_tokens,
+        )
+        cache = self.cache_state(moment)
+        cap = self.config.threshold_tokens()
+        decision = decide(actual, self.pricing, cache, cap)
+        if decision.verdict is Verdict.FORCED:
+            return self._forced_adoption_pays(actual, quote, cache, cap)
+        if not decision.fold:
+            return False
+        if extended or not cache.warm:
+            return True  # extended once already; or a cold cache, which rewrites everything anyway
+        lag = max(0, actual.rewritten_tokens - quote.rewritten_tokens)
+        if lag == 0:
+            return True
+        if not self.keeps_up():
+            return True  # it would lag as much again after its extension
+        interval = self.cache.request_interval() or self._interval()
+        requests = max(1, math.ceil(self.speed() * lag / interval)) if interval else 1
+        return lag * self.pricing.rewrite_premium <= actual.removed_tokens * self.pricing.read_price * requests
+
+    def keeps_up(self) -> bool:
+        """False when the summarizer cannot keep up with the session: folding one request's growth takes it
+        longer than a request lasts (measured; True while either is unknown)."""
+        interval = self.cache.request_interval() or self._interval()
+        growth = self.cache.growth_per_request() or self._growth()
+        return not (interval and growth and self.speed() * growth >= interval)
+
+    def _forced_adoption_pays(self, actual: FoldQuote, quote: FoldQuote, cache: CacheState, cap: int | None) -> bool:
+        """At the cap a fold lands whatever it costs, so the fold computed on the worker is adopted when it
+        takes the prompt out of the cap's headroom, unless it lags far behind the fold down to the low-water
+        mark (``quote``): then it only puts the batch threshold off by the requests until the cap is
+        reached again, and what those requests read less of does not pay for rewriting the lag; it is left
+        to that threshold."""
+        left = actual.prompt_tokens - actual.removed_tokens
+        if cap is None or actual.removed_tokens <= 0 or over_cap(left, cap, cache.growth_per_request):
+            return False
+        lag = max(0, actual.rewritten_tokens - quote.rewritten_tokens)
+        growth = cache.growth_per_request or DEFAULT_GROWTH_TOKENS
+        until_cap = max(1.0, (cap - left) / growth)
+        return lag * self.pricing.rewrite_premium <= actual.removed_tokens * self.pricing.read_price * until_cap
+
     # ------------------------------------------------------------------ the decision
 
     def folds_to_run(self, moment: Moment, ahead: int = 0) -> tuple[Fold, ...]:
@@ -201,8 +285,10 @@ class PricePolicy:
         self.last = decide(quote, self.pricing, self.cache_state(moment), self.config.threshold_tokens())
         return self.last
 
-    def quote(self, moment: Moment) -> FoldQuote | None:
-        """The fold that would run now, in the provider's tokens (None: nothing to absorb)."""
+    def quote(self, moment: Moment, offline: bool = False) -> FoldQuote | None:
+        """The fold that would run now, in the provider's tokens (None: nothing to absorb). ``offline``: a
+        background fold of a summarizer that cannot keep up, whose due part is summarized offline (its
+        model passes run ahead one at a time whatever is decided): no summarizer call to price."""
         estimate = moment.estimate()
         if estimate.absorbable <= 0:
             return None
@@ -213,9 +299,19 @@ class PricePolicy:
             prompt_tokens=moment.prompt_tokens,
             change_point_tokens=round(estimate.change_point * scale),
             removed_tokens=round(removed * scale),
-            summarizer_input_tokens=estimate.absorbable + estimate.old_marker,
-            summarizer_output_tokens=new_marker,
+            summarizer_input_tokens=0 if offline else estimate.absorbable + estimate.old_marker,
+            summarizer_output_tokens=0 if offline else new_marker,
+            fresh_tokens=self.fresh_tokens(moment),
         )
+
+    def fresh_tokens(self, moment: Moment) -> int:
+        """Tokens at the end of the prompt the cache has not seen yet (written whether a fold is made or
+        not): the prompt now less what the last request left cached, as the provider reported it; without
+        a report, the growth per request measured here (0 before any)."""
+        cached = self.cache.cached_prefix_tokens
+        if cached > 0:
+            return max(0, moment.prompt_tokens - cached)
+        return round(self._growth() or 0.0)
 
     def cache_state(self, moment: Moment) -> CacheState:
         """Warm or cold from the reports (the TTL clock when there are none), growth from the reports."""
@@ -239,8 +335,20 @@ class PricePolicy:
         return (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else None
 
     def _new_marker(self, estimate: FoldEstimate) -> int:
-        grown = estimate.old_marker + MARKER_SHARE * estimate.absorbable
+        self._measure_marker(estimate)
+        share = MARKER_SHARE if self.marker_share is None else self.marker_share
+        grown = estimate.old_marker + share * estimate.absorbable
         return round(min(grown, float(self.cfg.micro_compact_defrag_threshold_tokens)))
+
+    def _measure_marker(self, estimate: FoldEstimate) -> None:
+        """How much the marker grew for what the last fold absorbed (the marker changed since the last
+        estimate: a fold landed), as a share of what was absorbable then; a running figure."""
+        last, self._last_estimate = self._last_estimate, estimate
+        if last is None or last.absorbable <= 0 or estimate.old_marker == last.old_marker:
+            return
+        share = max(0.0, estimate.old_marker - last.old_marker) / last.absorbable
+        old = self.marker_share
+        self.marker_share = share if old is None else SPEED_WEIGHT * share + (1 - SPEED_WEIGHT) * old
 
 
 def policy_for(config: Config, cache: CacheObservations) -> PricePolicy | None:

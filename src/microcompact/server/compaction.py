@@ -292,7 +292,10 @@ class Compaction:
             telemetry_log.info("%s%s", COST_TAG, json.dumps(record, sort_keys=True, separators=(", ", ": ")))
 
     def _bill_summarizer(self, session: Session, api: str | None, results: Sequence[Any]) -> None:
-        """Count the summarizer calls of ``results`` (passes just applied) in the session's spent figure."""
+        """Count the summarizer calls of ``results`` (passes just applied) in the session's spent figure, and
+        those of background folds discarded since (made all the same)."""
+        if session.background is not None:
+            results = [*results, *session.background.take_spent()]
         records = [getattr(r, "record", None) or {} for r in results]
         tokens_in = sum(int(r.get("summarizer_input_tokens") or 0) for r in records)
         tokens_out = sum(int(r.get("summarizer_output_tokens") or 0) for r in records)
