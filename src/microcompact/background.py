@@ -53,7 +53,7 @@ Job = tuple[Planned | PassResult | None, Condensed | None] | FoldJob
 
 # Set on a fold's pass once it was handed to the caller (adopted) or to ``take_spent`` (discarded): an
 # extension carries its prior fold's passes, which are billed once.
-ACCOUNTED = "_microcompact_accounted"
+ACCOUNTED = "microcompact_accounted"
 
 
 class BackgroundPasses:
@@ -119,6 +119,13 @@ class BackgroundPasses:
             return None
         self.adopted_ahead += 1
         return self._applied(ready, results)
+
+    def adopt_held(self, ledger: Ledger) -> list[PassResult]:
+        """Adopt the held shadow now, whatever the price says (the batch threshold is crossed: a switch is
+        due anyway); [] when there is none or it no longer applies (dropped)."""
+        if self.ready is None:
+            return []
+        return self._adopt_ready(ledger) or []
 
     def _due_ready(self, ledger: Ledger) -> list[PassResult] | None:
         """The fold is due and a shadow is held: adopt it when switching to it now pays (its results), or

@@ -31,15 +31,7 @@ from .batch import BatchCompactor, BatchResult
 from .cache_usage import CacheObservations, checked_report
 from .config import Config, home_dir
 from .events import Outcome
-from .identity import (
-    Divergence,
-    common_prefix,
-    digests,
-    fork_prefix,
-    is_human,
-    known_digests,
-    tagged_parts,
-)
+from .identity import Divergence, common_prefix, digests, fork_prefix, is_human, known_digests, tagged_parts
 from .keys import HID_KEY, ROW_KEY, STORE_KEYS
 from .messages import Message, disown_marker_text, to_api, validate_message
 from .micro import CommitHook, MicroCompactor, PassResult
@@ -458,6 +450,8 @@ class Session:
                 self._flush()
                 if self.background is not None:
                     results += self.background.collect(self.ledger)
+                    if self.background.ready is not None and self.batch.should_compress(self.ledger, prompt_tokens):
+                        prompt_tokens = self._adopt_before_batch(self.background, prompt_tokens, results)
                 if self.batch.should_compress(self.ledger, prompt_tokens):
                     results.append(self._batch(reason="threshold", prompt_tokens=prompt_tokens))
                 if self.background is None:
@@ -472,6 +466,13 @@ class Session:
             except Exception:
                 log.exception("before_request failed unexpectedly; the session goes on uncompacted")
         return results
+
+    def _adopt_before_batch(self, held: BackgroundPasses, prompt: int | None, results: list[Any]) -> int | None:
+        """Over the threshold with a fold held: it lands first (a summary where a batch would prune), the
+        batch runs only if still due; the reported prompt size shrinks by what the fold removed."""
+        before = self.ledger.total
+        results += held.adopt_held(self.ledger)
+        return None if prompt is None else max(0, prompt - (before - self.ledger.total))
 
     @hides_secrets
     def fold_ahead(self) -> None:

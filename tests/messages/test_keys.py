@@ -23,6 +23,8 @@ NOT_KEYS = {
     ("redact.py", "_test_"),
     ("server/responses_format.py", "_call"),
     ("server/responses_format.py", "_call_output"),
+    ("summarizers/upstream_notes.py", "_output"),
+    ("summarizers/upstream_wire.py", "_call"),
 }
 
 

@@ -89,9 +89,12 @@ def tool_step(history: list[dict[str, object]], k: int) -> None:
 def test_a_pass_finished_by_the_follow_up_is_applied_there_not_by_the_next_request(tmp_path: Path) -> None:
     """A background pass that is done when the response ends is committed and applied by the follow-up
     (after the response): the next request's view shows it, and that request commits nothing itself.
-    Nothing is lost: the user message verbatim, every tool output in the store."""
+    Nothing is lost: the user message verbatim, every tool output in the store. (The cadence schedule: a
+    pass is due at every request, none held for a later one as the price schedule does.)"""
     store = open_store(tmp_path / "s.db")
-    router = SessionRouter(proxy_config(None, 8192), store=store)
+    config_file = tmp_path / "cadence.yaml"
+    config_file.write_text("compression:\n  micro_compact_schedule: cadence\n")
+    router = SessionRouter(proxy_config(config_file, 8192), store=store)
     compaction = Compaction(router, Metrics())
     history: list[dict[str, object]] = [{"role": "user", "content": "Fix the failing tests."}]
     for k in range(6):  # a conversation that arrives with a long tool loop: a fold is due at every request
@@ -111,6 +114,36 @@ def test_a_pass_finished_by_the_follow_up_is_applied_there_not_by_the_next_reque
     assert applied_after >= 4, "passes were applied by the follow-ups"
     view = compaction.prepare(OA, {}, "k", history).messages
     assert any(is_marker(m) for m in session.transcript) and len(view) < len(history), "folded"
+    assert view[0] == history[0], "the user message verbatim"
+    stored = store.export(session.session_id, include_absorbed=True)
+    outputs = [m["content"] for m in history if m["role"] == "tool"]
+    assert [m["content"] for m in stored if m.get("role") == "tool"] == outputs, "every tool output kept"
+    router.close()
+    store.close()
+
+
+def test_a_fold_held_for_later_lands_before_a_threshold_batch_would_prune(tmp_path: Path) -> None:
+    """The price schedule holds a fold computed ahead; when the batch threshold is crossed first, that fold
+    is adopted instead (a summary, one switch) and no batch runs while it brings the view under."""
+    store = open_store(tmp_path / "s.db")
+    router = SessionRouter(proxy_config(None, 8192), store=store)
+    compaction = Compaction(router, Metrics())
+    history: list[dict[str, object]] = [{"role": "user", "content": "Fix the failing tests."}]
+    for k in range(6):
+        tool_step(history, k)
+    outcomes: list[str] = []
+    for k in range(6, 14):
+        prepared = compaction.prepare(OA, {}, "k", history)
+        outcomes += prepared.outcomes
+        session = prepared.session
+        assert session is not None and session.background is not None
+        compaction.answered(prepared, None)
+        session.background.wait(30)
+        compaction.follow_up("k")
+        tool_step(history, k)
+    assert "compacted" not in outcomes, outcomes
+    assert outcomes.count("absorbed") >= 6 and session.background.adopted_ahead >= 2, outcomes
+    view = compaction.prepare(OA, {}, "k", history).messages
     assert view[0] == history[0], "the user message verbatim"
     stored = store.export(session.session_id, include_absorbed=True)
     outputs = [m["content"] for m in history if m["role"] == "tool"]
