@@ -13,6 +13,8 @@ Every limit has a default nobody has to think about and a ``serve`` option (READ
   routes when the app parses it (:func:`parse_json`), on the routes forwarded as they came here (a body
   whose content type is JSON, or that has none and opens with ``{`` or ``[``; a multipart upload, audio or
   other bytes go up as they are, and so does JSON the proxy cannot read: the upstream answers it);
+- the path and headers: what cannot be forwarded as the client meant it (a control character or a dot
+  segment in the path, a header value outside ASCII) is a 400 too (:mod:`.wire_checks`);
 - the headers: a connection must send a request's headers within ``header_timeout`` seconds of opening (or
   of its previous answer), and connections are capped (``max_connections``; by default what the open-file
   limit allows, one upstream connection per client connection). At the cap, a new connection closes the
@@ -39,6 +41,7 @@ from ..jsoninput import MAX_DEPTH, too_deep
 from .errors import BadRequest, error_body
 from .metrics import Metrics
 from .routes import FORWARD, Route, match
+from .wire_checks import request_problem
 
 MiB = 1024 * 1024
 DEFAULT_MAX_BODY = 64 * MiB
@@ -272,9 +275,12 @@ class BodyLimit:
             if not message.get("more_body", False):
                 break
         body = b"".join(chunks)
-        deep = await self._forwarded_nesting(scope, headers, body)
-        if deep is not None:
-            await self._refuse(scope, headers, receive, send, 400, f"microcompact: {deep}", "invalid_request")
+        problem = request_problem(scope["path"], scope.get("headers", []))  # server/wire_checks.py
+        if problem is None:
+            deep = await self._forwarded_nesting(scope, headers, body)
+            problem = f"microcompact: {deep}" if deep is not None else None
+        if problem is not None:
+            await self._refuse(scope, headers, receive, send, 400, problem, "invalid_request")
             return
         await self.app(scope, _replay(body, receive), send)
 
