@@ -13,7 +13,15 @@ from rich.table import Table
 
 from ..keys import META_KEY, POS_KEY, ROW_KEY
 from ..render import content_text
-from ..store import PostgresStore, SQLiteStore, StoreError, check_location, default_store_path, open_store
+from ..store import (
+    PostgresStore,
+    SQLiteStore,
+    StoreError,
+    check_location,
+    default_store_path,
+    is_postgres,
+    open_store,
+)
 from .base import DbOption, check_name, fail, out
 from .output import export_form
 
@@ -33,7 +41,7 @@ def _store(db: str | None) -> SQLiteStore | PostgresStore:
             check_location(db)
         except StoreError as exc:
             fail(f"--db: {exc}")
-    if not str(db or "").startswith(("postgresql://", "postgres://")):
+    if db is None or not is_postgres(db):  # a libpq key=value DSN too: never echoed as a "file" name
         path = _sqlite_path(db)
         if path != ":memory:" and not Path(path).is_file():
             fail(f"no session store at {path}")
