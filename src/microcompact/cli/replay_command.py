@@ -22,6 +22,7 @@ from .base import (
     ConfigOption,
     ContextLimitOption,
     LogOption,
+    check_input_file,
     check_name,
     check_path_text,
     err,
@@ -217,6 +218,7 @@ def _checked_options(req: ReplayRequest) -> CompareOptions:
         ("--plot", req.plot),
     ):
         check_path_text(what, path)
+    check_input_file("TRANSCRIPT", req.transcript)
     if req.session_id is not None:
         check_name("--session", req.session_id)
     if req.db is not None:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from .base import check_path_text, err, out
+from .base import check_input_file, check_path_text, err, out
 
 
 def report_cmd(
@@ -24,6 +24,7 @@ def report_cmd(
 
     for path in logfiles or ():
         check_path_text("LOGFILE", path)
+        check_input_file("LOGFILE", path)
     check_path_text("--plot", plot)
     if plot is not None:
         plot = check_writable_target("--plot", plot)  # a file (a symlink's target), nothing else
