@@ -56,6 +56,19 @@ def test_report_of_an_endless_device_is_one_line(tmp_path: Path, device: str) ->
     one_line_error(run(tmp_path / "home", "report", device), f"LOGFILE {device}: is a character device")
 
 
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["replay", DEMO, "--context-limit", "20000", "--config", "/dev/zero"], "--config"),
+        (["replay", DEMO, "--context-limit", "20000", "--compare", "--pricing", "/dev/zero"], "--pricing"),
+        (["serve", "--port", "0", "--config", "/dev/zero"], "--config"),
+    ],
+    ids=["replay-config", "compare-pricing", "serve-config"],
+)
+def test_an_endless_device_as_a_settings_file_is_one_line(tmp_path: Path, args: list[str], flag: str) -> None:
+    one_line_error(run(tmp_path / "home", *args), f"{flag} /dev/zero: is a character device, not a file")
+
+
 def test_a_log_fifo_that_nothing_reads_is_one_line_not_a_hang(tmp_path: Path) -> None:
     fifo = tmp_path / "log.pipe"
     os.mkfifo(fifo)

@@ -219,6 +219,9 @@ def _checked_options(req: ReplayRequest) -> CompareOptions:
     ):
         check_path_text(what, path)
     check_input_file("TRANSCRIPT", req.transcript)
+    for what, given in (("--config", req.config), ("--pricing", req.pricing)):
+        if given is not None:
+            check_input_file(what, Path(given))  # a preset name (--pricing openai) is no file: it passes
     if req.session_id is not None:
         check_name("--session", req.session_id)
     if req.db is not None:

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from .base import ConfigOption, ContextLimitOption, DbOption, LogOption, fail, logging_to, say
+from .base import ConfigOption, ContextLimitOption, DbOption, LogOption, check_input_file, fail, logging_to, say
 
 
 def serve_cmd(
@@ -92,6 +92,8 @@ def serve_cmd(
     from ..server.limits import Limits, LimitsError, parse_size
     from ..server.run import ServeError, ServeOptions, serve
 
+    if config is not None:
+        check_input_file("--config", config)
     try:
         limits = Limits(
             max_body_bytes=parse_size(max_body_size),
