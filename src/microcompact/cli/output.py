@@ -11,11 +11,14 @@ of the importers uses it too).
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterable
 from pathlib import Path
 
 from ..keys import BOOKKEEPING_KEYS, SRC_KEY
 from ..messages import Message
 from ..outfile import NotAFile, output_file, replacing, write_atomically
+from ..store import sqlite_path
 from .base import fail, say
 
 
@@ -29,6 +32,30 @@ def check_writable_target(flag: str, path: Path) -> Path:
     if target != path:
         say(f"{flag} {path} is a symlink: writing through it to {target}")
     return target
+
+
+def sqlite_files(db: str | None) -> list[str]:
+    """The files a SQLite ``--db`` lives in (the database, its WAL, shared-memory and journal files); none for
+    PostgreSQL, an in-memory store or no ``--db``."""
+    path = sqlite_path(db) if db is not None else None
+    if path is None or path == ":memory:":
+        return []
+    return [path, *(path + suffix for suffix in ("-wal", "-shm", "-journal"))]
+
+
+def check_apart(flag: str, path: Path, others: Iterable[tuple[str, str | Path | None]]) -> None:
+    """Fail when the file ``path`` writes is also one the command reads or writes for something else
+    (``--out`` on the ``--db`` store replaced the store with JSONL and exited 0): ``others`` are (what it is,
+    its path or None)."""
+    target = os.path.realpath(path)
+    for what, other in others:
+        if other is None:
+            continue
+        same = os.path.realpath(other) == target
+        if not same and os.path.exists(other) and os.path.exists(target):
+            same = os.path.samefile(other, target)  # a hard link
+        if same:
+            fail(f"{flag} {path}: is also {what}; writing it would replace that: give another file")
 
 
 def export_form(message: Message) -> Message:
@@ -50,9 +77,11 @@ def as_read(message: Message, originals: list[Message]) -> Message:
 __all__ = [
     "NotAFile",
     "as_read",
+    "check_apart",
     "check_writable_target",
     "export_form",
     "output_file",
     "replacing",
+    "sqlite_files",
     "write_atomically",
 ]

@@ -21,6 +21,7 @@ from ..store import (
     default_store_path,
     is_postgres,
     open_store,
+    sqlite_path,
 )
 from .base import DbOption, check_name, fail, out
 from .output import export_form
@@ -55,9 +56,7 @@ def _sqlite_path(db: str | None) -> str:
     """The file a SQLite --db names (as open_store reads it), the default store when None."""
     if db is None:
         return str(default_store_path())
-    if db.startswith("sqlite:///"):
-        return db[len("sqlite:///") :] if db.startswith("sqlite:////") else db[len("sqlite://") :]
-    return db
+    return sqlite_path(db) or db
 
 
 def _require_session(store: SQLiteStore | PostgresStore, session_id: str) -> None:

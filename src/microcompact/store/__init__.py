@@ -85,6 +85,15 @@ def is_postgres(url_or_path: str | Path) -> bool:
     return text.startswith(("postgresql://", "postgres://")) or bool(_CONNINFO.match(text))
 
 
+def sqlite_path(url_or_path: str | Path) -> str | None:
+    """The file a SQLite location names: ``sqlite:///RELATIVE/FILE``, ``sqlite:////ABSOLUTE/FILE`` or a plain
+    path (``:memory:`` as it is); None for PostgreSQL."""
+    text = str(url_or_path)
+    if is_postgres(text):
+        return None
+    return text[len("sqlite:///") :] if text.startswith("sqlite:///") else text
+
+
 def open_store(url_or_path: str | Path | None = None, **options: Any) -> SQLiteStore | PostgresStore:
     """``postgresql://...`` (or ``postgres://``, or libpq's ``host=... dbname=...`` form) opens a
     :class:`PostgresStore`; anything else is a SQLite
@@ -97,9 +106,7 @@ def open_store(url_or_path: str | Path | None = None, **options: Any) -> SQLiteS
     text = str(url_or_path)
     if is_postgres(text):
         return PostgresStore(text, **options)
-    if text.startswith("sqlite:///"):
-        text = text[len("sqlite:///") :] if text.startswith("sqlite:////") else text[len("sqlite://") :]
-    return SQLiteStore(text, **options)
+    return SQLiteStore(sqlite_path(text) or text, **options)
 
 
 __all__ = [
@@ -126,6 +133,7 @@ __all__ = [
     "_SQLStore",
     "check_location",
     "is_postgres",
+    "sqlite_path",
     "default_store_path",
     "open_store",
     "search_text",
