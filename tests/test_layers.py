@@ -21,6 +21,7 @@ LAYERS: list[set[str]] = [
         "messages",
         "identity",
         "jsoninput",
+        "outfile",
         "redact",
         "redact_patterns",
         "redact_commands",

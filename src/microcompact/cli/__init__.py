@@ -8,6 +8,10 @@ the files written in ``output`` and the printed tables in ``tables``.
 
 from __future__ import annotations
 
+import errno
+import os
+import sys
+
 import typer
 
 # The long runs, by these names: the commands look them up here per call, so a test can stand in for them.
@@ -39,8 +43,36 @@ app.command("import")(import_cmd)
 app.command("serve")(serve_cmd)
 
 
+# What writing stdout fails with when it is a full disk (or /dev/full), a closed pipe, a broken device.
+_STDOUT_ERRORS = frozenset({errno.EPIPE, errno.ENOSPC, errno.EIO, errno.EFBIG, errno.EDQUOT})
+
+
 def main() -> None:
-    app()
+    """The command; stdout that cannot take the output (a full disk, ``> /dev/full``) is one line on stderr
+    and exit 2, a reader that left (``| head``) a quiet exit 1, never a traceback."""
+    try:
+        try:
+            app()
+        finally:
+            sys.stdout.flush()  # what is still buffered fails here, not in the interpreter's exit
+    except OSError as exc:
+        # Every file a command writes (--out, --plot, the log, the store) turns these into its own one-line
+        # error; one that reaches here came from stdout.
+        if exc.errno not in _STDOUT_ERRORS:
+            raise
+        _stdout_failed(exc)
+
+
+def _stdout_failed(exc: OSError) -> None:
+    """Exit for an unwritable stdout, with stdout pointed at /dev/null so the interpreter's own last flush
+    of the lost output cannot fail again (and print "Exception ignored")."""
+    quiet = exc.errno == errno.EPIPE
+    if not quiet:
+        print(f"error: cannot write to stdout: {exc.strerror or exc}; the output is incomplete", file=sys.stderr)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    raise SystemExit(1 if quiet else 2)
 
 
 __all__ = ["SPARK", "app", "compare", "compare_table", "main", "replay", "sparkline"]

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import errno
+import os
 import re
+import stat
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -65,6 +68,35 @@ def check_path_text(what: str, path: Path | str | None) -> None:
         fail(f"{what} {shown(str(path))}: a path with a control character (a newline, tab or NUL) is refused")
 
 
+# Inputs whose reading never ends (/dev/zero, /dev/urandom, a terminal) or cannot start: not transcripts.
+_NOT_INPUT = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def check_input_file(what: str, path: Path) -> None:
+    """Fail when ``path`` is a device or a socket: reading /dev/zero filled memory until a traceback. A pipe
+    (``<(...)``, a FIFO) is read as it comes; a missing or unreadable file is the reader's error."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return
+    for test, kind in _NOT_INPUT:
+        if test(mode):
+            fail(f"{what} {path}: is {kind}, not a file; give a file (or a pipe)")
+
+
+def _fifo_reader(path: Path) -> int | None:
+    """A write end of ``path`` when it is a FIFO (held while the log opens, so a reader that is there does
+    not see its last writer leave); fails when nothing reads it (opening it would block for ever)."""
+    try:
+        if not stat.S_ISFIFO(os.stat(path).st_mode):
+            return None
+        return os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            fail(f"--log {path}: is a FIFO (named pipe) that nothing reads; start its reader first, or give a file")
+        return None
+
+
 def say(line: str) -> None:
     """A line of progress or notice on stderr, printed as it is (no markup, no highlighting)."""
     err.print(escape(line), highlight=False, soft_wrap=True)
@@ -75,9 +107,13 @@ def logging_to(log_file: Path | None) -> Iterator[None]:
     """The command's logs, telemetry included, go to ``log_file`` (default :func:`default_log_path`, where
     ``report`` looks) while the block runs; a file that cannot be opened is a one-line error before it."""
     path = log_file or default_log_path()
+    held = _fifo_reader(path)
     with contextlib.ExitStack() as stack:
         try:
             stack.enter_context(file_logging(path))
         except OSError as exc:
             fail(f"cannot open log file {path}: {exc.strerror or exc}")
+        finally:
+            if held is not None:
+                os.close(held)
         yield

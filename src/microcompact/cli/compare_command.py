@@ -16,7 +16,7 @@ from ..config import Config
 from ..cost import Pricing
 from ..messages import Message
 from .base import err, fail, logging_to, out
-from .output import check_writable_target
+from .output import check_writable_target, replacing
 from .tables import print_compare
 
 PLOT_NEEDS_MATPLOTLIB = "--plot needs matplotlib: pip install 'microcompact[plot]' (or pip install matplotlib)"
@@ -132,7 +132,8 @@ def run_compare(
 def _plot(result: dict[str, Any], plot: Path) -> None:
     """Occupancy per model request for each policy, as a PNG at ``plot``; a failure is a one-line error."""
     try:
-        plot_compare(result, str(plot))
+        with replacing(plot, plot.suffix or ".png") as drawn:  # a file, whole or not at all; PNG unless named
+            plot_compare(result, str(drawn))
     except ImportError:
         fail(PLOT_NEEDS_MATPLOTLIB)
     except (OSError, ValueError) as exc:

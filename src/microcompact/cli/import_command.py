@@ -10,6 +10,7 @@ import typer
 
 from ..importers import FORMATS, run_import
 from .base import check_path_text, err, fail
+from .output import check_writable_target
 
 
 def import_cmd(
@@ -18,7 +19,9 @@ def import_cmd(
         str,
         typer.Option("--from", help="auto (detect from the file's start, the default) | " + " | ".join(FORMATS)),
     ] = "auto",
-    out_file: Annotated[Path | None, typer.Option("--out", help="Output JSONL (default: stdout).")] = None,
+    out_file: Annotated[
+        Path | None, typer.Option("--out", help="Output JSONL, a file (default and '-': stdout).")
+    ] = None,
     record: Annotated[
         int | None, typer.Option("--record", help="adp files: which record (0-based; default the largest).")
     ] = None,
@@ -38,6 +41,9 @@ def import_cmd(
     check_path_text("--out", out_file)
     if record is not None and not 0 <= record < 2**31:
         fail(f"--record must be a record's index (0 or more), got {record}")
+    if out_file is not None and str(out_file) != "-" and (out_file.parent.is_dir() or out_file.is_symlink()):
+        # a file and nothing else, as for every --out (a missing folder is created, as import always has)
+        check_writable_target("--out", out_file)
     code = run_import(fmt, file, out_file, err, record=record, repair=repair)
     if code:
         raise typer.Exit(code)

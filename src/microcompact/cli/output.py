@@ -5,58 +5,21 @@ replaced whole (a temporary file in the same folder, renamed into place). A syml
 target is the file (created when missing), the link stays, and the command says so. Anything else that exists
 there (a folder, a device such as /dev/null, a FIFO, a socket) is refused with one line before any work:
 renaming over it would replace the device node or the FIFO with a regular file, and opening it would block
-or write somewhere that is not a file.
+or write somewhere that is not a file. The writing itself is :mod:`microcompact.outfile` (``write_jsonl``
+of the importers uses it too).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import stat
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
 from ..keys import BOOKKEEPING_KEYS, SRC_KEY
 from ..messages import Message
+from ..outfile import NotAFile, output_file, replacing, write_atomically
+from ..store import sqlite_path
 from .base import fail, say
-
-KINDS = (
-    (stat.S_ISDIR, "a folder"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISFIFO, "a FIFO (named pipe)"),
-    (stat.S_ISSOCK, "a socket"),
-)
-
-
-class NotAFile(ValueError):
-    """An output path where no regular file can be written (the message says what is there)."""
-
-
-def output_file(path: Path) -> Path:
-    """The file that writing ``path`` writes: ``path`` itself, or the target of the symlink(s) at ``path``;
-    NotAFile when that exists and is not a regular file, or when its folder does not exist."""
-    target = path
-    if path.is_symlink():
-        try:
-            target = Path(os.path.realpath(path, strict=False))
-        except (OSError, RuntimeError) as exc:
-            raise NotAFile(f"is a symlink that cannot be followed ({getattr(exc, 'strerror', None) or exc})") from None
-    try:
-        mode = os.stat(target).st_mode
-    except FileNotFoundError:
-        mode = None
-    except OSError as exc:
-        raise NotAFile(f"cannot be checked: {exc.strerror or exc}") from None
-    if mode is not None and not stat.S_ISREG(mode):
-        kind = next((name for test, name in KINDS if test(mode)), "not a regular file")
-        where = f" (the target of the symlink, {target})" if target != path else ""
-        raise NotAFile(f"is {kind}{where}, not a regular file; give a file name")
-    folder = target.parent if str(target.parent) else Path(".")
-    if not folder.is_dir():
-        raise NotAFile(f"folder {folder} does not exist")
-    return target
 
 
 def check_writable_target(flag: str, path: Path) -> Path:
@@ -71,24 +34,28 @@ def check_writable_target(flag: str, path: Path) -> Path:
     return target
 
 
-def write_atomically(path: Path, lines: Iterable[str]) -> None:
-    """Write ``lines`` to the file ``path`` writes (a symlink's target: the link stays) through a temporary
-    file in the same folder, renamed into place only once fully written and synced: a full disk or a crash
-    leaves no partial output (and an older file whole). NotAFile (a ValueError) when the path holds no
-    regular file."""
-    path = output_file(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent if str(path.parent) else ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            for line in lines:
-                fh.write(line)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+def sqlite_files(db: str | None) -> list[str]:
+    """The files a SQLite ``--db`` lives in (the database, its WAL, shared-memory and journal files); none for
+    PostgreSQL, an in-memory store or no ``--db``."""
+    path = sqlite_path(db) if db is not None else None
+    if path is None or path == ":memory:":
+        return []
+    return [path, *(path + suffix for suffix in ("-wal", "-shm", "-journal"))]
+
+
+def check_apart(flag: str, path: Path, others: Iterable[tuple[str, str | Path | None]]) -> None:
+    """Fail when the file ``path`` writes is also one the command reads or writes for something else
+    (``--out`` on the ``--db`` store replaced the store with JSONL and exited 0): ``others`` are (what it is,
+    its path or None)."""
+    target = os.path.realpath(path)
+    for what, other in others:
+        if other is None:
+            continue
+        same = os.path.realpath(other) == target
+        if not same and os.path.exists(other) and os.path.exists(target):
+            same = os.path.samefile(other, target)  # a hard link
+        if same:
+            fail(f"{flag} {path}: is also {what}; writing it would replace that: give another file")
 
 
 def export_form(message: Message) -> Message:
@@ -105,3 +72,16 @@ def as_read(message: Message, originals: list[Message]) -> Message:
     if isinstance(src, int) and 0 <= src < len(originals) and clean == originals[src]:
         return originals[src]
     return clean
+
+
+__all__ = [
+    "NotAFile",
+    "as_read",
+    "check_apart",
+    "check_writable_target",
+    "export_form",
+    "output_file",
+    "replacing",
+    "sqlite_files",
+    "write_atomically",
+]

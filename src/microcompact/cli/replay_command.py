@@ -18,10 +18,12 @@ from ..messages import Message, TranscriptError
 from ..replay import ReplayStats, default_session_id, read_transcript, resume_start, summary_json
 from ..session import Session
 from ..store import StoreError, check_location, open_store
+from ..telemetry import default_log_path
 from .base import (
     ConfigOption,
     ContextLimitOption,
     LogOption,
+    check_input_file,
     check_name,
     check_path_text,
     err,
@@ -31,7 +33,7 @@ from .base import (
     say,
 )
 from .compare_command import CompareOptions, compare_options, run_compare
-from .output import as_read, check_writable_target, write_atomically
+from .output import as_read, check_apart, check_writable_target, sqlite_files, write_atomically
 from .summarizer_check import failure_report, unreachable
 from .tables import print_replay
 
@@ -217,6 +219,10 @@ def _checked_options(req: ReplayRequest) -> CompareOptions:
         ("--plot", req.plot),
     ):
         check_path_text(what, path)
+    check_input_file("TRANSCRIPT", req.transcript)
+    for what, given in (("--config", req.config), ("--pricing", req.pricing)):
+        if given is not None:
+            check_input_file(what, Path(given))  # a preset name (--pricing openai) is no file: it passes
     if req.session_id is not None:
         check_name("--session", req.session_id)
     if req.db is not None:
@@ -227,9 +233,24 @@ def _checked_options(req: ReplayRequest) -> CompareOptions:
     if req.summarizer not in (None, "extractive", "openai"):
         fail(f"--summarizer must be extractive or openai, got {req.summarizer!r}")
     opts = compare_options(req.compare, req.pricing, req.every_n, req.reclaim, req.assume_gap, req.plot)
+    _check_outputs_apart(req, opts)
     if req.out_file is not None:
         check_writable_target("--out", req.out_file)
     return opts
+
+
+def _check_outputs_apart(req: ReplayRequest, opts: CompareOptions) -> None:
+    """--out and --plot name neither the store, the log, the config nor each other (the transcript may be
+    replaced by its replay: it is read whole first)."""
+    others: list[tuple[str, str | Path | None]] = [("the --log file", req.log_file or default_log_path())]
+    others += [(f"the --db store's file {f}", f) for f in sqlite_files(req.db)]
+    others += [("the --config file", req.config)]
+    if req.pricing is not None and Path(req.pricing).is_file():
+        others.append(("the --pricing file", req.pricing))
+    if req.out_file is not None:
+        check_apart("--out", req.out_file, [*others, ("the --plot file", opts.plot)])
+    if opts.plot is not None:
+        check_apart("--plot", opts.plot, others)
 
 
 def _load(req: ReplayRequest, opts: CompareOptions) -> tuple[Config, list[Message], Pricing | None]:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from .base import check_path_text, err, out
+from .base import check_input_file, check_path_text, err, out
 
 
 def report_cmd(
@@ -20,13 +20,16 @@ def report_cmd(
 ) -> None:
     """Turn telemetry logs into answers: headroom, activity, tokens, per session."""
     from ..report import run_report
-    from .output import check_writable_target
+    from ..telemetry import default_log_path
+    from .output import check_apart, check_writable_target
 
     for path in logfiles or ():
         check_path_text("LOGFILE", path)
+        check_input_file("LOGFILE", path)
     check_path_text("--plot", plot)
     if plot is not None:
         plot = check_writable_target("--plot", plot)  # a file (a symlink's target), nothing else
+        check_apart("--plot", plot, [(f"the log file {p}", p) for p in logfiles or [default_log_path()]])
     code = run_report(logfiles, per_session, as_json, plot, out, err)
     if code:
         raise typer.Exit(code)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from typing import Annotated
 
 import typer
 
-from .base import ConfigOption, ContextLimitOption, DbOption, LogOption, fail, logging_to, say
+from .base import ConfigOption, ContextLimitOption, DbOption, LogOption, check_input_file, fail, logging_to, say
+
+PROXY_KEY_ENV = "MICROCOMPACT_PROXY_KEY"
 
 
 def serve_cmd(
@@ -29,7 +32,7 @@ def serve_cmd(
         str | None,
         typer.Option(
             "--api-key",
-            envvar="MICROCOMPACT_PROXY_KEY",
+            envvar=PROXY_KEY_ENV,
             help="Require this key from clients, in the X-Microcompact-Key header.",
             show_default=False,
         ),
@@ -103,6 +106,12 @@ def serve_cmd(
 
     if summarizer not in (None, "extractive", "upstream"):
         fail(f"--summarizer: expected extractive or upstream, got {summarizer!r}")
+    if config is not None:
+        check_input_file("--config", config)
+    if api_key is None and os.environ.get(PROXY_KEY_ENV) == "":
+        api_key = ""  # click reads an empty variable as unset: a key that failed to load must not mean none
+    if api_key is not None:
+        _check_api_key(api_key)
     try:
         limits = Limits(
             max_body_bytes=parse_size(max_body_size),
@@ -137,3 +146,18 @@ def serve_cmd(
             fail(str(exc))
         except KeyboardInterrupt:
             pass
+
+
+def _check_api_key(key: str) -> None:
+    """Fail unless ``key`` can be the proxy's key: an empty one (``--api-key "$UNSET"``) used to serve
+    without any key, silently; one with spaces around it or outside printable ASCII can never match what a
+    client sends in a header."""
+    if not key.strip():
+        fail(
+            "--api-key is empty (or MICROCOMPACT_PROXY_KEY is set to nothing): give the key clients send in "
+            "X-Microcompact-Key, or leave it out to serve without one"
+        )
+    if key != key.strip():
+        fail("--api-key has spaces around it, which no HTTP header keeps; give it without them")
+    if not (key.isascii() and key.isprintable()):
+        fail("--api-key must be printable ASCII: it travels in the X-Microcompact-Key header")

@@ -13,7 +13,16 @@ from rich.table import Table
 
 from ..keys import META_KEY, POS_KEY, ROW_KEY
 from ..render import content_text
-from ..store import PostgresStore, SQLiteStore, StoreError, check_location, default_store_path, open_store
+from ..store import (
+    PostgresStore,
+    SQLiteStore,
+    StoreError,
+    check_location,
+    default_store_path,
+    is_postgres,
+    open_store,
+    sqlite_path,
+)
 from .base import DbOption, check_name, fail, out
 from .output import export_form
 
@@ -33,7 +42,7 @@ def _store(db: str | None) -> SQLiteStore | PostgresStore:
             check_location(db)
         except StoreError as exc:
             fail(f"--db: {exc}")
-    if not str(db or "").startswith(("postgresql://", "postgres://")):
+    if db is None or not is_postgres(db):  # a libpq key=value DSN too: never echoed as a "file" name
         path = _sqlite_path(db)
         if path != ":memory:" and not Path(path).is_file():
             fail(f"no session store at {path}")
@@ -47,9 +56,7 @@ def _sqlite_path(db: str | None) -> str:
     """The file a SQLite --db names (as open_store reads it), the default store when None."""
     if db is None:
         return str(default_store_path())
-    if db.startswith("sqlite:///"):
-        return db[len("sqlite:///") :] if db.startswith("sqlite:////") else db[len("sqlite://") :]
-    return db
+    return sqlite_path(db) or db
 
 
 def _require_session(store: SQLiteStore | PostgresStore, session_id: str) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..messages import TranscriptError
+from ..outfile import NotAFile
 from .common import write_jsonl
 from .registry import detect_format, import_report, is_auto
 
@@ -62,8 +63,12 @@ def run_import(
     else:
         try:
             write_jsonl(report.messages, out)  # type: ignore[arg-type]
-        except OSError as exc:
-            _say(console, f"cannot write {out}: {exc.strerror or exc}", prefix="error")
+        except (OSError, NotAFile) as exc:  # NotAFile: a device, FIFO or folder there (outfile.py)
+            _say(
+                console,
+                f"cannot write {out}: {getattr(exc, 'strerror', None) or exc}; nothing was written",
+                prefix="error",
+            )
             return 2
         dest = str(out)
     for line in report.describe():

@@ -22,6 +22,7 @@ from .. import jsoninput
 from ..keys import META_KEY
 from ..keys import TS_KEY as TS_KEY  # where the format modules have always found it
 from ..messages import Message, TranscriptError, validate_message
+from ..outfile import write_atomically
 from ..properties import DROP_DUPLICATES, is_empty_assistant, repair_tool_pairing, role_sequence_errors
 from ..properties import NO_RESULT as NO_RESULT  # the placeholder result, by its importers' name
 
@@ -277,13 +278,16 @@ def finish(report: ImportReport, messages: list[Message]) -> ImportReport:
 
 
 def write_jsonl(messages: Iterable[Message], out: str | Path | IO[str]) -> int:
-    """Write one JSON message per line to a path or a text stream; returns the number written."""
+    """Write one JSON message per line to a path or a text stream; returns the number written. A path is
+    written whole or not at all, and only as a file (:func:`microcompact.outfile.write_atomically`: a symlink
+    is written through, a device, FIFO or folder there is a NotAFile, a ValueError); its folder is created."""
     if isinstance(out, (str, Path)):
         p = Path(out)
         if p.parent and not p.parent.exists():
             p.parent.mkdir(parents=True, exist_ok=True)
-        with p.open("w", encoding="utf-8") as fh:
-            return write_jsonl(messages, fh)
+        kept = list(messages)
+        write_atomically(p, (json.dumps(m, ensure_ascii=False) + "\n" for m in kept))
+        return len(kept)
     n = 0
     for m in messages:
         out.write(json.dumps(m, ensure_ascii=False) + "\n")

@@ -8,6 +8,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
+from ..outfile import NotAFile, replacing
 from ..telemetry import default_log_path
 from .aggregate import Report, report_of
 from .cost import costs_json, read_costs, render_costs
@@ -48,9 +49,10 @@ def run_report(
         return 1
     if plot is not None:
         try:
-            plot_report(report, plot)
-        except OSError as exc:
-            reason = escape(str(exc.strerror or exc))
+            with replacing(plot) as drawn:  # a file (a symlink's target), whole or not at all (outfile.py)
+                plot_report(report, drawn)
+        except (OSError, NotAFile) as exc:
+            reason = escape(str(getattr(exc, "strerror", None) or exc))
             err_console.print(f"[red]error:[/red] cannot write plot {escape(str(plot))}: {reason}", highlight=False)
             return 2
     costs = read_costs(paths)

@@ -9,7 +9,12 @@ Every limit has a default nobody has to think about and a ``serve`` option (READ
   connection, and the client's TCP stack may throw the answer away);
 - the body's pace: a body that stalls (no byte for ``body_timeout`` seconds) is answered with a 408;
 - nesting: a JSON body nested more than :data:`~microcompact.jsoninput.MAX_DEPTH` levels (the transcript
-  reader's cap) anywhere is a 400 naming where, before anything walks it recursively;
+  reader's cap) anywhere is a 400 naming where, before anything walks it recursively: on the compacted
+  routes when the app parses it (:func:`parse_json`), on the routes forwarded as they came here (a body
+  whose content type is JSON, or that has none and opens with ``{`` or ``[``; a multipart upload, audio or
+  other bytes go up as they are, and so does JSON the proxy cannot read: the upstream answers it);
+- the path and headers: what cannot be forwarded as the client meant it (a control character or a dot
+  segment in the path, a header value outside ASCII) is a 400 too (:mod:`.wire_checks`);
 - the headers: a connection must send a request's headers within ``header_timeout`` seconds of opening (or
   of its previous answer), and connections are capped (``max_connections``; by default what the open-file
   limit allows, one upstream connection per client connection). At the cap, a new connection closes the
@@ -35,7 +40,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..jsoninput import MAX_DEPTH, too_deep
 from .errors import BadRequest, error_body
 from .metrics import Metrics
-from .routes import match
+from .routes import FORWARD, Route, match
+from .wire_checks import request_problem
 
 MiB = 1024 * 1024
 DEFAULT_MAX_BODY = 64 * MiB
@@ -43,6 +49,8 @@ LINGER_SECONDS = 10.0  # at most this long reading and dropping the rest of a re
 FD_RESERVE = 100  # open files kept for the store, logs, worker threads and the listening socket
 MAX_FILE_LIMIT = 65536  # the soft open-file limit is raised toward the hard one, up to this
 MODE_HEADER = "x-microcompact-mode"  # as server/app.py sets it on every answer
+THREAD_ABOVE = 256 * 1024  # a forwarded body larger than this is checked for nesting on a worker thread
+_JSON_TYPE = re.compile(r"\s*(?:application|text)/(?:[\w.+-]*\+)?json\s*(?:;|$)", re.IGNORECASE)
 
 
 class LimitsError(ValueError):
@@ -148,6 +156,23 @@ def parse_json(raw: bytes) -> Any:
     return value
 
 
+def forwarded_nesting(raw: bytes, content_type: str) -> str | None:
+    """The 400's message when ``raw``, a body forwarded as it came, is JSON nested more than MAX_DEPTH levels
+    anywhere; None for a body within the cap, one that is not JSON (by ``content_type``, or with none, by its
+    first byte) or JSON the proxy cannot read (the upstream answers that)."""
+    if content_type.strip():
+        if not _JSON_TYPE.match(content_type):
+            return None
+    elif raw.lstrip(b" \t\r\n")[:1] not in (b"{", b"["):
+        return None
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:  # too deep for orjson (1,024 levels), or not JSON it reads: the text says
+        where = deep_path(raw)
+        return _too_deep(where) if where is not None else None
+    return _too_deep(deep_path(raw) or "(unknown)") if too_deep(value) else None
+
+
 def _too_deep(where: str) -> str:
     return f"the request body is nested more than {MAX_DEPTH} levels deep at {where}; this proxy refuses it"
 
@@ -249,7 +274,25 @@ class BodyLimit:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
-        await self.app(scope, _replay(b"".join(chunks), receive), send)
+        body = b"".join(chunks)
+        problem = request_problem(scope["path"], scope.get("headers", []))  # server/wire_checks.py
+        if problem is None:
+            deep = await self._forwarded_nesting(scope, headers, body)
+            problem = f"microcompact: {deep}" if deep is not None else None
+        if problem is not None:
+            await self._refuse(scope, headers, receive, send, 400, problem, "invalid_request")
+            return
+        await self.app(scope, _replay(body, receive), send)
+
+    async def _forwarded_nesting(self, scope: Scope, headers: dict[str, str], body: bytes) -> str | None:
+        """Why a body on a route forwarded as it came is refused for its nesting (the compacted routes' bodies
+        are parsed, and their nesting checked, by the app)."""
+        if not body or _route(scope, headers).kind != FORWARD:
+            return None
+        content_type = headers.get("content-type", "")
+        if len(body) <= THREAD_ABOVE:
+            return forwarded_nesting(body, content_type)
+        return await anyio.to_thread.run_sync(forwarded_nesting, body, content_type)
 
     def _too_large(self, said: str) -> str:
         return (
@@ -267,7 +310,7 @@ class BodyLimit:
         message: str,
         reason: str,
     ) -> None:
-        route = match(scope["method"], scope["path"], headers, scope.get("query_string", b"").decode("latin-1"))
+        route = _route(scope, headers)
         if self.metrics is not None:
             self.metrics.request(route.api or "none", status)
             self.metrics.mode(route.api or "none", "passthrough", reason)
@@ -278,10 +321,11 @@ class BodyLimit:
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),
-                (b"connection", b"close"),
                 (MODE_HEADER.encode(), f"passthrough; reason={reason}".encode()),
             ],
         }
+        if status != 400:  # a 400's body was read whole: the connection can carry the next request
+            start["headers"].append((b"connection", b"close"))
         await send(start)
         await send({"type": "http.response.body", "body": body, "more_body": True})
         if status == 413 and headers.get("expect", "").lower() != "100-continue":
@@ -297,6 +341,10 @@ class BodyLimit:
                     message = await receive()
                 if message is None or message["type"] != "http.request" or not message.get("more_body", False):
                     return
+
+
+def _route(scope: Scope, headers: dict[str, str]) -> Route:
+    return match(scope["method"], scope["path"], headers, scope.get("query_string", b"").decode("latin-1"))
 
 
 def _content_length(headers: dict[str, str]) -> int | None:
@@ -318,4 +366,13 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replayed
 
 
-__all__ = ["BodyLimit", "Limits", "LimitsError", "deep_path", "parse_json", "parse_size", "size_text"]
+__all__ = [
+    "BodyLimit",
+    "Limits",
+    "LimitsError",
+    "deep_path",
+    "forwarded_nesting",
+    "parse_json",
+    "parse_size",
+    "size_text",
+]

@@ -78,6 +78,22 @@ def check_location(url_or_path: str | Path) -> None:
         )
 
 
+def is_postgres(url_or_path: str | Path) -> bool:
+    """True when ``url_or_path`` names a PostgreSQL store (a ``postgresql://``/``postgres://`` URL or libpq's
+    ``host=... dbname=...`` form), as :func:`open_store` reads it; anything else is a SQLite file."""
+    text = str(url_or_path)
+    return text.startswith(("postgresql://", "postgres://")) or bool(_CONNINFO.match(text))
+
+
+def sqlite_path(url_or_path: str | Path) -> str | None:
+    """The file a SQLite location names: ``sqlite:///RELATIVE/FILE``, ``sqlite:////ABSOLUTE/FILE`` or a plain
+    path (``:memory:`` as it is); None for PostgreSQL."""
+    text = str(url_or_path)
+    if is_postgres(text):
+        return None
+    return text[len("sqlite:///") :] if text.startswith("sqlite:///") else text
+
+
 def open_store(url_or_path: str | Path | None = None, **options: Any) -> SQLiteStore | PostgresStore:
     """``postgresql://...`` (or ``postgres://``, or libpq's ``host=... dbname=...`` form) opens a
     :class:`PostgresStore`; anything else is a SQLite
@@ -88,11 +104,9 @@ def open_store(url_or_path: str | Path | None = None, **options: Any) -> SQLiteS
         return SQLiteStore(None, **options)
     check_location(url_or_path)
     text = str(url_or_path)
-    if text.startswith(("postgresql://", "postgres://")) or _CONNINFO.match(text):
+    if is_postgres(text):
         return PostgresStore(text, **options)
-    if text.startswith("sqlite:///"):
-        text = text[len("sqlite:///") :] if text.startswith("sqlite:////") else text[len("sqlite://") :]
-    return SQLiteStore(text, **options)
+    return SQLiteStore(sqlite_path(text) or text, **options)
 
 
 __all__ = [
@@ -118,6 +132,8 @@ __all__ = [
     "StoreReadOnly",
     "_SQLStore",
     "check_location",
+    "is_postgres",
+    "sqlite_path",
     "default_store_path",
     "open_store",
     "search_text",
