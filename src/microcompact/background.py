@@ -36,14 +36,10 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import copy
-import dataclasses
 import logging
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from .micro import Condensed, Fold, FoldJob, MicroCompactor, PassResult, Planned
-from .micro.passes import Merging
-from .summarizers.extractive import ExtractiveSummarizer
+from .micro import Condensed, Fold, FoldJob, MicroCompactor, PassResult, Planned, ahead
 from .tokens import Ledger
 
 log = logging.getLogger("microcompact")
@@ -98,7 +94,7 @@ class BackgroundPasses:
                 if self.ready is not None and job.base is not self.ready.base:
                     self._drop_ready("it no longer applies")
                 self._running_ahead = job.ahead
-                run = self._fold_offline if getattr(self.micro.policy, "offline", False) else self._fold
+                run = self._fold_offline if ahead.runs_offline(self.micro) else self._fold
                 self._job = self._pool.submit(contextvars.copy_context().run, run, ledger.snapshot(), folds, job)
             return []
         self._job = self._pool.submit(contextvars.copy_context().run, self._work, ledger.snapshot(), mode)
@@ -147,10 +143,7 @@ class BackgroundPasses:
 
     def _pays(self, ledger: Ledger, job: FoldJob) -> bool:
         """Whether the policy would switch the view to ``job`` now (a policy that does not price: always)."""
-        pays = getattr(self.micro.policy, "adoption_pays", None)
-        if pays is None:
-            return True
-        return bool(pays(self.micro.moment(ledger), job.removed_tokens, job.caught_up))
+        return ahead.adoption_pays(self.micro, ledger, job)
 
     def _catch_up(self, ledger: Ledger, ready: FoldJob) -> bool:
         """Extend the held ``ready`` fold (due, but lagging the transcript) over the messages that came
@@ -158,8 +151,7 @@ class BackgroundPasses:
         nothing to extend with, it stays held)."""
         self.micro.sync(ledger)
         self.micro.planned_folds()  # the plan made for this request keeps a whole tail: replaced
-        plan = getattr(self.micro.policy, "folds_to_run", None)
-        folds: tuple[Fold, ...] = plan(self.micro.moment(ledger), 1) if plan is not None else ()
+        folds = ahead.catch_up_folds(self.micro, ledger)
         if not folds:
             return False
         job = self.micro.fold_job(ledger, ready)
@@ -167,8 +159,7 @@ class BackgroundPasses:
         self._running_ahead = False
         self._extends_ready = True
         self.caught_up += 1
-        keeps_up = getattr(self.micro.policy, "keeps_up", None)
-        run = self._fold if keeps_up is None or keeps_up() else self._fold_offline
+        run = self._fold if ahead.keeps_up(self.micro) else self._fold_offline
         self._job = self._pool.submit(contextvars.copy_context().run, run, ledger.snapshot(), folds, job)
         return True
 
@@ -177,12 +168,8 @@ class BackgroundPasses:
         would lag as much again, and the batch threshold would prune the tool outputs instead), so what it
         could not reach in time gets the deterministic summary, in the same rolling summary and the same
         one switch of the view. Those passes cost nothing, and their time is not the summarizer's."""
-        offline = copy.copy(self.micro)
-        extractive = ExtractiveSummarizer(count_text=self.micro.counter.count_text)
-        offline.merging = Merging(self.micro.config, extractive, self.micro.counter, self.micro.clock)
-        offline.context = dataclasses.replace(self.micro.context, summarizer=extractive)
         before = len(job.results)
-        offline.shadow_fold(snapshot, folds, job)
+        ahead.offline_engine(self.micro).shadow_fold(snapshot, folds, job)
         for result in job.results[before:]:
             result.record["summarizer_input_tokens"] = result.record["summarizer_output_tokens"] = 0
         self._untimed.add(id(job))

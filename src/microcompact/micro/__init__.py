@@ -11,6 +11,7 @@ Modules, one job each:
 - :mod:`.passes`: the summarizer call of a pass; :mod:`.defrag`: keep the summary short;
 - :mod:`.attempt`: one pass as a value that builds its record and ``PassResult`` once;
 - :mod:`.engine`: ``MicroCompactor``, which composes the above, commits and applies, and recovers the cursor;
+- :mod:`.ahead`: what the background worker asks of it about folds computed ahead (adopt, extend, offline);
 - :mod:`.pure`: ``micro_compact()``, the pure-function form.
 """
 
