@@ -29,7 +29,7 @@ import orjson
 
 from ..cache_usage import COST_TAG, SessionBill, UsageReport
 from ..events import Outcome
-from ..identity import DIGEST_KEY, digest, digest_memo, digests, hid_of
+from ..identity import DIGEST_KEY, PrefixDigests, digest, digest_memo, hid_of
 from ..messages import Message, TranscriptError
 from ..router import SessionRouter
 from ..session import Session
@@ -123,6 +123,7 @@ class Compaction:
         self.bills: dict[str, SessionBill] = {}  # spent and uncompacted cost, by session id
         self.windows = ModelWindows(router.config)
         self.fixed_blocks = FixedBlocks()
+        self.prefixes = PrefixDigests()  # each key's last history, hashed: a continuation digests its new part
 
     def prepare(self, provider: Provider, body: dict[str, Any], key: str, history: list[Message]) -> Prepared:
         """Sync, compact and build the outgoing messages (raises BadRequest for a message the session
@@ -137,7 +138,8 @@ class Compaction:
             identity = stable(history)
             asked = key
             owner = fingerprint_of(key) or ""
-            key, order = self.fixed_blocks.resolve(key, digests(identity), owner)  # the conversation it continues
+            incoming = self.prefixes.digests(asked, history, identity)
+            key, order = self.fixed_blocks.resolve(key, incoming, owner)  # the conversation it continues
             with self.router.lock(key):
                 self._run_pending(key)
                 config = self.windows.config_for(body, history)
