@@ -150,13 +150,20 @@ class PrefixDigests:
 
     def digests(self, key: str, history: Sequence[Any], identity: Sequence[Any]) -> list[str]:
         """The digests of ``identity`` (the identity form of each message of ``history``, in order)."""
+        return self.digests_and_size(key, history, identity)[0]
+
+    def digests_and_size(
+        self, key: str, history: Sequence[Any], identity: Sequence[Any]
+    ) -> tuple[list[str], int | None]:
+        """:meth:`digests`, and the size of ``history`` as orjson spells it (None where it refuses a value),
+        which it measured anyway."""
         with self._lock:
             last = self._last.get(key)
         data = _prefix_bytes(history)
         if data is None:
             with self._lock:
                 self._last.pop(key, None)
-            return digests(identity)
+            return digests(identity), None
         view, hashed, out = memoryview(data), hashlib.sha256(), None
         if last is not None and 0 < last[0] <= len(history):
             n, known_hash, known = last
@@ -175,7 +182,7 @@ class PrefixDigests:
             self._last.move_to_end(key)
             while len(self._last) > self.max_keys:
                 self._last.popitem(last=False)
-        return out
+        return out, len(data) + 2  # and its brackets
 
 
 def _seed(messages: Sequence[Any], known: Sequence[str]) -> None:

@@ -7,6 +7,7 @@ import json
 import math
 from typing import Any
 
+import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -118,3 +119,15 @@ def test_keys_are_bounded() -> None:
     for k in range(10):
         _fast(cache, str(k), [{"role": "user", "content": json.dumps(k)}])
     assert len(cache._last) == 3
+
+
+@given(histories, histories)
+def test_the_size_measured_is_orjsons(first: list[Any], second: list[Any]) -> None:
+    cache = PrefixDigests()
+    for history in (first, first + second):
+        with digest_memo():
+            _, size = cache.digests_and_size("k", history, stable(history))
+        try:
+            assert size == len(orjson.dumps(history))
+        except TypeError:
+            assert size is None

@@ -101,10 +101,11 @@ def _size(messages: Sequence[Message]) -> int | None:
         return None
 
 
-def larger(outgoing: Sequence[Message], history: Sequence[Message]) -> bool:
+def larger(outgoing: Sequence[Message], history: Sequence[Message], client: int | None = None) -> bool:
     """True when the compacted messages would be larger than the client's own (a pass that replaced a
-    3-character "Ok." by a marker of hundreds): then the client's are forwarded."""
-    out, client = _size(outgoing), _size(history)
+    3-character "Ok." by a marker of hundreds): then the client's are forwarded. ``client``: the size of
+    ``history`` when it is known already."""
+    out, client = _size(outgoing), client if client is not None else _size(history)
     return out is not None and client is not None and out > client
 
 
@@ -138,7 +139,7 @@ class Compaction:
             identity = stable(history)
             asked = key
             owner = fingerprint_of(key) or ""
-            incoming = self.prefixes.digests(asked, history, identity)
+            incoming, client_size = self.prefixes.digests_and_size(asked, history, identity)
             key, order = self.fixed_blocks.resolve(key, incoming, owner)  # the conversation it continues
             with self.router.lock(key):
                 self._run_pending(key)
@@ -177,7 +178,7 @@ class Compaction:
             self._failed("view-invalid", key, ValueError(problem))
             prepared.messages, prepared.degraded = list(history), "view-invalid"
             return prepared
-        if not unchanged(history, prepared.messages) and larger(prepared.messages, history):
+        if not unchanged(history, prepared.messages) and larger(prepared.messages, history, client_size):
             prepared.messages = list(history)  # a pass never makes what is sent larger than what it replaces
         prepared.folded = self._view_changed(key, view) and prepared.messages is not history
         self._remember(key, session)
