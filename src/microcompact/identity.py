@@ -109,7 +109,43 @@ def digest_memo() -> Iterator[None]:
         _MEMO.reset(token)
 
 
+class Forms(Sequence[Any]):
+    """The messages ``form`` makes of ``raw``'s, in ``order`` (default: as they are), each made when first
+    read: a continued history's known part, whose digests :class:`PrefixDigests` took from the last
+    request, is never read. Once :attr:`known` is set (the digests of these messages, in this order),
+    :func:`digests` answers with it."""
+
+    def __init__(self, raw: Sequence[Any], form: Callable[[Any], Any], order: Sequence[int] | None = None) -> None:
+        self._raw, self._form = raw, form
+        self._order = list(order) if order is not None else None
+        self._made: dict[int, Any] = {}
+        self.known: list[str] | None = None
+
+    def reordered(self, order: Sequence[int], known: Sequence[str]) -> Forms:
+        """These messages in ``order`` (indexes into this sequence), ``known`` their digests in this one's."""
+        out = Forms(self, lambda m: m, order)
+        out.known = [known[i] for i in order]
+        return out
+
+    def __len__(self) -> int:
+        return len(self._order) if self._order is not None else len(self._raw)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(len(self))[index]]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        made = self._made.get(index)
+        if made is None:
+            made = self._made[index] = self._form(self._raw[self._order[index] if self._order is not None else index])
+        return made
+
+
 def digests(messages: Iterable[Any]) -> list[str]:
+    if isinstance(messages, Forms) and messages.known is not None:
+        return list(messages.known)
     memo = _MEMO.get()
     if memo is None:
         return [digest(m) for m in messages]
@@ -171,7 +207,6 @@ class PrefixDigests:
             cut = len(data) - len(rest) - 1 if rest else len(data)  # data: the first n, a comma, the rest
             hashed.update(view[:cut])
             if hashed.digest() == known_hash:
-                _seed(identity[:n], known)
                 out = known[:n] + digests(identity[n:])
             view = view[cut:]
         hashed.update(view)
@@ -183,14 +218,6 @@ class PrefixDigests:
             while len(self._last) > self.max_keys:
                 self._last.popitem(last=False)
         return out, len(data) + 2  # and its brackets
-
-
-def _seed(messages: Sequence[Any], known: Sequence[str]) -> None:
-    """Inside :func:`digest_memo`: ``known`` are the digests of ``messages`` (later calls find them)."""
-    memo = _MEMO.get()
-    if memo is not None:
-        for m, d in zip(messages, known, strict=False):
-            memo[id(m)] = (m, d)
 
 
 def common_prefix(known: Sequence[str], incoming: Sequence[str]) -> int:

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import microcompact.identity as identity
-from microcompact.identity import PrefixDigests, digest_memo, digests
+from microcompact.identity import Forms, PrefixDigests, digest_memo, digests
 from microcompact.server.compaction import stable
 
 scalars = (
@@ -131,3 +131,29 @@ def test_the_size_measured_is_orjsons(first: list[Any], second: list[Any]) -> No
             assert size == len(orjson.dumps(history))
         except TypeError:
             assert size is None
+
+
+@given(histories, histories, st.randoms())
+def test_forms_read_as_the_list_they_stand_for(first: list[Any], more: list[Any], rnd: Any) -> None:
+    history = first + more
+    made: list[int] = []
+    forms = Forms(history, lambda m: made.append(1) or stable([m])[0])
+    assert len(forms) == len(history) and list(forms) == stable(history) == forms[:]
+    assert forms[-1] == stable(history)[-1] and forms[1:3] == stable(history)[1:3]
+    order = list(range(len(history)))
+    rnd.shuffle(order)
+    again = forms.reordered(order, _expected(history))
+    assert list(again) == [stable(history)[i] for i in order]
+    assert digests(again) == [_expected(history)[i] for i in order] == digests([stable(history)[i] for i in order])
+    assert len(made) == len(history), "each message's form is made once"
+
+
+def test_a_continuation_makes_only_its_new_messages_forms() -> None:
+    history = [{"role": "user", "content": f" m{i} "} for i in range(30)]
+    cache = PrefixDigests()
+    cache.digests("k", history, Forms(history, lambda m: stable([m])[0]))
+    made: list[Any] = []
+    grown = [*history, {"role": "assistant", "content": "new"}]
+    forms = Forms(grown, lambda m: made.append(m) or stable([m])[0])
+    assert cache.digests("k", grown, forms) == _expected(grown)
+    assert made == [grown[-1]]

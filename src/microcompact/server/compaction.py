@@ -29,7 +29,7 @@ import orjson
 
 from ..cache_usage import COST_TAG, SessionBill, UsageReport
 from ..events import Outcome
-from ..identity import DIGEST_KEY, PrefixDigests, digest, digest_memo, hid_of
+from ..identity import DIGEST_KEY, Forms, PrefixDigests, digest, digest_memo, hid_of
 from ..messages import Message, TranscriptError
 from ..router import SessionRouter
 from ..session import Session
@@ -73,7 +73,11 @@ def stable(history: list[Message]) -> list[Message]:
     """The history as the session sees it: what each message says, however the client spelled it this time
     (text content without the whitespace around it: aider restores its history from a Markdown file,
     every message with a newline more or less than it sent)."""
-    return [_trimmed(identity_form(m)) for m in history]
+    return [_stable(m) for m in history]
+
+
+def _stable(message: Any) -> Any:
+    return _trimmed(identity_form(message))
 
 
 def _trimmed(message: Any) -> Any:
@@ -136,7 +140,7 @@ class Compaction:
 
     def _prepare(self, provider: Provider, body: dict[str, Any], key: str, history: list[Message]) -> Prepared:
         try:
-            identity = stable(history)
+            identity = Forms(history, _stable)  # each made when read: a continued history's known part is not
             asked = key
             owner = fingerprint_of(key) or ""
             incoming, client_size = self.prefixes.digests_and_size(asked, history, identity)
@@ -144,7 +148,7 @@ class Compaction:
             with self.router.lock(key):
                 self._run_pending(key)
                 config = self.windows.config_for(body, history)
-                routed = self.router.route(key, [identity[i] for i in order], provider.convert, config)
+                routed = self.router.route(key, identity.reordered(order, incoming), provider.convert, config)
                 session = routed.session
                 results = session.before_request()
                 self._bill_summarizer(session, provider.name, results)
