@@ -13,7 +13,8 @@ Pure functions over message lists; :meth:`microcompact.session.Session.sync_hist
 from __future__ import annotations
 
 import hashlib
-from collections import Counter
+import threading
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -108,7 +109,43 @@ def digest_memo() -> Iterator[None]:
         _MEMO.reset(token)
 
 
+class Forms(Sequence[Any]):
+    """The messages ``form`` makes of ``raw``'s, in ``order`` (default: as they are), each made when first
+    read: a continued history's known part, whose digests :class:`PrefixDigests` took from the last
+    request, is never read. Once :attr:`known` is set (the digests of these messages, in this order),
+    :func:`digests` answers with it."""
+
+    def __init__(self, raw: Sequence[Any], form: Callable[[Any], Any], order: Sequence[int] | None = None) -> None:
+        self._raw, self._form = raw, form
+        self._order = list(order) if order is not None else None
+        self._made: dict[int, Any] = {}
+        self.known: list[str] | None = None
+
+    def reordered(self, order: Sequence[int], known: Sequence[str]) -> Forms:
+        """These messages in ``order`` (indexes into this sequence), ``known`` their digests in this one's."""
+        out = Forms(self, lambda m: m, order)
+        out.known = [known[i] for i in order]
+        return out
+
+    def __len__(self) -> int:
+        return len(self._order) if self._order is not None else len(self._raw)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(len(self))[index]]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        made = self._made.get(index)
+        if made is None:
+            made = self._made[index] = self._form(self._raw[self._order[index] if self._order is not None else index])
+        return made
+
+
 def digests(messages: Iterable[Any]) -> list[str]:
+    if isinstance(messages, Forms) and messages.known is not None:
+        return list(messages.known)
     memo = _MEMO.get()
     if memo is None:
         return [digest(m) for m in messages]
@@ -119,6 +156,68 @@ def digests(messages: Iterable[Any]) -> list[str]:
             hit = memo[id(m)] = (m, digest(m))
         out.append(hit[1])
     return out
+
+
+def _prefix_bytes(messages: Sequence[Any]) -> bytes | None:
+    """orjson's bytes of ``messages`` without the enclosing brackets (None where orjson refuses a value):
+    equal bytes are equal values, so the messages' digests are equal too (orjson spells NaN and Infinity
+    as null, as :func:`digest` does)."""
+    try:
+        return orjson.dumps(list(messages))[1:-1]
+    except (TypeError, orjson.JSONEncodeError):
+        return None
+
+
+class PrefixDigests:
+    """Per conversation key, what its last request's history was, to skip digesting it again message by
+    message: one SHA-256 over the history's bytes as orjson spells them (about 1 ms for a 150K-token
+    history, a third of digesting each message in canonical form), the message count and the digests.
+
+    A new history whose first messages hash as the last one did holds those same messages (a byte changed
+    anywhere in them changes the hash), so their digests are the last ones; only the rest is digested.
+    Anything else (another length, a changed message, a value orjson refuses) is digested in full, as
+    :func:`digests` does. Memory: the digest list (a pointer per message, the strings shared with the
+    session's) and a hash state, for the most recent ``max_keys`` keys."""
+
+    def __init__(self, max_keys: int = 4096) -> None:
+        self.max_keys = max_keys
+        self._last: OrderedDict[str, tuple[int, bytes, list[str]]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def digests(self, key: str, history: Sequence[Any], identity: Sequence[Any]) -> list[str]:
+        """The digests of ``identity`` (the identity form of each message of ``history``, in order)."""
+        return self.digests_and_size(key, history, identity)[0]
+
+    def digests_and_size(
+        self, key: str, history: Sequence[Any], identity: Sequence[Any]
+    ) -> tuple[list[str], int | None]:
+        """:meth:`digests`, and the size of ``history`` as orjson spells it (None where it refuses a value),
+        which it measured anyway."""
+        with self._lock:
+            last = self._last.get(key)
+        data = _prefix_bytes(history)
+        if data is None:
+            with self._lock:
+                self._last.pop(key, None)
+            return digests(identity), None
+        view, hashed, out = memoryview(data), hashlib.sha256(), None
+        if last is not None and 0 < last[0] <= len(history):
+            n, known_hash, known = last
+            rest = _prefix_bytes(history[n:]) if n < len(history) else b""
+            cut = len(data) - len(rest) - 1 if rest else len(data)  # data: the first n, a comma, the rest
+            hashed.update(view[:cut])
+            if hashed.digest() == known_hash:
+                out = known[:n] + digests(identity[n:])
+            view = view[cut:]
+        hashed.update(view)
+        if out is None:
+            out = digests(identity)
+        with self._lock:
+            self._last[key] = (len(history), hashed.digest(), out)
+            self._last.move_to_end(key)
+            while len(self._last) > self.max_keys:
+                self._last.popitem(last=False)
+        return out, len(data) + 2  # and its brackets
 
 
 def common_prefix(known: Sequence[str], incoming: Sequence[str]) -> int:

@@ -29,7 +29,7 @@ import orjson
 
 from ..cache_usage import COST_TAG, SessionBill, UsageReport
 from ..events import Outcome
-from ..identity import DIGEST_KEY, digest, digest_memo, digests, hid_of
+from ..identity import DIGEST_KEY, Forms, PrefixDigests, digest, digest_memo, hid_of
 from ..messages import Message, TranscriptError
 from ..router import SessionRouter
 from ..session import Session
@@ -73,7 +73,11 @@ def stable(history: list[Message]) -> list[Message]:
     """The history as the session sees it: what each message says, however the client spelled it this time
     (text content without the whitespace around it: aider restores its history from a Markdown file,
     every message with a newline more or less than it sent)."""
-    return [_trimmed(identity_form(m)) for m in history]
+    return [_stable(m) for m in history]
+
+
+def _stable(message: Any) -> Any:
+    return _trimmed(identity_form(message))
 
 
 def _trimmed(message: Any) -> Any:
@@ -101,10 +105,11 @@ def _size(messages: Sequence[Message]) -> int | None:
         return None
 
 
-def larger(outgoing: Sequence[Message], history: Sequence[Message]) -> bool:
+def larger(outgoing: Sequence[Message], history: Sequence[Message], client: int | None = None) -> bool:
     """True when the compacted messages would be larger than the client's own (a pass that replaced a
-    3-character "Ok." by a marker of hundreds): then the client's are forwarded."""
-    out, client = _size(outgoing), _size(history)
+    3-character "Ok." by a marker of hundreds): then the client's are forwarded. ``client``: the size of
+    ``history`` when it is known already."""
+    out, client = _size(outgoing), client if client is not None else _size(history)
     return out is not None and client is not None and out > client
 
 
@@ -123,6 +128,7 @@ class Compaction:
         self.bills: dict[str, SessionBill] = {}  # spent and uncompacted cost, by session id
         self.windows = ModelWindows(router.config)
         self.fixed_blocks = FixedBlocks()
+        self.prefixes = PrefixDigests()  # each key's last history, hashed: a continuation digests its new part
 
     def prepare(self, provider: Provider, body: dict[str, Any], key: str, history: list[Message]) -> Prepared:
         """Sync, compact and build the outgoing messages (raises BadRequest for a message the session
@@ -134,14 +140,15 @@ class Compaction:
 
     def _prepare(self, provider: Provider, body: dict[str, Any], key: str, history: list[Message]) -> Prepared:
         try:
-            identity = stable(history)
+            identity = Forms(history, _stable)  # each made when read: a continued history's known part is not
             asked = key
             owner = fingerprint_of(key) or ""
-            key, order = self.fixed_blocks.resolve(key, digests(identity), owner)  # the conversation it continues
+            incoming, client_size = self.prefixes.digests_and_size(asked, history, identity)
+            key, order = self.fixed_blocks.resolve(key, incoming, owner)  # the conversation it continues
             with self.router.lock(key):
                 self._run_pending(key)
                 config = self.windows.config_for(body, history)
-                routed = self.router.route(key, [identity[i] for i in order], provider.convert, config)
+                routed = self.router.route(key, identity.reordered(order, incoming), provider.convert, config)
                 session = routed.session
                 results = session.before_request()
                 self._bill_summarizer(session, provider.name, results)
@@ -175,7 +182,7 @@ class Compaction:
             self._failed("view-invalid", key, ValueError(problem))
             prepared.messages, prepared.degraded = list(history), "view-invalid"
             return prepared
-        if not unchanged(history, prepared.messages) and larger(prepared.messages, history):
+        if not unchanged(history, prepared.messages) and larger(prepared.messages, history, client_size):
             prepared.messages = list(history)  # a pass never makes what is sent larger than what it replaces
         prepared.folded = self._view_changed(key, view) and prepared.messages is not history
         self._remember(key, session)
