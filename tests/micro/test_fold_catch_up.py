@@ -174,3 +174,30 @@ def test_a_summarizer_that_cannot_keep_up_leaves_the_due_folds_lag_to_the_offlin
     assert s.batch.stats().compactions == 0
     policy = s.micro.policy
     assert not policy.keeps_up(), "the summarizer was measured as slower than the session"  # type: ignore[attr-defined]
+
+
+def test_a_model_summarizer_not_timed_yet_is_never_sent_offline_on_its_prior():
+    """Before a fold of the session was timed, a model summarizer's prior speed (far slower than a fast
+    loop grows) plans how early a fold starts, but does not count as "cannot keep up": the first folds
+    are the model's (``summarizer: upstream`` in serve wrote none of its notes when the prior decided)."""
+    now = [0.0]
+    cfg = parse_config(
+        {
+            "compression": {"micro_compact": True, "micro_compact_background": True},
+            "model": {"context_length": WINDOW},
+            "pricing": {"preset": "anthropic"},
+            "auxiliary": {"compression": {"provider": "upstream"}},
+        }
+    )
+    s = step_session(cfg, now, Notes())
+    policy = s.micro.policy
+    for n in range(6):  # a request every 0.1 s: the prior speed times the growth is far over the interval
+        now[0] += 0.1
+        s.before_request()
+        s.record_usage(s.tokens)
+        step(s, n)
+    assert policy.speed() * policy._growth() > policy._interval() > 0  # type: ignore[attr-defined]
+    assert policy.seconds_per_token is None and policy.keeps_up()  # type: ignore[attr-defined]
+    policy.fold_timed(60.0, 1_000)  # type: ignore[attr-defined]
+    assert not policy.keeps_up(), "once timed as slow, it cannot keep up"  # type: ignore[attr-defined]
+    s.close()

@@ -237,10 +237,12 @@ class PricePolicy:
 
     def keeps_up(self) -> bool:
         """False when the summarizer cannot keep up with the session: folding one request's growth takes it
-        longer than a request lasts (measured; True while either is unknown)."""
+        longer than a request lasts (measured; True while any is unknown: the summarizer's prior speed
+        plans how far ahead a fold starts, but never sends a fold offline before one was timed)."""
         interval = self.cache.request_interval() or self._interval()
         growth = self.cache.growth_per_request() or self._growth()
-        return not (interval and growth and self.speed() * growth >= interval)
+        speed = self.seconds_per_token
+        return not (interval and growth and speed is not None and speed * growth >= interval)
 
     def _forced_adoption_pays(self, actual: FoldQuote, quote: FoldQuote, cache: CacheState, cap: int | None) -> bool:
         """At the cap a fold lands whatever it costs, so the fold computed on the worker is adopted when it
