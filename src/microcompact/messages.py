@@ -56,6 +56,7 @@ MARKER_PREFIX = (
 )
 MARKER_HEADING = "## Summary of earlier turns"
 MARKER_END = "[END OF COMPACTED SUMMARY]"
+_FRAME_LINES = (MARKER_END, MARKER_PREFIX.split("]", 1)[0] + "]")  # "[CONTEXT COMPACTION]"
 
 
 class TranscriptError(ValueError):
@@ -132,7 +133,10 @@ def user_texts(messages: Iterable[Message]) -> list[str]:
 
 
 def render_marker(body: str, kind: MarkerKind, **meta: Any) -> Message:
-    """The assistant-role marker message that stands for compacted turns."""
+    """The assistant-role marker message that stands for compacted turns. The marker's own frame lines
+    quoted in ``body`` (a tool output that printed one) lose their brackets: one marker, one end line."""
+    for frame in _FRAME_LINES:
+        body = body.replace(frame, f"({frame[1:-1]})")
     text = f"{MARKER_PREFIX}\n\n{MARKER_HEADING}\n\n{body.strip()}\n\n{MARKER_END}"
     return {"role": "assistant", "content": text, META_KEY: {"marker": kind, **meta}}
 
