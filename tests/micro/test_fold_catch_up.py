@@ -49,10 +49,9 @@ def after_marker(s: Session) -> int:
     return len(s.ledger.messages) - marker - 1
 
 
-def test_a_fold_that_lags_is_extended_before_the_view_switches_once():
-    now = [0.0]
-    notes = Notes()
-    s = make_session(now, notes)
+def stall_a_fold(s: Session, now: list[float], notes: Notes) -> int:
+    """Requests and steps until a fold starts, its summarizer held on the gate; LAGGED_STEPS more steps
+    while it waits (the fast loop goes on); then the gate opens and the fold finishes. The next step's n."""
     bg = s.background
     assert bg is not None
     n = 0
@@ -62,12 +61,22 @@ def test_a_fold_that_lags_is_extended_before_the_view_switches_once():
         step(s, n)
         n += 1
     assert bg.busy, "no fold was ever started"
-    for _ in range(LAGGED_STEPS):  # the fast loop goes on while the fold waits on its summarizer
+    for _ in range(LAGGED_STEPS):
         assert request(s, now) == 0
         step(s, n)
         n += 1
     notes.gate.set()
     bg.wait(60)
+    return n
+
+
+def test_a_fold_that_lags_is_extended_before_the_view_switches_once():
+    now = [0.0]
+    notes = Notes()
+    s = make_session(now, notes)
+    bg = s.background
+    assert bg is not None
+    n = stall_a_fold(s, now, notes)
     switches = []
     for _ in range(4):
         switches.append(request(s, now))
@@ -98,19 +107,7 @@ def test_a_slow_summarizers_lagging_fold_is_not_adopted_as_it_is():
     s.micro.clock = lambda: float(next(ticks))  # what a fold's passes took, as the engine measures it
     bg = s.background
     assert bg is not None
-    n = 0
-    notes.gate.clear()
-    while not bg.busy and n < 80:
-        assert request(s, now) == 0
-        step(s, n)
-        n += 1
-    assert bg.busy, "no fold was ever started"
-    for _ in range(LAGGED_STEPS):
-        assert request(s, now) == 0
-        step(s, n)
-        n += 1
-    notes.gate.set()
-    bg.wait(60)
+    n = stall_a_fold(s, now, notes)
     switches, kept_at_switch = [], None
     for _ in range(6):
         switches.append(request(s, now))
@@ -139,19 +136,7 @@ def test_a_summarizer_that_cannot_keep_up_leaves_the_due_folds_lag_to_the_offlin
     s.micro.clock = lambda: 10.0 * next(ticks)
     bg = s.background
     assert bg is not None
-    n = 0
-    notes.gate.clear()
-    while not bg.busy and n < 80:
-        assert request(s, now) == 0
-        step(s, n)
-        n += 1
-    assert bg.busy, "no fold was ever started"
-    for _ in range(LAGGED_STEPS):
-        assert request(s, now) == 0
-        step(s, n)
-        n += 1
-    notes.gate.set()
-    bg.wait(60)
+    n = stall_a_fold(s, now, notes)
     calls_before = notes.calls
     applied = []
     for _ in range(8):

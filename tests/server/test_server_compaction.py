@@ -5,6 +5,7 @@ failing store degrades to forwarding the client's messages."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from microcompact.messages import is_marker
 from microcompact.router import SessionRouter
@@ -78,6 +79,12 @@ def test_a_view_the_api_would_refuse_goes_out_uncompacted_and_the_turn_still_end
     store.close()
 
 
+def assert_every_tool_output_stored(store: Any, session_id: str, history: list[dict[str, object]]) -> None:
+    stored = store.export(session_id, include_absorbed=True)
+    outputs = [m["content"] for m in history if m["role"] == "tool"]
+    assert [m["content"] for m in stored if m.get("role") == "tool"] == outputs, "every tool output kept"
+
+
 def tool_step(history: list[dict[str, object]], k: int) -> None:
     call = {"id": f"c{k}", "type": "function", "function": {"name": "read", "arguments": f'{{"path": "f{k}"}}'}}
     history.append({"role": "assistant", "content": None, "tool_calls": [call]})
@@ -115,9 +122,7 @@ def test_a_pass_finished_by_the_follow_up_is_applied_there_not_by_the_next_reque
     view = compaction.prepare(OA, {}, "k", history).messages
     assert any(is_marker(m) for m in session.transcript) and len(view) < len(history), "folded"
     assert view[0] == history[0], "the user message verbatim"
-    stored = store.export(session.session_id, include_absorbed=True)
-    outputs = [m["content"] for m in history if m["role"] == "tool"]
-    assert [m["content"] for m in stored if m.get("role") == "tool"] == outputs, "every tool output kept"
+    assert_every_tool_output_stored(store, session.session_id, history)
     router.close()
     store.close()
 
@@ -145,8 +150,6 @@ def test_a_fold_held_for_later_lands_before_a_threshold_batch_would_prune(tmp_pa
     assert outcomes.count("absorbed") >= 6 and session.background.adopted_ahead >= 2, outcomes
     view = compaction.prepare(OA, {}, "k", history).messages
     assert view[0] == history[0], "the user message verbatim"
-    stored = store.export(session.session_id, include_absorbed=True)
-    outputs = [m["content"] for m in history if m["role"] == "tool"]
-    assert [m["content"] for m in stored if m.get("role") == "tool"] == outputs, "every tool output kept"
+    assert_every_tool_output_stored(store, session.session_id, history)
     router.close()
     store.close()
