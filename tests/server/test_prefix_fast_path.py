@@ -55,7 +55,11 @@ def _edited(history: list[dict[str, Any]], i: int, where: int, cached: bool) -> 
 
 def _run(tmp: Path, slow: bool, requests: list[list[dict[str, Any]]]) -> list[Any]:
     store = open_store(tmp / f"{slow}.db")
-    router = SessionRouter(proxy_config(None, 8192), store=store)
+    # inline passes on the cadence schedule: the view then depends on the requests alone, never on when a
+    # worker finished or on the clock (the price schedule reads request times), so the two runs compare
+    config_file = tmp / "inline.yaml"
+    config_file.write_text("compression:\n  micro_compact_background: false\n  micro_compact_schedule: cadence\n")
+    router = SessionRouter(proxy_config(config_file, 8192), store=store)
     compaction = Compaction(router, Metrics())
     if slow:
         compaction.prefixes = SlowPath()
