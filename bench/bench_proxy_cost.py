@@ -253,12 +253,18 @@ def stop(served: ServeProcess) -> None:
         served.kill()
 
 
-def serve_config(home: Path, inline: bool, summarizer_url: str | None, ttl: float = TTL) -> list[str]:
+def serve_config(
+    home: Path, inline: bool, summarizer_url: str | None, ttl: float = TTL, prices: str | None = None
+) -> list[str]:
+    """The proxy's config for a row: ``prices`` names the pricing preset the user configured (None: the
+    API's default preset); ``ttl`` is the idle rows' scaled cache life."""
     lines = []
     if inline:
         lines += ["compression:", "  micro_compact_background: false"]
     if ttl != TTL:  # the idle rows' scaled clock: the proxy's cache life is the upstream's
-        lines += ["pricing:", "  preset: anthropic", f"  ttl_seconds: {ttl}"]
+        lines += ["pricing:", f"  preset: {prices or 'anthropic'}", f"  ttl_seconds: {ttl}"]
+    elif prices:
+        lines += ["pricing:", f"  preset: {prices}"]
     if summarizer_url:
         lines += [
             "auxiliary:",
@@ -371,39 +377,43 @@ def sdk_loop(base_url: str, steps: int) -> bool:
 
 
 def sdk_rows(work: Path, routes: list[str], steps: int = 48) -> list[Row]:
+    """The SDK loop by each route. Direct runs once and is priced both ways; through the proxy, each price
+    preset is its own run with that preset configured, as a user on that model would (the proxy folds by
+    the prices it is told)."""
     rows = []
     for route in routes:
-        tally = Tally()
-        upstream = PricedUpstream(tally)
-        upstream.script = CostSteps("sdk", steps, 3000, tally)
-        home = work / f"sdk-{route}"
-        home.mkdir(parents=True)
-        started = time.monotonic()
-        with upstream:
-            served = None
-            base = upstream.openai_base_url
-            if route != "direct":
-                served = ServeProcess(
-                    home,
-                    *serve_config(home, "inline" in route, None),
-                    "--db",
-                    str(home / "s.db"),
-                    "--log",
-                    str(home / "proxy.log"),
-                    "--openai-upstream",
-                    upstream.openai_base_url,
-                    "--context-limit",
-                    str(SDK_WINDOW),
-                ).start()
-                base = f"{served.base_url}/v1"
-            try:
-                ok = sdk_loop(base, steps)
-            finally:
-                if served is not None:
-                    stop(served)
-        seconds = time.monotonic() - started
-        for prices in ("openai", "openai-write"):
-            rows.append(Row("sdk-24k", route, tally, seconds, ok, prices=prices))
+        for prices in ("openai", "openai-write") if route != "direct" else (None,):
+            tally = Tally()
+            upstream = PricedUpstream(tally)
+            upstream.script = CostSteps("sdk", steps, 3000, tally)
+            home = work / f"sdk-{route}-{prices or 'direct'}"
+            home.mkdir(parents=True)
+            started = time.monotonic()
+            with upstream:
+                served = None
+                base = upstream.openai_base_url
+                if route != "direct":
+                    served = ServeProcess(
+                        home,
+                        *serve_config(home, "inline" in route, None, prices=prices),
+                        "--db",
+                        str(home / "s.db"),
+                        "--log",
+                        str(home / "proxy.log"),
+                        "--openai-upstream",
+                        upstream.openai_base_url,
+                        "--context-limit",
+                        str(SDK_WINDOW),
+                    ).start()
+                    base = f"{served.base_url}/v1"
+                try:
+                    ok = sdk_loop(base, steps)
+                finally:
+                    if served is not None:
+                        stop(served)
+            seconds = time.monotonic() - started
+            for priced in (prices,) if prices else ("openai", "openai-write"):
+                rows.append(Row("sdk-24k", route, tally, seconds, ok, prices=priced))
     return rows
 
 
