@@ -119,9 +119,13 @@ class BackgroundPasses:
     def adopt_held(self, ledger: Ledger) -> list[PassResult]:
         """Adopt the held shadow now, whatever the price says (the batch threshold is crossed: a switch is
         due anyway); [] when there is none or it no longer applies (dropped)."""
-        if self.ready is None:
+        if self.ready is None or not self._adoptable_or_stale(ledger, self.ready):
             return []
         return self._adopt_ready(ledger) or []
+
+    def _adoptable_or_stale(self, ledger: Ledger, job: FoldJob) -> bool:
+        """False while ``job`` applies but must wait for messages after its snapshot (it is held)."""
+        return self.micro.adoptable(ledger, job) or not self.micro.applies(ledger, job)
 
     def _due_ready(self, ledger: Ledger) -> list[PassResult] | None:
         """The fold is due and a shadow is held: adopt it when switching to it now pays (its results), or
@@ -132,6 +136,8 @@ class BackgroundPasses:
         if not self.micro.applies(ledger, ready):
             self._adopt_ready(ledger)  # counts the drop, drops a running extension of it
             return None
+        if not self.micro.adoptable(ledger, ready):
+            return []  # the same request again: its tail is yet to come
         if self._pays(ledger, ready):
             return self._adopt_ready(ledger)
         if self._job is not None:
@@ -203,7 +209,7 @@ class BackgroundPasses:
             self._spend(job)
             log.info("Micro-compaction: background fold discarded, the transcript changed under it")
             return []
-        if not adopt or not self._pays(ledger, job):
+        if not adopt or not self.micro.adoptable(ledger, job) or not self._pays(ledger, job):
             self.ready = job  # held: a later request adopts it, or extends it first (``_due_ready``)
             return []
         return self._applied(job, self.micro.adopt_fold(ledger, job) or [])

@@ -350,13 +350,22 @@ class Config(_Strict):
     def low_water_tokens(self) -> int:
         """What a fold keeps verbatim after its marker (the price policy's low-water mark, in tokens):
         ``micro_compact_low_water_tokens`` when set, else the tail budget capped at half a piece budget
-        (4,000 at a 200K window; the tail keeps ``min_tail_messages`` anyway): the last iterations of the
-        current turn. What a fold keeps is what the
-        next request writes again, so this is the main lever on what folding costs."""
+        (4,000 at a 200K window): the last iterations of the current turn, at least the newest one (see
+        :meth:`fold_min_messages`). What a fold keeps is what the next request writes again, so this is
+        the main lever on what folding costs."""
         c = self.compression
         if c.micro_compact_low_water_tokens is not None:
             return c.micro_compact_low_water_tokens
         return min(self.tail_budget_tokens(), self.piece_budget_tokens() // LOW_WATER_DIVISOR)
+
+    def fold_min_messages(self) -> int:
+        """The fewest messages a fold keeps verbatim after its marker: ``min_tail_messages`` when set, else
+        one, so the low-water mark in tokens decides (the newest iteration always stays whole: its tool
+        call comes with its result). The default three would keep the two newest iterations whatever
+        their size, and each fold rewrites what it keeps: with 24 KB tool outputs that is four times the
+        low-water mark."""
+        c = self.compression
+        return c.min_tail_messages if "min_tail_messages" in c.model_fields_set else 1
 
     def summarizer_output_tokens(self) -> int:
         """``max_output_tokens`` when set; else at least the defrag threshold, so a merge can always write

@@ -18,7 +18,8 @@ before the session goes idle past the TTL do not count beyond it (a fold in a co
 
 With a cold cache (idle past the TTL, or the provider reported no read) the next request writes everything
 anyway: a fold costs only the summarizer, so everything due is folded. The hard limits rule over price:
-a prompt that would pass the cap (the batch threshold, or the window) is folded whatever it costs.
+a prompt that would pass the cap (the batch threshold, or the window) is folded whatever it costs. A warm
+fold removes at least ``MIN_FOLD_REQUESTS`` requests' growth, never one step at a time.
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ DEFAULT_GROWTH_TOKENS = 2_000
 CAP_HEADROOM_REQUESTS = 2
 # How far ahead ``requests_until_fold`` looks, in requests.
 HORIZON_REQUESTS = 64
+# A fold in a warm cache removes at least this many requests' growth: when what it keeps after its marker
+# is only the request's own new messages, rewriting costs next to nothing and the rule alone would fold
+# every request, one step at a time; the session grows cached, folds once, grows cached again instead.
+MIN_FOLD_REQUESTS = 3
 
 
 class Verdict(StrEnum):
@@ -135,6 +140,8 @@ def decide(quote: FoldQuote, pricing: CachePricing, cache: CacheState, cap_token
         verdict = Verdict.NOTHING
     elif not cache.warm or not pricing.cache:
         verdict = Verdict.COLD if saving >= cost else Verdict.WAIT
+    elif quote.removed_tokens < MIN_FOLD_REQUESTS * (cache.growth_per_request or DEFAULT_GROWTH_TOKENS):
+        verdict = Verdict.WAIT
     else:
         verdict = Verdict.FOLD if saving > cost else Verdict.WAIT
     return Decision(verdict, cost, saving)

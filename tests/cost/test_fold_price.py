@@ -10,6 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from microcompact.fold_price import (
+    DEFAULT_GROWTH_TOKENS,
+    MIN_FOLD_REQUESTS,
     CacheState,
     FoldQuote,
     Verdict,
@@ -149,3 +151,22 @@ def test_the_requests_new_messages_are_no_rewrite():
     assert grown_fresh == 0 and grown_stale is not None and grown_stale > 0
     everything_new = FoldQuote(stale.prompt_tokens, stale.change_point_tokens, 40_000, fresh_tokens=10**6)
     assert everything_new.rewritten_tokens == 0 and fold_cost(everything_new, ANTHROPIC, True) == 0.0
+
+
+def test_a_warm_fold_waits_for_min_fold_requests_of_growth_even_when_rewriting_is_free():
+    # Nothing kept after the change point but the request's own new messages: the rewrite costs nothing,
+    # so only the floor keeps the rule from folding one step at a time.
+    def nearly_free(removed: int) -> FoldQuote:
+        return FoldQuote(20_000 + removed + 6_000, 20_000, removed, fresh_tokens=6_000)
+
+    below = decide(nearly_free(int(MIN_FOLD_REQUESTS * GROWTH) - 1), ANTHROPIC, WARM)
+    assert below.verdict is Verdict.WAIT and below.saving > below.cost, "it would pay, but it is one step at a time"
+    at = decide(nearly_free(int(MIN_FOLD_REQUESTS * GROWTH)), ANTHROPIC, WARM)
+    assert at.verdict is Verdict.FOLD
+    cold = CacheState(warm=False, growth_per_request=GROWTH)
+    assert decide(nearly_free(int(GROWTH)), ANTHROPIC, cold).verdict is Verdict.COLD, "a cold cache folds what is due"
+    small = nearly_free(int(GROWTH))
+    forced = decide(small, ANTHROPIC, WARM, cap_tokens=small.prompt_tokens + 1)
+    assert forced.verdict is Verdict.FORCED, "the cap wins over the floor"
+    unmeasured = CacheState(warm=True)  # before the growth is known, a typical step stands for it
+    assert decide(nearly_free(2 * DEFAULT_GROWTH_TOKENS), ANTHROPIC, unmeasured).verdict is Verdict.WAIT

@@ -22,10 +22,10 @@ from support.price_loop import step_session as session
 WINDOW = 200_000
 
 
-def config(background: bool = True, **pricing: Any) -> Any:
+def config(background: bool = True, compression: dict[str, Any] | None = None, **pricing: Any) -> Any:
     return parse_config(
         {
-            "compression": {"micro_compact": True, "micro_compact_background": background},
+            "compression": {"micro_compact": True, "micro_compact_background": background, **(compression or {})},
             "model": {"context_length": WINDOW},
             "pricing": {"preset": "anthropic", **pricing},
         }
@@ -132,7 +132,7 @@ def test_a_fold_that_does_not_pay_is_never_started_ahead():
 def test_a_fold_started_when_the_turn_ends_is_adopted_after_an_idle_gap():
     def cold_gap(ahead: bool) -> tuple[int, Session]:
         now = [0.0]
-        s = session(config(), now)
+        s = session(config(compression={"min_tail_messages": 3}), now)  # no warm fold pays in 8 steps
         for n in range(8):
             request(s, now)
             step(s, n)

@@ -174,7 +174,9 @@ def test_one_named_id_identical_histories_two_conversations(
         opening = tool_history("SAME", 1)  # short of any compaction: a new conversation sends it as it is
         bob = chat(proxy, KEY_B, header, "cc-1", opening)
         assert forwarded_with(upstream, KEY_B) == [opening], "nothing of Alice's conversation went up for Bob"
-        # Her whole history, byte for byte: sent up as in any conversation of his (it compacts on its own).
+        # Her whole history, byte for byte: sent up as in any conversation of his that made the same
+        # requests (it compacts on its own, by its own requests).
+        chat(proxy, KEY_B, header, "control", opening)
         control = chat(proxy, KEY_B, header, "control", tool_history("SAME", 4))
         assert chat(proxy, KEY_B, header, "cc-1", tool_history("SAME", 4)) == bob, "Bob continues his own"
         own, replay = forwarded_with(upstream, KEY_B)[-2:]

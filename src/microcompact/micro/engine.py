@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import FALLBACK_CONTEXT_LIMIT, Config
+from ..config import Config
 from ..events import MICRO_ABSORBS, Absorb, CommitHook, Event, Outcome, Rewrite, Span, apply_event, commit_or_log
 from ..messages import Message, marker_body, marker_kind, render_micro_marker
 from ..summarizers import Summarizer, SummarizerAuthError, SummarizerBadOutput
@@ -32,14 +32,12 @@ from ..window import Window, head_end, protected_head
 from . import spans
 from .attempt import Context, PassAttempt
 from .defrag import Defrag
+from .fold_tail import ends_open, fold_config
 from .passes import Merging
 from .policy import MAX_CATCH_UP_PASSES, CadencePolicy, Fold, FoldEstimate, MicroPolicy, Moment
 from .state import Condensed, PassResult, Planned, Refusal, RollingSummary
 
 log = logging.getLogger("microcompact")
-
-# A fold's shrunk tail as a share of the threshold never goes below this (the config's target_ratio > 0).
-MIN_TARGET_RATIO = 0.001
 
 
 @dataclass(frozen=True)
@@ -69,6 +67,7 @@ class FoldJob:
     removed_tokens: int = 0  # how much smaller its passes made the transcript (counted tokens)
     covered: int = 0  # messages of the transcript it last ran over (the rest came after its snapshot)
     caught_up: bool = False  # extended once at a due fold to cover what came while it ran
+    open_end: bool = False  # its last run may have absorbed its snapshot's newest message: adopted after more
 
 
 class MicroCompactor:
@@ -147,6 +146,7 @@ class MicroCompactor:
         if job is None:
             job = self.fold_job(snapshot)
         job.covered = len(snapshot.messages)
+        job.open_end = ends_open(folds)
         for event in job.events:
             apply_event(snapshot, event)
         t0, before = self.clock(), snapshot.total
@@ -175,11 +175,16 @@ class MicroCompactor:
         fresh = len(msgs) >= len(job.base) and all(a is b for a, b in zip(msgs, job.base, strict=False))
         return fresh and st.text == job.base_summary and st.marker_index == job.base_marker
 
+    def adoptable(self, ledger: Ledger, job: FoldJob) -> bool:
+        """True when switching to ``job`` now keeps a tail: it :meth:`applies`, and a fold that may have
+        absorbed its snapshot's newest message has messages after it (a retry of the same request waits)."""
+        return self.applies(ledger, job) and (not job.open_end or len(ledger.messages) > job.covered)
+
     def adopt_fold(self, ledger: Ledger, job: FoldJob) -> list[PassResult] | None:
-        """Commit and apply ``job``'s events in order, if the transcript still opens with what it ran on and
-        the rolling state is the one it started from (None: stale, nothing changed); the view switches once."""
+        """Commit and apply ``job``'s events in order, if it is :meth:`adoptable` (None: stale or not yet,
+        nothing changed); the view switches once."""
         st = self.state
-        if not self.applies(ledger, job):
+        if not self.adoptable(ledger, job):
             return None
         for event in job.events:
             if not self.commit_event(event, ledger.messages):
@@ -277,7 +282,8 @@ class MicroCompactor:
         """What a fold down to the low-water mark would take now (see :class:`FoldEstimate`): O(middle)."""
         self.sync(ledger)
         msgs, tokens, st = ledger.messages, ledger.tokens, self.state
-        window = Window.of(msgs, tokens, self.fold_config(self.config.low_water_tokens()))
+        low_water = self.fold_config(self.config.low_water_tokens(), self.config.fold_min_messages())
+        window = Window.of(msgs, tokens, low_water)
         start = max(st.cursor or 0, window.head)
         absorbable = sum(
             t
@@ -289,25 +295,12 @@ class MicroCompactor:
         return FoldEstimate(sum(tokens[:change]), absorbable, old_marker)
 
     def fold_config(self, tail_tokens: int | None, tail_messages: int | None = None) -> Config:
-        """The config a fold's passes see: the protected tail shrunk to ``tail_tokens`` and at least
-        ``tail_messages`` messages (never grown)."""
-        if tail_tokens is not None and tail_tokens >= self.config.tail_budget_tokens():
-            tail_tokens = None
-        if tail_messages is not None and tail_messages >= self.cfg.min_tail_messages:
-            tail_messages = None
-        if tail_tokens is None and tail_messages is None:
-            return self.config
+        """The config a fold's passes see (:func:`~microcompact.micro.fold_tail.fold_config`), made once
+        per tail."""
         key = (tail_tokens, tail_messages)
         cached = self._fold_configs.get(key)
         if cached is None:
-            compression: dict[str, Any] = {}
-            if tail_tokens is not None:
-                limit = self.config.model.context_length or FALLBACK_CONTEXT_LIMIT
-                compression["target_ratio"] = max(MIN_TARGET_RATIO, tail_tokens / (self.cfg.threshold * limit))
-            if tail_messages is not None:
-                compression["min_tail_messages"] = max(1, tail_messages)
-            cached = self.config.with_overrides(source="a fold's low-water mark", compression=compression)
-            self._fold_configs[key] = cached
+            cached = self._fold_configs[key] = fold_config(self.config, tail_tokens, tail_messages)
         return cached
 
     def finalize_turn(self, ledger: Ledger, completed: bool = True) -> list[PassResult]:

@@ -136,7 +136,9 @@ class PricePolicy:
         if not decide(quote, self.pricing, cold, self.config.threshold_tokens()).fold:
             return None
         self.ahead += 1
-        self._planned = self.folds_to_run(moment, 1)  # the next request (the user's) is its tail
+        # The next request (the user's) is its tail; the turn's last message stays (a user message is
+        # not a step's growth).
+        self._planned = self.folds_to_run(moment, 1, keep=1)
         return "ahead"
 
     def due_in(self, quote: FoldQuote, cache: CacheState) -> int | None:
@@ -260,19 +262,22 @@ class PricePolicy:
 
     # ------------------------------------------------------------------ the decision
 
-    def folds_to_run(self, moment: Moment, ahead: int = 0) -> tuple[Fold, ...]:
+    def folds_to_run(self, moment: Moment, ahead: int = 0, keep: int = 0) -> tuple[Fold, ...]:
         """Every due exchange, then every completed iteration outside a tail of the low-water mark (``drain``:
-        request passes without waiting for a piece budget to pile up), down to that mark. A fold computed
-        ``ahead`` requests before it is adopted keeps that much less tail (in tokens by the growth per
-        request, in messages by MESSAGES_PER_REQUEST): the messages added meanwhile are the tail then, so
-        the view it switches to keeps what the fold made at that request would."""
+        request passes without waiting for a piece budget to pile up), down to that mark, keeping at least
+        ``fold_min_messages``. A fold computed ``ahead`` requests before it is adopted keeps that much less
+        tail (in tokens by the growth per request, in messages by MESSAGES_PER_REQUEST, down to ``keep``):
+        the messages added meanwhile are the tail then, so the view it switches to keeps what the fold
+        made at that request would (it is adopted only once they came: ``FoldJob.open_end``)."""
         estimate = moment.estimate()
         tail = self.config.low_water_tokens()
-        messages = None
+        messages = self.config.fold_min_messages()
+        if self.config.auxiliary.compression.kind == "upstream":
+            keep = max(keep, 1)  # its summary request is the client's last one: it holds nothing newer
         if ahead > 0:
             growth = self.cache.growth_per_request() or self._growth() or 0.0
             tail = max(0, round(tail - ahead * growth))
-            messages = max(1, self.cfg.min_tail_messages - ahead * MESSAGES_PER_REQUEST)
+            messages = max(keep, messages - ahead * MESSAGES_PER_REQUEST)
         low_water = estimate.change_point + self._new_marker(estimate) + tail
         return (
             Fold("turn", MAX_CATCH_UP_PASSES, low_water, tail, messages),
