@@ -20,8 +20,10 @@ scaled to 15 s (upstream and proxy) and the gaps are 20 s, so a cold cache costs
 minutes without the bench waiting for them. The SDK loop: 48 tool steps of ~24 KB through the openai SDK
 (no window refusal: a 400K-window model).
 
-Cost is the main model's prompt and output at Claude Sonnet / GPT-5 list prices, plus the summarizer's
-calls (a model summarizer at $0.80/$4 per million tokens; the offline one is free). "folds" counts main
+"steps seen" is min/mean of the tool results a request carried verbatim (after the first five requests):
+how much of the recent work the model still saw whole. Cost is the main model's prompt and output at
+Claude Sonnet / GPT-5 list prices, plus the summarizer's calls (a model summarizer at $0.80/$4 per
+million tokens; the offline one is free). "folds" counts main
 requests whose messages do not extend the previous request's (a rewrite of the cached prefix: a fold of
 the proxy, or Claude Code's own compaction).
 """
@@ -61,6 +63,18 @@ STEP_MENTION = re.compile(r"step (\d+)", re.IGNORECASE)
 SUMMARY_ASK = re.compile(r"create a detailed summary of the conversation", re.IGNORECASE)
 
 
+def tool_results(messages: list[Any]) -> int:
+    """Tool results a request carries verbatim (OpenAI tool messages, Anthropic tool_result blocks): how
+    much of the recent work the model still sees whole."""
+    count = 0
+    for m in messages:
+        if m.get("role") == "tool":
+            count += 1
+        elif isinstance(m.get("content"), list):
+            count += sum(1 for b in m["content"] if isinstance(b, dict) and b.get("type") == "tool_result")
+    return count
+
+
 def digest(message: Any) -> str:
     return hashlib.sha256(json.dumps(comparable(message), sort_keys=True).encode()).hexdigest()[:16]
 
@@ -79,6 +93,7 @@ class Tally:
     refused: int = 0
     folds: int = 0
     compactions: int = 0  # the client's own (Claude Code's summary requests)
+    steps_seen: list[int] = field(default_factory=list)  # tool results each request carried verbatim
     _previous: list[str] = field(default_factory=list)
 
     def shape(self, messages: list[Any]) -> None:
@@ -173,6 +188,7 @@ class PricedUpstream(ScriptedUpstream):
         t.output += output
         t.peak = max(t.peak, prompt)
         t.shape(record.body.get("messages") or [])
+        t.steps_seen.append(tool_results(record.body.get("messages") or []))
 
     def _render_anthropic(self, record: RecordedRequest, reply: Reply) -> list[bytes]:
         chunks = super()._render_anthropic(record, reply)
@@ -254,13 +270,17 @@ def stop(served: ServeProcess) -> None:
 
 
 def serve_config(
-    home: Path, inline: bool, summarizer_url: str | None, ttl: float = TTL, prices: str | None = None
+    home: Path, route: str, summarizer_url: str | None, ttl: float = TTL, prices: str | None = None
 ) -> list[str]:
-    """The proxy's config for a row: ``prices`` names the pricing preset the user configured (None: the
-    API's default preset); ``ttl`` is the idle rows' scaled cache life."""
-    lines = []
-    if inline:
-        lines += ["compression:", "  micro_compact_background: false"]
+    """The proxy's config for a ``route`` (``-inline``: inline passes; ``-tail3``: ``min_tail_messages: 3``,
+    folds keep the two newest steps as before the low-water mark ruled): ``prices`` names the pricing preset
+    the user configured (None: the API's default preset); ``ttl`` is the idle rows' scaled cache life."""
+    compression = []
+    if "inline" in route:
+        compression.append("  micro_compact_background: false")
+    if "tail3" in route:
+        compression.append("  min_tail_messages: 3")
+    lines = ["compression:", *compression] if compression else []
     if ttl != TTL:  # the idle rows' scaled clock: the proxy's cache life is the upstream's
         lines += ["pricing:", f"  preset: {prices or 'anthropic'}", f"  ttl_seconds: {ttl}"]
     elif prices:
@@ -304,7 +324,7 @@ def claude_row(task: str, steps: int, lines: int, route: str, work: Path) -> Row
             base = upstream.base_url
             if route != "direct":
                 summarizer_url = summarizer.openai_base_url if summarizer else None
-                options = serve_config(home, "inline" in route, summarizer_url, ttl)
+                options = serve_config(home, route, summarizer_url, ttl)
                 served = ServeProcess(
                     home,
                     *options,
@@ -395,7 +415,7 @@ def sdk_rows(work: Path, routes: list[str], steps: int = 48) -> list[Row]:
                 if route != "direct":
                     served = ServeProcess(
                         home,
-                        *serve_config(home, "inline" in route, None, prices=prices),
+                        *serve_config(home, route, None, prices=prices),
                         "--db",
                         str(home / "s.db"),
                         "--log",
@@ -417,6 +437,13 @@ def sdk_rows(work: Path, routes: list[str], steps: int = 48) -> list[Row]:
     return rows
 
 
+def seen(counts: list[int]) -> str:
+    """``min/mean`` tool results a request carried verbatim, past the first five requests (the session's
+    start, before anything could be folded)."""
+    later = counts[5:] or counts
+    return f"{min(later)}/{sum(later) / len(later):.1f}" if later else "-"
+
+
 def table(rows: list[Row]) -> str:
     head = [
         "task",
@@ -427,6 +454,7 @@ def table(rows: list[Row]) -> str:
         "read M",
         "written M",
         "peak %",
+        "steps seen",
         "refused",
         "CC compactions",
         "folds",
@@ -445,7 +473,8 @@ def table(rows: list[Row]) -> str:
         written = t.write if r.prices == "anthropic" else t.prompt - t.read
         cells = [
             r.task, r.route, r.prices, str(t.requests), f"{t.prompt / 1e6:.2f}", f"{t.read / 1e6:.2f}",
-            f"{written / 1e6:.2f}", f"{100 * t.peak / window:.0f}", str(t.refused), str(t.compactions),
+            f"{written / 1e6:.2f}", f"{100 * t.peak / window:.0f}", seen(t.steps_seen), str(t.refused),
+            str(t.compactions),
             str(t.folds), str(r.summarizer_calls), f"{r.cost():.2f}",
             f"{r.cost() / base:.2f}" if base else "-", "yes" if r.ok else "NO", f"{r.seconds:.0f}",
         ]  # fmt: skip
@@ -461,7 +490,7 @@ TASKS = {
     "8k-idle": (150, 1000),
     "smoke-idle": (4, 3000),
 }
-ROUTES = ("direct", "serve", "serve-inline", "serve-model2s")
+ROUTES = ("direct", "serve", "serve-inline", "serve-model2s")  # and serve-tail3, on request
 IDLE_ROUTES = ("direct", "serve")
 # The idle tasks: IDLE_TURNS user turns, IDLE_GAP seconds apart, against a cache that lives IDLE_TTL
 # seconds (upstream and proxy alike): the 5-minute TTL scaled down so the gaps take seconds, not minutes.
@@ -474,9 +503,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", default="claude,sdk", help="claude, sdk, or both (comma-separated)")
     parser.add_argument("--tasks", default="24k,8k,24k-idle,8k-idle")
-    parser.add_argument("--routes", default=",".join(ROUTES), help="for the tasks without gaps")
+    parser.add_argument("--routes", default=",".join(ROUTES), help="for the tasks without gaps (+ serve-tail3)")
     parser.add_argument("--idle-routes", default=",".join(IDLE_ROUTES), help="for the -idle tasks")
-    parser.add_argument("--sdk-routes", default="direct,serve", help="direct, serve, serve-inline")
+    parser.add_argument("--sdk-routes", default="direct,serve", help="direct, serve, serve-inline, serve-tail3")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, stores)")
     args = parser.parse_args()
     os.environ.setdefault("BENCH_SUMMARIZER_KEY", "sk-bench-summarizer")  # the scripted summarizer takes any key
