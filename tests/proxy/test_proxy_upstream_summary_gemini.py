@@ -22,11 +22,12 @@ import pytest
 from microcompact.messages import MARKER_PREFIX
 from microcompact.server.gemini_format import GeminiFormat
 from microcompact.server.run import proxy_config
-from microcompact.server.upstream_summary import summary_url
+from microcompact.server.upstream_summary import structured, summary_url, wire_api
+from microcompact.summarizers.base import SummarizerBadOutput
 from microcompact.summarizers.extractive import ExtractiveSummarizer
 from microcompact.summarizers.upstream import UpstreamRequest, UpstreamSummarizer
 from microcompact.summarizers.upstream_notes import request_turns, session_keys
-from microcompact.summarizers.upstream_wire import GEMINI
+from microcompact.summarizers.upstream_wire import GEMINI, THINKING_ALLOWANCE, read_answer, summary_body
 from support.gemini_server import PLACEHOLDER_SIGNATURE as PLACEHOLDER
 from support.gemini_server import Exchange, Fault, Finish, GeminiUpstream
 from support.proxy_server import ProxyServer
@@ -344,3 +345,57 @@ def test_one_gemini_summary_request_notes_the_turns_a_fold_absorbs_one_by_one() 
     assert summarizer.calls == 1 and summarizer.merged == 3
     for step in (2, 3, 4):
         assert f"step {step} finished cleanly" in summary
+
+
+# ------------------------------------------------------------------ the wire, piece by piece
+
+
+def test_a_gemini_answer_is_read_as_google_documents_it() -> None:
+    """Visible text only (thought summaries left out), thinking billed as output, the cached part of the
+    prompt read and nothing written; a blocked prompt or a stop other than STOP/MAX_TOKENS is no summary."""
+    payload = {
+        "candidates": [
+            {
+                "content": {"role": "model", "parts": [{"text": "pondering", "thought": True}, {"text": "### Goal"}]},
+                "finishReason": "STOP",
+            }
+        ],
+        "usageMetadata": {
+            "promptTokenCount": 9000,
+            "cachedContentTokenCount": 8000,
+            "candidatesTokenCount": 300,
+            "thoughtsTokenCount": 200,
+        },
+    }
+    answer = read_answer(GEMINI, payload, "upstream")
+    assert "pondering" not in answer.text and "### Goal" in answer.text
+    assert (answer.prompt_tokens, answer.cache_read_tokens, answer.cache_write_tokens) == (9000, 8000, 0)
+    assert answer.output_tokens == 500
+    for bad in (
+        {"promptFeedback": {"blockReason": "SAFETY"}},
+        {"candidates": [{"finishReason": "PROHIBITED_CONTENT"}]},
+        {"candidates": [{**payload["candidates"][0], "finishReason": "BLOCKLIST"}]},
+        {"candidates": []},
+    ):
+        with pytest.raises(SummarizerBadOutput):
+            read_answer(GEMINI, bad, "upstream")
+
+
+def test_only_a_gemini_generate_request_that_is_not_structured_output_is_reused() -> None:
+    base = "http://127.0.0.1:9/v1beta/models/m"
+    assert wire_api("gemini", httpx.URL(f"{base}:generateContent")) == GEMINI
+    assert wire_api("gemini", httpx.URL(f"{base}:streamGenerateContent?alt=sse")) == GEMINI
+    assert wire_api("gemini", httpx.URL(f"{base}:countTokens")) is None
+    plain = orjson.dumps({"contents": [], "generationConfig": {"temperature": 0, "responseMimeType": "text/plain"}})
+    assert not structured(plain)
+    for config in ({"responseMimeType": "application/json"}, {"responseJsonSchema": {"type": "object"}}):
+        assert structured(orjson.dumps({"contents": [], "generationConfig": config}))
+    # Thinking by level (or dynamic) gets the allowance on top of the bound; a budget of 0 adds nothing.
+    body = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+    levelled = summary_body(
+        GEMINI, {**body, "generationConfig": {"thinkingConfig": {"thinkingLevel": "low"}}}, "x", 100
+    )
+    assert levelled["generationConfig"]["maxOutputTokens"] == 100 + THINKING_ALLOWANCE
+    off = summary_body(GEMINI, {**body, "generationConfig": {"thinkingConfig": {"thinkingBudget": 0}}}, "x", 100)
+    assert off["generationConfig"] == {"thinkingConfig": {"thinkingBudget": 0}, "maxOutputTokens": 100}
+    assert off["contents"][:1] == body["contents"] and off["contents"][1] == {"role": "user", "parts": [{"text": "x"}]}
