@@ -13,7 +13,14 @@ turn not after a user or response turn, and (as Gemini 3 models do) a functionCa
 carries a signature it never issued (Google's placeholder ``skip_thought_signature_validator`` aside).
 
 The model is a script: ``script(step, body)`` gives the reply's parts for the ``step``-th generate request
-(counted here: a compacting proxy shortens the history, so counting results in the request never ends).
+(counted here: a compacting proxy shortens the history, so counting results in the request never ends), or
+a :class:`Finish` (parts that end for another reason than ``STOP``: ``SAFETY`` answers no content, as
+Gemini's blocked candidates do) or a :class:`Fault` (an HTTP error in Google's shape, or a body that is
+not JSON).
+
+Implicit caching as Google documents it: what a request shares, from its start, with a recent one (the
+last ``RECENT_PROMPTS``) is reported read (``cachedContentTokenCount``, part of ``promptTokenCount``); the
+prompt is compared in the order the model reads it: ``systemInstruction``, ``tools``, then ``contents``.
 """
 
 from __future__ import annotations
@@ -29,9 +36,27 @@ from urllib.parse import parse_qs, urlsplit
 
 from microcompact.messages import MARKER_PREFIX
 
-Script = Callable[[int, dict[str, Any]], list[dict[str, Any]]]
+
+@dataclass(frozen=True)
+class Finish:
+    """A scripted answer that stops with ``reason`` (``SAFETY``, ``RECITATION``, ``MAX_TOKENS``, ...)."""
+
+    parts: list[dict[str, Any]]
+    reason: str
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A scripted failure: ``status`` with Google's error body, or (``garbage``) a 200 that is not JSON."""
+
+    status: int = 500
+    garbage: bytes = b""
+
+
+Script = Callable[[int, dict[str, Any]], "list[dict[str, Any]] | Finish | Fault"]
 PLACEHOLDER_SIGNATURE = "skip_thought_signature_validator"
 BYTES_PER_TOKEN = 4
+RECENT_PROMPTS = 8  # prompts the implicit cache holds (requests close in time share it)
 
 
 def prompt_tokens(body: dict[str, Any]) -> int:
@@ -79,7 +104,7 @@ class GeminiUpstream:
     signatures: set[str] = field(default_factory=set)
     steps: int = 0
     _server: ThreadingHTTPServer | None = None
-    _previous: str = ""
+    _recent: list[str] = field(default_factory=list)  # the prompts the implicit cache holds, newest last
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -128,8 +153,14 @@ class GeminiUpstream:
         with self._lock:
             self.steps += 1
             step = self.steps
-            parts = self.script(step, body)
+            scripted = self.script(step, body)
             cached = self._cached(body)
+        if isinstance(scripted, Fault):
+            if scripted.garbage:
+                return 200, scripted.garbage
+            error = {"code": scripted.status, "message": "The model is overloaded.", "status": "UNAVAILABLE"}
+            return scripted.status, {"error": error}
+        parts, reason = (scripted.parts, scripted.reason) if isinstance(scripted, Finish) else (scripted, "STOP")
         for n, part in enumerate(p for p in parts if "functionCall" in p):
             if n == 0:
                 part["thoughtSignature"] = base64.b64encode(f"sig-{step}".encode()).decode()  # bytes in the SDKs
@@ -145,28 +176,23 @@ class GeminiUpstream:
         chunks: list[dict[str, Any]] = [
             {"candidates": [{"content": {"role": "model", "parts": [part]}, "index": 0}], "usageMetadata": usage}
             for part in parts
-        ]
-        chunks[-1]["candidates"][0]["finishReason"] = "STOP"
+        ] or [{"candidates": [{"index": 0}], "usageMetadata": usage}]
+        chunks[-1]["candidates"][0]["finishReason"] = reason
         for chunk in chunks:
             chunk["modelVersion"] = exchange.path.split("/models/", 1)[-1].split(":", 1)[0]
             chunk["responseId"] = f"resp-{step}"
         if method == "generateContent":
-            whole = {
-                **chunks[-1],
-                "candidates": [{**chunks[-1]["candidates"][0], "content": {"role": "model", "parts": parts}}],
-            }
-            return 200, whole
+            candidate = {**chunks[-1]["candidates"][0], "content": {"role": "model", "parts": parts}}
+            if not parts:  # a blocked candidate has no content
+                candidate.pop("content")
+            return 200, {**chunks[-1], "candidates": [candidate]}
         return 200, chunks
 
     def _cached(self, body: dict[str, Any]) -> int:
-        """Implicit caching: the tokens of the longest prefix this request shares with the previous one."""
-        text = json.dumps(body.get("contents"), ensure_ascii=False)
-        shared = 0
-        for a, b in zip(text, self._previous, strict=False):
-            if a != b:
-                break
-            shared += 1
-        self._previous = text
+        """Implicit caching: the tokens of the longest prefix this request shares with a recent one."""
+        text = json.dumps([body.get(k) for k in ("systemInstruction", "tools", "contents")], ensure_ascii=False)
+        shared = max((_common_prefix(text, seen) for seen in self._recent), default=0)
+        self._recent = [*self._recent, text][-RECENT_PROMPTS:]
         return shared // BYTES_PER_TOKEN
 
     def _refusal(self, exchange: Exchange) -> str | None:
@@ -185,6 +211,15 @@ class GeminiUpstream:
         if tokens > self.window:
             return f"The input token count ({tokens}) exceeds the maximum number of tokens allowed ({self.window})."
         return None
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 def markers(body: dict[str, Any]) -> list[str]:
@@ -291,7 +326,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _json(self, status: int, payload: Any, exchange: Exchange) -> None:
         exchange.status, exchange.response = status, payload
-        data = json.dumps(payload).encode()
+        data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json; charset=UTF-8")
         self.send_header("Content-Length", str(len(data)))

@@ -4,8 +4,12 @@ summarizer, and the summary requests it sends are billed as what they are, the c
 :func:`remember` is called once a compacted request's answer has come back whole and successful: the request
 as it went upstream (``httpx.Request``: URL, headers, body) becomes the prefix the next summary requests
 reuse, so they go to that upstream only, with that request's credential only. The Anthropic Messages, OpenAI
-Chat Completions and OpenAI Responses routes are served; on the Gemini routes the conversation's merges
-are extractive.
+Chat Completions, OpenAI Responses and Gemini ``generateContent`` / ``streamGenerateContent`` routes are
+served. A Gemini summary request goes to the same model's ``:generateContent`` (one JSON answer, even when
+the client streamed: ``alt=sse`` is dropped, every other query parameter, ``key`` included, kept as sent).
+A Gemini request that asks for structured output (``responseMimeType`` JSON, a response schema: Gemini
+CLI's side requests) is not remembered: notes cannot be written in its schema, and the conversation's
+previous request holds the same prefix.
 
 A summary request's cost goes into the session's bill (``Compaction.bills``) at the client's model's
 prices: the cache read, the cache written and the plain input the answer reports, and its output. Its
@@ -15,14 +19,16 @@ prices: the cache read, the cache written and the plain input the answer reports
 from __future__ import annotations
 
 from collections.abc import MutableMapping
+from typing import Any
 
 import httpx
+import orjson
 
 from ..cache_usage import SessionBill
 from ..config import Config
 from ..pricing import MILLION
 from ..summarizers.upstream import UpstreamRequest, upstream_link
-from ..summarizers.upstream_wire import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES, Answer
+from ..summarizers.upstream_wire import ANTHROPIC, GEMINI, OPENAI_CHAT, OPENAI_RESPONSES, Answer
 from .compaction import Prepared
 
 
@@ -34,7 +40,38 @@ def wire_api(api: str | None, url: httpx.URL) -> str | None:
         return OPENAI_CHAT
     if api == "openai" and url.path.endswith("/responses"):
         return OPENAI_RESPONSES
+    if api == "gemini" and url.path.endswith((":generateContent", ":streamGenerateContent")):
+        return GEMINI
     return None
+
+
+def summary_url(api: str, url: httpx.URL) -> str:
+    """Where ``api``'s summary requests go: ``url`` itself, or for Gemini its ``:generateContent`` (a
+    streamed request's method and its ``alt`` parameter replaced; the rest of the query byte for byte)."""
+    if api != GEMINI or not url.path.endswith(":streamGenerateContent"):
+        return str(url)
+    path = url.raw_path.split(b"?", 1)[0].removesuffix(b":streamGenerateContent") + b":generateContent"
+    query = b"&".join(pair for pair in url.query.split(b"&") if pair and pair.split(b"=", 1)[0] != b"alt")
+    return str(url.copy_with(raw_path=path + (b"?" + query if query else b"")))
+
+
+# Any of these in a Gemini body may ask for structured output (parsed only then).
+_STRUCTURED = (b"responseSchema", b"responseJsonSchema", b"application/json", b"text/x.enum")
+
+
+def structured(body: bytes) -> bool:
+    """A Gemini request whose generationConfig asks for JSON or enum output, or gives a response schema."""
+    if not any(word in body for word in _STRUCTURED):
+        return False
+    try:
+        parsed: Any = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return False
+    config = parsed.get("generationConfig") if isinstance(parsed, dict) else None
+    if not isinstance(config, dict):
+        return False
+    schema = any(config.get(k) is not None for k in ("responseSchema", "responseJsonSchema", "_responseJsonSchema"))
+    return schema or config.get("responseMimeType") not in (None, "text/plain")
 
 
 def remember(prepared: Prepared, request: httpx.Request, bills: MutableMapping[str, SessionBill]) -> None:
@@ -44,14 +81,15 @@ def remember(prepared: Prepared, request: httpx.Request, bills: MutableMapping[s
         return
     link = upstream_link(session.summarizer)
     api = wire_api(prepared.api, request.url)
-    if link is None or api is None:
+    if link is None or api is None or (api == GEMINI and structured(request.content)):
         return
     session_id, config, priced_as = session.session_id, session.config, prepared.api
 
     def bill(answer: Answer) -> None:
         charge(bills, session_id, config, priced_as, answer)
 
-    link.remember(UpstreamRequest(api, str(request.url), tuple(request.headers.multi_items()), request.content, bill))
+    url = summary_url(api, request.url)
+    link.remember(UpstreamRequest(api, url, tuple(request.headers.multi_items()), request.content, bill))
 
 
 def charge(
@@ -63,7 +101,9 @@ def charge(
     if pricing is None or answer.prompt_tokens <= 0:
         return 0.0
     read = answer.cache_read_tokens or 0
-    if answer.cache_write_tokens is None:  # automatic caching: what was not read was written (or plain input)
+    # Automatic caching with a write premium (OpenAI's newer models): what was not read was written. An
+    # answer that reports the written part (Anthropic; Gemini, 0: no premium) bills the rest as plain input.
+    if answer.cache_write_tokens is None:
         dollars = pricing.prompt_cost(read, answer.prompt_tokens - read)
     else:
         written = answer.cache_write_tokens

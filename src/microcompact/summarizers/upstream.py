@@ -93,7 +93,7 @@ class UpstreamDown(SummarizerUnavailable):
 class UpstreamRequest:
     """The last request of a conversation that went upstream and was answered, as it was sent."""
 
-    api: str  # "anthropic" or "openai-chat" (upstream_wire.APIS)
+    api: str  # one of upstream_wire.APIS
     url: str
     headers: tuple[tuple[str, str], ...]
     body: bytes
@@ -225,7 +225,7 @@ class UpstreamSummarizer:
         if request is None:
             raise NotAsked(
                 "no request of this conversation to re-send: only serve has one, on the Anthropic Messages, "
-                "OpenAI Chat Completions and Responses routes"
+                "OpenAI Chat Completions and Responses, and Gemini generateContent routes"
             )
         with self._lock:
             if self._refused:

@@ -10,27 +10,35 @@ a merge adds its exchange's lines to the rolling notes' sections (the goal kept,
 and the result goes through the same checks as any model summary.
 
 An exchange is known by its key: its first tool call's id, or a digest of its text when it calls none
-(the same on the request's side, where the client's spelling is read, and on the session's).
+(the same on the request's side, where the client's spelling is read, and on the session's). Gemini
+calls carry no id unless the client set one, and the session's ``call-I-J`` names count contents of the
+client's history, which a fold shortens in what goes up: a call named so is known instead by a digest of
+its turn (its text, each call's name and arguments), which a fold leaves as it was. A Gemini model content
+is one turn, as it is one assistant message of the session; the marker's part is not part of it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..messages import MARKER_END, Message
+from ..messages import MARKER_END, MARKER_PREFIX, Message
 from ..redact import redact_text
 from .prompts import render
 from .sections import Section, clip, parse_sections, render_sections
-from .upstream_wire import ANTHROPIC, OPENAI_RESPONSES
+from .upstream_wire import ANTHROPIC, GEMINI, OPENAI_RESPONSES
 
 MAX_EXCHANGES = 16  # assistant turns one summary request asks notes for
 NOTE_TOKENS = 120  # the output bound each note adds, on top of the configured bound's floor
 QUOTE_CHARS = 100  # of an exchange's first words, in the instruction
 NOTE_FIELDS = ("work done", "findings", "next")
+ARGS_CHARS = 60  # of a nameless call's arguments, in the instruction
+# The names server/gemini_format gives calls the client sent without an ``id`` (content I, call J).
+GENERATED_ID = re.compile(r"call-\d+(-\d+)?")
 _FIELD = re.compile(r"^\s*[-*]?\s*\**(work done|findings|next)\**\s*:\s*(.*)$", re.IGNORECASE)
 
 
@@ -67,18 +75,48 @@ def _text(content: Any) -> str:
     return text.rsplit(MARKER_END, 1)[1].strip() if MARKER_END in text else text
 
 
+def _arguments(arguments: Any) -> Any:
+    """A session call's arguments as the object Gemini's ``args`` holds (as gemini_format renders them)."""
+    try:
+        return json.loads(arguments) if isinstance(arguments, str) else {}
+    except ValueError:
+        return {"arguments": arguments}
+
+
+def _chat_calls(tool_calls: Any) -> list[tuple[Any, Any, Any]]:
+    """``(id, name, arguments object)`` of Chat Completions ``tool_calls`` (the session's spelling too)."""
+    calls = []
+    for call in tool_calls if isinstance(tool_calls, list) else []:
+        if isinstance(call, dict):
+            function = call.get("function")
+            function = function if isinstance(function, dict) else {}
+            calls.append((call.get("id"), function.get("name"), _arguments(function.get("arguments"))))
+    return calls
+
+
+def turn_key(text: str, calls: Sequence[tuple[Any, Any, Any]]) -> str | None:
+    """An assistant turn's key from its text and its calls ``(id, name, arguments object)``: the first
+    call's id; a digest of the whole turn when that id is one the proxy made up; a digest of the text when
+    it calls nothing; None when it has neither."""
+    named = [c for c in calls if c[0]]
+    if named and not GENERATED_ID.fullmatch(str(named[0][0])):
+        return str(named[0][0])
+    if calls:
+        shape = [" ".join(text.split()), [[str(name or ""), args] for _, name, args in calls]]
+        digest = json.dumps(shape, sort_keys=True, ensure_ascii=False).encode("utf-8", "surrogatepass")
+        return "turn:" + hashlib.sha256(digest).hexdigest()[:16]
+    return text_key(text) if text.strip() else None
+
+
 def session_keys(exchange: Sequence[Message]) -> list[str]:
     """The keys of an exchange's assistant messages (session messages), in order."""
     keys = []
     for message in exchange:
         if message.get("role") != "assistant":
             continue
-        calls = [c for c in message.get("tool_calls") or [] if isinstance(c, dict) and c.get("id")]
-        text = _text(message.get("content"))
-        if calls:
-            keys.append(str(calls[0]["id"]))
-        elif text.strip():
-            keys.append(text_key(text))
+        key = turn_key(_text(message.get("content")), _chat_calls(message.get("tool_calls")))
+        if key is not None:
+            keys.append(key)
     return keys
 
 
@@ -86,6 +124,8 @@ def request_turns(api: str, body: dict[str, Any]) -> list[Turn]:
     """The assistant turns of a request as it went upstream, in order."""
     if api == OPENAI_RESPONSES:
         return _responses_turns(body.get("input"))
+    if api == GEMINI:
+        return _gemini_turns(body.get("contents"))
     turns = []
     for message in body.get("messages") or []:
         if not isinstance(message, dict) or message.get("role") != "assistant":
@@ -94,11 +134,12 @@ def request_turns(api: str, body: dict[str, Any]) -> list[Turn]:
         if api == ANTHROPIC:
             blocks = content if isinstance(content, list) else []
             calls = [
-                (b.get("id"), b.get("name")) for b in blocks if isinstance(b, dict) and b.get("type") == "tool_use"
+                (b.get("id"), b.get("name"), b.get("input"))
+                for b in blocks
+                if isinstance(b, dict) and b.get("type") == "tool_use"
             ]
         else:
-            raw = message.get("tool_calls") or []
-            calls = [(c.get("id"), (c.get("function") or {}).get("name")) for c in raw if isinstance(c, dict)]
+            calls = _chat_calls(message.get("tool_calls"))
         turn = _turn(_text(content), calls)
         if turn is not None:
             turns.append(turn)
@@ -109,7 +150,7 @@ def _responses_turns(items: Any) -> list[Turn]:
     """Consecutive model items (assistant messages, calls, reasoning) are one turn, as the session holds them."""
     turns: list[Turn] = []
     texts: list[str] = []
-    calls: list[tuple[Any, Any]] = []
+    calls: list[tuple[Any, Any, Any]] = []
 
     def close() -> None:
         turn = _turn("\n".join(t for t in texts if t), calls)
@@ -125,23 +166,54 @@ def _responses_turns(items: Any) -> list[Turn]:
         if kind == "message" and role == "assistant":
             texts.append(_text(item.get("content")))
         elif kind != "message" and item.get("call_id") and not str(kind).endswith("_output"):
-            calls.append((item.get("call_id"), item.get("name")))
+            calls.append((item.get("call_id"), item.get("name"), _arguments(item.get("arguments"))))
         elif kind != "reasoning":
             close()
     close()
     return turns
 
 
-def _turn(text: str, calls: Sequence[tuple[Any, Any]]) -> Turn | None:
-    named = tuple(f"{ident} ({name or 'tool'})" for ident, name in calls if ident)
-    if named:
-        key = str(next(ident for ident, _ in calls if ident))
-    elif text.strip():
-        key = text_key(text)
-    else:
+def _gemini_turns(contents: Any) -> list[Turn]:
+    """Each model content is one turn: its visible text parts (not ``thought`` parts, not the marker's part
+    the view merged into it) and its functionCall parts, as gemini_format makes one assistant message."""
+    turns = []
+    for content in contents if isinstance(contents, list) else []:
+        if not isinstance(content, dict) or content.get("role") != "model":
+            continue
+        parts = [p for p in content.get("parts") or [] if isinstance(p, dict)]
+        texts = [
+            p["text"]
+            for p in parts
+            if isinstance(p.get("text"), str) and p["text"] and not p.get("thought") and not _is_marker(p["text"])
+        ]
+        functions = [p["functionCall"] for p in parts if isinstance(p.get("functionCall"), dict)]
+        calls = [(f.get("id"), f.get("name"), f.get("args", {})) for f in functions]
+        turn = _turn(_text("\n".join(texts)), calls)
+        if turn is not None:
+            turns.append(turn)
+    return turns
+
+
+def _is_marker(text: str) -> bool:
+    return text.startswith(MARKER_PREFIX)
+
+
+def _turn(text: str, calls: Sequence[tuple[Any, Any, Any]]) -> Turn | None:
+    key = turn_key(text, calls)
+    if key is None:
         return None
+    named = tuple(_call_name(ident, name, args) for ident, name, args in calls if ident or key.startswith("turn:"))
     words = clip(redact_text(text), QUOTE_CHARS) if text.strip() else ""
     return Turn(key, words, named)
+
+
+def _call_name(ident: Any, name: Any, args: Any) -> str:
+    """A call as the instruction names it: its id and tool, or (an id the model never saw) its tool and
+    the start of its arguments."""
+    if ident and not GENERATED_ID.fullmatch(str(ident)):
+        return f"{ident} ({name or 'tool'})"
+    shown = clip(redact_text(json.dumps(args, ensure_ascii=False)), ARGS_CHARS)
+    return f"{name or 'tool'} {shown}"
 
 
 def describe(turn: Turn) -> str:

@@ -1,7 +1,7 @@
 """The wire side of a summary that rides the provider's cache: the request body built from the one the client
 last sent (its conversation left exactly as it went up, one instruction appended), and the answer read
-back (its text, why it stopped, what the cache did): Anthropic Messages, OpenAI Chat Completions and
-OpenAI Responses (not stored on the provider: ``store`` false).
+back (its text, why it stopped, what the cache did): Anthropic Messages, OpenAI Chat Completions,
+OpenAI Responses (not stored on the provider: ``store`` false) and Gemini ``generateContent``.
 
 Only what is outside the cached prefix changes: ``stream`` (off: one JSON answer), the output bound and,
 for OpenAI, the stream options. Tools, ``tool_choice``, thinking settings, the system prompt and every
@@ -9,6 +9,19 @@ message stay as sent: Anthropic's cache is invalidated from the messages on by a
 or of the thinking settings, OpenAI's reads only an identical prefix (tools included). So the model may
 still call a tool: such an answer is refused (:class:`~.base.SummarizerBadOutput`), and the extractive
 summary is written instead.
+
+Gemini: the request goes to ``:generateContent`` (``server/upstream_summary`` rewrites a streamed URL),
+with ``systemInstruction``, ``tools``, ``toolConfig``, ``safetySettings``, ``cachedContent`` and every
+content as sent (implicit caching reads only a byte-identical prefix, and those come before the contents)
+and one ``user`` content appended. Only ``generationConfig`` changes, which is no part of the prompt:
+``maxOutputTokens`` (the bound, plus the thinking budget: Gemini's thinking tokens count against it and
+are billed as output; an unknown budget, dynamic or by ``thinkingLevel``, gets ``THINKING_ALLOWANCE``)
+and ``candidateCount`` (dropped: one candidate is read). The answer is ``candidates[0]``: its visible text
+parts (``thought`` parts left out); a ``functionCall`` part, a ``finishReason`` other than ``STOP`` and
+``MAX_TOKENS`` (``SAFETY``, ``RECITATION``, ``BLOCKLIST``, ...) or a blocked prompt is not a summary.
+Its usage: ``promptTokenCount`` (which includes ``cachedContentTokenCount``, the read), and
+``candidatesTokenCount`` plus ``thoughtsTokenCount`` as output; Gemini's cache has no write premium, so
+nothing is reported written (what was not read is plain input).
 """
 
 from __future__ import annotations
@@ -24,9 +37,13 @@ from .validation import completion_summary
 ANTHROPIC = "anthropic"
 OPENAI_CHAT = "openai-chat"
 OPENAI_RESPONSES = "openai-responses"
-APIS = (ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES)
+GEMINI = "gemini"
+APIS = (ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES, GEMINI)
 # Why an answer stopped that leaves it usable as a summary.
 FINISHED = {"end_turn", "stop_sequence", "stop"}
+# Output tokens added to a Gemini summary request's bound when the client's thinking budget is not a
+# number (dynamic thinking, a thinkingLevel, or the model's default): room to think and still answer.
+THINKING_ALLOWANCE = 8192
 
 
 @dataclass(frozen=True)
@@ -46,6 +63,8 @@ def summary_body(api: str, body: dict[str, Any], instruction: str, max_output_to
     no conversation."""
     if api == OPENAI_RESPONSES:
         return _responses_body(body, instruction, max_output_tokens)
+    if api == GEMINI:
+        return _gemini_body(body, instruction, max_output_tokens)
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise ValueError("the request holds no messages")
@@ -81,6 +100,32 @@ def _responses_body(body: dict[str, Any], instruction: str, max_output_tokens: i
     return out
 
 
+def _gemini_body(body: dict[str, Any], instruction: str, max_output_tokens: int) -> dict[str, Any]:
+    """Gemini's summary request: one more ``user`` content; of ``generationConfig`` only the output bound
+    and the candidate count change (neither is part of the prompt the implicit cache reads)."""
+    contents = body.get("contents")
+    if not isinstance(contents, list) or not contents:
+        raise ValueError("the request holds no contents")
+    out = dict(body)
+    out["contents"] = [*contents, {"role": "user", "parts": [{"text": instruction}]}]
+    given = body.get("generationConfig")
+    config = dict(given) if isinstance(given, dict) else {}
+    config.pop("candidateCount", None)
+    config["maxOutputTokens"] = max_output_tokens + _gemini_thinking(config)
+    out["generationConfig"] = config
+    return out
+
+
+def _gemini_thinking(config: dict[str, Any]) -> int:
+    """The output tokens a Gemini request's thinking may take: its ``thinkingBudget`` when that is a count
+    (0: off), else ``THINKING_ALLOWANCE``."""
+    thinking = config.get("thinkingConfig")
+    budget = thinking.get("thinkingBudget") if isinstance(thinking, dict) else None
+    if isinstance(budget, int) and not isinstance(budget, bool) and budget >= 0:
+        return budget
+    return THINKING_ALLOWANCE
+
+
 def _thinking_budget(body: dict[str, Any]) -> int:
     """The thinking budget the client's request grants (its max_tokens must exceed it), else 0."""
     thinking = body.get("thinking")
@@ -98,6 +143,8 @@ def read_answer(api: str, payload: Any, name: str) -> Answer:
         raise SummarizerBadOutput(f"{name}: the answer is not a JSON object")
     if api == ANTHROPIC:
         text, stop = _anthropic_text(payload, name)
+    elif api == GEMINI:
+        text, stop = _gemini_text(payload, name)
     elif api == OPENAI_RESPONSES:
         text, stop = _responses_text(payload, name)
     else:
@@ -109,7 +156,8 @@ def read_answer(api: str, payload: Any, name: str) -> Answer:
     if stop == "length" and not text.strip():
         raise SummaryRejected(Rejection("cut_off", f"{name}: output was cut off at max_output_tokens"))
     completion = SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(content=text), finish_reason=stop)])
-    usage = payload.get("usage") if isinstance(payload.get("usage"), dict) else {}
+    field = "usageMetadata" if api == GEMINI else "usage"
+    usage = payload.get(field) if isinstance(payload.get(field), dict) else {}
     assert isinstance(usage, dict)
     return Answer(completion_summary(completion, name), *_usage(api, usage))
 
@@ -164,12 +212,43 @@ def _responses_text(payload: dict[str, Any], name: str) -> tuple[str, Any]:
     return "\n".join(texts), "stop" if status == "completed" else status
 
 
+# Gemini's finishReason as the other APIs' stop reasons; any other reason (SAFETY, RECITATION, BLOCKLIST,
+# PROHIBITED_CONTENT, SPII, LANGUAGE, OTHER, MALFORMED_FUNCTION_CALL, ...) is not a summary.
+_GEMINI_STOPS = {"STOP": "stop", "MAX_TOKENS": "length"}
+
+
+def _gemini_text(payload: dict[str, Any], name: str) -> tuple[str, Any]:
+    candidates = payload.get("candidates")
+    candidate = candidates[0] if isinstance(candidates, list) and candidates else None
+    if not isinstance(candidate, dict):
+        feedback = payload.get("promptFeedback")
+        blocked = feedback.get("blockReason") if isinstance(feedback, dict) else None
+        if blocked:
+            raise SummarizerBadOutput(f"{name}: the prompt was blocked ({clip(str(blocked), 40)})")
+        raise SummarizerBadOutput(f"{name}: the answer has no candidate")
+    content = candidate.get("content")
+    parts = content.get("parts") if isinstance(content, dict) else None
+    parts = parts if isinstance(parts, list) else []
+    if any(isinstance(p, dict) and "functionCall" in p for p in parts):
+        raise SummarizerBadOutput(f"{name}: the model called a tool instead of writing the summary")
+    texts = [
+        p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str) and not p.get("thought")
+    ]
+    reason = candidate.get("finishReason")
+    return "\n".join(texts), _GEMINI_STOPS.get(reason, reason) if isinstance(reason, str) else reason
+
+
 def _count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def _usage(api: str, usage: dict[str, Any]) -> tuple[int, int | None, int | None, int]:
     """(prompt tokens, cache read, cache written, output tokens) of an answer's ``usage``."""
+    if api == GEMINI:  # the prompt count includes the cached part; thinking is billed as output
+        prompt = _count(usage.get("promptTokenCount")) or 0
+        read = _count(usage.get("cachedContentTokenCount"))
+        output = (_count(usage.get("candidatesTokenCount")) or 0) + (_count(usage.get("thoughtsTokenCount")) or 0)
+        return prompt, min(read or 0, prompt), 0, output
     if api == ANTHROPIC:
         read = _count(usage.get("cache_read_input_tokens"))
         written = _count(usage.get("cache_creation_input_tokens"))
