@@ -15,17 +15,18 @@ from microcompact.cache_usage import CacheObservations, SessionBill, UsageReport
 from microcompact.config import parse_config
 from microcompact.pricing import PRESETS
 from microcompact.server.anthropic_format import AnthropicFormat
+from microcompact.server.gemini_format import GeminiFormat
 from microcompact.server.openai_format import OpenAIFormat
 from microcompact.server.usage_tap import UsageTap
 from microcompact.session import Session
 from upstream import anthropic_wire, openai_wire, text
 from upstream.usage import PromptUsage
 
-ANTHROPIC, OPENAI = AnthropicFormat(), OpenAIFormat()
+ANTHROPIC, OPENAI, GEMINI = AnthropicFormat(), OpenAIFormat(), GeminiFormat()
 
 
 def tap_of(api: str, content_type: str, chunks: list[bytes]) -> UsageReport | None:
-    provider = ANTHROPIC if api == "anthropic" else OPENAI
+    provider = {"anthropic": ANTHROPIC, "gemini": GEMINI}.get(api, OPENAI)
     tap = UsageTap(content_type, provider.prompt_tokens, api=api)
     for chunk in chunks:
         for i in range(0, len(chunk), 7):  # split events across reads, as a network does
@@ -91,6 +92,38 @@ def test_responses_without_cache_figures_report_the_prompt_only():
     assert tap_of("anthropic", "application/json", [json.dumps(bare).encode()]) == UsageReport(700, None, None, 5.0)
     chunks = openai_wire.stream_chunks(text("hi"), openai_completion(900, 0), include_usage=False)
     assert tap_of("openai", "text/event-stream", chunks) is None  # no usage at all: nothing to report
+
+
+def gemini_chunk(usage: dict | None, text_part: str = "hi") -> dict:
+    chunk: dict = {"candidates": [{"content": {"role": "model", "parts": [{"text": text_part}]}, "index": 0}]}
+    if usage is not None:
+        chunk["usageMetadata"] = usage
+    return chunk
+
+
+def test_gemini_json_sse_and_array_report_the_cached_prefix():
+    usage = {"promptTokenCount": 9000, "cachedContentTokenCount": 8192, "candidatesTokenCount": 3}
+    expected = UsageReport(9000, 8192, None, 5.0)
+    assert tap_of("gemini", "application/json", [json.dumps(gemini_chunk(usage)).encode()]) == expected
+    sse = [f"data: {json.dumps(gemini_chunk(u))}\r\n\r\n".encode() for u in ({"promptTokenCount": 9000}, usage)]
+    assert tap_of("gemini", "text/event-stream", sse) == expected
+    array = json.dumps([gemini_chunk({"promptTokenCount": 9000}), gemini_chunk(usage, "!")]).encode()
+    assert tap_of("gemini", "application/json", [array]) == expected
+
+
+def test_gemini_leaves_a_zero_out_a_prompt_without_a_cached_count_read_nothing():
+    chunk = gemini_chunk({"promptTokenCount": 700, "candidatesTokenCount": 2})
+    assert tap_of("gemini", "application/json", [json.dumps(chunk).encode()]) == UsageReport(700, 0, None, 5.0)
+    assert tap_of("gemini", "application/json", [json.dumps(gemini_chunk(None)).encode()]) is None
+
+
+@pytest.mark.parametrize("cached", ["lots", -3, 1.5, 10_000])
+def test_bad_gemini_cached_counts_are_ignored_with_one_line(caplog, cached):
+    chunk = gemini_chunk({"promptTokenCount": 900, "cachedContentTokenCount": cached})
+    with caplog.at_level(logging.WARNING, logger="microcompact"):
+        report = tap_of("gemini", "application/json", [json.dumps(chunk).encode()])
+    assert report is not None and report.cache_read_tokens is None
+    assert len(caplog.records) == 1 and "gemini response" in caplog.records[0].getMessage()
 
 
 @pytest.mark.parametrize(

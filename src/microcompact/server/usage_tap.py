@@ -8,8 +8,10 @@ parsed (OpenAI's final chunk with ``stream_options.include_usage``, Anthropic's 
 
 The cache figures: Anthropic's ``cache_read_input_tokens`` and ``cache_creation_input_tokens`` (in the
 message's ``usage``, or a stream's ``message_start`` / ``message_delta``; the largest value seen counts),
-OpenAI's ``prompt_tokens_details.cached_tokens``. A figure that is not a count, or larger than the prompt,
-is ignored with one log line (:func:`microcompact.cache_usage.checked_report`).
+OpenAI's ``prompt_tokens_details.cached_tokens``, Gemini's ``usageMetadata.cachedContentTokenCount``
+(its JSON leaves a zero out: with a prompt count and no cached count, it read nothing). A figure that is
+not a count, or larger than the prompt, is ignored with one log line
+(:func:`microcompact.cache_usage.checked_report`).
 
 Why the response stopped (Anthropic's ``stop_reason``, OpenAI's ``finish_reason``) says whether the
 client's turn is over (a final answer: an idle gap may follow) or goes on (a tool call).
@@ -38,16 +40,20 @@ TURN_GOES_ON = {"tool_use", "tool_calls", "function_call", "pause_turn"}
 ANTHROPIC_CACHE_FIELDS = ("cache_read_input_tokens", "cache_creation_input_tokens")
 OPENAI_DETAILS = "prompt_tokens_details"
 OPENAI_CACHED = "cached_tokens"
+GEMINI_USAGE, GEMINI_PROMPT, GEMINI_CACHED = "usageMetadata", "promptTokenCount", "cachedContentTokenCount"
 _MISSING = object()
 
 
 def usage_of(parsed: Any) -> dict[str, Any] | None:
     """The ``usage`` object of a response or of one stream event (Anthropic's ``message_start`` nests it
-    in ``message``)."""
+    in ``message``; Gemini's is ``usageMetadata``, the last chunk's in a streamed JSON array)."""
+    if isinstance(parsed, list):
+        found = [u for u in map(usage_of, parsed) if u is not None]
+        return found[-1] if found else None
     if not isinstance(parsed, dict):
         return None
     message = parsed.get("message")
-    usage = (message if isinstance(message, dict) else parsed).get("usage")
+    usage = (message if isinstance(message, dict) else parsed).get("usage", parsed.get(GEMINI_USAGE))
     return usage if isinstance(usage, dict) else None
 
 
@@ -59,6 +65,8 @@ def cache_fields(api: str | None, usage: dict[str, Any]) -> tuple[Any, Any]:
         details = usage.get(OPENAI_DETAILS)
         read = details.get(OPENAI_CACHED, _MISSING) if isinstance(details, dict) else _MISSING
         return read, _MISSING
+    if api == "gemini":
+        return usage.get(GEMINI_CACHED, 0 if GEMINI_PROMPT in usage else _MISSING), _MISSING
     return _MISSING, _MISSING
 
 
