@@ -1,0 +1,254 @@
+"""A fold computed ahead that kept none of the transcript it ran on (``FoldJob.open_end``), driven through a
+real background :class:`Session`: it is never adopted at a retry of the request it ran on (the price rule's
+verdict, the batch threshold's ``adopt_held``), the next request with new messages adopts it, and at no
+request of a long session does the forwarded view break the contract: user messages verbatim and in order,
+every tool result after its call, never a marker at the end, the request's newest message never absorbed.
+
+Deterministic: the session's clock is a list the test moves, and the test waits for the worker after every
+request (``background.wait``), so what the worker computed is there at the next request whatever the load.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from microcompact.config import parse_config
+from microcompact.contract import tool_pairing_errors, user_message_errors
+from microcompact.events import MICRO_ABSORBS
+from microcompact.fold_price import Verdict
+from microcompact.messages import is_marker, to_api
+from microcompact.micro.engine import FoldJob
+from microcompact.micro.price import PricePolicy
+from microcompact.session import Session
+from support.price_loop import Notes
+from support.price_loop import step_session as session
+
+WINDOW = 200_000
+FOLDS = (Verdict.FOLD, Verdict.COLD, Verdict.FORCED)
+TTL = 300.0  # the anthropic preset's 5-minute cache
+
+
+def config(**compression: Any) -> Any:
+    return parse_config(
+        {
+            "compression": {"micro_compact": True, "micro_compact_background": True, **compression},
+            "model": {"context_length": WINDOW},
+            "pricing": {"preset": "anthropic"},
+        }
+    )
+
+
+def policy(s: Session) -> PricePolicy:
+    assert isinstance(s.micro.policy, PricePolicy)
+    return s.micro.policy
+
+
+def answered(s: Session) -> None:
+    """The provider's answer: the prompt read from the cache up to the last request, the rest written."""
+    t = s.tokens
+    last = s.cache.last
+    read = min(t, last.cached_after) if last is not None else 0
+    s.record_usage(t, cache_read_tokens=read, cache_write_tokens=t - read)
+
+
+def absorbed(results: list[Any]) -> int:
+    return sum(1 for r in results if getattr(r, "outcome", None) in MICRO_ABSORBS)
+
+
+class Loop:
+    """A background session and every message the agent appended to it (the client's history)."""
+
+    def __init__(self, s: Session, now: list[float]) -> None:
+        self.s, self.now = s, now
+        self.history: list[dict[str, Any]] = [dict(m) for m in s.ledger.messages]
+        self.calls = 0
+
+    def append(self, message: dict[str, Any]) -> None:
+        self.s.append(message)
+        self.history.append(message)
+
+    def step(self, n: int, lines: int, args: int = 0, result: bool = True) -> str:
+        """One tool call (``args`` words of arguments: a Write's file) and, unless ``result`` is False, its
+        ``lines``-line output."""
+        call = f"c{n}"
+        arguments = json.dumps({"content": "word " * args}) if args else "{}"
+        self.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": call, "type": "function", "function": {"name": "Bash", "arguments": arguments}}],
+            }
+        )
+        if result:
+            self.result(call, n, lines)
+        return call
+
+    def result(self, call: str, n: int, lines: int) -> None:
+        self.append(
+            {"role": "tool", "tool_call_id": call, "content": "\n".join(str(n * 10**6 + i) for i in range(lines))}
+        )
+
+    def request(self, gap: float = 10.0, answer: bool = True, **kwargs: Any) -> tuple[list[Any], list[dict[str, Any]]]:
+        """One model request: its results and the view forwarded (``messages``, checked against the
+        contract); then the answer, and the worker's job finishes before the next request."""
+        self.now[0] += gap
+        results = self.s.before_request(**kwargs)
+        view = self.s.messages
+        problems = view_problems(self.history, view, self.s.transcript)
+        assert not problems, problems
+        if answer:
+            answered(self.s)
+        assert self.s.background is not None
+        self.s.background.wait(60)
+        return results, view
+
+
+def view_problems(
+    history: list[dict[str, Any]], view: list[dict[str, Any]], transcript: list[dict[str, Any]]
+) -> list[str]:
+    """What is wrong with ``view`` (``transcript``, its messages with the library's metadata) as the request
+    for ``history`` (whose newest message may be a call whose result has not come yet: the only call
+    allowed without results)."""
+    problems = user_message_errors(to_api(history), view)
+    pending = bool(history[-1].get("tool_calls")) and history[-1].get("role") == "assistant"
+    last = len(view) - 1
+    problems += [e for e in tool_pairing_errors(view) if not (pending and e.startswith(f"message {last}:"))]
+    if to_api(transcript) != view:
+        problems.append("the view is not the transcript's")
+    if transcript and is_marker(transcript[-1]):
+        problems.append("the view ends in the marker")
+    if not view or view[-1] != to_api(history[-1:])[0]:
+        problems.append("the request's newest message is not the view's last, verbatim")
+    return problems
+
+
+def markers(s: Session) -> list[int]:
+    return [i for i, m in enumerate(s.transcript) if is_marker(m)]
+
+
+def held(s: Session) -> FoldJob | None:
+    assert s.background is not None
+    return s.background.ready
+
+
+def open_end_held(loop: Loop, limit: int = 60) -> int:
+    """Steps and requests until an open-ended fold computed ahead is held with nothing after its snapshot:
+    the number of the next step."""
+    s = loop.s
+    for n in range(limit):
+        loop.request()
+        s.drain(60)  # the ahead job's result is held now (a ``messages`` read would do the same)
+        job = held(s)
+        if job is not None and job.open_end and job.covered == len(s.ledger.messages):
+            return n
+        loop.step(n, 3000)
+    raise AssertionError(f"no open-ended fold held in {limit} steps")
+
+
+def test_a_retry_when_a_held_open_ended_fold_is_due_leaves_it_held_and_the_next_step_adopts_it():
+    now = [0.0]
+    loop = Loop(session(config(), now), now)
+    s = loop.s
+    assert s.background is not None
+    n = open_end_held(loop)
+    job = held(s)
+    assert job is not None
+    before = [dict(m) for m in s.ledger.messages]
+    adopted = s.background.adopted_ahead
+    # The client retries the same request after the cache went cold: the rule says fold (at no cache cost),
+    # the held shadow applies, but adopting it would leave nothing after its marker.
+    results, view = loop.request(gap=TTL + 60)
+    assert policy(s).last is not None and policy(s).last.verdict in FOLDS, "the fold is due at the retry"
+    assert absorbed(results) == 0 and s.background.adopted_ahead == adopted
+    assert held(s) is job and s.micro.applies(s.ledger, job) and not s.micro.adoptable(s.ledger, job)
+    assert [dict(m) for m in s.ledger.messages] == before and view == to_api(before)
+    # Retried once more, warm this time: still the same view.
+    results, view = loop.request()
+    assert absorbed(results) == 0 and view == to_api(before)
+    # The next step comes: the held fold is adopted at that request, the step is its tail.
+    loop.step(n, 3000)
+    results, view = loop.request()
+    assert absorbed(results) > 0 and s.background.adopted_ahead == adopted + 1
+    (marker,) = markers(s)
+    assert [m["role"] for m in view[marker + 1 :]] == ["assistant", "tool"]
+    assert view[marker + 1]["tool_calls"][0]["id"] == f"c{n}"
+
+
+def test_a_fold_due_while_it_runs_lands_held_at_a_retry_not_adopted_nor_lost():
+    """The rule says fold while the fold computed ahead is still on the worker (``_adopt_running``); it lands
+    at a retry of the request it ran on: held (adopting it would leave nothing after its marker), and the
+    next step adopts it. The summarizer's gate holds the worker: no timing."""
+    now = [0.0]
+    notes = Notes()
+    loop = Loop(session(config(), now, notes), now)
+    s = loop.s
+    assert s.background is not None
+    for n in range(60):
+        ahead = policy(s).ahead
+        notes.gate.clear()
+        now[0] += 10
+        s.before_request()
+        if s.background.busy and policy(s).ahead > ahead:
+            break
+        notes.gate.set()
+        answered(s)
+        s.background.wait(60)
+        loop.step(n, 3000)
+    else:
+        raise AssertionError("no fold started ahead in 60 steps")
+    answered(s)
+    before = [dict(m) for m in s.ledger.messages]
+    # The same request again after the cache went cold: the fold is due, the worker still runs it.
+    results, view = loop.request(gap=TTL + 60)
+    assert policy(s).last is not None and policy(s).last.verdict in FOLDS and s.background.busy
+    assert absorbed(results) == 0 and view == to_api(before)
+    notes.gate.set()
+    adopted, discarded = s.background.adopted_ahead, s.background.discarded
+    assert absorbed(s.drain(60)) == 0, "it landed with nothing after its snapshot: held"
+    job = held(s)
+    assert job is not None and job.open_end and job.covered == len(before)
+    assert s.background.discarded == discarded and [dict(m) for m in s.ledger.messages] == before
+    loop.step(n, 3000)
+    results, view = loop.request()
+    assert absorbed(results) > 0 and s.background.adopted_ahead == adopted + 1
+    (marker,) = markers(s)
+    assert view[marker + 1]["tool_calls"][0]["id"] == f"c{n}"
+
+
+def test_the_batch_threshold_does_not_adopt_an_open_ended_fold_at_a_retry():
+    now = [0.0]
+    loop = Loop(session(config(), now), now)
+    s = loop.s
+    assert s.background is not None
+    open_end_held(loop)
+    job = held(s)
+    assert job is not None
+    threshold = s.config.threshold_tokens()
+    assert threshold is not None
+    adopted, discarded = s.background.adopted_ahead, s.background.discarded
+    # The same request again, and the provider says the prompt is over the batch threshold: the held fold
+    # is not adopted (nothing would follow its marker) nor dropped by ``adopt_held``; the batch runs.
+    results, view = loop.request(prompt_tokens=threshold + 1)
+    assert absorbed(results) == 0 and s.background.adopted_ahead == adopted
+    assert s.background.discarded == discarded and held(s) is job
+    assert any(getattr(r, "record", {}).get("event") == "batch_compaction" for r in results), results
+    assert not is_marker(s.transcript[-1]) and view[-1] == to_api(loop.history[-1:])[0]
+
+
+def test_the_batch_threshold_adopts_a_held_open_ended_fold_once_a_step_came():
+    now = [0.0]
+    loop = Loop(session(config(), now), now)
+    s = loop.s
+    assert s.background is not None
+    n = open_end_held(loop)
+    threshold = s.config.threshold_tokens()
+    assert threshold is not None
+    adopted = s.background.adopted_ahead
+    loop.step(n, 3000)
+    before = s.tokens
+    results, view = loop.request(prompt_tokens=threshold + 1)
+    assert absorbed(results) > 0 and s.background.adopted_ahead == adopted + 1, "the fold landed first"
+    assert s.tokens < before
+    (marker,) = markers(s)
+    assert view[marker + 1]["tool_calls"][0]["id"] == f"c{n}"
