@@ -13,6 +13,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
+
 from microcompact.config import parse_config
 from microcompact.contract import tool_pairing_errors, user_message_errors
 from microcompact.events import MICRO_ABSORBS
@@ -23,6 +26,7 @@ from microcompact.micro.price import PricePolicy
 from microcompact.session import Session
 from support.price_loop import Notes
 from support.price_loop import step_session as session
+from support.strategies import examples
 
 WINDOW = 200_000
 FOLDS = (Verdict.FOLD, Verdict.COLD, Verdict.FORCED)
@@ -252,3 +256,76 @@ def test_the_batch_threshold_adopts_a_held_open_ended_fold_once_a_step_came():
     assert s.tokens < before
     (marker,) = markers(s)
     assert view[marker + 1]["tool_calls"][0]["id"] == f"c{n}"
+
+
+def test_a_request_in_the_middle_of_an_iteration_never_strands_its_result():
+    """A request made while the newest tool call has no result yet (the properties' mid-iteration hook):
+    a fold computed ahead there with an empty tail must not absorb that call, or its result comes after a
+    marker with no call before it. Small steps, so the exchange in progress is a whole one a turn pass
+    takes; a large call (a Write of a file), so no token budget keeps it."""
+    now = [0.0]
+    loop = Loop(session(config(micro_compact_low_water_tokens=300), now), now)
+    s = loop.s
+    n = 0
+    for turn in range(14):
+        if turn:
+            loop.append({"role": "user", "content": f"turn {turn}"})
+        for _ in range(3):
+            loop.request()
+            call = loop.step(n, 300, args=600, result=False)
+            loop.request()  # mid-iteration: the call's result has not come
+            loop.result(call, n, 300)
+            n += 1
+        loop.request()
+        loop.append({"role": "assistant", "content": f"turn {turn} done"})
+        s.finalize_turn()
+    loop.request()
+    assert policy(s).ahead >= 3 and s.micro.state.passes_total > 0, "folds were computed ahead and adopted"
+
+
+@settings(
+    max_examples=examples(25),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(
+    plan=st.lists(
+        st.tuples(
+            st.integers(50, 4000),  # the step's output, in lines (~2 tokens a line)
+            st.sampled_from(["step", "step", "step", "retry", "retry-cold", "mid", "turn"]),
+            st.integers(0, 1500),  # the call's arguments, in words
+        ),
+        min_size=10,
+        max_size=45,
+    ),
+    low_water=st.sampled_from([None, 300, 2_000, 20_000]),
+)
+def test_no_request_of_a_background_session_breaks_the_contract(
+    plan: list[tuple[int, str, int]], low_water: int | None
+):
+    now = [0.0]
+    compression = {} if low_water is None else {"micro_compact_low_water_tokens": low_water}
+    loop = Loop(session(config(**compression), now), now)
+    s = loop.s
+    for n, (lines, kind, args) in enumerate(plan):
+        note(f"step {n}: {kind}, {lines} lines, {args} words of arguments")
+        gap = 10.0
+        if kind == "turn":
+            loop.append({"role": "assistant", "content": f"done {n}"})
+            s.finalize_turn()
+            s.fold_ahead()  # as the proxy does when the upstream says the turn is over
+            assert s.background is not None
+            s.background.wait(60)
+            loop.append({"role": "user", "content": f"next {n}"})
+            gap = TTL + 1 if n % 2 else 10.0  # an idle gap, or the user answering at once
+        loop.request(gap)
+        if kind == "retry":
+            loop.request(answer=False)  # the upstream failed: the client sends the same request again
+        elif kind == "retry-cold":
+            loop.request(gap=TTL + 1)
+        call = loop.step(n, lines, args, result=kind != "mid")
+        if kind == "mid":
+            loop.request()
+            loop.result(call, n, lines)
+    loop.request()
+    loop.request()  # and a retry of the last one
