@@ -72,21 +72,17 @@ class Loop:
         self.s.append(message)
         self.history.append(message)
 
-    def step(self, n: int, lines: int, args: int = 0, result: bool = True) -> str:
-        """One tool call (``args`` words of arguments: a Write's file) and, unless ``result`` is False, its
-        ``lines``-line output."""
-        call = f"c{n}"
+    def step(self, n: int, lines: int, args: int = 0, result: bool = True, calls: int = 1) -> list[str]:
+        """One assistant message of ``calls`` tool calls (``args`` words of arguments: a Write's file) and,
+        unless ``result`` is False, their ``lines``-line outputs."""
+        ids = [f"c{n}"] if calls == 1 else [f"c{n}_{k}" for k in range(calls)]
         arguments = json.dumps({"content": "word " * args}) if args else "{}"
-        self.append(
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [{"id": call, "type": "function", "function": {"name": "Bash", "arguments": arguments}}],
-            }
-        )
+        tool_calls = [{"id": i, "type": "function", "function": {"name": "Bash", "arguments": arguments}} for i in ids]
+        self.append({"role": "assistant", "content": None, "tool_calls": tool_calls})
         if result:
-            self.result(call, n, lines)
-        return call
+            for call in ids:
+                self.result(call, n, lines)
+        return ids
 
     def result(self, call: str, n: int, lines: int) -> None:
         self.append(
@@ -115,9 +111,13 @@ def view_problems(
     for ``history`` (whose newest message may be a call whose result has not come yet: the only call
     allowed without results)."""
     problems = user_message_errors(to_api(history), view)
-    pending = bool(history[-1].get("tool_calls")) and history[-1].get("role") == "assistant"
-    last = len(view) - 1
-    problems += [e for e in tool_pairing_errors(view) if not (pending and e.startswith(f"message {last}:"))]
+    # The newest call may wait for (some of) its results, in the view as in the history, and nothing else.
+    waiting = [e for e in tool_pairing_errors(history) if e.startswith(f"message {trailing_call(history)}:")]
+    problems += [
+        e
+        for e in tool_pairing_errors(view)
+        if not (waiting and e.startswith(f"message {trailing_call(view)}:") and e.endswith("have no result"))
+    ]
     if to_api(transcript) != view:
         problems.append("the view is not the transcript's")
     if transcript and is_marker(transcript[-1]):
@@ -125,6 +125,14 @@ def view_problems(
     if not view or view[-1] != to_api(history[-1:])[0]:
         problems.append("the request's newest message is not the view's last, verbatim")
     return problems
+
+
+def trailing_call(messages: list[dict[str, Any]]) -> int | None:
+    """The index of the newest assistant message when only tool results follow it."""
+    j = len(messages) - 1
+    while j >= 0 and messages[j].get("role") == "tool":
+        j -= 1
+    return j if j >= 0 and messages[j].get("role") == "assistant" else None
 
 
 def markers(s: Session) -> list[int]:
@@ -272,7 +280,7 @@ def test_a_request_in_the_middle_of_an_iteration_never_strands_its_result():
             loop.append({"role": "user", "content": f"turn {turn}"})
         for _ in range(3):
             loop.request()
-            call = loop.step(n, 300, args=600, result=False)
+            (call,) = loop.step(n, 300, args=600, result=False)
             loop.request()  # mid-iteration: the call's result has not come
             loop.result(call, n, 300)
             n += 1
@@ -292,19 +300,22 @@ def test_a_request_in_the_middle_of_an_iteration_never_strands_its_result():
     plan=st.lists(
         st.tuples(
             st.integers(50, 4000),  # the step's output, in lines (~2 tokens a line)
-            st.sampled_from(["step", "step", "step", "retry", "retry-cold", "mid", "turn"]),
+            st.sampled_from(["step", "step", "step", "retry", "retry-cold", "mid", "parallel-mid", "turn"]),
             st.integers(0, 1500),  # the call's arguments, in words
         ),
         min_size=10,
         max_size=45,
     ),
     low_water=st.sampled_from([None, 300, 2_000, 20_000]),
+    min_tail=st.sampled_from([None, None, 1, 3]),
 )
 def test_no_request_of_a_background_session_breaks_the_contract(
-    plan: list[tuple[int, str, int]], low_water: int | None
+    plan: list[tuple[int, str, int]], low_water: int | None, min_tail: int | None
 ):
     now = [0.0]
-    compression = {} if low_water is None else {"micro_compact_low_water_tokens": low_water}
+    compression: dict[str, Any] = {} if low_water is None else {"micro_compact_low_water_tokens": low_water}
+    if min_tail is not None:
+        compression["min_tail_messages"] = min_tail
     loop = Loop(session(config(**compression), now), now)
     s = loop.s
     for n, (lines, kind, args) in enumerate(plan):
@@ -323,9 +334,12 @@ def test_no_request_of_a_background_session_breaks_the_contract(
             loop.request(answer=False)  # the upstream failed: the client sends the same request again
         elif kind == "retry-cold":
             loop.request(gap=TTL + 1)
-        call = loop.step(n, lines, args, result=kind != "mid")
-        if kind == "mid":
-            loop.request()
-            loop.result(call, n, lines)
+        mid = kind in ("mid", "parallel-mid")
+        calls = loop.step(n, lines, args, result=not mid, calls=2 if kind == "parallel-mid" else 1)
+        if mid:
+            if len(calls) > 1:
+                loop.result(calls[0], n, lines)
+            loop.request()  # between the call and its (last) result
+            loop.result(calls[-1], n, lines)
     loop.request()
     loop.request()  # and a retry of the last one
