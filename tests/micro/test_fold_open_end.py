@@ -228,6 +228,33 @@ def test_a_fold_due_while_it_runs_lands_held_at_a_retry_not_adopted_nor_lost():
     assert view[marker + 1]["tool_calls"][0]["id"] == f"c{n}"
 
 
+def test_a_held_open_ended_fold_extended_at_the_turn_end_with_nothing_new_stays_open_ended():
+    """The proxy's follow-up runs ``fold_ahead`` on the transcript of the request just answered (the upstream's
+    answer is not in it): a fold computed ahead at that request and held is extended there over no new
+    message, with the turn end's one-message tail. What it absorbed stays absorbed: a retry of the request
+    must still not adopt it."""
+    now = [0.0]
+    loop = Loop(session(config(), now), now)
+    s = loop.s
+    assert s.background is not None
+    n = open_end_held(loop)
+    before = [dict(m) for m in s.ledger.messages]
+    ahead = policy(s).ahead
+    s.fold_ahead()  # the upstream said the turn is over
+    assert policy(s).ahead == ahead + 1, "the turn end's fold was started"
+    s.drain(60)
+    job = held(s)
+    assert job is not None and job.covered == len(before) and job.open_end
+    results, view = loop.request(gap=TTL + 60)  # the client retries after an idle gap: the fold is due
+    assert policy(s).last is not None and policy(s).last.verdict in FOLDS
+    assert absorbed(results) == 0 and view == to_api(before)
+    loop.step(n, 3000)
+    results, view = loop.request()
+    assert absorbed(results) > 0
+    (marker,) = markers(s)
+    assert view[marker + 1]["tool_calls"][0]["id"] == f"c{n}"
+
+
 def test_the_batch_threshold_does_not_adopt_an_open_ended_fold_at_a_retry():
     now = [0.0]
     loop = Loop(session(config(), now), now)
@@ -300,7 +327,9 @@ def test_a_request_in_the_middle_of_an_iteration_never_strands_its_result():
     plan=st.lists(
         st.tuples(
             st.integers(50, 4000),  # the step's output, in lines (~2 tokens a line)
-            st.sampled_from(["step", "step", "step", "retry", "retry-cold", "mid", "parallel-mid", "turn"]),
+            st.sampled_from(
+                ["step", "step", "step", "retry", "retry-cold", "mid", "parallel-mid", "turn", "turn-proxy"]
+            ),
             st.integers(0, 1500),  # the call's arguments, in words
         ),
         min_size=10,
@@ -330,6 +359,14 @@ def test_no_request_of_a_background_session_breaks_the_contract(
             loop.append({"role": "user", "content": f"next {n}"})
             gap = TTL + 1 if n % 2 else 10.0  # an idle gap, or the user answering at once
         loop.request(gap)
+        if kind == "turn-proxy":  # the proxy's follow-up: the turn is over, its answer not in the transcript
+            s.drain(60)
+            s.fold_ahead()
+            s.drain(60)
+            loop.request(gap=TTL + 1)  # the client did not get the answer: the same request again
+            loop.append({"role": "assistant", "content": f"done {n}"})
+            loop.append({"role": "user", "content": f"next {n}"})
+            loop.request()
         if kind == "retry":
             loop.request(answer=False)  # the upstream failed: the client sends the same request again
         elif kind == "retry-cold":

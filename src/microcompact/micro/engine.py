@@ -67,7 +67,7 @@ class FoldJob:
     removed_tokens: int = 0  # how much smaller its passes made the transcript (counted tokens)
     covered: int = 0  # messages of the transcript it last ran over (the rest came after its snapshot)
     caught_up: bool = False  # extended once at a due fold to cover what came while it ran
-    open_end: bool = False  # its last run may have absorbed its snapshot's newest message: adopted after more
+    open_end: bool = False  # it may have absorbed the newest message it ran on: adopted once more came
 
 
 class MicroCompactor:
@@ -135,6 +135,7 @@ class MicroCompactor:
                 prior.removed_tokens,
                 prior.covered,
                 prior.caught_up,
+                prior.open_end,
             )
         st = self.state
         return FoldJob(list(ledger.messages), st.text, st.marker_index, state=copy.deepcopy(st), ahead=ahead)
@@ -145,8 +146,9 @@ class MicroCompactor:
         ``job`` (from :meth:`fold_job`): the fold to extend; its events are applied to ``snapshot`` first."""
         if job is None:
             job = self.fold_job(snapshot)
+        # Open-ended while this run may empty the tail, or nothing came after what an open-ended run absorbed.
+        job.open_end = ends_open(folds) or (job.open_end and len(snapshot.messages) <= job.covered)
         job.covered = len(snapshot.messages)
-        job.open_end = ends_open(folds)
         for event in job.events:
             apply_event(snapshot, event)
         t0, before = self.clock(), snapshot.total
