@@ -32,7 +32,7 @@ from ..window import Window, head_end, protected_head
 from . import spans
 from .attempt import Context, PassAttempt
 from .defrag import Defrag
-from .fold_tail import ends_open, fold_config
+from .fold_tail import ends_open, fold_config, open_tail
 from .passes import Merging
 from .policy import MAX_CATCH_UP_PASSES, CadencePolicy, Fold, FoldEstimate, MicroPolicy, Moment
 from .state import Condensed, PassResult, Planned, Refusal, RollingSummary
@@ -67,7 +67,7 @@ class FoldJob:
     removed_tokens: int = 0  # how much smaller its passes made the transcript (counted tokens)
     covered: int = 0  # messages of the transcript it last ran over (the rest came after its snapshot)
     caught_up: bool = False  # extended once at a due fold to cover what came while it ran
-    open_end: bool = False  # its last run may have absorbed its snapshot's newest message: adopted after more
+    open_end: bool = False  # it may have absorbed the newest message it ran on: adopted once more came
 
 
 class MicroCompactor:
@@ -135,6 +135,7 @@ class MicroCompactor:
                 prior.removed_tokens,
                 prior.covered,
                 prior.caught_up,
+                prior.open_end,
             )
         st = self.state
         return FoldJob(list(ledger.messages), st.text, st.marker_index, state=copy.deepcopy(st), ahead=ahead)
@@ -145,8 +146,9 @@ class MicroCompactor:
         ``job`` (from :meth:`fold_job`): the fold to extend; its events are applied to ``snapshot`` first."""
         if job is None:
             job = self.fold_job(snapshot)
+        # Open-ended while this run may empty the tail, or nothing came after what an open-ended run absorbed.
+        job.open_end = ends_open(folds) or (job.open_end and len(snapshot.messages) <= job.covered)
         job.covered = len(snapshot.messages)
-        job.open_end = ends_open(folds)
         for event in job.events:
             apply_event(snapshot, event)
         t0, before = self.clock(), snapshot.total
@@ -369,7 +371,7 @@ class MicroCompactor:
 
     def _pass(self, ledger: Ledger, mode: str, config: Config | None = None) -> PassResult | None:
         """Sync the cursor, plan and commit, all against one :class:`Window` of the transcript."""
-        window = Window.of(ledger.messages, ledger.tokens, config or self.config)
+        window = open_tail(ledger.messages, Window.of(ledger.messages, ledger.tokens, config or self.config))
         self.sync(ledger, window.head)
         planned = self.plan(ledger, mode, window)
         return planned if not isinstance(planned, Planned) else self.commit_planned(ledger, planned)
