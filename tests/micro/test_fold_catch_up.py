@@ -174,15 +174,20 @@ def test_a_model_summarizer_not_timed_yet_is_never_sent_offline_on_its_prior():
             "auxiliary": {"compression": {"provider": "upstream"}},
         }
     )
-    s = step_session(cfg, now, Notes())
+    notes = Notes()
+    notes.gate.clear()  # no fold finishes (and is timed) while the loop runs, however fast the worker is
+    s = step_session(cfg, now, notes)
     policy = s.micro.policy
-    for n in range(6):  # a request every 0.1 s: the prior speed times the growth is far over the interval
-        now[0] += 0.1
-        s.before_request()
-        s.record_usage(s.tokens)
-        step(s, n)
-    assert policy.speed() * policy._growth() > policy._interval() > 0  # type: ignore[attr-defined]
-    assert policy.seconds_per_token is None and policy.keeps_up()  # type: ignore[attr-defined]
-    policy.fold_timed(60.0, 1_000)  # type: ignore[attr-defined]
-    assert not policy.keeps_up(), "once timed as slow, it cannot keep up"  # type: ignore[attr-defined]
-    s.close()
+    try:
+        for n in range(6):  # a request every 0.1 s: the prior speed times the growth is far over the interval
+            now[0] += 0.1
+            s.before_request()
+            s.record_usage(s.tokens)
+            step(s, n)
+        assert policy.speed() * policy._growth() > policy._interval() > 0  # type: ignore[attr-defined]
+        assert policy.seconds_per_token is None and policy.keeps_up()  # type: ignore[attr-defined]
+        policy.fold_timed(60.0, 1_000)  # type: ignore[attr-defined]
+        assert not policy.keeps_up(), "once timed as slow, it cannot keep up"  # type: ignore[attr-defined]
+    finally:
+        notes.gate.set()
+        s.close()
