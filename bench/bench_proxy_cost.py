@@ -269,6 +269,12 @@ def stop(served: ServeProcess) -> None:
         served.kill()
 
 
+def served_args(home: Path, flag: str, upstream: str, window: int) -> list[str]:
+    """``serve``'s arguments for a row: its store and log in ``home``, the upstream by ``flag``, the window."""
+    where = ["--db", str(home / "s.db"), "--log", str(home / "proxy.log")]
+    return [*where, flag, upstream, "--context-limit", str(window)]
+
+
 def serve_config(
     home: Path, route: str, summarizer_url: str | None, ttl: float = TTL, prices: str | None = None
 ) -> list[str]:
@@ -325,18 +331,7 @@ def claude_row(task: str, steps: int, lines: int, route: str, work: Path) -> Row
             if route != "direct":
                 summarizer_url = summarizer.openai_base_url if summarizer else None
                 options = serve_config(home, route, summarizer_url, ttl)
-                served = ServeProcess(
-                    home,
-                    *options,
-                    "--db",
-                    str(home / "s.db"),
-                    "--log",
-                    str(home / "proxy.log"),
-                    "--anthropic-upstream",
-                    base,
-                    "--context-limit",
-                    str(WINDOW),
-                ).start()
+                served = ServeProcess(home, *options, *served_args(home, "--anthropic-upstream", base, WINDOW)).start()
                 base = served.base_url
             run = run_claude(
                 base,
@@ -413,18 +408,9 @@ def sdk_rows(work: Path, routes: list[str], steps: int = 48) -> list[Row]:
                 served = None
                 base = upstream.openai_base_url
                 if route != "direct":
-                    served = ServeProcess(
-                        home,
-                        *serve_config(home, route, None, prices=prices),
-                        "--db",
-                        str(home / "s.db"),
-                        "--log",
-                        str(home / "proxy.log"),
-                        "--openai-upstream",
-                        upstream.openai_base_url,
-                        "--context-limit",
-                        str(SDK_WINDOW),
-                    ).start()
+                    options = serve_config(home, route, None, prices=prices)
+                    args = served_args(home, "--openai-upstream", upstream.openai_base_url, SDK_WINDOW)
+                    served = ServeProcess(home, *options, *args).start()
                     base = f"{served.base_url}/v1"
                 try:
                     ok = sdk_loop(base, steps)

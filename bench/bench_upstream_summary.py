@@ -36,6 +36,7 @@ from bench_proxy_cost import (  # noqa: E402
     Row,
     Tally,
     sdk_loop,
+    served_args,
     stop,
     table,
 )
@@ -104,8 +105,7 @@ class SummaryPricedUpstream(PricedUpstream):
 
 
 def serve_options(home: Path, route: str, flag: str, upstream: str, window: int) -> list[str]:
-    options = ["--db", str(home / "s.db"), "--log", str(home / "proxy.log"), flag, upstream]
-    options += ["--context-limit", str(window)]
+    options = served_args(home, flag, upstream, window)
     return [*options, "--summarizer", "upstream"] if route == "serve-upstream" else options
 
 
