@@ -108,6 +108,8 @@ def tail_start(
     starting the tail on a tool result (the call that produced it comes along). ``floor`` (the head's end) is
     the lowest index the tail may reach. The last user message is never absorbed by any pass, so it needs no
     positional protection here: a long turn's early iterations can leave the tail while its user message stays.
+    An empty tail (``min_messages=0``: a fold computed ahead) still keeps a tool call at the end whose results
+    have not all come: they come after it, never after a marker.
     """
     n = len(messages)
     start = n
@@ -118,7 +120,12 @@ def tail_start(
             break
         spent += cost
         start -= 1
-    return TOOL_PAIRING.backward(messages, start, floor)
+    start = TOOL_PAIRING.backward(messages, start, floor)
+    if start == n > floor:
+        call = TOOL_PAIRING.backward(messages, n - 1, floor)
+        if messages[call].get("role") == "assistant" and iteration_end(messages, call) is None:
+            return call
+    return start
 
 
 def iteration_end(messages: Sequence[Message], start: int) -> int | None:

@@ -32,7 +32,7 @@ from ..window import Window, head_end, protected_head
 from . import spans
 from .attempt import Context, PassAttempt
 from .defrag import Defrag
-from .fold_tail import ends_open, fold_config, open_tail
+from .fold_tail import ends_open, fold_config
 from .passes import Merging
 from .policy import MAX_CATCH_UP_PASSES, CadencePolicy, Fold, FoldEstimate, MicroPolicy, Moment
 from .state import Condensed, PassResult, Planned, Refusal, RollingSummary
@@ -371,7 +371,7 @@ class MicroCompactor:
 
     def _pass(self, ledger: Ledger, mode: str, config: Config | None = None) -> PassResult | None:
         """Sync the cursor, plan and commit, all against one :class:`Window` of the transcript."""
-        window = open_tail(ledger.messages, Window.of(ledger.messages, ledger.tokens, config or self.config))
+        window = Window.of(ledger.messages, ledger.tokens, config or self.config)
         self.sync(ledger, window.head)
         planned = self.plan(ledger, mode, window)
         return planned if not isinstance(planned, Planned) else self.commit_planned(ledger, planned)

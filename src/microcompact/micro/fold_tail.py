@@ -5,19 +5,15 @@ A fold keeps what its low-water mark holds after its marker, in tokens, and at l
 or more later) keeps less of the transcript it ran on, down to nothing: the messages added before it is
 adopted are the tail of the view it switches to, and such a fold is adopted only once there are some
 (:attr:`~microcompact.micro.engine.FoldJob.open_end`). An empty tail still keeps a call at the end whose
-results have not come (:func:`open_tail`): they come after it, never after a marker.
+results have not come (:func:`~microcompact.window.tail_start`): they come after it, never after a marker.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 from ..config import FALLBACK_CONTEXT_LIMIT, Config
-from ..messages import Message
-from ..properties import TOOL_PAIRING
-from ..window import Window, iteration_end
 from .policy import Fold
 
 # The smallest tail share a fold's config may carry (target_ratio must stay above zero).
@@ -51,16 +47,3 @@ def fold_config(config: Config, tail_tokens: int | None, tail_messages: int | No
 def ends_open(folds: Iterable[Fold]) -> bool:
     """True when one of ``folds`` may leave its snapshot's tail empty (a fold computed ahead)."""
     return any(f.tail_messages == 0 for f in folds)
-
-
-def open_tail(messages: Sequence[Message], window: Window) -> Window:
-    """``window``, its tail moved back to an iteration in progress when the tail is empty: a tool call at
-    the end whose results have not all come (a request made between the call and its result). A whole
-    exchange reaching the end would take the call, and its result, appended next, would follow the marker."""
-    end = len(messages)
-    if window.tail < end or end == 0:
-        return window
-    start = TOOL_PAIRING.backward(messages, end - 1, window.head)
-    if start < window.head or messages[start].get("role") != "assistant" or iteration_end(messages, start) is not None:
-        return window
-    return dataclasses.replace(window, tail=start)
