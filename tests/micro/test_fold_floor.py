@@ -6,32 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from microcompact.config import parse_config
 from microcompact.events import MICRO_ABSORBS
 from microcompact.messages import is_marker
 from microcompact.micro.policy import MAX_CATCH_UP_PASSES, Fold
 from microcompact.session import Session
-from support.price_loop import step
+from support.price_loop import answered, step
+from support.price_loop import price_config as config
 from support.price_loop import step_session as session
-
-WINDOW = 200_000
-
-
-def config(**compression: Any) -> Any:
-    return parse_config(
-        {
-            "compression": {"micro_compact": True, **compression},
-            "model": {"context_length": WINDOW},
-            "pricing": {"preset": "anthropic"},
-        }
-    )
-
-
-def answered(s: Session) -> None:
-    t = s.tokens
-    last = s.cache.last
-    read = min(t, last.cached_after) if last is not None else 0
-    s.record_usage(t, cache_read_tokens=read, cache_write_tokens=t - read)
 
 
 def after_marker(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

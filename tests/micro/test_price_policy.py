@@ -14,28 +14,9 @@ from microcompact.fold_price import MIN_FOLD_REQUESTS
 from microcompact.micro import CadencePolicy
 from microcompact.micro.price import PricePolicy
 from microcompact.session import Session
-from support.price_loop import Notes, step
+from support.price_loop import WINDOW, Notes, answered, step
+from support.price_loop import price_config as config
 from support.price_loop import step_session as session
-
-WINDOW = 200_000
-
-
-def config(**compression: Any) -> Any:
-    return parse_config(
-        {
-            "compression": {"micro_compact": True, **compression},
-            "model": {"context_length": WINDOW},
-            "pricing": {"preset": "anthropic"},
-        }
-    )
-
-
-def answered(s: Session, read_all: bool = True) -> None:
-    """The provider's answer: the prompt read from the cache up to the last request, the rest written."""
-    t = s.tokens
-    last = s.cache.last
-    read = min(t, last.cached_after) if read_all and last is not None else 0
-    s.record_usage(t, cache_read_tokens=read, cache_write_tokens=t - read)
 
 
 def run(s: Session, steps: int, now: list[float], gap: float = 10.0, idle: dict[int, float] | None = None) -> list[int]:

@@ -11,10 +11,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from microcompact.config import parse_config
 from microcompact.session import Session
 from microcompact.tokens import EstimateCounter, TokenCounter
 
-STEP_LINES = 3000  # ~6K tokens a step, as Claude Code's 24 KB outputs
+STEP_LINES = 3000
+WINDOW = 200_000  # ~6K tokens a step, as Claude Code's 24 KB outputs
 
 
 class Notes:
@@ -62,3 +64,22 @@ def step(s: Session, n: int) -> None:
     s.append(
         {"role": "tool", "tool_call_id": call, "content": "\n".join(str(n * 10**6 + i) for i in range(STEP_LINES))}
     )
+
+
+def price_config(**compression: Any) -> Any:
+    """Micro-compaction on, a 200K window, Anthropic's cache prices (so the price policy schedules)."""
+    return parse_config(
+        {
+            "compression": {"micro_compact": True, **compression},
+            "model": {"context_length": WINDOW},
+            "pricing": {"preset": "anthropic"},
+        }
+    )
+
+
+def answered(s: Session, read_all: bool = True) -> None:
+    """The provider's answer: the prompt read from the cache up to the last request, the rest written."""
+    t = s.tokens
+    last = s.cache.last
+    read = min(t, last.cached_after) if read_all and last is not None else 0
+    s.record_usage(t, cache_read_tokens=read, cache_write_tokens=t - read)
