@@ -82,7 +82,9 @@ class CompressionConfig(_Strict):
     )
     micro_compact_defrag_threshold_tokens: int = Field(2000, ge=200, le=1_000_000)
     micro_compact_min_reclaim_tokens: int = Field(0, ge=0, le=10_000_000)
-    micro_compact_max_exchange_tokens: int = Field(8000, ge=256, le=10_000_000)
+    micro_compact_max_exchange_tokens: int | None = Field(
+        None, ge=256, le=10_000_000, description="tokens one micro pass may absorb; unset = derived (at most 8,000)"
+    )
     micro_compact_max_failures: int = Field(3, ge=1, le=100)
     micro_compact_background: bool = False
     micro_compact_cache_ttl_seconds: float | None = Field(None, gt=0, le=86_400)
@@ -105,7 +107,9 @@ class CompressionConfig(_Strict):
         description="summarizer calls per batch compaction; older "
         "runs of work get the deterministic extractive summary",
     )
-    min_tail_messages: int = Field(3, ge=1, le=1000)
+    min_tail_messages: int | None = Field(
+        None, ge=1, le=1000, description="fewest messages the protected tail keeps; unset = 3 (a fold keeps 1)"
+    )
 
     @field_validator("micro_compact_every_n_turns", mode="before")
     @classmethod
@@ -126,8 +130,8 @@ class AuxCompressionConfig(_Strict):
     model: str | None = Field(None, min_length=1, max_length=500)
     base_url: str | None = None
     api_key_env: str = Field("OPENAI_API_KEY", max_length=200)
-    timeout: float = Field(60.0, gt=0, le=3600)
-    max_output_tokens: int = Field(1024, ge=64, le=32768)
+    timeout: float | None = Field(None, gt=0, le=3600, description="seconds per call; unset = derived")
+    max_output_tokens: int | None = Field(None, ge=64, le=32768, description="unset = derived")
     temperature: float = Field(0.1, ge=0.0, le=2.0)
     max_input_tokens: int = Field(32_000, ge=1000, le=10_000_000)
 
@@ -161,9 +165,9 @@ class AuxCompressionConfig(_Strict):
     def timeout_seconds(self) -> float:
         """``timeout`` when set; else one that suits the endpoint: a pass of a small local model on CPU takes
         1.5-9 minutes (issue 12), a hosted model answers within a minute."""
-        if "timeout" in self.model_fields_set or not self.local:
+        if self.timeout is not None:
             return self.timeout
-        return LOCAL_TIMEOUT_SECONDS
+        return LOCAL_TIMEOUT_SECONDS if self.local else DEFAULT_TIMEOUT_SECONDS
 
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -220,16 +224,15 @@ class PricingConfig(_Strict):
 
     @property
     def configured(self) -> bool:
-        """True when the config names a price at all (a preset or any field; a dumped and reloaded config
-        holds every key, unset ones as null)."""
-        return any(getattr(self, k) is not None for k in self.model_fields_set)
+        """True when the config names a price at all (a preset or any field)."""
+        return any(getattr(self, k) is not None for k in type(self).model_fields)
 
     def resolve(self, api: str | None = None, summarizer_free: bool = False) -> CachePricing:
         """The prices in force: the preset (else ``api``'s default), with the fields set here over it. An
         offline summarizer (``summarizer_free``) costs nothing unless its prices are set."""
         base = PRESETS[self.preset] if self.preset else for_api(api or "")
         overrides = {
-            k: getattr(self, k) for k in self.model_fields_set if k != "preset" and getattr(self, k) is not None
+            k: getattr(self, k) for k in type(self).model_fields if k != "preset" and getattr(self, k) is not None
         }
         if summarizer_free:
             overrides.setdefault("summarizer_input", 0.0)
@@ -323,19 +326,19 @@ class Config(_Strict):
         return int(self.compression.target_ratio * self.compression.threshold * limit)
 
     def piece_budget_tokens(self) -> int:
-        """Tokens one micro pass may absorb: ``micro_compact_max_exchange_tokens`` when set explicitly, else
-        scaled with the threshold (an eighth of it, at most the 8,000 default): 2,000 in a 32K window.
+        """Tokens one micro pass may absorb: ``micro_compact_max_exchange_tokens`` when set, else scaled with
+        the threshold (an eighth of it, at most ``PIECE_BUDGET_MAX``): 2,000 in a 32K window.
 
         A fixed 8,000 is half a 32K window's threshold: request-mode passes would wait for that much to
         pile up outside the tail, and a small window overflowed before they ran.
         """
         c = self.compression
-        if "micro_compact_max_exchange_tokens" in c.model_fields_set:
+        if c.micro_compact_max_exchange_tokens is not None:
             return c.micro_compact_max_exchange_tokens
         threshold = self.threshold_tokens()
         if not threshold:
-            return c.micro_compact_max_exchange_tokens
-        return max(PIECE_BUDGET_MIN, min(c.micro_compact_max_exchange_tokens, threshold // PIECE_BUDGET_DIVISOR))
+            return PIECE_BUDGET_MAX
+        return max(PIECE_BUDGET_MIN, min(PIECE_BUDGET_MAX, threshold // PIECE_BUDGET_DIVISOR))
 
     def head_budget_tokens(self) -> int:
         """Tokens of non-user messages the protected head may hold: ``protect_first_max_tokens`` when set,
@@ -364,19 +367,26 @@ class Config(_Strict):
         call comes with its result). The default three would keep the two newest iterations whatever
         their size, and each fold rewrites what it keeps: with 24 KB tool outputs that is four times the
         low-water mark."""
-        c = self.compression
-        return c.min_tail_messages if "min_tail_messages" in c.model_fields_set else 1
+        given = self.compression.min_tail_messages
+        return given if given is not None else FOLD_MIN_TAIL_MESSAGES
+
+    def tail_min_messages(self) -> int:
+        """The fewest messages the protected tail keeps: ``min_tail_messages`` when set, else
+        ``MIN_TAIL_MESSAGES``."""
+        given = self.compression.min_tail_messages
+        return given if given is not None else MIN_TAIL_MESSAGES
 
     def summarizer_output_tokens(self) -> int:
         """``max_output_tokens`` when set; else at least the defrag threshold, so a merge can always write
         back a rolling summary as long as defrag lets it grow (the 1,024 default is below 2,000)."""
         aux = self.auxiliary.compression
-        if "max_output_tokens" in aux.model_fields_set:
+        if aux.max_output_tokens is not None:
             return aux.max_output_tokens
-        return max(aux.max_output_tokens, self.compression.micro_compact_defrag_threshold_tokens)
+        return max(SUMMARIZER_OUTPUT_TOKENS, self.compression.micro_compact_defrag_threshold_tokens)
 
     def with_overrides(self, source: str = "overrides", **sections: dict[str, Any]) -> Config:
-        data = self.model_dump(exclude_unset=True)  # what was never set stays derivable (piece budget)
+        # Only what was set: ``serve`` and ``replay`` give their own defaults to what a config file leaves out.
+        data = self.model_dump(exclude_unset=True)
         for section, values in sections.items():
             target = data
             for part in section.split("."):
@@ -390,6 +400,15 @@ FALLBACK_CONTEXT_LIMIT = 128_000
 # Derived piece budget: threshold / this, never below the smallest configurable budget.
 PIECE_BUDGET_DIVISOR = 8
 PIECE_BUDGET_MIN = 256
+# Derived piece budget: at most this (micro_compact_max_exchange_tokens unset).
+PIECE_BUDGET_MAX = 8000
+# The protected tail's fewest messages when min_tail_messages is unset; a fold's (see fold_min_messages).
+MIN_TAIL_MESSAGES = 3
+FOLD_MIN_TAIL_MESSAGES = 1
+# The summarizer's output cap when max_output_tokens is unset is at least this (and the defrag threshold).
+SUMMARIZER_OUTPUT_TOKENS = 1024
+# The summarizer's timeout for an endpoint elsewhere when none is set.
+DEFAULT_TIMEOUT_SECONDS = 60.0
 # Derived low-water mark: at most a piece budget divided by this (4,000 tokens at a 200K window).
 LOW_WATER_DIVISOR = 2
 # Derived head budget: this share of the threshold.

@@ -41,7 +41,7 @@ from ..fold_price import (
     requests_until_fold,
 )
 from ..pricing import CachePricing
-from .policy import MAX_CATCH_UP_PASSES, Fold, FoldEstimate, Moment
+from .policy import MAX_CATCH_UP_PASSES, Fold, FoldEstimate, FoldPlan, Moment, PassMode, WorkerMode
 
 # The new marker's size, as a share of what a fold absorbs, until the summary reaches its defrag threshold
 # (until a fold of this session measured it).
@@ -83,8 +83,9 @@ class PricePolicy:
         self.ahead = 0  # folds started ahead (telemetry, tests)
         self.marker_share: float | None = None  # the marker's growth per absorbed token, measured
         self._last_estimate: FoldEstimate | None = None
-        # Background: the fold planned last runs with the offline summary (the summarizer cannot keep up).
-        self.offline = False
+        # Background: the last decision sends the planned fold to the offline summary (the summarizer cannot
+        # keep up); handed to the worker with the plan (``take_planned``).
+        self._offline = False
 
     # ------------------------------------------------------------------ the protocol
 
@@ -99,12 +100,12 @@ class PricePolicy:
         self.folds += 1
         return self.folds_to_run(moment)
 
-    def background_mode(self, moment: Moment, busy: bool) -> str | None:
+    def background_mode(self, moment: Moment, busy: bool) -> WorkerMode | None:
         """The same decision: ``"fold"`` when the rule says fold (a fold computed ahead is adopted now),
         ``"ahead"`` when it will soon (the worker starts or extends the fold on a shadow), else None."""
         self._sizes.append(moment.prompt_tokens)
         slow = not self.keeps_up()
-        self.offline = False
+        self._offline = False
         quote = self.quote(moment, offline=slow)
         if quote is None:
             return None
@@ -113,20 +114,20 @@ class PricePolicy:
         if self.last.fold:
             self.folds += 1
             self._planned = self.folds_to_run(moment)
-            self.offline = slow
-            return "fold"
+            self._offline = slow
+            return WorkerMode.FOLD
         due_in = None if busy else self.due_in(quote, cache)
         if due_in is None:
             return None
         self.ahead += 1
         self._planned = self.folds_to_run(moment, max(1, due_in))
         if slow and due_in <= 1:
-            self.offline = True  # due at the next request: what the model has not reached is done offline
+            self._offline = True  # due at the next request: what the model has not reached is done offline
         elif slow:  # one pass a job: the worker is free soon for the due fold's offline part
             self._planned = (dataclasses.replace(self._planned[0], passes=1),)
-        return "ahead"
+        return WorkerMode.AHEAD
 
-    def idle_mode(self, moment: Moment) -> str | None:
+    def idle_mode(self, moment: Moment) -> WorkerMode | None:
         """The client's turn just ended: ``"ahead"`` when folding would pay with the cache cold (the next
         request may come after the TTL), so the fold is ready by then; else None."""
         quote = self.quote(moment)
@@ -139,7 +140,7 @@ class PricePolicy:
         # The next request (the user's) is its tail; the turn's last message stays (a user message is
         # not a step's growth).
         self._planned = self.folds_to_run(moment, 1, keep=1)
-        return "ahead"
+        return WorkerMode.AHEAD
 
     def due_in(self, quote: FoldQuote, cache: CacheState) -> int | None:
         """The requests until the fold is due, when that is soon enough to start it now: due at the next
@@ -170,10 +171,15 @@ class PricePolicy:
         old = self.seconds_per_token
         self.seconds_per_token = rate if old is None else SPEED_WEIGHT * rate + (1 - SPEED_WEIGHT) * old
 
-    def take_planned(self) -> tuple[Fold, ...]:
-        """The fold ``background_mode`` chose (the worker runs all of it, the view switches once)."""
+    def take_planned(self) -> FoldPlan:
+        """The fold ``background_mode`` or ``idle_mode`` chose (the worker runs all of it, the view switches
+        once), offline when the last request's decision said the summarizer cannot keep up."""
         planned, self._planned = self._planned, ()
-        return planned
+        return FoldPlan(planned, self._offline)
+
+    def last_forced(self) -> bool:
+        """The last decision was the cap's: a fold that must land now."""
+        return self.last is not None and self.last.verdict is Verdict.FORCED
 
     def requested(self, at: float) -> None:
         self.last_request_at = at
@@ -280,8 +286,8 @@ class PricePolicy:
             messages = max(keep, messages - ahead * MESSAGES_PER_REQUEST)
         low_water = estimate.change_point + self._new_marker(estimate) + tail
         return (
-            Fold("turn", MAX_CATCH_UP_PASSES, low_water, tail, messages),
-            Fold("drain", MAX_CATCH_UP_PASSES, low_water, tail, messages),
+            Fold(PassMode.TURN, MAX_CATCH_UP_PASSES, low_water, tail, messages),
+            Fold(PassMode.DRAIN, MAX_CATCH_UP_PASSES, low_water, tail, messages),
         )
 
     def decide(self, moment: Moment) -> Decision | None:

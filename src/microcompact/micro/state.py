@@ -76,3 +76,6 @@ class Condensed:
 class PassResult:
     outcome: str
     record: dict[str, Any]
+    # A fold's pass already handed on, adopted or spent (``BackgroundPasses.take_spent``): a fold that extends
+    # another carries its passes, which are billed once.
+    accounted: bool = field(default=False, compare=False)
