@@ -1,22 +1,15 @@
-"""The micro-compaction engine: :class:`MicroCompactor`, composed of one collaborator per job.
+"""The micro-compaction engine: :class:`MicroCompactor`, composed of one collaborator per job: ``policy``
+(:mod:`.policy`, *when* passes run), :mod:`.spans` (*what* one absorbs, within one
+:class:`~microcompact.window.Window`), ``merging`` (:mod:`.passes`, the summarizer call), ``defrag``
+(:mod:`.defrag`) and :mod:`.attempt` (one pass's record and :class:`PassResult`).
 
-- ``policy`` (:mod:`.policy`): *when* a pass runs and how many (cadence, long turns before requests,
-  cache-aware deferral and catch-up); one replaceable object;
-- :mod:`.spans`: *what* it absorbs (boundaries allowed by every rule in :mod:`microcompact.properties`,
-  within one :class:`~microcompact.window.Window`);
-- ``merging`` (:mod:`.passes`): the slow half of a pass, the summarizer call (changes nothing);
-- ``defrag`` (:mod:`.defrag`): condensing the rolling summary when it grows too long;
-- :mod:`.attempt`: one pass as a value, which builds the telemetry record and :class:`PassResult`.
-
-This module owns the rolling state (:class:`~.state.RollingSummary`: the cursor where the next pass starts,
-the summary, failure counts) and its recovery from the transcript, and the quick half of every pass: the
-event handed to the caller's commit hook (the store), then applied in memory. A failing commit leaves memory
-exactly as it was.
+This module owns the rolling state (:class:`~.state.RollingSummary`) and its recovery from the transcript,
+and the quick half of every pass: the event handed to the caller's commit hook (the store), then applied in
+memory. A failing commit leaves memory exactly as it was.
 """
 
 from __future__ import annotations
 
-import copy
 import logging
 import time
 from collections.abc import Callable
@@ -25,7 +18,7 @@ from typing import Any
 
 from ..config import Config
 from ..events import MICRO_ABSORBS, Absorb, CommitHook, Event, Outcome, Rewrite, Span, apply_event, commit_or_log
-from ..messages import Message, marker_body, marker_kind, render_micro_marker
+from ..messages import Message, marker_body, render_micro_marker
 from ..summarizers import Summarizer, SummarizerAuthError, SummarizerBadOutput
 from ..tokens import Ledger, TokenCounter
 from ..window import Window, WindowBudget, head_end, protected_head
@@ -33,10 +26,10 @@ from . import spans
 from .attempt import Context, PassAttempt
 from .defrag import Defrag
 from .fold_job import FoldJob, FoldStage
-from .fold_tail import fold_budget
+from .fold_tail import fold_budget, fold_estimate
 from .passes import Merging
 from .policy import MAX_CATCH_UP_PASSES, CadencePolicy, Fold, FoldEstimate, MicroPolicy, Moment, PassMode, WorkerMode
-from .state import Condensed, PassResult, Planned, Refusal, RollingSummary
+from .state import Condensed, PassResult, Planned, Refusal, RollingSummary, last_markers
 
 log = logging.getLogger("microcompact")
 
@@ -102,15 +95,12 @@ class MicroCompactor:
         state, or extending ``prior`` (a shadow not adopted yet) when it still :meth:`applies`."""
         if prior is not None and self.applies(ledger, prior) and prior.state is not None:
             return prior.extended(stage)
-        st = self.state
-        return FoldJob(list(ledger.messages), st.text, st.marker_index, stage, state=copy.deepcopy(st))
+        return FoldJob.starting(ledger.messages, self.state, stage)
 
     def applies(self, ledger: Ledger, job: FoldJob) -> bool:
         """True while ``job`` may still be adopted: the transcript opens with what it ran on (only messages
         at the end were added since) and the rolling state is the one it started from."""
-        msgs, st = ledger.messages, self.state
-        fresh = len(msgs) >= len(job.base) and all(a is b for a, b in zip(msgs, job.base, strict=False))
-        return fresh and st.text == job.base_summary and st.marker_index == job.base_marker
+        return job.applies_to(ledger.messages, self.state)
 
     def adopt_fold(self, ledger: Ledger, job: FoldJob) -> list[PassResult] | None:
         """Commit and apply ``job``'s events in order, if it applies and keeps a tail (a fold that may have
@@ -142,35 +132,20 @@ class MicroCompactor:
     def memory(self) -> dict[str, Any]:
         """What a stored session carries to the next process: failures, the gate's floor, the cursor, the
         running totals (and the policy's own state, if it has any)."""
-        st = self.state
-        return {
-            "failures": dict(st.failures),
-            "gate_floor": list(st.gate_floor) if st.gate_floor is not None else None,
-            "cursor": st.cursor,
-            "marker_index": st.marker_index,
-            "passes_total": st.passes_total,
-            "tokens_saved_total": st.tokens_saved_total,
-            **self.policy.memory(),
-        }
+        return {**self.state.memory(), **self.policy.memory()}
 
     def restore(self, memory: dict[str, Any], ledger: Ledger, same_transcript: bool) -> None:
         """Take back :meth:`memory`. The cursor and failure counts only when ``ledger`` is still the
         transcript they were taken on; otherwise they are recovered from the last marker as after any
         restart. TypeError/ValueError on a malformed value."""
-        st = self.state
-        st.passes_total = int(memory.get("passes_total", 0))
-        st.tokens_saved_total = int(memory.get("tokens_saved_total", 0))
+        self.state.restore_totals(memory)
         self.policy.restore(memory)
         if not same_transcript:
             return
         self.recover(ledger.messages)
-        cursor, marker = memory.get("cursor"), memory.get("marker_index")
-        st.cursor = int(cursor) if cursor is not None else st.cursor
-        st.marker_index = int(marker) if marker is not None else None
+        self.state.restore_position(memory)
         self.sync(ledger)  # the O(1) check: a cursor that does not fit is recovered from the marker again
-        st.failures = {str(k): int(v) for k, v in (memory.get("failures") or {}).items()}
-        floor = memory.get("gate_floor")
-        st.gate_floor = (str(floor[0]), int(floor[1])) if floor else None
+        self.state.restore_failures(memory)
 
     # ------------------------------------------------------------------ scheduling (the policy decides)
 
@@ -195,25 +170,13 @@ class MicroCompactor:
     def _fold_estimate(self, ledger: Ledger) -> FoldEstimate:
         """What a fold down to the low-water mark would take now (see :class:`FoldEstimate`): O(middle)."""
         self.sync(ledger)
-        msgs, tokens, st = ledger.messages, ledger.tokens, self.state
         low_water = self._fold_budget(self.config.low_water_tokens(), self.config.fold_min_messages())
-        window = Window.of(msgs, tokens, low_water)
-        start = max(st.cursor or 0, window.head)
-        absorbable = sum(
-            t
-            for m, t in zip(msgs[start : window.tail], tokens[start : window.tail], strict=True)
-            if m.get("role") != "user"
-        )
-        old_marker = tokens[st.marker_index] if st.marker_index is not None else 0
-        change = st.marker_index if st.marker_index is not None else start
-        return FoldEstimate(sum(tokens[:change]), absorbable, old_marker)
-
-    def _budget(self) -> WindowBudget:
-        return WindowBudget.of(self.config)
+        window = Window.of(ledger.messages, ledger.tokens, low_water)
+        return fold_estimate(ledger.messages, ledger.tokens, window, self.state)
 
     def _fold_budget(self, tail_tokens: int | None, tail_messages: int | None = None) -> WindowBudget:
         """The budget a fold's passes see (:func:`~microcompact.micro.fold_tail.fold_budget`)."""
-        return fold_budget(self.config, self._budget(), tail_tokens, tail_messages)
+        return fold_budget(self.config, WindowBudget.of(self.config), tail_tokens, tail_messages)
 
     def finalize_turn(self, ledger: Ledger, completed: bool = True) -> list[PassResult]:
         """After a turn: advance the cadence counter and, when due, run one pass (plus defrag if needed)."""
@@ -281,7 +244,7 @@ class MicroCompactor:
 
     def _pass(self, ledger: Ledger, mode: PassMode, budget: WindowBudget | None = None) -> PassResult | None:
         """Sync the cursor, plan and commit, all against one :class:`Window` of the transcript."""
-        window = Window.of(ledger.messages, ledger.tokens, budget or self._budget())
+        window = Window.of(ledger.messages, ledger.tokens, budget or WindowBudget.of(self.config))
         self.sync(ledger, window.head)
         planned = self._plan(ledger, mode, window)
         return planned if not isinstance(planned, Planned) else self._commit_planned(ledger, planned)
@@ -315,7 +278,7 @@ class MicroCompactor:
         """
         t0 = self.clock()
         if window is None:
-            window = Window.of(ledger.messages, ledger.tokens, self._budget())
+            window = Window.of(ledger.messages, ledger.tokens, WindowBudget.of(self.config))
         span, reason = self.select_span(ledger, mode, window)
         if span is None:
             if reason == Outcome.NO_RECLAIM:
@@ -386,25 +349,13 @@ class MicroCompactor:
                 self.refusal.error,
             )
             return self._report(attempt, Outcome.AUTH_FAILED, **fields)
-        st.failures[key] = st.failures.get(key, 0) + 1
-        outcome = Outcome.SUMMARIZE_FAILED
         log.warning(
             "Micro-compaction: summarizer failed on exchange at cursor %d (%s: %s)",
             span.start,
             type(exc).__name__,
             str(exc)[:200],
         )
-        if st.failures[key] >= self.cfg.micro_compact_max_failures:
-            log.info(
-                "Micro-compaction: skipping exchange at cursor %d after %d consecutive failures",
-                span.start,
-                st.failures[key],
-            )
-            st.failures.pop(key, None)
-            st.skipped.add(key)
-            st.cursor = span.end
-            outcome = Outcome.EXCHANGE_SKIPPED
-        return self._report(attempt, outcome, **fields)
+        return self._report(attempt, st.count_failure(key, span, self.cfg.micro_compact_max_failures), **fields)
 
     def _report(self, attempt: PassAttempt, outcome: str, **fields: Any) -> PassResult:
         """Every pass ends here: the summarizer's time counted, the record built by the attempt."""
@@ -424,7 +375,7 @@ class MicroCompactor:
         st = self.state
         if st.marker_index is None or not st.text or not self.defrag.needs_defrag(st.text_tokens):
             return None
-        if Window.of(ledger.messages, ledger.tokens, self._budget()).in_tail(st.marker_index):
+        if Window.of(ledger.messages, ledger.tokens, WindowBudget.of(self.config)).in_tail(st.marker_index):
             return None  # the marker is in the protected tail: never rewritten there; later, once it left
         t0 = self.clock()
         done = ready if ready is not None and ready.text == st.text else self.defrag.condense(st.text)
@@ -463,30 +414,15 @@ class MicroCompactor:
         The check is O(1); the scan only runs when the state is lost or does not fit the transcript.
         ``head`` is the pass's ``Window.head`` when the caller has it (computed here otherwise).
         """
-        msgs = ledger.messages
-        st = self.state
-        h = self._head(msgs) if head is None else head
-        ok = st.cursor is not None and h <= st.cursor <= len(msgs)
-        if ok and st.marker_index is not None:
-            mi = st.marker_index
-            ok = st.cursor is not None and mi < st.cursor and mi < len(msgs) and marker_kind(msgs[mi]) == "micro"
-        if not ok:
-            self.recover(msgs, h)
+        h = self._head(ledger.messages) if head is None else head
+        if not self.state.fits(ledger.messages, h):
+            self.recover(ledger.messages, h)
 
     def recover(self, msgs: list[Message], head: int | None = None) -> None:
         """Cursor just after the last marker; rolling summary from the last micro marker's body."""
         st = self.state
         h = self._head(msgs) if head is None else head
-        last_any = last_micro = None
-        for i in range(len(msgs) - 1, h - 1, -1):
-            kind = marker_kind(msgs[i])
-            if kind is None:
-                continue
-            if last_any is None:
-                last_any = i
-            if kind == "micro":
-                last_micro = i
-                break
+        last_any, last_micro = last_markers(msgs, h)
         st.cursor = max(h, last_any + 1) if last_any is not None else h
         st.marker_index = last_micro
         self._set_summary(marker_body(msgs[last_micro]) if last_micro is not None else "")
@@ -496,7 +432,7 @@ class MicroCompactor:
     def _head(self, msgs: list[Message]) -> int:
         """The protected head's end; counts come from the messages' cached counts (a few head messages)."""
         plain = head_end(msgs, self.cfg.protect_first_n)
-        return protected_head(msgs, [self.counter.count_message(m) for m in msgs[:plain]], self._budget())
+        return protected_head(msgs, [self.counter.count_message(m) for m in msgs[:plain]], WindowBudget.of(self.config))
 
     def _set_summary(self, text: str) -> None:
         self.state.text = text
@@ -508,5 +444,5 @@ class MicroCompactor:
         ``window`` is the pass's :class:`Window` of ``ledger``; computed here when not handed down.
         """
         if window is None:
-            window = Window.of(ledger.messages, ledger.tokens, self._budget())
+            window = Window.of(ledger.messages, ledger.tokens, WindowBudget.of(self.config))
         return spans.select_span(ledger.messages, ledger.tokens, window, self.state, self.config, mode)

@@ -61,6 +61,17 @@ class FoldJob:
         """Started before the policy said fold, and not due yet."""
         return self.stage is FoldStage.RUNNING_AHEAD
 
+    @classmethod
+    def starting(cls, messages: list[Message], state: RollingSummary, stage: FoldStage) -> FoldJob:
+        """A new fold over ``messages`` from the engine's rolling ``state`` (copied: the shadow's own)."""
+        return cls(list(messages), state.text, state.marker_index, stage, state=copy.deepcopy(state))
+
+    def applies_to(self, messages: list[Message], state: RollingSummary) -> bool:
+        """True while ``messages`` open with what it ran on (only messages at the end were added since) and
+        the engine's rolling ``state`` is the one it started from."""
+        fresh = len(messages) >= len(self.base) and all(a is b for a, b in zip(messages, self.base, strict=False))
+        return fresh and state.text == self.base_summary and state.marker_index == self.base_marker
+
     def extended(self, stage: FoldStage) -> FoldJob:
         """A new job that continues this one (a shadow not adopted yet) over a newer snapshot, in ``stage``:
         its own lists and rolling state, the running figures carried over."""

@@ -10,11 +10,13 @@ results have not come (:func:`~microcompact.window.tail_start`): they come after
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from ..config import FALLBACK_CONTEXT_LIMIT, Config
-from ..window import WindowBudget
-from .policy import Fold
+from ..messages import Message
+from ..window import Window, WindowBudget
+from .policy import Fold, FoldEstimate
+from .state import RollingSummary
 
 # The smallest tail a fold keeps in tokens, as a share of the tail budget's base (the threshold's tokens):
 # 100 tokens at a 200K window.
@@ -33,6 +35,19 @@ def fold_budget(
     # A share of the threshold's tokens, rounded as the configured tail budget is (Config.tail_budget_tokens).
     share = max(MIN_TAIL_SHARE, tail_tokens / (threshold * limit))
     return budget.narrowed(int(share * threshold * limit), tail_messages)
+
+
+def fold_estimate(
+    msgs: Sequence[Message], tokens: Sequence[int], window: Window, state: RollingSummary
+) -> FoldEstimate:
+    """What a fold over ``window`` (the low-water mark's) would take now, from ``state``'s cursor and
+    marker (see :class:`FoldEstimate`): O(middle)."""
+    start = max(state.cursor or 0, window.head)
+    middle = zip(msgs[start : window.tail], tokens[start : window.tail], strict=True)
+    absorbable = sum(t for m, t in middle if m.get("role") != "user")
+    old_marker = tokens[state.marker_index] if state.marker_index is not None else 0
+    change = state.marker_index if state.marker_index is not None else start
+    return FoldEstimate(sum(tokens[:change]), absorbable, old_marker)
 
 
 def ends_open(folds: Iterable[Fold]) -> bool:
