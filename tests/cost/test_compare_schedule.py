@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from microcompact.cache_usage import CacheObservations
 from microcompact.compare import policy_config
 from microcompact.config import parse_config
 from microcompact.micro.price import PricePolicy
@@ -31,7 +32,9 @@ def test_the_micro_price_row_decides_as_serve_does(tmp_path: Path, monkeypatch: 
     s = step_session(price_config(), now)  # the shared session, folding by its own policy
     pricing = s.config.cache_pricing()  # the session's own: Anthropic's, the extractive summarizer free
     assert pricing is not None
-    served, compared = PricePolicy(served_config, pricing, s.cache), PricePolicy(compared_config, pricing, s.cache)
+    # Each schedule reads its own observations, fed the session's reports (it notes its own requests there).
+    caches = (CacheObservations(), CacheObservations())
+    served, compared = PricePolicy(served_config, pricing, caches[0]), PricePolicy(compared_config, pricing, caches[1])
     folds = 0
     for n in range(40):
         step(s, n)
@@ -44,4 +47,6 @@ def test_the_micro_price_row_decides_as_serve_does(tmp_path: Path, monkeypatch: 
         for policy in (served, compared):
             policy.requested(now[0])
         answered(s)
+        for cache in caches:
+            cache.record(s.cache.last)
     assert folds > 0, "the session came to a fold (the comparison covered one)"

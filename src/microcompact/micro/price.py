@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from collections import deque
 from typing import Any
 
 from ..cache_usage import CacheObservations
@@ -46,8 +45,6 @@ from .policy import MAX_CATCH_UP_PASSES, Fold, FoldEstimate, FoldPlan, Moment, P
 # The new marker's size, as a share of what a fold absorbs, until the summary reaches its defrag threshold
 # (until a fold of this session measured it).
 MARKER_SHARE = 0.05
-# Prompt sizes kept to measure growth when the provider reported none (a replay, a library session).
-RECENT_SIZES = 16
 # Fold ahead when the requests until the fold is due take less than the expected fold time times this,
 # plus AHEAD_MARGIN_SECONDS; before a fold was timed or the request rate is known: AHEAD_REQUESTS before.
 AHEAD_SAFETY = 1.5
@@ -77,8 +74,6 @@ class PricePolicy:
         self.last: Decision | None = None  # the last decision (telemetry, tests)
         self.folds = 0
         self._planned: tuple[Fold, ...] = ()  # background: the fold the worker should run next
-        self._sizes: deque[int] = deque(maxlen=RECENT_SIZES)  # prompt estimates at recent requests
-        self._times: deque[float] = deque(maxlen=RECENT_SIZES)  # wall-clock times of recent requests
         self.seconds_per_token: float | None = None  # how long folds took for what they removed (measured)
         self.ahead = 0  # folds started ahead (telemetry, tests)
         self.marker_share: float | None = None  # the marker's growth per absorbed token, measured
@@ -93,7 +88,7 @@ class PricePolicy:
         return False  # the fold is decided before the next request, where the view switches anyway
 
     def before_request(self, moment: Moment) -> tuple[Fold, ...]:
-        self._sizes.append(moment.prompt_tokens)
+        self.cache.note_request(prompt_estimate=moment.prompt_tokens)
         decision = self.decide(moment)
         if decision is None or not decision.fold:
             return ()
@@ -103,7 +98,7 @@ class PricePolicy:
     def background_mode(self, moment: Moment, busy: bool) -> WorkerMode | None:
         """The same decision: ``"fold"`` when the rule says fold (a fold computed ahead is adopted now),
         ``"ahead"`` when it will soon (the worker starts or extends the fold on a shadow), else None."""
-        self._sizes.append(moment.prompt_tokens)
+        self.cache.note_request(prompt_estimate=moment.prompt_tokens)
         slow = not self.keeps_up()
         self._offline = False
         quote = self.quote(moment, offline=slow)
@@ -183,12 +178,13 @@ class PricePolicy:
 
     def requested(self, at: float) -> None:
         self.last_request_at = at
-        self._times.append(at)
+        self.cache.note_request(at=at)
 
     def memory(self) -> dict[str, Any]:
         """What the next process continuing the session needs to decide as this one would: the cache
         observations, the recent prompt sizes and the last request's time."""
-        carried = {"cache": self.cache.memory(), "sizes": list(self._sizes), "at": self.last_request_at}
+        sizes = list(self.cache.prompt_estimates)
+        carried = {"cache": self.cache.memory(), "sizes": sizes, "at": self.last_request_at}
         return {"price": {**carried, "speed": self.seconds_per_token}}
 
     def restore(self, memory: dict[str, Any]) -> None:
@@ -196,8 +192,9 @@ class PricePolicy:
         if not isinstance(carried, dict):
             return
         self.cache.restore(carried.get("cache") or {})
-        self._sizes.clear()
-        self._sizes.extend(int(v) for v in carried.get("sizes") or [])
+        self.cache.prompt_estimates.clear()
+        for size in carried.get("sizes") or []:
+            self.cache.note_request(prompt_estimate=int(size))
         at = carried.get("at")
         self.last_request_at = None if at is None else float(at)
         speed = carried.get("speed")
@@ -337,14 +334,14 @@ class PricePolicy:
         return CacheState(warm=warm and self.pricing.cache, growth_per_request=growth)
 
     def _growth(self) -> float | None:
-        """Growth per request from the prompt estimates this policy saw (drops, i.e. folds, left out)."""
-        sizes = list(self._sizes)
+        """Growth per request from the prompt estimates the schedule noted (drops, i.e. folds, left out)."""
+        sizes = list(self.cache.prompt_estimates)
         steps = [b - a for a, b in itertools.pairwise(sizes) if b >= a]
         return sum(steps) / len(steps) if steps else None
 
     def _interval(self) -> float | None:
-        """The mean time between the requests this policy saw (None before two)."""
-        times = list(self._times)
+        """The mean time between the requests the schedule noted (None before two)."""
+        times = list(self.cache.request_times)
         return (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else None
 
     def _new_marker(self, estimate: FoldEstimate) -> int:
