@@ -31,6 +31,7 @@ the proxy, or Claude Code's own compaction).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -47,6 +48,7 @@ sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
 from cost_upstream import TTL, CostSteps, PricedUpstream, SummarizerUpstream, Tally  # noqa: E402  (this folder)
 from support.claude_code import run_claude, unavailable_reason  # noqa: E402
 from support.serve_process import ServeProcess  # noqa: E402
+from upstream.reactive import ReactiveStats, ReactiveSteps  # noqa: E402
 
 WINDOW = 200_000
 SDK_WINDOW = 400_000
@@ -65,6 +67,7 @@ class Row:
     summarizer_cost: float = 0.0
     summarizer_calls: int = 0
     prices: str = "anthropic"
+    agent: ReactiveStats | None = None  # the reactive agent's turns and re-fetches (its rows only)
 
     def cost(self) -> float:
         t = self.tally
@@ -134,7 +137,11 @@ def claude_row(task: str, steps: int, lines: int, route: str, work: Path) -> Row
     ttl = IDLE_TTL if idle else TTL
     upstream = PricedUpstream(tally, ttl=ttl, context_window=WINDOW, latency=1.0 if model else 0.0)
     per_turn = -(-steps // IDLE_TURNS) if idle else None
-    upstream.script = CostSteps(task.split("-")[0].replace("k", ""), steps, lines, tally, per_turn)
+    run_id = task.split("-")[0].replace("k", "")
+    agent = ReactiveSteps(f"r{run_id}", steps, lines) if task.endswith("-reactive") else None
+    upstream.script = agent or CostSteps(run_id, steps, lines, tally, per_turn)
+    # The reactive agent's re-fetches are turns too: the limit leaves room for two per step.
+    max_turns = 3 * steps + 20 if agent else (per_turn or steps) + 20
     summarizer = SummarizerUpstream(2.0) if model else None
     served: ServeProcess | None = None
     home = work / f"{task}-{route}"
@@ -155,7 +162,7 @@ def claude_row(task: str, steps: int, lines: int, route: str, work: Path) -> Row
                 "Run the numbered steps with the Bash tool until they are done.",
                 workdir=home / "work",
                 home=home / "claude",
-                max_turns=(per_turn or steps) + 20,
+                max_turns=max_turns,
                 timeout=3600,
             )
             for _ in range(IDLE_TURNS - 1 if idle else 0):
@@ -165,7 +172,7 @@ def claude_row(task: str, steps: int, lines: int, route: str, work: Path) -> Row
                     "Go on with the numbered steps.",
                     workdir=home / "work",
                     home=home / "claude",
-                    max_turns=(per_turn or steps) + 20,
+                    max_turns=max_turns,
                     continue_session=True,
                     timeout=3600,
                 )
@@ -175,6 +182,8 @@ def claude_row(task: str, steps: int, lines: int, route: str, work: Path) -> Row
             if summarizer is not None:
                 summarizer.close()
     row = Row(task, route, tally, time.monotonic() - started, run.ok)
+    if agent is not None:
+        row.agent, tally.compactions = agent.stats, agent.stats.compactions
     if summarizer is not None:
         row.summarizer_calls = summarizer.calls
         row.summarizer_cost = (
@@ -208,17 +217,47 @@ def sdk_loop(base_url: str, steps: int) -> bool:
     return False
 
 
-def sdk_rows(work: Path, routes: list[str], steps: int = 48) -> list[Row]:
-    """The SDK loop by each route. Direct runs once and is priced both ways; through the proxy, each price
-    preset is its own run with that preset configured, as a user on that model would (the proxy folds by
-    the prices it is told)."""
+def sdk_reactive_loop(base_url: str, steps: int) -> bool:
+    """The SDK loop with a real tool: each call's ``command`` runs in Bash and its stdout is the tool result,
+    so the reactive agent's keys reach the conversation only through what the command printed. Re-fetches
+    are turns: the loop allows two per step."""
+    import openai
+
+    client = openai.OpenAI(base_url=base_url, api_key="sk-bench", max_retries=0)
+    schema = {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}
+    tools = [{"type": "function", "function": {"name": "Bash", "parameters": schema}}]
+    messages: list[Any] = [
+        {"role": "system", "content": "You run shell steps. " + "Rules. " * 400},
+        {"role": "user", "content": "Run the numbered steps with the Bash tool until they are done."},
+    ]
+    for _ in range(3 * steps + 20):
+        reply = client.chat.completions.create(
+            model="gpt-bench", messages=messages, tools=tools, extra_headers={"x-session-id": "sdk-bench"}
+        )
+        message = reply.choices[0].message
+        messages.append(message.model_dump(exclude_none=True))
+        if not message.tool_calls:
+            return f"all {steps} steps are done" in (message.content or "")
+        call = message.tool_calls[0]
+        command = json.loads(call.function.arguments)["command"]  # type: ignore[union-attr]
+        ran = subprocess.run(["bash", "-c", command], capture_output=True, text=True, check=True, timeout=60)
+        messages.append({"role": "tool", "tool_call_id": call.id, "content": ran.stdout})
+    return False
+
+
+def sdk_rows(work: Path, routes: list[str], steps: int = 48, reactive: bool = False) -> list[Row]:
+    """The SDK loop by each route (``reactive``: the reactive agent, with its Bash tool run for real).
+    Direct runs once and is priced both ways; through the proxy, each price preset is its own run with that
+    preset configured, as a user on that model would (the proxy folds by the prices it is told)."""
     rows = []
+    task = "sdk-24k-reactive" if reactive else "sdk-24k"
     for route in routes:
         for prices in ("openai", "openai-write") if route != "direct" else (None,):
             tally = Tally()
             upstream = PricedUpstream(tally)
-            upstream.script = CostSteps("sdk", steps, 3000, tally)
-            home = work / f"sdk-{route}-{prices or 'direct'}"
+            agent = ReactiveSteps("sdk", steps, 3000) if reactive else None
+            upstream.script = agent or CostSteps("sdk", steps, 3000, tally)
+            home = work / f"{task}-{route}-{prices or 'direct'}"
             home.mkdir(parents=True)
             started = time.monotonic()
             with upstream:
@@ -230,13 +269,13 @@ def sdk_rows(work: Path, routes: list[str], steps: int = 48) -> list[Row]:
                     served = ServeProcess(home, *options, *args).start()
                     base = f"{served.base_url}/v1"
                 try:
-                    ok = sdk_loop(base, steps)
+                    ok = (sdk_reactive_loop if reactive else sdk_loop)(base, steps)
                 finally:
                     if served is not None:
                         stop(served)
             seconds = time.monotonic() - started
             for priced in (prices,) if prices else ("openai", "openai-write"):
-                rows.append(Row("sdk-24k", route, tally, seconds, ok, prices=priced))
+                rows.append(Row(task, route, tally, seconds, ok, prices=priced, agent=agent and agent.stats))
     return rows
 
 
@@ -285,6 +324,27 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def reactive_table(rows: list[Row]) -> str:
+    """The reactive agent's rows: its turns (model requests it answered) and re-fetches beside the cost, each
+    against the direct row of the same task and prices."""
+    head = "task | route | prices | steps | turns | turns x direct | re-fetches | of previous step | given up"
+    head += " | requests | peak % | CC compactions | folds | cost $ | x direct | ok | s"
+    direct = {(r.task, r.prices): r for r in rows if r.route == "direct"}
+    lines = [head, " | ".join("---" for _ in head.split(" | "))]
+    for r in rows:
+        t, a, base = r.tally, r.agent or ReactiveStats(), direct.get((r.task, r.prices))
+        window = SDK_WINDOW if r.task.startswith("sdk") else WINDOW
+        turns_x = f"{a.turns / base.agent.turns:.2f}" if base and base.agent and base.agent.turns else "-"
+        cells = [
+            r.task, r.route, r.prices, str(a.steps), str(a.turns), turns_x, str(a.refetches), str(a.previous),
+            str(a.given_up), str(t.requests), f"{100 * t.peak / window:.0f}", str(t.compactions), str(t.folds),
+            f"{r.cost():.2f}", f"{r.cost() / base.cost():.2f}" if base else "-", "yes" if r.ok else "NO",
+            f"{r.seconds:.0f}",
+        ]  # fmt: skip
+        lines.append(" | ".join(cells))
+    return "\n".join(lines)
+
+
 TASKS = {
     "24k": (50, 3000),
     "8k": (150, 1000),
@@ -292,9 +352,14 @@ TASKS = {
     "24k-idle": (50, 3000),
     "8k-idle": (150, 1000),
     "smoke-idle": (4, 3000),
+    "24k-reactive": (48, 3000),
+    "8k-reactive": (150, 1000),
+    "smoke-reactive": (10, 3000),
 }
+SDK_STEPS = 48
 ROUTES = ("direct", "serve", "serve-inline", "serve-model2s")  # and serve-tail3, on request
 IDLE_ROUTES = ("direct", "serve")
+REACTIVE_TASKS = ("24k-reactive", "8k-reactive")
 # The idle tasks: IDLE_TURNS user turns, IDLE_GAP seconds apart, against a cache that lives IDLE_TTL
 # seconds (upstream and proxy alike): the 5-minute TTL scaled down so the gaps take seconds, not minutes.
 IDLE_TURNS = 3
@@ -302,33 +367,55 @@ IDLE_TTL = 15.0
 IDLE_GAP = 20.0
 
 
+def claude_rows(tasks: list[str], routes_of: dict[str, str], work: Path) -> list[Row]:
+    """Claude Code's rows: each task by each of its routes (``routes_of``: by the task's kind)."""
+    missing = unavailable_reason()
+    if missing:
+        print(f"Claude Code rows skipped: {missing}")
+        return []
+    rows = []
+    for task in tasks:
+        steps, lines = TASKS[task]
+        for route in routes_of[task.split("-")[-1] if "-" in task else "plain"].split(","):
+            rows.append(claude_row(task, steps, lines, route, work))
+            print(f"  {task} {route}: ${rows[-1].cost():.2f} in {rows[-1].seconds:.0f} s", flush=True)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", default="claude,sdk", help="claude, sdk, or both (comma-separated)")
+    parser.add_argument("--rows", default="claude,sdk,reactive", help="claude, sdk, reactive (comma-separated)")
     parser.add_argument("--tasks", default="24k,8k,24k-idle,8k-idle")
     parser.add_argument("--routes", default=",".join(ROUTES), help="for the tasks without gaps (+ serve-tail3)")
     parser.add_argument("--idle-routes", default=",".join(IDLE_ROUTES), help="for the -idle tasks")
     parser.add_argument("--sdk-routes", default="direct,serve", help="direct, serve, serve-inline, serve-tail3")
+    parser.add_argument(
+        "--reactive-tasks", default=",".join(REACTIVE_TASKS), help="+ smoke-reactive; sdk: the SDK loop"
+    )
+    parser.add_argument("--reactive-routes", default="direct,serve", help="for Claude Code's reactive tasks")
+    parser.add_argument("--sdk-steps", type=int, default=SDK_STEPS, help="steps of the SDK loops")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, stores)")
     args = parser.parse_args()
+    chosen = set(args.rows.split(","))
     os.environ.setdefault("BENCH_SUMMARIZER_KEY", "sk-bench-summarizer")  # the scripted summarizer takes any key
     work = Path(tempfile.mkdtemp(prefix="bench-cost-"))
+    routes_of = {"plain": args.routes, "idle": args.idle_routes, "reactive": args.reactive_routes}
     rows: list[Row] = []
+    reactive: list[Row] = []
     try:
-        if "claude" in args.rows:
-            missing = unavailable_reason()
-            if missing:
-                print(f"Claude Code rows skipped: {missing}")
-            else:
-                for task in args.tasks.split(","):
-                    steps, lines = TASKS[task]
-                    routes = args.idle_routes if task.endswith("-idle") else args.routes
-                    for route in routes.split(","):
-                        rows.append(claude_row(task, steps, lines, route, work))
-                        print(f"  {task} {route}: ${rows[-1].cost():.2f} in {rows[-1].seconds:.0f} s", flush=True)
-        if "sdk" in args.rows:
-            rows += sdk_rows(work, args.sdk_routes.split(","))
-        print(table(rows))
+        if "claude" in chosen:
+            rows += claude_rows(args.tasks.split(","), routes_of, work)
+        if "sdk" in chosen:
+            rows += sdk_rows(work, args.sdk_routes.split(","), args.sdk_steps)
+        if "reactive" in chosen:
+            tasks = args.reactive_tasks.split(",")
+            reactive += claude_rows([t for t in tasks if t != "sdk"], routes_of, work)
+            if "sdk" in tasks:
+                reactive += sdk_rows(work, args.sdk_routes.split(","), args.sdk_steps, reactive=True)
+        if rows:
+            print(table(rows))
+        if reactive:
+            print(reactive_table(reactive))
     finally:
         if args.keep:
             print(f"work folder: {work}")
