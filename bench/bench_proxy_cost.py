@@ -4,6 +4,7 @@ through ``microcompact serve``, priced from what a scripted upstream with the re
     PYTHONPATH=src:tests python bench/bench_proxy_cost.py            # every row (about 20-40 min on 2 busy cores)
     PYTHONPATH=src:tests python bench/bench_proxy_cost.py --rows sdk # only the SDK rows
     PYTHONPATH=src:tests python bench/bench_proxy_cost.py --rows sdk --sdk-routes direct,serve,serve-inline
+    PYTHONPATH=src:tests python bench/bench_proxy_cost.py --rows reactive --reactive-tasks 24k-reactive,8k-reactive,sdk
 
 The upstream (tests/upstream, one per run) implements Anthropic's cache: breakpoints, a 20-block lookback,
 a 5-minute TTL refreshed on every hit, a 1,024-token minimum; reads are billed at 0.1x input and writes at
@@ -19,6 +20,15 @@ of 2 s per call with model answers of 1 s. The ``-idle`` tasks are the same step
 scaled to 15 s (upstream and proxy) and the gaps are 20 s, so a cold cache costs what it would after 5
 minutes without the bench waiting for them. The SDK loop: 48 tool steps of ~24 KB through the openai SDK
 (no window refusal: a 400K-window model).
+
+The reactive rows (``--rows reactive``; tasks ``24k-reactive``, 48 steps of ~24 KB, ``8k-reactive``, 150 of
+~8 KB, and ``sdk``, the SDK loop with its Bash tool run for real) script an agent that needs what earlier
+outputs showed (``tests/upstream/reactive.py``): each step's output carries a key computed by the shell, the
+reply after it must quote that key and, for some steps, one from 8 and one from 25 steps back, and a key the
+prompt no longer shows is re-fetched by running its command again. They print, beside the cost (re-fetches
+included), the agent's turns (the model requests it answered, each one a wait for the user), its
+re-fetches, those of the previous step's output (the one it was working on), and keys it gave up on after
+three re-fetches in one step. Claude Code's own compaction summary, in the direct rows, keeps no key.
 
 "steps seen" is min/mean of the tool results a request carried verbatim (after the first five requests):
 how much of the recent work the model still saw whole. Cost is the main model's prompt and output at
