@@ -23,12 +23,13 @@ minutes without the bench waiting for them. The SDK loop: 48 tool steps of ~24 K
 
 The reactive rows (``--rows reactive``; tasks ``24k-reactive``, 48 steps of ~24 KB, ``8k-reactive``, 150 of
 ~8 KB, and ``sdk``, the SDK loop with its Bash tool run for real) script an agent that needs what earlier
-outputs showed (``tests/upstream/reactive.py``): each step's output carries a key computed by the shell, the
-reply after it must quote that key and, for some steps, one from 8 and one from 25 steps back, and a key the
-prompt no longer shows is re-fetched by running its command again. They print, beside the cost (re-fetches
-included), the agent's turns (the model requests it answered, each one a wait for the user), its
-re-fetches, those of the previous step's output (the one it was working on), and keys it gave up on after
-three re-fetches in one step. Claude Code's own compaction summary, in the direct rows, keeps no key.
+outputs showed (``tests/upstream/reactive.py``): each step's output carries a key and an id computed by the
+shell; the reply after it must quote that key and, for some steps, the id printed 8 or 25 steps back (quoted
+nowhere before), and a value the prompt no longer shows is re-fetched by running its command again. They
+print, beside the cost (re-fetches included), the agent's turns (the model requests it answered, each one a
+wait for the user), its re-fetches, those of the previous step's output (the one it was working on), and
+values it gave up on after three re-fetches in one step. Claude Code's own compaction summary, in the direct
+rows, keeps no value.
 
 "steps seen" is min/mean of the tool results a request carried verbatim (after the first five requests):
 how much of the recent work the model still saw whole. Cost is the main model's prompt and output at

@@ -29,8 +29,8 @@ from upstream.reactive import (
     needs,
     prompt_text,
     step_command,
-    step_key,
     step_output,
+    step_value,
 )
 
 RUN, LINES = "t1", 40
@@ -75,23 +75,27 @@ def said(reply: Reply) -> str:
     return " ".join(b.text for b in reply.blocks if isinstance(b, Text))
 
 
-def test_the_key_is_in_what_the_command_prints_and_nowhere_in_the_command() -> None:
+def test_the_values_are_in_what_the_command_prints_and_nowhere_in_the_command() -> None:
     for step in (1, 27, 149):
         command = step_command(RUN, step, LINES)
         printed = subprocess.run(["bash", "-c", command], capture_output=True, text=True, check=True).stdout
         assert printed == step_output(RUN, step, LINES)
-        assert f"key of step {step}: {step_key(RUN, step)}\n" in printed
-        assert step_key(RUN, step) not in command
-    assert len({step_key(RUN, s) for s in range(1, 200)}) == 199
+        lines = printed.splitlines()
+        assert lines[LINES // 4] == f"id of step {step}: {step_value(RUN, step, 'id')}"
+        assert lines[LINES // 2 + 1] == f"key of step {step}: {step_value(RUN, step)}"
+        assert len(lines) == LINES + 2
+        assert step_value(RUN, step) not in command and step_value(RUN, step, "id") not in command
+    values = {step_value(RUN, s, name) for s in range(1, 200) for name in ("key", "id")}
+    assert len(values) == 2 * 199
 
 
-def test_needs_the_previous_step_and_some_from_further_back() -> None:
+def test_needs_the_previous_key_and_some_ids_from_further_back() -> None:
     assert needs(0) == []
-    assert [needs(k) for k in (1, 7, 8)] == [[1], [7], [8]]  # 8: nothing 8 steps back yet
-    assert needs(12) == [12, 4]  # every 4th step: 8 back
-    assert needs(27) == [27, 2]  # 27 % 6 == 3: 25 back
-    assert needs(48) == [48, 40]
-    assert needs(9, (Reach(3, 3),)) == [9, 6]
+    assert [needs(k) for k in (1, 7, 8)] == [[(1, "key")], [(7, "key")], [(8, "key")]]  # 8: nothing 8 back yet
+    assert needs(12) == [(12, "key"), (4, "id")]  # every 4th step: 8 back
+    assert needs(27) == [(27, "key"), (2, "id")]  # 27 % 6 == 3: 25 back
+    assert needs(48) == [(48, "key"), (40, "id")]
+    assert needs(9, (Reach(3, 3),)) == [(9, "key"), (6, "id")]
     assert sum(len(needs(k)) - 1 for k in range(1, 49)) == 14  # the 48-step task: 14 reaches back
 
 
@@ -100,7 +104,7 @@ def test_value_present_proceeds_quoting_it() -> None:
     reply = script(request(history(script, 3)))
     assert call_of(reply).id == script.call_id(4)
     assert call_of(reply).input["command"] == step_command(RUN, 4, LINES)
-    assert step_key(RUN, 3) in said(reply)
+    assert step_value(RUN, 3) in said(reply) and step_value(RUN, 3, "id") not in said(reply)
     assert (script.done, script.stats.turns, script.stats.refetches) == (3, 1, 0)
 
 
@@ -114,22 +118,27 @@ def test_previous_output_gone_reruns_its_command_and_counts_it() -> None:
     # The re-run's output arrives: the key is read from it, and the agent goes on to step 4.
     messages = [*messages, *exchange(script, call_of(reply).id or "", 3)]
     reply = script(request(messages))
-    assert call_of(reply).id == script.call_id(4) and step_key(RUN, 3) in said(reply)
+    assert call_of(reply).id == script.call_id(4) and step_value(RUN, 3) in said(reply)
     assert (script.done, script.stats.turns, script.stats.refetches, script.stats.previous) == (3, 2, 1, 1)
 
 
-def test_a_far_key_gone_is_a_refetch_but_not_of_the_previous_step() -> None:
-    script = ReactiveSteps(RUN, 20, LINES)
-    reply = script(request(history(script, 12, folded=set(range(1, 12)))))
-    assert call_of(reply).input["command"] == step_command(RUN, 4, LINES)
-    assert (script.stats.refetches, script.stats.previous) == (1, 0)
-
-
-def test_the_key_counts_wherever_the_prompt_shows_it() -> None:
-    """A summary (or the agent's own earlier words) that kept the key is as good as the output."""
+def test_a_far_id_gone_is_a_refetch_but_not_of_the_previous_step() -> None:
     script = ReactiveSteps(RUN, 20, LINES)
     messages = history(script, 12, folded=set(range(1, 12)))
-    messages[0] = {"role": "user", "content": f"Summary: step 4 printed key {step_key(RUN, 4)}."}
+    reply = script(request(messages))
+    assert call_of(reply).input["command"] == step_command(RUN, 4, LINES)
+    assert (script.stats.refetches, script.stats.previous, script.stats.refetched) == (1, 0, [(12, 4)])
+    messages = [*messages, *exchange(script, call_of(reply).id or "", 4)]
+    reply = script(request(messages))
+    assert call_of(reply).id == script.call_id(13)
+    assert step_value(RUN, 12) in said(reply) and step_value(RUN, 4, "id") in said(reply)
+
+
+def test_a_value_counts_wherever_the_prompt_shows_it() -> None:
+    """A summary (or the agent's own earlier words) that kept the value is as good as the output."""
+    script = ReactiveSteps(RUN, 20, LINES)
+    messages = history(script, 12, folded=set(range(1, 12)))
+    messages[0] = {"role": "user", "content": f"Summary: step 4 printed id {step_value(RUN, 4, 'id')}."}
     reply = script(request(messages))
     assert call_of(reply).id == script.call_id(13) and script.stats.refetches == 0
 
@@ -179,12 +188,12 @@ def test_refetches_exactly_the_first_needed_key_not_shown(step: int, visible: se
     script = ReactiveSteps(RUN, 300, 4)
     folded = set(range(1, step + 1)) - visible
     body = request(history(script, step, folded)).body
-    gone = [j for j in needs(step) if j not in visible]
+    gone = [(j, name) for j, name in needs(step) if j not in visible]
     assert missing(prompt_text(body), RUN, step) == gone
     reply = script(request(history(script, step, folded)))
-    expected = step_command(RUN, gone[0], 4) if gone else step_command(RUN, step + 1, 4)
+    expected = step_command(RUN, gone[0][0], 4) if gone else step_command(RUN, step + 1, 4)
     assert call_of(reply).input["command"] == expected
-    assert script.stats.previous == (1 if gone and gone[0] == step else 0)
+    assert script.stats.previous == (1 if gone and gone[0] == (step, "key") else 0)
 
 
 _missing_cli = unavailable_reason()
@@ -193,8 +202,8 @@ _missing_cli = unavailable_reason()
 @pytest.mark.slow
 @pytest.mark.skipif(_missing_cli is not None, reason=_missing_cli or "")
 def test_claude_code_through_serve_finishes_a_reactive_task(tmp_path: Path) -> None:
-    """Eight 24 KB steps, each needing the key from 3 steps back every other step, through ``serve`` at its
-    defaults with the real Claude Code running the commands: every key reaches the upstream through Bash
+    """Eight 24 KB steps, every other one also needing the id from 3 steps back, through ``serve`` at its
+    defaults with the real Claude Code running the commands: every value reaches the upstream through Bash
     output, the run finishes, and every turn is a step, a re-fetch or the final answer."""
     steps = 8
     script = ReactiveSteps("e2e", steps, 3000, reaches=(Reach(3, 2),))
@@ -227,4 +236,6 @@ def test_claude_code_through_serve_finishes_a_reactive_task(tmp_path: Path) -> N
     assert len(ours) == steps + stats.refetches
     for call, forms in ours.items():
         step = int(call.split("_")[2])
-        assert any(f"key of step {step}: {step_key('e2e', step)}" in form for form in forms), call
+        for name in ("id", "key"):
+            line = f"{name} of step {step}: {step_value('e2e', step, name)}"
+            assert any(line in form for form in forms), call
