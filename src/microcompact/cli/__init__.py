@@ -18,6 +18,7 @@ import typer
 from ..compare import compare
 from ..replay import replay
 from .import_command import import_cmd
+from .mcp_command import mcp_cmd
 from .replay_command import replay_cmd
 from .report_command import report_cmd
 from .serve_command import serve_cmd
@@ -41,6 +42,7 @@ app.add_typer(sessions_app, name="sessions")
 app.command("report")(report_cmd)
 app.command("import")(import_cmd)
 app.command("serve")(serve_cmd)
+app.command("mcp")(mcp_cmd)
 
 
 # What writing stdout fails with when it is a full disk (or /dev/full), a closed pipe, a broken device.
