@@ -211,9 +211,9 @@ def render_micro_marker(body: str, **meta: Any) -> Message:
 # The one line a marker gains when the client can call the recall tools (``microcompact mcp``): set between the
 # frame paragraph and the heading, so ``marker_body`` never reads it and a summarizer never folds it in.
 RECALL_NOTE = (
-    "The compacted originals are kept: search them with the tool {recall} (conversation=\"{conversation}\", "
-    "query) and read one with {expand} (conversation=\"{conversation}\", handle); this summary is handle "
-    "\"{handle}\"."
+    'The compacted originals are kept: search them with the tool {recall} (conversation="{conversation}", '
+    'query) and read one with {expand} (conversation="{conversation}", handle); this summary is handle '
+    '"{handle}".'
 )
 
 
