@@ -108,9 +108,11 @@ class Originals:
         memory.restore(self.store.session_meta(ids[0]).get(SECRETS_META))
         return _Conversation(ids[0], memory)
 
-    def _redacted(self, conv: _Conversation, message: Message) -> str:
+    def _redacted(self, conv: _Conversation, message: Message, labels: bool = False) -> str:
+        """The message's text (labelled ``TOOL CALL [id] name(arguments)``, ``TOOL RESULT [id]: ...`` when
+        read whole), redacted under the conversation's memory."""
         with remembering(conv.memory):
-            return message_text(redact_message(message), tool_calls=True).strip()
+            return message_text(redact_message(message), tool_calls=True, labels=labels).strip()
 
     # ------------------------------------------------------------------ recall
 
@@ -141,9 +143,9 @@ class Originals:
     def _whole(self, conv: _Conversation, handle: str, messages: list[Message]) -> str:
         parts, left = [f"{handle}, folded from this conversation (redacted):"], MAX_EXPAND_CHARS
         for message in messages:
-            text = self._redacted(conv, message)
+            text = self._redacted(conv, message, labels=True)
             shown = text[: max(left, 0)]
-            parts.append(f"[{_label(message)}]\n{shown}")
+            parts.append(f"[{handle_of(int(message.get(ROW_KEY, 0)))}] {shown}")
             if len(shown) < len(text):
                 parts.append(
                     f"[cut: {len(shown):,} of {len(text):,} characters shown; recall with the identifiers you "
