@@ -72,55 +72,80 @@ def _step(history: list[dict[str, Any]], tag: str, k: int, long_output: int = 0)
     history.append({"role": "tool", "tool_call_id": call_id, "content": content})
 
 
+class FoldingProxy:
+    """The proxy's engine over ``store`` (cadence schedule, 8K window: a fold at every request), driven as a
+    client drives it: one request per tool step, its follow-up after the answer."""
+
+    def __init__(self, store: Any, tmp: Path) -> None:
+        config_file = tmp / "cadence.yaml"
+        config_file.write_text("compression:\n  micro_compact_schedule: cadence\n")
+        self.router = SessionRouter(proxy_config(config_file, 8192), store=store)
+        self.compaction = Compaction(self.router, Metrics())
+        self.keys = SessionKeys(bytes(range(32)))
+
+    def key(self, credential: str, history: list[dict[str, Any]]) -> str:
+        return self.keys.key("openai", {"authorization": f"Bearer {credential}"}, "", [history[0]])
+
+    def request(self, body: dict[str, Any], key: str, history: list[dict[str, Any]]) -> tuple[str, list[Any]]:
+        """One request and its follow-up: (the session id, the messages forwarded upstream)."""
+        prepared = self.compaction.prepare(OA, body, key, history)
+        session = prepared.session
+        assert session is not None and session.background is not None
+        self.compaction.answered(prepared, None)
+        session.background.wait(30)
+        self.compaction.follow_up(key)
+        return session.session_id, prepared.messages
+
+    def close(self) -> None:
+        self.router.close()
+
+
+def new_history(tag: str) -> list[dict[str, Any]]:
+    return [{"role": "user", "content": f"Refactor the {tag} package."}]
+
+
+def step(history: list[dict[str, Any]], tag: str, k: int, long_output: int = 0) -> None:
+    _step(history, tag, k, long_output)
+
+
+def notes_in(forwarded: list[Any]) -> list[re.Match[str]]:
+    """The recall notes of the forwarded markers, in order."""
+    found = [NOTE.search(content_text(m)) for m in forwarded if m.get("role") == "assistant"]
+    return [n for n in found if n is not None]
+
+
 def fold_two_conversations(store: Any, tmp: Path, steps: int = 14, long_output: int = 0) -> tuple[Folded, Folded]:
     """Drive conversation A (credential A) and B (credential B) through the proxy's engine until each has
     folded several tool outputs; the requests list the recall tools, so the markers carry the note."""
-    config_file = tmp / "cadence.yaml"
-    config_file.write_text("compression:\n  micro_compact_schedule: cadence\n")
-    router = SessionRouter(proxy_config(config_file, 8192), store=store)
-    compaction = Compaction(router, Metrics())
-    keys = SessionKeys(bytes(range(32)))
+    proxy = FoldingProxy(store, tmp)
     body = {"model": "gpt-test", "tools": tools()}
+    out = []
     try:
-        return tuple(  # type: ignore[return-value]
-            _fold(compaction, keys, body, credential, tag, steps, long_output)
-            for credential, tag in ((KEY_A, "alpha"), (KEY_B, "bravo"))
-        )
+        for credential, tag in ((KEY_A, "alpha"), (KEY_B, "bravo")):
+            history = new_history(tag)
+            key = proxy.key(credential, history)
+            for k in range(steps):
+                step(history, tag, k, long_output if k < 3 else 0)
+                if k >= 2:
+                    session_id, forwarded = proxy.request(body, key, history)
+            found = notes_in(forwarded)
+            assert found, f"no marker of conversation {tag} names the recall tools"
+            out.append(Folded(session_id, found[-1].group(1), found[-1].group(2), forwarded))
     finally:
-        router.close()
+        proxy.close()
+    return out[0], out[1]
 
 
-def _fold(
-    compaction: Compaction,
-    keys: SessionKeys,
-    body: dict[str, Any],
-    credential: str,
-    tag: str,
-    steps: int,
-    long_output: int = 0,
-) -> Folded:
-    history: list[dict[str, Any]] = [{"role": "user", "content": f"Refactor the {tag} package."}]
-    headers = {"authorization": f"Bearer {credential}"}
-    key = keys.key("openai", headers, "", [history[0]])
-    for k in range(3):
-        _step(history, tag, k, long_output)
-    forwarded: list[dict[str, Any]] = []
-    for k in range(3, steps):
-        prepared = compaction.prepare(OA, body, key, history)
-        forwarded = prepared.messages
-        session = prepared.session
-        assert session is not None and session.background is not None
-        compaction.answered(prepared, None)
-        session.background.wait(30)
-        compaction.follow_up(key)
-        _step(history, tag, k)
-    prepared = compaction.prepare(OA, body, key, history)
-    forwarded = prepared.messages
-    assert prepared.session is not None
-    notes = [NOTE.search(content_text(m)) for m in forwarded if m.get("role") == "assistant"]
-    found = [n for n in notes if n is not None]
-    assert found, f"no marker of conversation {tag} names the recall tools"
-    return Folded(prepared.session.session_id, found[-1].group(1), found[-1].group(2), forwarded)
-
-
-__all__ = ["AWS_SECRET", "KEY_A", "KEY_B", "NOTE", "Folded", "fold_two_conversations", "tools"]
+__all__ = [
+    "AWS_SECRET",
+    "KEY_A",
+    "KEY_B",
+    "NOTE",
+    "Folded",
+    "FoldingProxy",
+    "fold_two_conversations",
+    "new_history",
+    "notes_in",
+    "step",
+    "tools",
+]

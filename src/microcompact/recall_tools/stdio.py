@@ -41,7 +41,7 @@ Conversation = Annotated[str, Field(description="The conversation value from the
 def build_server(store: OriginalsStore) -> MCPServer:
     """The MCP server offering ``recall`` and ``expand`` over ``store``."""
     originals = Originals(store)
-    server: MCPServer = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS)
+    server: MCPServer = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, log_level="WARNING")
 
     @server.tool(name="recall", description=RECALL_DESCRIPTION)
     def recall(
