@@ -47,6 +47,39 @@ def test_one_tool_alone_or_a_look_alike_is_not_enough() -> None:
         assert recall_tool_names(body) is None
 
 
+def deferred(names: list[str], where: str = "message") -> dict[str, Any]:
+    """A request as Claude Code sends it with MCP tools deferred: their names alone, one per line, in a
+    system entry of ``messages`` (or the system prompt), and not in ``tools``."""
+    text = "Deferred tools, load them with ToolSearch before calling them:\nWebFetch\n" + "\n".join(names) + "\n\nMore."
+    body: dict[str, Any] = {"tools": [{"name": "ToolSearch", "description": "Fetches deferred tools."}]}
+    if where == "message":
+        body["messages"] = [
+            {"role": "user", "content": "hi"},
+            {"role": "system", "content": [{"type": "text", "text": text}]},
+        ]
+    else:
+        body["system"] = [{"type": "text", "text": text}]
+    return body
+
+
+@pytest.mark.parametrize("where", ["message", "system"])
+def test_a_deferred_listing_of_the_microcompact_server_counts(where: str) -> None:
+    names = recall_tool_names(deferred(["mcp__microcompact__expand", "mcp__microcompact__recall"], where))
+    assert names is not None and (names.recall, names.expand) == (
+        "mcp__microcompact__recall",
+        "mcp__microcompact__expand",
+    )
+    for listing in (
+        ["mcp__microcompact__recall"],  # one of the two
+        ["mcp__memory__recall", "mcp__memory__expand"],  # another server's tools of the same names
+        ["mcp__microcompact__recall", "mcp__other_microcompact__expand"],  # two servers' halves
+        ["see mcp__microcompact__recall and mcp__microcompact__expand"],  # mentioned in prose, not listed
+    ):
+        assert recall_tool_names(deferred(listing, where)) is None, listing
+    user_says = {"messages": [{"role": "user", "content": "mcp__microcompact__recall\nmcp__microcompact__expand"}]}
+    assert recall_tool_names(user_says) is None, "a user message cannot switch the note on"
+
+
 def test_the_note_text_sits_between_the_frame_and_the_summary() -> None:
     marker = render_micro_marker("Read src/app.py; tests pass.")
     noted = with_recall_note(marker, "mcp__microcompact__recall", "mcp__microcompact__expand", "ab" * 12, "m42")

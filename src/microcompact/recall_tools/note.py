@@ -4,7 +4,10 @@ The client lists the tools of every MCP server it runs in the request's ``tools`
 its own shape: ``{"name", "description"}`` at some depth). A tool of ``microcompact mcp`` is one whose
 description carries :data:`TOOL_TAG` and whose name ends with ``recall`` or ``expand`` after a separator, or
 is that word (Claude Code and Codex call them ``mcp__<server>__recall``; Gemini CLI ``recall`` or
-``mcp_<server>_recall``): the note names them as the client does. Without both tools no marker changes.
+``mcp_<server>_recall``): the note names them as the client does. Claude Code may instead *defer* them: their
+names alone, one per line, in a system message, declared once the model loads them (``ToolSearch``); those
+count when the server's name holds the tag (``mcp__microcompact__recall``). Without both tools no marker
+changes.
 
 The note is the same on every request of a conversation until its marker changes (capability and handle are
 stable), so it stays in the cached prefix. The capability is made once per conversation and kept in its meta;
@@ -32,6 +35,7 @@ TOOL_TAG = "microcompact"  # in both tools' descriptions (``stdio``): how a requ
 MAX_TOOL_DEPTH = 4
 REMEMBERED_SESSIONS = 4096
 _ENDS = {word: re.compile(rf"(?:^|[_.\-]){word}$") for word in ("recall", "expand")}
+_DEFERRED = re.compile(rf"^(mcp__[\w-]*{TOOL_TAG}[\w-]*__)(recall|expand)$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -43,7 +47,8 @@ class RecallToolNames:
 
 
 def recall_tool_names(body: dict[str, Any]) -> RecallToolNames | None:
-    """The recall tools the request lists, or None unless it lists both."""
+    """The recall tools the request lists (declared in ``tools``, or named in a deferred-tool list), or None
+    unless it lists both."""
     found: dict[str, str] = {}
     for name, description in _declared(body.get("tools"), 0):
         if TOOL_TAG not in description:
@@ -53,7 +58,36 @@ def recall_tool_names(body: dict[str, Any]) -> RecallToolNames | None:
                 found.setdefault(word, name)
     if "recall" in found and "expand" in found:
         return RecallToolNames(found["recall"], found["expand"])
+    return _deferred(body)
+
+
+def _deferred(body: dict[str, Any]) -> RecallToolNames | None:
+    """Both tools named, one per line, in the request's system text (Claude Code defers MCP tools: it lists
+    their names in a system message and declares them only once the model loads them). Names carry no
+    description there, so the server's name must hold :data:`TOOL_TAG` (``mcp__microcompact__recall``)."""
+    texts = [_text(body.get("system"))]
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        texts += [_text(m.get("content")) for m in messages if isinstance(m, dict) and m.get("role") == "system"]
+    for text in texts:
+        if TOOL_TAG not in text:
+            continue
+        prefixes: dict[str, set[str]] = {}
+        for found in _DEFERRED.finditer(text):
+            prefixes.setdefault(found.group(1), set()).add(found.group(2))
+        for prefix, words in sorted(prefixes.items()):
+            if words == {"recall", "expand"}:
+                return RecallToolNames(prefix + "recall", prefix + "expand")
     return None
+
+
+def _text(value: Any) -> str:
+    """The text of a system prompt or message content: a string, or the ``text`` of its blocks."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "\n".join(b["text"] for b in value if isinstance(b, dict) and isinstance(b.get("text"), str))
+    return ""
 
 
 def _declared(value: Any, depth: int) -> Iterator[tuple[str, str]]:
