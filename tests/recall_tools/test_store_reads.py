@@ -58,3 +58,16 @@ def test_a_meta_value_finds_its_session_and_says_when_it_is_not_one(store_factor
     assert store.sessions_with_meta("recall_conversation", "nope") == []
     with pytest.raises(ValueError, match="not a plain name"):
         store.sessions_with_meta("x') OR 1=1 --", "v1")
+
+
+def test_an_old_identifier_is_found_behind_many_newer_word_matches(store_factory) -> None:
+    from microcompact.recall_tools import Originals, conversation_token
+    from microcompact.recall_tools.reader import CANDIDATES
+
+    store = store_factory.open()
+    texts = ["build log: the_needle_symbol failed"] + [f"build log line {k}" for k in range(CANDIDATES + 20)]
+    rows = folded(store, "s", texts)
+    token = conversation_token(store, "s")
+    found = Originals(store).recall(token, "the_needle_symbol build log").splitlines()
+    oldest = next(m["_row"] for m in rows if m.get("content") == texts[0])
+    assert found[1].startswith(f"m{oldest} tool result: ") and "the_needle_symbol" in found[1]

@@ -117,11 +117,22 @@ class Originals:
     # ------------------------------------------------------------------ recall
 
     def _scored(self, conv: _Conversation, query: Query) -> Iterator[tuple[int, int, str]]:
-        for message in self.store.absorbed_matching(conv.session_id, query.terms, CANDIDATES):
-            text = self._redacted(conv, message)
-            points, at = score(text, query)
-            if points:
-                yield points, int(message.get(POS_KEY, 0)), f"{_label(message)}: {excerpt(text, at)}"
+        """Each candidate's (score, position, line). Identifiers get their own candidates, so a common word
+        matching the newest originals never crowds out an old one holding the identifier asked for."""
+        seen: set[int] = set()
+        for terms in (query.identifiers, query.words):
+            for message in self.store.absorbed_matching(conv.session_id, terms, CANDIDATES):
+                row = int(message.get(ROW_KEY, 0))
+                if row not in seen:
+                    seen.add(row)
+                    yield from self._line(conv, query, message)
+
+    def _line(self, conv: _Conversation, query: Query, message: Message) -> Iterator[tuple[int, int, str]]:
+        """The message's (score, position, line) when its redacted text matches at all."""
+        text = self._redacted(conv, message)
+        points, at = score(text, query)
+        if points:
+            yield points, int(message.get(POS_KEY, 0)), f"{_label(message)}: {excerpt(text, at)}"
 
     # ------------------------------------------------------------------ expand
 
