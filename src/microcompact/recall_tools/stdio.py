@@ -43,7 +43,7 @@ def build_server(store: OriginalsStore) -> MCPServer:
     originals = Originals(store)
     server: MCPServer = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, log_level="WARNING")
 
-    @server.tool(name="recall", description=RECALL_DESCRIPTION)
+    @server.tool(name="recall", description=RECALL_DESCRIPTION, structured_output=False)
     def recall(
         conversation: Conversation,
         query: Annotated[str, Field(description=f"Identifiers or words to find (at most {MAX_QUERY_CHARS}).")],
@@ -51,7 +51,7 @@ def build_server(store: OriginalsStore) -> MCPServer:
     ) -> str:
         return _answer(lambda: originals.recall(conversation, query, limit))
 
-    @server.tool(name="expand", description=EXPAND_DESCRIPTION)
+    @server.tool(name="expand", description=EXPAND_DESCRIPTION, structured_output=False)
     def expand(
         conversation: Conversation,
         handle: Annotated[str, Field(description="A handle such as m1042, from recall or from the summary.")],
