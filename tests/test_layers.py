@@ -29,6 +29,7 @@ LAYERS: list[set[str]] = [
         "telemetry",
         "config",
         "render",
+        "identifiers",
         "pricing",
         "cache_usage",
         "fold_price",

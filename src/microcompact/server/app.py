@@ -10,10 +10,9 @@ Routes (:mod:`.routes` holds the table; each path is matched to exactly one API,
   array; ``/v1alpha/...`` and ``/v1/...`` too): compacted the same way; ``:countTokens`` forwarded with the
   compacted view;
 - ``GET /healthz`` and ``GET /metrics`` (Prometheus text);
-- the rest of each provider's API (models, files, ``/v1/responses/{id}``, Gemini's ``/v1beta/...`` and
-  ``/upload/...``, ...): passed through to that provider's upstream, with only that provider's credential
-  headers;
-- any other path: 404, forwarded nowhere.
+- the rest of each provider's API (models, files, ``/v1/responses/{id}``, Gemini's ``/v1beta/...``, ...):
+  passed through to that provider's upstream, with only that provider's credential headers;
+- any other path: 404, forwarded nowhere; a request that came back to this proxy (:mod:`.hops`): 508.
 
 Every answer carries ``X-Microcompact-Mode``: ``compacted`` (the conversation is held and its compacted
 view forwarded) or ``passthrough; reason=...`` (forwarded as it came, or refused, and why).
@@ -52,6 +51,7 @@ from .errors import BadRequest, error_response
 from .forward import Passthrough, unless_client_leaves, upstream_failure, upstream_headers
 from .gc_pace import CollectionPacing
 from .gemini_format import GeminiFormat
+from .hops import Hops
 from .limits import BodyLimit, Limits, parse_json
 from .metrics import Metrics
 from .openai_format import OpenAIFormat
@@ -137,6 +137,7 @@ class Proxy:
         self.metrics = metrics or Metrics()
         self.compaction = Compaction(router, self.metrics)
         self.thinking = ThinkingGuard(router.config.thinking, self.metrics)
+        self.hops = Hops()
         self.keys = SessionKeys(None if settings.share_sessions_across_keys else load_salt(settings.salt_file))
         self.client: httpx.AsyncClient | None = None
         self._follow_ups: set[asyncio.Task[None]] = set()
@@ -212,7 +213,11 @@ class Proxy:
             FORWARD: self.passthrough,
             UNKNOWN: self.unknown_route,
         }
-        return await endpoints[route_of(request).kind](request)
+        route = route_of(request)
+        if (loop := self.hops.refusal(request.headers, route.api)) is not None:
+            log.warning("Proxy: refused %s %s: %s", request.method, request.url.path, loop)
+            return self._answer(route.api or "none", 508, loop)
+        return await endpoints[route.kind](request)
 
     async def chat_completions(self, request: Request) -> Response:
         return await self._generate(request, OPENAI)
@@ -421,7 +426,7 @@ class Proxy:
         assert self.client is not None, "the app's lifespan did not run"
         route = route_of(request)
         url = upstream_url(self.settings, route, request.url.query)
-        sent = upstream_headers(request.headers.items(), route.api)
+        sent = self.hops.forwarded(request.headers, upstream_headers(request.headers.items(), route.api))
         outgoing = httpx.Request(
             request.method, url, headers=plan.upstream_headers(sent) if plan else sent, content=content
         )
@@ -530,7 +535,7 @@ class Proxy:
         request went nowhere (a bad request, a missing proxy key, a failure of the proxy)."""
         self.metrics.request(api, status)
         if headers is None or MODE_HEADER not in headers:
-            reason = {400: "invalid_request", 401: "proxy_key"}.get(status, "proxy_error")
+            reason = {400: "invalid_request", 401: "proxy_key", 508: "loop"}.get(status, "proxy_error")
             self.metrics.mode(api, "passthrough", reason)
             headers = {**(headers or {}), MODE_HEADER: mode(reason)}
         return error_response(api, status, message, headers)
