@@ -148,3 +148,16 @@ def test_through_the_proxy_the_note_comes_with_the_tools_and_stays_put(tmp_path:
     assert KEY_A not in conversation and session_id not in conversation
     proxy.close()
     store.close()
+
+
+def test_a_library_caller_names_the_tools_itself(tmp_path: Path) -> None:
+    from microcompact.recall_tools import RecallToolNames
+
+    store = open_store(tmp_path / "s.db")
+    store.create_session("s")
+    marker = {**render_micro_marker("summary"), ROW_KEY: 5}
+    noted = RecallNotes().named(RecallToolNames("recall", "expand"), store, "s", [marker])
+    token = store.session_meta("s")[RECALL_META]
+    assert noted == [with_recall_note(marker, "recall", "expand", token, "m5")]
+    assert RecallNotes().named(RecallToolNames("recall", "expand"), None, "s", [marker]) == [marker]
+    store.close()

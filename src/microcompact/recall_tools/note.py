@@ -119,7 +119,14 @@ class RecallNotes:
     ) -> list[Message]:
         """``view`` with each stored marker naming the tools, when the request lists them; else ``view``."""
         tools = recall_tool_names(body)
-        if tools is None or store is None or not any(is_marker(m) and ROW_KEY in m for m in view):
+        return list(view) if tools is None else self.named(tools, store, session_id, view)
+
+    def named(
+        self, tools: RecallToolNames, store: SessionStore | None, session_id: str, view: Sequence[Message]
+    ) -> list[Message]:
+        """``view`` with each stored marker naming ``tools`` (the library's switch: a caller that registered the
+        tools under these names); ``view`` unchanged without a store or a stored marker."""
+        if store is None or not any(is_marker(m) and ROW_KEY in m for m in view):
             return list(view)
         try:
             token = self._token(store, session_id)
