@@ -40,7 +40,7 @@ LAYERS: list[set[str]] = [
     {"summarizers"},
     {"micro", "batch"},
     {"background", "store", "carry"},
-    {"session_store", "session", "aio"},
+    {"session_store", "session", "aio", "recall_tools"},
     {"replay", "cost", "report", "importers", "router"},
     {"integrations", "server"},
     {"compare"},

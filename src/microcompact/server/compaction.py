@@ -31,6 +31,7 @@ from ..cache_usage import COST_TAG, SessionBill, UsageReport
 from ..events import Outcome
 from ..identity import DIGEST_KEY, Forms, PrefixDigests, digest, digest_memo, hid_of
 from ..messages import Message, TranscriptError
+from ..recall_tools import RecallNotes
 from ..router import SessionRouter
 from ..session import Session
 from ..store import StoreError
@@ -129,6 +130,7 @@ class Compaction:
         self.windows = ModelWindows(router.config)
         self.fixed_blocks = FixedBlocks()
         self.prefixes = PrefixDigests()  # each key's last history, hashed: a continuation digests its new part
+        self.recall_notes = RecallNotes()  # markers name the recall tools when a request lists them
 
     def prepare(self, provider: Provider, body: dict[str, Any], key: str, history: list[Message]) -> Prepared:
         """Sync, compact and build the outgoing messages (raises BadRequest for a message the session
@@ -152,7 +154,7 @@ class Compaction:
                 session = routed.session
                 results = session.before_request()
                 self._bill_summarizer(session, provider.name, results)
-                view = session.transcript
+                view = self.recall_notes.annotate(body, session.store, session.session_id, session.transcript)
                 prepared = Prepared(
                     key,
                     [],
