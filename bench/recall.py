@@ -46,8 +46,8 @@ from recall_policies import (  # noqa: E402
     truncated,
     uncompacted,
 )
+from support.paths import NORMALIZED as CORPUS  # noqa: E402
 
-CORPUS = Path("/work/shared/transcripts/normalized")
 SESSIONS = ("cc_fa812bfe", "cc_4d5611e5", "cc_ae4a77f8")
 COMPACTING = ("inline", "serve-chat", "serve-anthropic", "serve-responses")
 ROWS = ("none", "recorded", *COMPACTING, "truncation", "masking", "decay")
