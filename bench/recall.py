@@ -11,8 +11,10 @@ with serve's config, inline passes, Anthropic prices, 200K window), ``serve-chat
 ``serve-responses`` (a real ``microcompact serve`` at its defaults in front of a scripted upstream that
 answers with the recorded replies), and the baselines ``truncation`` (head + newest messages) and
 ``masking`` (older tool results replaced by a placeholder), each at the token count of every compacting
-row's prompt at each request (``truncation @ inline``, ...). ``decay``: a synthetic session planting facts
-the agent mentions once, run through the library until 20 folds and a defrag have happened.
+row's prompt at each request (``truncation @ inline``, ...). ``decay``: a synthetic session planting 20
+facts the agent mentions once, run through the library until 20 more folds and a defrag have happened (or
+150 steps): at serve's config, and with a tail small enough for defrag to run at all (at serve's config the
+prompt stays inside the protected tail, where the marker is never defragmented).
 
 Columns: recall pooled over targets, requests whose prompt lost something, targets, mean and peak prompt
 (o200k tokens, the package's counter), stale claims (``microcompact.stale``: distinct summary lines stating
@@ -33,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests"), str(ROOT / "bench")]
 
 from microcompact.recall import RecallTotals  # noqa: E402
-from recall_decay import DecayResult, decay  # noqa: E402
+from recall_decay import DEFRAG_REACHABLE, DecayResult, decay  # noqa: E402
 from recall_policies import (  # noqa: E402
     WINDOW,
     Measure,
@@ -137,15 +139,15 @@ def total_table(results: list[SessionResult]) -> str:
     return _table(f"## total ({len(results)} sessions)", lines)
 
 
-def decay_line(result: DecayResult) -> str:
+def decay_line(title: str, result: DecayResult) -> str:
     return (
-        f"## decay: {result.kept}/{result.planted} planted facts still in the prompt "
+        f"## decay, {title}: {result.kept}/{result.planted} planted facts still in the prompt "
         f"({100 * result.kept / result.planted:.0f}%) after {result.folds} folds and {result.defrags} defrags "
         f"({result.steps} steps, final prompt {result.final_tokens / 1000:.1f}K){result.note}"
     )
 
 
-def run(sessions: list[str], rows: list[str], quick: bool) -> tuple[list[SessionResult], DecayResult | None]:
+def run(sessions: list[str], rows: list[str], quick: bool) -> tuple[list[SessionResult], dict[str, DecayResult]]:
     limit = QUICK_MESSAGES if quick else None
     results: list[SessionResult] = []
     serving = [r for r in rows if r.startswith("serve-")]
@@ -156,9 +158,12 @@ def run(sessions: list[str], rows: list[str], quick: bool) -> tuple[list[Session
             results = [measure_session(name, rows, limit, serve) for name in sessions]
     else:
         results = [measure_session(name, rows, limit, None) for name in sessions]
-    facts = None
-    if "decay" in rows:
-        facts = decay(facts=3, folds=3, max_steps=12) if quick else decay()
+    facts: dict[str, DecayResult] = {}
+    if "decay" in rows and quick:
+        facts["serve's config"] = decay(facts=3, folds=3, max_steps=12)
+    elif "decay" in rows:
+        facts["serve's config"] = decay()
+        facts["defrag reachable (3K tail, 200-token threshold)"] = decay(overrides=DEFRAG_REACHABLE)
     return results, facts
 
 
@@ -180,8 +185,8 @@ def main(argv: list[str] | None = None) -> None:
         print(session_table(result), end="\n\n")
     if results:
         print(total_table(results), end="\n\n")
-    if facts is not None:
-        print(decay_line(facts))
+    for title, result in facts.items():
+        print(decay_line(title, result))
     print(f"\n({time.monotonic() - started:.0f} s)")
 
 

@@ -67,9 +67,19 @@ def _filler(n: int) -> list[dict[str, Any]]:
     ]
 
 
-def decay(facts: int = 20, folds: int = 20, max_steps: int = 150) -> DecayResult:
-    """Plant ``facts``, then fill until ``folds`` folds and a defrag happened after them (see above)."""
-    session = Session(inline_config())
+DEFRAG_REACHABLE = {"target_ratio": 0.02, "micro_compact_defrag_threshold_tokens": 200}
+
+
+def decay(
+    facts: int = 20, folds: int = 20, max_steps: int = 150, overrides: dict[str, Any] | None = None
+) -> DecayResult:
+    """Plant ``facts``, then fill until ``folds`` folds and a defrag happened after them (see above).
+    ``overrides``: compression settings over serve's (:data:`DEFRAG_REACHABLE`: a tail of ~3K tokens and
+    the least defrag threshold allowed, 200 tokens, so the marker leaves the protected tail and defrag runs)."""
+    config = inline_config()
+    if overrides:
+        config = config.with_overrides(source="bench/recall.py decay", compression=overrides)
+    session = Session(config)
     sizes = Sizes()
     session.extend([{"role": "user", "content": "Prepare the deploy: read the notes, then run the batches."}])
     seen = _Passes()

@@ -22,7 +22,7 @@ SESSIONS = list(recall.SESSIONS)
 
 
 @pytest.fixture(scope="module")
-def quick() -> tuple[list[recall.SessionResult], recall.DecayResult | None]:
+def quick() -> tuple[list[recall.SessionResult], dict[str, recall.DecayResult]]:
     if not all((NORMALIZED / f"{name}.jsonl").exists() for name in SESSIONS):
         pytest.skip(f"shared transcripts not found in {NORMALIZED}")
     return recall.run(SESSIONS, ["none", "inline", "truncation", "masking", "decay"], quick=True)
@@ -68,10 +68,10 @@ def test_a_baseline_at_the_whole_prompts_budget_is_the_whole_prompt() -> None:
 
 
 def test_the_decay_check_reports_what_it_planted(
-    quick: tuple[list[recall.SessionResult], recall.DecayResult | None],
+    quick: tuple[list[recall.SessionResult], dict[str, recall.DecayResult]],
 ) -> None:
-    facts = quick[1]
-    assert facts is not None and facts.planted == 3 and 0 <= facts.kept <= 3 and facts.folds > 0
+    facts = quick[1]["serve's config"]
+    assert facts.planted == 3 and 0 <= facts.kept <= 3 and facts.folds > 0 and facts.steps <= 12
 
 
 def test_the_tables_print(capsys: pytest.CaptureFixture[str]) -> None:
