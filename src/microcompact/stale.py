@@ -18,9 +18,9 @@ call is no longer in the prompt verbatim (folded):
 - *deleted*: names the path and does not say it is gone (no word of :data:`GONE_WORDS`), unless a later
   write before the request created it again;
 - *renamed*: names the old path, not the new one, and does not say it moved;
-- *edited or rewritten*: holds a line the change removed (stripped, at least :data:`MIN_LINE` characters,
-  absent from the new text and not added back by a later event before the request), holds none of the
-  lines it added, and has no word of :data:`CHANGE_WORDS`.
+- *edited or rewritten*: holds a line the change removed (stripped, at least :data:`MIN_LINE` characters
+  and two words, in no line of the new text, not even as a part, and not added back by a later event
+  before the request), holds none of the lines it added, and has no word of :data:`CHANGE_WORDS`.
 
 A line *names* a path when one of its path identifiers has at least two components and is a whole-component
 suffix of the path (``lib/x.ex`` names ``/home/u/p/lib/x.ex``): summaries shorten paths; a bare file name
@@ -40,9 +40,9 @@ from typing import Any
 
 from .identifiers import identifiers
 
-MIN_LINE = 16
+MIN_LINE = 20
 GONE_WORDS = ("delet", "remov", "renam", "moved", "gone", "no longer", "rm ", "mv ", "->", "→")
-CHANGE_WORDS = ("edit", "chang", "replac", "was ", "now ", "instead", "remov", "updat", "->", "→")
+CHANGE_WORDS = ("edit", "chang", "replac", "was ", "now ", "instead", "remov", "updat", "added", "->", "→")
 _PATH_KEYS = ("file_path", "path", "filename")
 _SHELL_SPLIT = re.compile(r"&&|\|\||[;|\n]")
 
@@ -83,12 +83,17 @@ def _arguments(raw: Any) -> dict[str, Any]:
 
 
 def _lines(text: Any) -> list[str]:
-    return [s for line in str(text or "").splitlines() if len(s := line.strip()) >= MIN_LINE]
+    """The lines that say something: stripped, at least MIN_LINE characters and two words (a lone name
+    left over from a list, ``TranscriptRenderer,``, says nothing about the file's state)."""
+    return [s for line in str(text or "").splitlines() if len(s := line.strip()) >= MIN_LINE and " " in s]
 
 
 def _diff(old: Iterable[str], new: Iterable[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Lines taken out (in no new line, not even as a part: ``config :app,`` lives on in
+    ``config :app, key: 1``) and lines put in."""
     old_set, new_set = list(dict.fromkeys(old)), list(dict.fromkeys(new))
-    return tuple(x for x in old_set if x not in new_set), tuple(x for x in new_set if x not in old_set)
+    removed = tuple(x for x in old_set if not any(x in n for n in new_set))
+    return removed, tuple(x for x in new_set if x not in old_set)
 
 
 def _shell_events(index: int, command: str) -> Iterator[FileEvent]:

@@ -44,11 +44,13 @@ def test_file_events_are_read_from_arguments_whatever_the_tool() -> None:
     assert events[4].removed == (OLD.strip(),)  # the rewrite dropped the first write's line
 
 
-def test_multi_edit_and_short_lines() -> None:
-    edits = [{"old_string": "x = 1\nlong_enough_old_line = value_a", "new_string": "long_enough_new_line = value_b"}]
-    (event,) = file_events([call("MultiEdit", file_path="m.py", edits=edits)])
-    assert event.removed == ("long_enough_old_line = value_a",)  # "x = 1" is too short to tell anything
-    assert event.added == ("long_enough_new_line = value_b",)
+def test_multi_edit_and_lines_too_weak_to_claim_anything() -> None:
+    old = "x = 1\nlong_enough_old_line = value_a\n    TranscriptRenderer,\nconfig :opentelemetry,"
+    new = "long_enough_new_line = value_b\nconfig :opentelemetry, traces_exporter: :none"
+    (event,) = file_events([call("MultiEdit", file_path="m.py", edits=[{"old_string": old, "new_string": new}])])
+    # "x = 1" is too short, a lone name says nothing, and the config line lives on inside its new version
+    assert event.removed == ("long_enough_old_line = value_a",)
+    assert event.added == ("long_enough_new_line = value_b", "config :opentelemetry, traces_exporter: :none")
 
 
 def test_a_line_names_a_path_by_a_suffix_of_two_components_or_more() -> None:
@@ -82,6 +84,7 @@ def test_pre_edit_content_stated_as_current_is_stale() -> None:
     assert set(claims(line)) == {(Change.EDITED, line), (Change.WRITTEN, line)}
     assert claims(f"- billing.py: `{OLD.strip()}` was changed to use RATE") == []  # says it changed
     assert claims(f"- now `{NEW.strip()}`") == []
+    assert claims(f"- added `{OLD.strip()}` to billing.py") == []  # a history of the change, not a state
 
 
 def test_an_event_still_in_the_prompt_verbatim_is_not_stale() -> None:
