@@ -82,18 +82,21 @@ class Measure(Sizes):
         self.targets = reply_targets(messages, self.read)
         self.events = file_events(messages)
         self.recorded = {self.key(m) for m in messages}
+        # an event's call is in view while its call id is (ids survive every wire shape; text may be merged)
+        self._calls = [{c.get("id") for c in m.get("tool_calls") or ()} for m in messages]
 
     def row(self, name: str, prompts: Prompts, summaries: dict[int, str] | None = None) -> RowResult:
         """Measure a row. The compactor's text in a prompt is every message the session never held (a
-        marker, a shortened message) plus ``summaries[index]`` (a recorded summary the session holds)."""
+        marker, a shortened message) plus ``summaries[index]`` (a recorded summary the session holds); a
+        file event is folded when no tool call of its message is in the prompt."""
         out = RowResult(name)
         for index, prompt in prompts:
             out.results.append(request_recall(index, self.targets[index], prompt, self.read))
             out.tokens[index] = self.tokens(prompt)
-            keys = {self.key(m) for m in prompt}
             written = [content_text(m) for m in prompt if self.key(m) not in self.recorded]
             written += [(summaries or {}).get(index, "")]
-            folded = [e.index for e in self.events if self.key(self.messages[e.index]) not in keys]
+            shown = {c.get("id") for m in prompt for c in m.get("tool_calls") or ()}
+            folded = [e.index for e in self.events if not self._calls[e.index] & shown]
             claims: list[StaleClaim] = stale_claims(self.events, index, "\n".join(written), folded)
             out.stale.update((c.event.index, c.event.path, c.line) for c in claims)
         return out
