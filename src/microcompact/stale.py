@@ -42,7 +42,7 @@ from .identifiers import identifiers
 
 MIN_LINE = 20
 GONE_WORDS = ("delet", "remov", "renam", "moved", "gone", "no longer", "rm ", "mv ", "->", "→")
-CHANGE_WORDS = ("edit", "chang", "replac", "was ", "now ", "instead", "remov", "updat", "added", "->", "→")
+CHANGE_WORDS = ("edit", "chang", "replac", "was ", "now ", "instead", "remov", "updat", "added", "adding", "->", "→")
 _PATH_KEYS = ("file_path", "path", "filename")
 _SHELL_SPLIT = re.compile(r"&&|\|\||[;|\n]")
 
