@@ -41,7 +41,7 @@ LAYERS: list[set[str]] = [
     {"micro", "batch"},
     {"background", "store", "carry"},
     {"session_store", "session", "aio", "recall_tools"},
-    {"replay", "cost", "report", "importers", "router"},
+    {"replay", "cost", "report", "importers", "router", "recall", "stale"},
     {"integrations", "server"},
     {"compare"},
     {"cli", "__init__", "__main__"},  # cli/: every module of the command-line package sits on top
