@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .cache_usage import UsageReport
+from .bill.cache_usage import UsageReport
+from .bill.replay_cost import CacheModel, Pricing
 from .config import Config
-from .cost import CacheModel, Pricing
 from .events import Outcome
 from .messages import Message
 from .micro.price import PricePolicy

@@ -42,7 +42,7 @@ from pydantic import (
     field_validator,
 )
 
-from .pricing import PRESETS, CachePricing, for_api
+from .bill.pricing import PRESETS, CachePricing, for_api
 
 
 class ConfigError(ValueError):
