@@ -1,7 +1,7 @@
 """Side-by-side replay of one transcript under several compaction policies, priced with a cache model.
 
 Every policy replays the same messages through a real :class:`Session`; at each model request the prompt
-goes through :class:`~microcompact.cost.CacheModel`, and every summarizer call is tallied from the
+goes through :class:`~microcompact.bill.replay_cost.CacheModel`, and every summarizer call is tallied from the
 telemetry records the engines return. What the table shows is what an agent would have paid.
 """
 
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .cache_usage import UsageReport
+from .bill.cache_usage import UsageReport
+from .bill.replay_cost import CacheModel, Pricing
 from .config import Config
-from .cost import CacheModel, Pricing
 from .events import Outcome
 from .messages import Message
 from .micro.price import PricePolicy
