@@ -76,6 +76,9 @@ def test_keep_within_keeps_the_most_recently_used_first() -> None:
     assert ws.keep_within(tokens, 40) == {1, 3}
     assert ws.keep_within(tokens, 40, before=3) == {1}
     assert ws.tokens(tokens) == 40
+    assert ws.dropped({3}, tokens) == (1, 20)
+    assert ws.dropped(set(), tokens, before=3) == (1, 20)
+    assert ws.dropped({1, 3}, tokens) == (0, 0)
 
 
 def test_tool_kinds() -> None:

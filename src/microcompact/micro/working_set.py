@@ -173,6 +173,14 @@ class WorkingSet:
                 spent += cost
         return frozenset(chosen)
 
+    def dropped(self, keep: Iterable[int], tokens: Sequence[int], before: int | None = None) -> tuple[int, int]:
+        """(count, tokens) of the in-use iterations a fold keeping ``keep`` would drop, those starting before
+        ``before`` (the tail's start): the re-fetches a price quote names (``FoldQuote.refetches``,
+        ``refetched_tokens``)."""
+        kept = set(keep)
+        gone = [s for s in self.in_use if s not in kept and (before is None or s < before)]
+        return len(gone), self.tokens(tokens, gone)
+
 
 def iterations_of(messages: Sequence[Message]) -> dict[int, int]:
     """start -> end of every assistant message with tool calls and the tool results right after it."""
