@@ -132,3 +132,13 @@ def test_a_later_search_naming_the_path_does_not_take_the_edited_file_from_its_r
     msgs += edit("src/app/panes.py", "plain", "simple")
     ws = working_set(msgs)
     assert {1, 3} <= ws.in_use
+
+
+def test_the_cache_forgets_what_folds_dropped_by_itself() -> None:
+    msgs = [user("go"), *filler(60)]
+    cache = FactsCache()
+    working_set(msgs, facts=cache)
+    for k in range(4):  # as folds do: most messages gone, the rest copies
+        msgs = [dict(m) for m in msgs[:10]] + filler(50, f"new{k}")
+        working_set(msgs, facts=cache)
+    assert len(cache) <= 2 * len(msgs) + 64 + len(msgs)

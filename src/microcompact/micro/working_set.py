@@ -120,7 +120,9 @@ class FactsCache:
     """:func:`facts_of` by message identity: each message of a growing transcript is read once.
 
     It holds the messages it has seen (so an identity is never reused by another dict); :meth:`retain`
-    forgets those no longer in the transcript (after a fold), keeping the cache the transcript's size.
+    forgets those no longer in the transcript, which :func:`working_set` does once the cache holds twice
+    the transcript (folds drop messages, and a splice copies those it keeps): memory stays the
+    transcript's size. One cache per engine; it is not shared across threads.
     """
 
     def __init__(self) -> None:
@@ -201,6 +203,8 @@ def working_set(
     """The :class:`WorkingSet` of ``messages`` now (see the module docstring for the rule)."""
     read = facts if facts is not None else FactsCache()
     all_facts = [read(m) for m in messages]
+    if len(read) > 2 * len(messages) + 64:  # folds dropped messages (and splices copied kept ones): forget them
+        read.retain(messages)
     iterations = iterations_of(messages)
     fixed: set[str] = set()
     for m, f in zip(messages, all_facts, strict=True):
