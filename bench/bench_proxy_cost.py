@@ -4,6 +4,7 @@ through ``microcompact serve``, priced from what a scripted upstream with the re
     PYTHONPATH=src:tests python bench/bench_proxy_cost.py            # every row (about 20-40 min on 2 busy cores)
     PYTHONPATH=src:tests python bench/bench_proxy_cost.py --rows sdk # only the SDK rows
     PYTHONPATH=src:tests python bench/bench_proxy_cost.py --rows sdk --sdk-routes direct,serve,serve-inline
+    PYTHONPATH=src:tests python bench/bench_proxy_cost.py --rows reactive --reactive-tasks 24k-reactive,8k-reactive,sdk
 
 The upstream (tests/upstream, one per run) implements Anthropic's cache: breakpoints, a 20-block lookback,
 a 5-minute TTL refreshed on every hit, a 1,024-token minimum; reads are billed at 0.1x input and writes at
@@ -20,6 +21,16 @@ scaled to 15 s (upstream and proxy) and the gaps are 20 s, so a cold cache costs
 minutes without the bench waiting for them. The SDK loop: 48 tool steps of ~24 KB through the openai SDK
 (no window refusal: a 400K-window model).
 
+The reactive rows (``--rows reactive``; tasks ``24k-reactive``, 48 steps of ~24 KB, ``8k-reactive``, 150 of
+~8 KB, and ``sdk``, the SDK loop with its Bash tool run for real) script an agent that needs what earlier
+outputs showed (``tests/upstream/reactive.py``): each step's output carries a key and an id computed by the
+shell; the reply after it must quote that key and, for some steps, the id printed 8 or 25 steps back (quoted
+nowhere before), and a value the prompt no longer shows is re-fetched by running its command again. They
+print, beside the cost (re-fetches included), the agent's turns (the model requests it answered, each one a
+wait for the user), its re-fetches, those of the previous step's output (the one it was working on), and
+values it gave up on after three re-fetches in one step. Claude Code's own compaction summary, in the direct
+rows, keeps no value.
+
 "steps seen" is min/mean of the tool results a request carried verbatim (after the first five requests):
 how much of the recent work the model still saw whole. Cost is the main model's prompt and output at
 Claude Sonnet / GPT-5 list prices, plus the summarizer's calls (a model summarizer at $0.80/$4 per
@@ -31,211 +42,30 @@ the proxy, or Claude Code's own compaction).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
 
-from support.claude_code import comparable, run_claude, unavailable_reason  # noqa: E402
+from cost_upstream import TTL, CostSteps, PricedUpstream, SummarizerUpstream, Tally  # noqa: E402  (this folder)
+from support.claude_code import run_claude, unavailable_reason  # noqa: E402
 from support.serve_process import ServeProcess  # noqa: E402
-from upstream import Reply, ScriptedUpstream, Text, ToolCall, text  # noqa: E402
-from upstream.recorded import RecordedRequest  # noqa: E402
-from upstream.scripts import offers_tool, seq_command  # noqa: E402
+from upstream.reactive import ReactiveStats, ReactiveSteps  # noqa: E402
 
 WINDOW = 200_000
 SDK_WINDOW = 400_000
-TTL = 300.0
 ANTHROPIC = {"input": 3.00, "read": 0.30, "write": 3.75, "output": 15.00}
 OPENAI = {"input": 1.25, "read": 0.125, "output": 10.00}
 SUMMARIZER = {"input": 0.80, "output": 4.00}
-STEP_MENTION = re.compile(r"step (\d+)", re.IGNORECASE)
-SUMMARY_ASK = re.compile(r"create a detailed summary of the conversation", re.IGNORECASE)
-
-
-def tool_results(messages: list[Any]) -> int:
-    """Tool results a request carries verbatim (OpenAI tool messages, Anthropic tool_result blocks): how
-    much of the recent work the model still sees whole."""
-    count = 0
-    for m in messages:
-        if m.get("role") == "tool":
-            count += 1
-        elif isinstance(m.get("content"), list):
-            count += sum(1 for b in m["content"] if isinstance(b, dict) and b.get("type") == "tool_result")
-    return count
-
-
-def digest(message: Any) -> str:
-    return hashlib.sha256(json.dumps(comparable(message), sort_keys=True).encode()).hexdigest()[:16]
-
-
-@dataclass
-class Tally:
-    """What the upstream billed for one run's main requests."""
-
-    requests: int = 0
-    prompt: int = 0
-    read: int = 0
-    write: int = 0
-    uncached: int = 0
-    output: int = 0
-    peak: int = 0
-    refused: int = 0
-    folds: int = 0
-    compactions: int = 0  # the client's own (Claude Code's summary requests)
-    steps_seen: list[int] = field(default_factory=list)  # tool results each request carried verbatim
-    _previous: list[str] = field(default_factory=list)
-
-    def shape(self, messages: list[Any]) -> None:
-        current = [digest(m) for m in messages]
-        if self._previous and current[: len(self._previous)] != self._previous:
-            self.folds += 1
-        self._previous = current
-
-
-class CostSteps:
-    """Bash ``steps`` times with ``lines`` numbers each, then a final text. The step count is the upstream's
-    own (the highest step answered so far, from the newest tool result's id when there is one), so neither a
-    compacting proxy nor Claude Code's own compaction moves it back. Claude Code's summary request (its own
-    compaction) gets a text summary; side requests get a short text."""
-
-    def __init__(self, run: str, steps: int, lines: int, tally: Tally, per_turn: int | None = None) -> None:
-        self.run, self.steps, self.lines, self.tally = run, steps, lines, tally
-        self.per_turn = per_turn  # the user's turn ends after this many steps (then a text answer)
-        self.done = 0
-        self._seen: set[str] = set()
-
-    def _last_text(self, request: RecordedRequest) -> str:
-        last = request.messages[-1] if request.messages else {}
-        content = last.get("content")
-        if isinstance(content, str):
-            return content
-        return " ".join(b.get("text", "") for b in content or [] if isinstance(b, dict))
-
-    def _answered(self, request: RecordedRequest) -> int:
-        """The step the request's newest tool result answers: from its id (Anthropic: ours), or one more
-        than before for an OpenAI tool message not seen yet (the wire names its calls itself)."""
-        last = request.messages[-1] if request.messages else {}
-        if last.get("role") == "tool":
-            call = str(last.get("tool_call_id"))
-            if call not in self._seen:
-                self._seen.add(call)
-                return self.done + 1
-            return self.done
-        for message in reversed(request.messages[-4:]):  # after its compaction Claude Code sends text last
-            blocks = message.get("content") if isinstance(message.get("content"), list) else []
-            ids = [b.get("tool_use_id", "") for b in blocks if isinstance(b, dict) and b.get("type") == "tool_result"]
-            found = re.fullmatch(rf"toolu_{self.run}_(\d+)", ids[-1]) if ids else None
-            if found:
-                return int(found.group(1))
-        return 0
-
-    def _after_result(self, request: RecordedRequest) -> bool:
-        """True when the request's last message carries a tool result (not the user's new turn)."""
-        last = request.messages[-1] if request.messages else {}
-        blocks = last.get("content") if isinstance(last.get("content"), list) else []
-        return any(isinstance(b, dict) and b.get("type") == "tool_result" for b in blocks)
-
-    def __call__(self, request: RecordedRequest) -> Reply:
-        if not offers_tool(request.body, "Bash"):
-            return text("Side request answered.")
-        if SUMMARY_ASK.search(self._last_text(request)):
-            self.tally.compactions += 1
-            return text(f"Summary: run {self.run}, steps 1-{self.done} done with the Bash tool; continue.")
-        self.done = max(self.done, self._answered(request))
-        n = self.done + 1
-        if self.per_turn and self.done % self.per_turn == 0 and self._after_result(request) and n <= self.steps:
-            return text(f"Run {self.run}: steps 1-{self.done} are done; say when to go on.")
-        if n > self.steps:
-            return text(f"Run {self.run}: all steps are done.")
-        command = {"command": seq_command(n, self.lines), "description": f"Print numbers (step {n})"}
-        return Reply((Text(f"Step {n}."), ToolCall("Bash", command, id=f"toolu_{self.run}_{n}")))
-
-
-class PricedUpstream(ScriptedUpstream):
-    """The scripted upstream, tallying the usage of every main request (bodies are not kept)."""
-
-    def __init__(self, tally: Tally, ttl: float = TTL, **options: Any) -> None:
-        super().__init__(keep=2, cache_ttl=ttl, min_cacheable=1024, openai_cache=True, **options)
-        self.tally = tally
-
-    def _too_long(self, record: RecordedRequest) -> str | None:
-        problem = super()._too_long(record)
-        if problem and offers_tool(record.body, "Bash"):
-            self.tally.refused += 1
-            self.tally.peak = max(self.tally.peak, record.refused_tokens or 0)
-        return problem
-
-    def _count(self, record: RecordedRequest, prompt: int, read: int, write: int, output: int) -> None:
-        if not offers_tool(record.body, "Bash"):
-            return
-        t = self.tally
-        t.requests += 1
-        t.prompt += prompt
-        t.read += read
-        t.write += write
-        t.uncached += prompt - read - write
-        t.output += output
-        t.peak = max(t.peak, prompt)
-        t.shape(record.body.get("messages") or [])
-        t.steps_seen.append(tool_results(record.body.get("messages") or []))
-
-    def _render_anthropic(self, record: RecordedRequest, reply: Reply) -> list[bytes]:
-        chunks = super()._render_anthropic(record, reply)
-        u = record.usage or {}
-        read, write = u.get("cache_read_input_tokens", 0), u.get("cache_creation_input_tokens", 0)
-        self._count(record, u.get("input_tokens", 0) + read + write, read, write, u.get("output_tokens", 0))
-        return chunks
-
-    def _render_openai(self, record: RecordedRequest, reply: Reply) -> list[bytes]:
-        chunks = super()._render_openai(record, reply)
-        u = record.usage or {}
-        cached = (u.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
-        self._count(record, u.get("prompt_tokens", 0), cached, 0, u.get("completion_tokens", 0))
-        return chunks
-
-
-class SummarizerUpstream(ScriptedUpstream):
-    """A model summarizer (OpenAI-compatible) that takes ``latency`` seconds per call; tallies its tokens."""
-
-    def __init__(self, latency: float) -> None:
-        super().__init__(self._answer, keep=2, latency=latency)
-        self.calls = 0
-        self.input_tokens = 0
-        self.output_tokens = 0
-
-    def _answer(self, request: RecordedRequest) -> Reply:
-        """Notes a model would write, in the sections the merge prompt asks for and naming the steps the
-        request shows (a fixed text failed the output checks, so every call fell back to the extractive
-        summary)."""
-        body = " ".join(str(m.get("content")) for m in request.messages)
-        steps = sorted({int(n) for n in STEP_MENTION.findall(body)})
-        latest = steps[-1] if steps else 0
-        return text(
-            "## Goal\n- Run the numbered steps with the Bash tool until they are done.\n\n"
-            f"## Work done\n- Steps {', '.join(map(str, steps)) or 'none yet'} ran with the Bash tool and printed "
-            "their numbers.\n\n"
-            f"## Findings\n- Step {latest} is the latest one run; its output was a list of numbers.\n\n"
-            f"## Next\n- Run step {latest + 1}.\n"
-        )
-
-    def _render_openai(self, record: RecordedRequest, reply: Reply) -> list[bytes]:
-        chunks = super()._render_openai(record, reply)
-        u = record.usage or {}
-        self.calls += 1
-        self.input_tokens += u.get("prompt_tokens", 0)
-        self.output_tokens += u.get("completion_tokens", 0)
-        return chunks
 
 
 @dataclass
@@ -248,6 +78,7 @@ class Row:
     summarizer_cost: float = 0.0
     summarizer_calls: int = 0
     prices: str = "anthropic"
+    agent: ReactiveStats | None = None  # the reactive agent's turns and re-fetches (its rows only)
 
     def cost(self) -> float:
         t = self.tally
@@ -317,7 +148,11 @@ def claude_row(task: str, steps: int, lines: int, route: str, work: Path) -> Row
     ttl = IDLE_TTL if idle else TTL
     upstream = PricedUpstream(tally, ttl=ttl, context_window=WINDOW, latency=1.0 if model else 0.0)
     per_turn = -(-steps // IDLE_TURNS) if idle else None
-    upstream.script = CostSteps(task.split("-")[0].replace("k", ""), steps, lines, tally, per_turn)
+    run_id = task.split("-")[0].replace("k", "")
+    agent = ReactiveSteps(f"r{run_id}", steps, lines) if task.endswith("-reactive") else None
+    upstream.script = agent or CostSteps(run_id, steps, lines, tally, per_turn)
+    # The reactive agent's re-fetches are turns too: the limit leaves room for two per step.
+    max_turns = 3 * steps + 20 if agent else (per_turn or steps) + 20
     summarizer = SummarizerUpstream(2.0) if model else None
     served: ServeProcess | None = None
     home = work / f"{task}-{route}"
@@ -338,7 +173,7 @@ def claude_row(task: str, steps: int, lines: int, route: str, work: Path) -> Row
                 "Run the numbered steps with the Bash tool until they are done.",
                 workdir=home / "work",
                 home=home / "claude",
-                max_turns=(per_turn or steps) + 20,
+                max_turns=max_turns,
                 timeout=3600,
             )
             for _ in range(IDLE_TURNS - 1 if idle else 0):
@@ -348,7 +183,7 @@ def claude_row(task: str, steps: int, lines: int, route: str, work: Path) -> Row
                     "Go on with the numbered steps.",
                     workdir=home / "work",
                     home=home / "claude",
-                    max_turns=(per_turn or steps) + 20,
+                    max_turns=max_turns,
                     continue_session=True,
                     timeout=3600,
                 )
@@ -358,6 +193,8 @@ def claude_row(task: str, steps: int, lines: int, route: str, work: Path) -> Row
             if summarizer is not None:
                 summarizer.close()
     row = Row(task, route, tally, time.monotonic() - started, run.ok)
+    if agent is not None:
+        row.agent, tally.compactions = agent.stats, agent.stats.compactions
     if summarizer is not None:
         row.summarizer_calls = summarizer.calls
         row.summarizer_cost = (
@@ -391,17 +228,47 @@ def sdk_loop(base_url: str, steps: int) -> bool:
     return False
 
 
-def sdk_rows(work: Path, routes: list[str], steps: int = 48) -> list[Row]:
-    """The SDK loop by each route. Direct runs once and is priced both ways; through the proxy, each price
-    preset is its own run with that preset configured, as a user on that model would (the proxy folds by
-    the prices it is told)."""
+def sdk_reactive_loop(base_url: str, steps: int) -> bool:
+    """The SDK loop with a real tool: each call's ``command`` runs in Bash and its stdout is the tool result,
+    so the reactive agent's keys reach the conversation only through what the command printed. Re-fetches
+    are turns: the loop allows two per step."""
+    import openai
+
+    client = openai.OpenAI(base_url=base_url, api_key="sk-bench", max_retries=0)
+    schema = {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}
+    tools = [{"type": "function", "function": {"name": "Bash", "parameters": schema}}]
+    messages: list[Any] = [
+        {"role": "system", "content": "You run shell steps. " + "Rules. " * 400},
+        {"role": "user", "content": "Run the numbered steps with the Bash tool until they are done."},
+    ]
+    for _ in range(3 * steps + 20):
+        reply = client.chat.completions.create(
+            model="gpt-bench", messages=messages, tools=tools, extra_headers={"x-session-id": "sdk-bench"}
+        )
+        message = reply.choices[0].message
+        messages.append(message.model_dump(exclude_none=True))
+        if not message.tool_calls:
+            return f"all {steps} steps are done" in (message.content or "")
+        call = message.tool_calls[0]
+        command = json.loads(call.function.arguments)["command"]  # type: ignore[union-attr]
+        ran = subprocess.run(["bash", "-c", command], capture_output=True, text=True, check=True, timeout=60)
+        messages.append({"role": "tool", "tool_call_id": call.id, "content": ran.stdout})
+    return False
+
+
+def sdk_rows(work: Path, routes: list[str], steps: int = 48, reactive: bool = False) -> list[Row]:
+    """The SDK loop by each route (``reactive``: the reactive agent, with its Bash tool run for real).
+    Direct runs once and is priced both ways; through the proxy, each price preset is its own run with that
+    preset configured, as a user on that model would (the proxy folds by the prices it is told)."""
     rows = []
+    task = "sdk-24k-reactive" if reactive else "sdk-24k"
     for route in routes:
         for prices in ("openai", "openai-write") if route != "direct" else (None,):
             tally = Tally()
             upstream = PricedUpstream(tally)
-            upstream.script = CostSteps("sdk", steps, 3000, tally)
-            home = work / f"sdk-{route}-{prices or 'direct'}"
+            agent = ReactiveSteps("sdk", steps, 3000) if reactive else None
+            upstream.script = agent or CostSteps("sdk", steps, 3000, tally)
+            home = work / f"{task}-{route}-{prices or 'direct'}"
             home.mkdir(parents=True)
             started = time.monotonic()
             with upstream:
@@ -413,13 +280,13 @@ def sdk_rows(work: Path, routes: list[str], steps: int = 48) -> list[Row]:
                     served = ServeProcess(home, *options, *args).start()
                     base = f"{served.base_url}/v1"
                 try:
-                    ok = sdk_loop(base, steps)
+                    ok = (sdk_reactive_loop if reactive else sdk_loop)(base, steps)
                 finally:
                     if served is not None:
                         stop(served)
             seconds = time.monotonic() - started
             for priced in (prices,) if prices else ("openai", "openai-write"):
-                rows.append(Row("sdk-24k", route, tally, seconds, ok, prices=priced))
+                rows.append(Row(task, route, tally, seconds, ok, prices=priced, agent=agent and agent.stats))
     return rows
 
 
@@ -468,6 +335,27 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def reactive_table(rows: list[Row]) -> str:
+    """The reactive agent's rows: its turns (model requests it answered) and re-fetches beside the cost, each
+    against the direct row of the same task and prices."""
+    head = "task | route | prices | steps | turns | turns x direct | re-fetches | of previous step | given up"
+    head += " | requests | peak % | CC compactions | folds | cost $ | x direct | ok | s"
+    direct = {(r.task, r.prices): r for r in rows if r.route == "direct"}
+    lines = [head, " | ".join("---" for _ in head.split(" | "))]
+    for r in rows:
+        t, a, base = r.tally, r.agent or ReactiveStats(), direct.get((r.task, r.prices))
+        window = SDK_WINDOW if r.task.startswith("sdk") else WINDOW
+        turns_x = f"{a.turns / base.agent.turns:.2f}" if base and base.agent and base.agent.turns else "-"
+        cells = [
+            r.task, r.route, r.prices, str(a.steps), str(a.turns), turns_x, str(a.refetches), str(a.previous),
+            str(a.given_up), str(t.requests), f"{100 * t.peak / window:.0f}", str(t.compactions), str(t.folds),
+            f"{r.cost():.2f}", f"{r.cost() / base.cost():.2f}" if base else "-", "yes" if r.ok else "NO",
+            f"{r.seconds:.0f}",
+        ]  # fmt: skip
+        lines.append(" | ".join(cells))
+    return "\n".join(lines)
+
+
 TASKS = {
     "24k": (50, 3000),
     "8k": (150, 1000),
@@ -475,9 +363,14 @@ TASKS = {
     "24k-idle": (50, 3000),
     "8k-idle": (150, 1000),
     "smoke-idle": (4, 3000),
+    "24k-reactive": (48, 3000),
+    "8k-reactive": (150, 1000),
+    "smoke-reactive": (10, 3000),
 }
+SDK_STEPS = 48
 ROUTES = ("direct", "serve", "serve-inline", "serve-model2s")  # and serve-tail3, on request
 IDLE_ROUTES = ("direct", "serve")
+REACTIVE_TASKS = ("24k-reactive", "8k-reactive")
 # The idle tasks: IDLE_TURNS user turns, IDLE_GAP seconds apart, against a cache that lives IDLE_TTL
 # seconds (upstream and proxy alike): the 5-minute TTL scaled down so the gaps take seconds, not minutes.
 IDLE_TURNS = 3
@@ -485,33 +378,55 @@ IDLE_TTL = 15.0
 IDLE_GAP = 20.0
 
 
+def claude_rows(tasks: list[str], routes_of: dict[str, str], work: Path) -> list[Row]:
+    """Claude Code's rows: each task by each of its routes (``routes_of``: by the task's kind)."""
+    missing = unavailable_reason()
+    if missing:
+        print(f"Claude Code rows skipped: {missing}")
+        return []
+    rows = []
+    for task in tasks:
+        steps, lines = TASKS[task]
+        for route in routes_of[task.split("-")[-1] if "-" in task else "plain"].split(","):
+            rows.append(claude_row(task, steps, lines, route, work))
+            print(f"  {task} {route}: ${rows[-1].cost():.2f} in {rows[-1].seconds:.0f} s", flush=True)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", default="claude,sdk", help="claude, sdk, or both (comma-separated)")
+    parser.add_argument("--rows", default="claude,sdk,reactive", help="claude, sdk, reactive (comma-separated)")
     parser.add_argument("--tasks", default="24k,8k,24k-idle,8k-idle")
     parser.add_argument("--routes", default=",".join(ROUTES), help="for the tasks without gaps (+ serve-tail3)")
     parser.add_argument("--idle-routes", default=",".join(IDLE_ROUTES), help="for the -idle tasks")
     parser.add_argument("--sdk-routes", default="direct,serve", help="direct, serve, serve-inline, serve-tail3")
+    parser.add_argument(
+        "--reactive-tasks", default=",".join(REACTIVE_TASKS), help="+ smoke-reactive; sdk: the SDK loop"
+    )
+    parser.add_argument("--reactive-routes", default="direct,serve", help="for Claude Code's reactive tasks")
+    parser.add_argument("--sdk-steps", type=int, default=SDK_STEPS, help="steps of the SDK loops")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, stores)")
     args = parser.parse_args()
+    chosen = set(args.rows.split(","))
     os.environ.setdefault("BENCH_SUMMARIZER_KEY", "sk-bench-summarizer")  # the scripted summarizer takes any key
     work = Path(tempfile.mkdtemp(prefix="bench-cost-"))
+    routes_of = {"plain": args.routes, "idle": args.idle_routes, "reactive": args.reactive_routes}
     rows: list[Row] = []
+    reactive: list[Row] = []
     try:
-        if "claude" in args.rows:
-            missing = unavailable_reason()
-            if missing:
-                print(f"Claude Code rows skipped: {missing}")
-            else:
-                for task in args.tasks.split(","):
-                    steps, lines = TASKS[task]
-                    routes = args.idle_routes if task.endswith("-idle") else args.routes
-                    for route in routes.split(","):
-                        rows.append(claude_row(task, steps, lines, route, work))
-                        print(f"  {task} {route}: ${rows[-1].cost():.2f} in {rows[-1].seconds:.0f} s", flush=True)
-        if "sdk" in args.rows:
-            rows += sdk_rows(work, args.sdk_routes.split(","))
-        print(table(rows))
+        if "claude" in chosen:
+            rows += claude_rows(args.tasks.split(","), routes_of, work)
+        if "sdk" in chosen:
+            rows += sdk_rows(work, args.sdk_routes.split(","), args.sdk_steps)
+        if "reactive" in chosen:
+            tasks = args.reactive_tasks.split(",")
+            reactive += claude_rows([t for t in tasks if t != "sdk"], routes_of, work)
+            if "sdk" in tasks:
+                reactive += sdk_rows(work, args.sdk_routes.split(","), args.sdk_steps, reactive=True)
+        if rows:
+            print(table(rows))
+        if reactive:
+            print(reactive_table(reactive))
     finally:
         if args.keep:
             print(f"work folder: {work}")

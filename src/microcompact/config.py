@@ -17,7 +17,7 @@ Keys follow Hermes Agent's names so its users find them where they expect::
                     api_key_env: OPENAI_API_KEY, timeout: 60}
     model:
       context_length: 200000
-    pricing:                 # the provider's cache prices (microcompact.pricing); unset: by the API
+    pricing:                 # the provider's cache prices (microcompact.bill.pricing); unset: by the API
       preset: anthropic      # anthropic | anthropic-1h | openai | openai-write | gpt-4o | none
       summarizer_input: 0.8  # any preset field may be overridden (dollars per million tokens)
 """
@@ -36,6 +36,7 @@ from pydantic import (
     field_validator,
 )
 
+from .bill.pricing import CachePricing
 from .config_sections import (
     LOCAL_TIMEOUT_SECONDS,
     PRESERVED_THINKING_FAMILIES,
@@ -49,7 +50,6 @@ from .config_sections import (
     ThinkingConfig,
     ThinkingMode,
 )
-from .pricing import CachePricing
 
 __all__ = [  # the sections' home is config_sections; they are read here as parts of a Config
     "LOCAL_TIMEOUT_SECONDS",

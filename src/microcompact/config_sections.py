@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationInfo, field_validator
 
-from .pricing import PRESETS, CachePricing, for_api
+from .bill.pricing import PRESETS, CachePricing, for_api
 
 # The summarizer's timeout when none is set: for an endpoint on this machine (CPU speeds), and elsewhere.
 LOCAL_TIMEOUT_SECONDS = 600.0
@@ -111,7 +111,7 @@ class ModelConfig(StrictSection):
 
 
 class PricingConfig(StrictSection):
-    """The provider's prices and cache rules (see :mod:`microcompact.pricing`): a preset, and any field of it
+    """The provider's prices and cache rules (see :mod:`microcompact.bill.pricing`): a preset, and any field of it
     overridden. Unset, the proxy takes the preset of the API a request speaks and a library ``Session`` knows
     no price (it schedules as before)."""
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from microcompact.cache_usage import CacheObservations
+from microcompact.bill.cache_usage import CacheObservations
 from microcompact.compare import policy_config
 from microcompact.config import parse_config
 from microcompact.micro.price import PricePolicy

@@ -158,7 +158,7 @@ def test_a_summarizer_that_cannot_keep_up_leaves_the_due_folds_lag_to_the_offlin
     assert after_marker(s) <= s.config.tail_min_messages() + 3
     assert s.batch.stats().compactions == 0
     policy = s.micro.policy
-    assert not policy.keeps_up(), "the summarizer was measured as slower than the session"  # type: ignore[attr-defined]
+    assert not policy.keeps_up(), "the summarizer was measured as slower than the session"
 
 
 def test_a_model_summarizer_not_timed_yet_is_never_sent_offline_on_its_prior():
@@ -184,10 +184,10 @@ def test_a_model_summarizer_not_timed_yet_is_never_sent_offline_on_its_prior():
             s.before_request()
             s.record_usage(s.tokens)
             step(s, n)
-        assert policy.speed() * policy._growth() > policy._interval() > 0  # type: ignore[attr-defined]
-        assert policy.seconds_per_token is None and policy.keeps_up()  # type: ignore[attr-defined]
-        policy.fold_timed(60.0, 1_000)  # type: ignore[attr-defined]
-        assert not policy.keeps_up(), "once timed as slow, it cannot keep up"  # type: ignore[attr-defined]
+        assert policy.speed() * policy._growth() > policy._interval() > 0
+        assert policy.seconds_per_token is None and policy.keeps_up()
+        policy.fold_timed(60.0, 1_000)
+        assert not policy.keeps_up(), "once timed as slow, it cannot keep up"
     finally:
         notes.gate.set()
         s.close()

@@ -55,6 +55,9 @@ OTHER_ROUTES: list[tuple[str, str, Any, str | None]] = [
     ("GET", "/v1/models", None, "openai"),  # shared: a bearer alone is OpenAI's
     ("GET", "/models", None, "openai"),
     ("GET", "/v1/models/gemini-x", None, "openai"),  # no ":method": OpenAI's model lookup
+    ("GET", "/v1/models/ft:gpt-4o-mini:acme::AbC123", None, "openai"),  # a colon is no Gemini method
+    ("DELETE", "/v1/models/ft:gpt-4o-mini:acme::AbC123", None, "openai"),
+    ("DELETE", "/models/ft%3Agpt-4o-mini%3Aacme%3A%3AAbC123", None, "openai"),
     ("GET", "/v1/files", None, "openai"),
     ("POST", "/v1/messages", MESSAGES, "anthropic"),  # Anthropic takes OAuth bearers too
     ("POST", "/v1/messages/count_tokens", MESSAGES, "anthropic"),

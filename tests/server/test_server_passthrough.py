@@ -98,3 +98,22 @@ def test_upstream_bodies_come_uncompressed_so_usage_can_be_read(tmp_path: Path) 
         proxy.settle()
         [session] = proxy.router.sessions()
         assert session.counter.overhead != 0, "the JSON body's usage calibrated the session"
+
+
+def test_every_answer_carries_each_header_once(upstream: ScriptedUpstream, proxy: ProxyServer) -> None:
+    """The upstream writes Date and Server and so does the proxy's HTTP server: a client reads one of each
+    (issue 28), on a compacted route, a stream, a passthrough and the proxy's own answers."""
+    chat = {"model": "m", "messages": USER}
+    answers = [
+        httpx.post(f"{proxy.base_url}/v1/chat/completions", json=chat, timeout=10),
+        httpx.post(f"{proxy.base_url}/v1/chat/completions", json={**chat, "stream": True}, timeout=10),
+        httpx.get(f"{proxy.base_url}/v1/models", headers={"authorization": "Bearer k"}, timeout=10),
+        httpx.get(f"{proxy.base_url}/healthz", timeout=10),
+        httpx.get(f"{proxy.base_url}/v1/nowhere", timeout=10),
+    ]
+    for answer in answers:
+        names = [name.lower() for name, _ in answer.headers.multi_items()]
+        assert answer.status_code in (200, 404), answer.text
+        assert {"date", "server"} <= set(names), names
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        assert repeated == [], f"{answer.request.url.path}: {repeated} more than once"

@@ -32,6 +32,7 @@ CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 RESPONSES = {"model": "m", "input": "hi"}
 MESSAGES = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
 CONTENTS = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+FT_MODEL = "ft:gpt-4o-mini-2024-07-18:acme-org::AbC123xy"
 
 
 class Upstreams:
@@ -96,6 +97,14 @@ ROUTES: list[tuple[str, str, dict[str, str], Any, str | None, str]] = [
     ("GET", "/v1/models", ANTHROPIC, None, "anthropic", "/v1/models"),
     ("GET", "/v1/models/claude-x", {"x-api-key": ANTHROPIC_KEY}, None, "anthropic", "/v1/models/claude-x"),
     ("GET", "/v1/files", ANTHROPIC, None, "anthropic", "/v1/files"),
+    # OpenAI's fine-tuned model ids hold colons: the path's API decides, never a colon (issue 28)
+    ("GET", f"/v1/models/{FT_MODEL}", BEARER, None, "openai", f"/v1/models/{FT_MODEL}"),
+    ("DELETE", f"/v1/models/{FT_MODEL}", BEARER, None, "openai", f"/v1/models/{FT_MODEL}"),
+    ("GET", f"/models/{FT_MODEL}", BEARER, None, "openai", f"/v1/models/{FT_MODEL}"),
+    ("DELETE", f"/models/{FT_MODEL}", BEARER, None, "openai", f"/v1/models/{FT_MODEL}"),
+    ("GET", f"/v1/models/{FT_MODEL.replace(':', '%3A')}", BEARER, None, "openai", f"/v1/models/{FT_MODEL}"),
+    ("DELETE", f"/v1/models/{FT_MODEL.replace(':', '%3A')}", BEARER, None, "openai", f"/v1/models/{FT_MODEL}"),
+    ("GET", "/v1/models/ft:claude-x:custom", ANTHROPIC, None, "anthropic", "/v1/models/ft:claude-x:custom"),
     ("POST", "/v1/complete", ANTHROPIC, {}, "anthropic", "/v1/complete"),
     (
         "POST",

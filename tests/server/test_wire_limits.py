@@ -180,7 +180,7 @@ def test_an_upstream_that_never_accepts_gets_a_504_naming_the_option(tight: Serv
     assert "could not be reached within 1 s" in message and "--upstream-connect-timeout" in message
 
 
-def test_at_the_connection_cap_busy_connections_stay_and_a_new_one_gets_a_503(
+def test_at_the_connection_cap_busy_connections_stay_a_new_one_gets_a_503_and_healthz_answers(
     hanging: HangingUpstream, tmp_path: Path
 ) -> None:
     options = ["--db", str(tmp_path / "s.db"), "--max-connections", "4", "--openai-upstream", f"{hanging.base_url}/v1"]
@@ -189,15 +189,13 @@ def test_at_the_connection_cap_busy_connections_stay_and_a_new_one_gets_a_503(
     busy = [raw_request(served.port, "POST", "/v1/chat/completions", json.dumps(CHAT).encode(), JSON) for _ in range(4)]
     try:
         assert wait_for(lambda: hanging.accepted - before >= 4, timeout=60)  # all four wait on the upstream
-        extra = socket.create_connection(("127.0.0.1", served.port), timeout=30)
-        try:
-            extra.sendall(request_head("GET", "/healthz", served.port))
-            status, headers, body = read_response(extra)
-        finally:
-            extra.close()
+        status, headers, body = _one_request(served.port, "GET", "/metrics")
         assert status == 503 and headers["connection"] == "close"
         error = json.loads(body)["error"]
         assert error["code"] == "too_many_connections" and "all 4 connections" in error["message"]
+        # a health check still answers: a cap full of slow clients is load, not failure (issue 28)
+        status, headers, body = _one_request(served.port, "GET", "/healthz")
+        assert (status, body, headers["connection"]) == (200, b"ok\n", "close")
         assert not any(closed_by_peer(sock) for sock in busy)  # a request in flight is never dropped for it
     finally:
         for sock in busy:
@@ -205,6 +203,15 @@ def test_at_the_connection_cap_busy_connections_stay_and_a_new_one_gets_a_503(
     # once they left, their places (and upstream connections) are free again
     assert wait_for(lambda: httpx.get(f"{served.base_url}/healthz", timeout=30).status_code == 200, timeout=60)
     served.kill()
+
+
+def _one_request(port: int, method: str, path: str) -> tuple[int, dict[str, str], bytes]:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    try:
+        sock.sendall(request_head(method, path, port))
+        return read_response(sock)
+    finally:
+        sock.close()
 
 
 def test_at_the_cap_a_new_connection_closes_a_stalled_one(tmp_path: Path) -> None:

@@ -10,10 +10,9 @@ Routes (:mod:`.routes` holds the table; each path is matched to exactly one API,
   array; ``/v1alpha/...`` and ``/v1/...`` too): compacted the same way; ``:countTokens`` forwarded with the
   compacted view;
 - ``GET /healthz`` and ``GET /metrics`` (Prometheus text);
-- the rest of each provider's API (models, files, ``/v1/responses/{id}``, Gemini's ``/v1beta/...`` and
-  ``/upload/...``, ...): passed through to that provider's upstream, with only that provider's credential
-  headers;
-- any other path: 404, forwarded nowhere.
+- the rest of each provider's API (models, files, ``/v1/responses/{id}``, Gemini's ``/v1beta/...``, ...):
+  passed through to that provider's upstream, with only that provider's credential headers;
+- any other path: 404, forwarded nowhere; a request that came back to this proxy (:mod:`.hops`): 508.
 
 Every answer carries ``X-Microcompact-Mode``: ``compacted`` (the conversation is held and its compacted
 view forwarded) or ``passthrough; reason=...`` (forwarded as it came, or refused, and why).
@@ -44,7 +43,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route as Path
 
-from ..cache_usage import UsageReport
+from ..bill.cache_usage import UsageReport
 from ..router import SessionRouter
 from .anthropic_format import AnthropicFormat
 from .compaction import Compaction, Prepared
@@ -52,6 +51,7 @@ from .errors import BadRequest, error_response
 from .forward import Passthrough, unless_client_leaves, upstream_failure, upstream_headers
 from .gc_pace import CollectionPacing
 from .gemini_format import GeminiFormat
+from .hops import Hops
 from .limits import BodyLimit, Limits, parse_json
 from .metrics import Metrics
 from .openai_format import OpenAIFormat
@@ -137,6 +137,7 @@ class Proxy:
         self.metrics = metrics or Metrics()
         self.compaction = Compaction(router, self.metrics)
         self.thinking = ThinkingGuard(router.config.thinking, self.metrics)
+        self.hops = Hops()
         self.keys = SessionKeys(None if settings.share_sessions_across_keys else load_salt(settings.salt_file))
         self.client: httpx.AsyncClient | None = None
         self._follow_ups: set[asyncio.Task[None]] = set()
@@ -212,7 +213,11 @@ class Proxy:
             FORWARD: self.passthrough,
             UNKNOWN: self.unknown_route,
         }
-        return await endpoints[route_of(request).kind](request)
+        route = route_of(request)
+        if (loop := self.hops.refusal(request.headers, route.api)) is not None:
+            log.warning("Proxy: refused %s %s: %s", request.method, request.url.path, loop)
+            return self._answer(route.api or "none", 508, loop)
+        return await endpoints[route.kind](request)
 
     async def chat_completions(self, request: Request) -> Response:
         return await self._generate(request, OPENAI)
@@ -320,7 +325,8 @@ class Proxy:
         content = plan.first.content
         headers = self._report(prepared, len(raw), len(content))
         headers.update(self._mode_of(provider, prepared))
-        return await self._forward(request, provider, content, started, prepared, headers, plan)
+        ratio = _full_ratio(len(raw), len(content))
+        return await self._forward(request, provider, content, started, prepared, headers, plan, ratio)
 
     def _engine_step(self, request: Request, provider: Provider, raw: bytes) -> _Aside | tuple[Prepared, ThinkingPlan]:
         """On a worker thread, in one hand-off (each hand-off waits for a thread to be scheduled, which on a
@@ -382,28 +388,11 @@ class Proxy:
             self.metrics.degrade(prepared.degraded)
         self.metrics.passes_done(prepared.outcomes)
         self.metrics.compacted(prepared.occupancy_pct, saved)
-        headers.update(self._cost_headers(prepared, sent_by_client, forwarded))
-        return headers
-
-    def _cost_headers(self, prepared: Prepared, sent_by_client: int, forwarded: int) -> dict[str, str]:
-        """What the provider's cache did for the session so far (as its responses reported, up to the
-        previous one: this response's figures come after its headers), and its cost against not
-        compacting, in dollars."""
-        session = prepared.session
-        if session is None:
-            return {}
-        prepared.full_ratio = sent_by_client / forwarded if forwarded > 0 else 1.0
-        headers = {
-            "x-microcompact-cache-read": str(session.cache.cache_read_total),
-            "x-microcompact-cache-write": str(session.cache.cache_write_total),
-            "x-microcompact-folds": str(session.cache.folds + int(prepared.folded)),
-        }
-        bill = self.compaction.bills.get(session.session_id)
-        if bill is not None:
-            headers["x-microcompact-cost"] = f"{bill.spent:.6f}"
-            headers["x-microcompact-cost-uncompacted"] = f"{bill.uncompacted:.6f}"
-        if prepared.folded:
-            self.metrics.fold()
+        if prepared.session is not None:
+            bills = self.compaction.bills
+            headers.update(bills.headers(prepared.session.session_id, prepared.session.cache_totals(), prepared.folded))
+            if prepared.folded:
+                self.metrics.fold()
         return headers
 
     # ------------------------------------------------------------------ forwarding
@@ -417,11 +406,14 @@ class Proxy:
         prepared: Prepared | None,
         headers: dict[str, str],
         plan: ThinkingPlan | None = None,
+        full_ratio: float = 1.0,
     ) -> Response:
+        """``full_ratio``: the client's request over the forwarded one, in bytes (what the bill scales the
+        reported prompt by for the uncompacted counterfactual)."""
         assert self.client is not None, "the app's lifespan did not run"
         route = route_of(request)
         url = upstream_url(self.settings, route, request.url.query)
-        sent = upstream_headers(request.headers.items(), route.api)
+        sent = self.hops.forwarded(request.headers, upstream_headers(request.headers.items(), route.api))
         outgoing = httpx.Request(
             request.method, url, headers=plan.upstream_headers(sent) if plan else sent, content=content
         )
@@ -454,7 +446,7 @@ class Proxy:
                 if ok:  # the prefix of the conversation's next summary request (summarizer: upstream)
                     remember_for_summary(prepared, response.request, self.compaction.bills)
                 self.metrics.cache_usage(usage)
-                self._follow_up(prepared, prompt_tokens, usage)
+                self._follow_up(prepared, prompt_tokens, usage, full_ratio)
 
         return Passthrough(response, tap, headers, done)
 
@@ -496,9 +488,11 @@ class Proxy:
         plan.answered(response.status_code)
         return response
 
-    def _follow_up(self, prepared: Prepared, prompt_tokens: int | None, usage: UsageReport | None = None) -> None:
+    def _follow_up(
+        self, prepared: Prepared, prompt_tokens: int | None, usage: UsageReport | None = None, full_ratio: float = 1.0
+    ) -> None:
         """Queue the request's after-work at once, and run it on a worker thread, not awaited."""
-        self.compaction.answered(prepared, prompt_tokens, usage)
+        self.compaction.answered(prepared, prompt_tokens, usage, full_ratio)
         task = asyncio.get_running_loop().create_task(anyio.to_thread.run_sync(self._after, prepared.key))
         self._follow_ups.add(task)
         task.add_done_callback(self._follow_ups.discard)
@@ -530,7 +524,7 @@ class Proxy:
         request went nowhere (a bad request, a missing proxy key, a failure of the proxy)."""
         self.metrics.request(api, status)
         if headers is None or MODE_HEADER not in headers:
-            reason = {400: "invalid_request", 401: "proxy_key"}.get(status, "proxy_error")
+            reason = {400: "invalid_request", 401: "proxy_key", 508: "loop"}.get(status, "proxy_error")
             self.metrics.mode(api, "passthrough", reason)
             headers = {**(headers or {}), MODE_HEADER: mode(reason)}
         return error_response(api, status, message, headers)
@@ -573,6 +567,11 @@ def _conversation_hint(request: Request, body: dict[str, Any]) -> str:
             return f"conversation {request.headers[name][:200]}"
     cache_key = body.get("prompt_cache_key")
     return f"conversation {cache_key[:200]}" if isinstance(cache_key, str) and cache_key else ""
+
+
+def _full_ratio(sent_by_client: int, forwarded: int) -> float:
+    """The client's request over the forwarded one, in bytes (1 when nothing was forwarded)."""
+    return sent_by_client / forwarded if forwarded > 0 else 1.0
 
 
 def _tokens_saved(counted_tokens: int, sent_by_client: int, forwarded: int) -> int:

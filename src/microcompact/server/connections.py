@@ -5,10 +5,12 @@ are open: 1,100 stalled connections under the common 1,024-file limit leave the 
 (``/healthz`` times out, "Too many open files" on stderr). :func:`guarded_protocol` is that protocol with
 both: at the cap, a new connection closes the oldest one without a request in flight (one that never
 completed a request first, so a client's idle keep-alive connection goes last), or, when every connection
-is busy, gets a 503 itself; a connection whose headers are not complete within the header timeout (from
-opening, or from its previous answer) is closed. The listening socket (:class:`GuardedListener`) accepts
-while at most ACCEPT_SLACK accepted connections wait to be admitted: asyncio would otherwise accept up to
-its backlog in one go, file descriptors the cap has not seen yet.
+is busy, gets a 503 itself, unless its request line is ``GET /healthz`` (a health check answers whenever
+the process does: a cap full of slow clients is load, not failure); a connection whose headers are not
+complete within the header timeout (from opening, or from its previous answer) is closed. The listening
+socket (:class:`GuardedListener`) accepts while at most ACCEPT_SLACK accepted connections wait to be
+admitted: asyncio would otherwise accept up to its backlog in one go, file descriptors the cap has not seen
+yet.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ from .errors import error_body
 from .limits import FD_RESERVE, MAX_FILE_LIMIT
 
 ACCEPT_SLACK = 16  # accepted connections at most waiting for admission (and as many closing after an eviction)
+# At the cap, the bytes of a refused connection read for its request line: enough for ``GET /healthz``.
+REQUEST_LINE_BYTES = 256
+HEALTH_LINES = (b"GET /healthz ", b"HEAD /healthz ", b"GET /healthz?", b"HEAD /healthz?")
 
 log = logging.getLogger("microcompact")
 LOG_EVERY_SECONDS = 60.0  # the cap being reached is logged at most this often
@@ -64,6 +69,7 @@ class ConnectionGuard:
         self.refused = 0
         self.timed_out = 0
         self.pending = 0  # accepted by the listener, not yet admitted or refused
+        self.waiting = 0  # refused at the cap, their request line read to answer a health check
         self._logged_at = -LOG_EVERY_SECONDS
 
     def admit(self, connection: GuardedH11Protocol) -> bool:
@@ -119,6 +125,16 @@ class GuardedListener(socket.socket):
         return accepted
 
 
+def _health_answer(head_only: bool) -> bytes:
+    """``/healthz``'s answer, written by the protocol itself for a connection over the cap."""
+    body = b"ok\n"
+    head = (
+        "HTTP/1.1 200 OK\r\ncontent-type: text/plain; charset=utf-8\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    )
+    return head.encode("ascii") + (b"" if head_only else body)
+
+
 def _busy_answer(cap: int) -> bytes:
     body = orjson.dumps(
         error_body(None, 503, f"microcompact: all {cap} connections of this proxy are busy; retry shortly")
@@ -140,24 +156,48 @@ class GuardedH11Protocol(H11Protocol):
         self.admitted = False
         self.served = 0
         self._header_timer: asyncio.TimerHandle | None = None
+        self._refused: bytearray | None = None  # over the cap: its request line so far
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        if not self.guard.admit(self):
-            transport.write(_busy_answer(self.guard.cap))
-            transport.close()
-            return
-        self.admitted = True
-        self._arm_header_timer()
+        if self.guard.admit(self):
+            self.admitted = True
+            self._arm_header_timer()
+        elif self.guard.waiting < ACCEPT_SLACK:
+            self.guard.waiting += 1
+            self._refused = bytearray()  # answered by its request line: a health check, or the 503
+            self._header_timer = self.loop.call_later(self.guard.header_timeout, self._refuse)
+        else:
+            self._refuse()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_header_timer()
+        if self._refused is not None:
+            self._refused = None
+            self.guard.waiting -= 1
         self.guard.gone(self)
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         if self.admitted:
             super().data_received(data)
+        elif self._refused is not None and not self.transport.is_closing():
+            self._refused += data[: REQUEST_LINE_BYTES - len(self._refused)]
+            if b"\n" in self._refused or len(self._refused) >= REQUEST_LINE_BYTES:
+                line = bytes(self._refused)
+                if line.startswith(HEALTH_LINES):
+                    self._answer(_health_answer(head_only=line.startswith(b"HEAD")))
+                else:
+                    self._refuse()
+
+    def _refuse(self) -> None:
+        self._answer(_busy_answer(self.guard.cap))
+
+    def _answer(self, answer: bytes) -> None:
+        self._disarm_header_timer()
+        if not self.transport.is_closing():
+            self.transport.write(answer)
+            self.transport.close()
 
     def handle_events(self) -> None:
         super().handle_events()

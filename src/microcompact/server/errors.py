@@ -33,7 +33,11 @@ GEMINI_STATUS = {
 }
 # No provider (a path of no known API, a connection refused before its request was read): a shape whose
 # ``error.message`` every SDK reads.
-NEUTRAL = {404: ("not_found_error", "unknown_route"), 503: ("overloaded_error", "too_many_connections")}
+NEUTRAL = {
+    404: ("not_found_error", "unknown_route"),
+    503: ("overloaded_error", "too_many_connections"),
+    508: ("api_error", "loop_detected"),
+}
 
 
 class BadRequest(ValueError):

@@ -1,12 +1,13 @@
 """Sending a request upstream and its response back to the client, byte for byte as it arrives.
 
 Headers go both ways unchanged except hop-by-hop ones, ``host``, lengths (recomputed), and the proxy's own
-(``X-Microcompact-*``, never forwarded). ``accept-encoding`` is sent upstream as ``identity`` so the bytes
-passed back are the ones whose usage can be read on the side. Credentials go only to the provider they are
-for: toward one provider, the other providers' credential headers (``routes.CREDENTIALS``: a Google
-``x-goog-api-key``, an Anthropic ``x-api-key``, OpenAI's organization headers) are dropped, and its own
-(``authorization`` too: Anthropic takes OAuth tokens there) are forwarded and nothing else is done with
-them: never stored, never logged.
+(``X-Microcompact-*``, never forwarded); the upstream's ``Date`` and ``Server`` are replaced by the ones the
+proxy's HTTP server writes on every answer (a client would otherwise read each twice). ``accept-encoding`` is
+sent upstream as ``identity`` so the bytes passed back are the ones whose usage can be read on the side.
+Credentials go only to the provider they are for: toward one provider, the other providers' credential headers
+(``routes.CREDENTIALS``: a Google ``x-goog-api-key``, an Anthropic ``x-api-key``, OpenAI's organization
+headers) are dropped, and its own (``authorization`` too: Anthropic takes OAuth tokens there) are forwarded
+and nothing else is done with them: never stored, never logged.
 
 The response is an ASGI app of its own: each chunk is written to the client as soon as it comes from
 upstream; an upstream that breaks mid-body leaves the client's response broken the same way (the
@@ -48,6 +49,8 @@ HOP_BY_HOP = frozenset(
     }
 )
 OWN_PREFIX = "x-microcompact-"
+# Written by the proxy's own HTTP server (uvicorn) on every answer it sends.
+SERVER_WRITTEN = frozenset({"date", "server"})
 
 
 def _hop_by_hop(headers: list[tuple[str, str]]) -> frozenset[str]:
@@ -73,8 +76,9 @@ def upstream_headers(headers: Iterable[tuple[str, str]], api: str | None = None)
 
 
 def client_headers(headers: Iterable[tuple[str, str]], extra: dict[str, str]) -> list[tuple[bytes, bytes]]:
+    """The upstream's response headers to send the client, plus ``extra`` (the proxy's own)."""
     items = list(headers)
-    dropped = _hop_by_hop(items)
+    dropped = _hop_by_hop(items) | SERVER_WRITTEN
     out = [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in items if n.lower() not in dropped]
     out += [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in extra.items()]
     return out

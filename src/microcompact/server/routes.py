@@ -5,7 +5,9 @@ A path is matched with or without its ``/v1`` (an OpenAI client whose base URL l
 ``/chat/completions``). The first segment after ``/v1`` names a provider's resource; a resource only one
 provider has goes to that provider, a shared one (``models``, ``files``) to the provider whose credential
 header the request carries. Gemini's routes (``/v1beta/...``, ``/v1alpha/...``, ``/upload/...``,
-``/v1/models/M:method``, a Google key on a shared resource) go to the Gemini upstream with their full path;
+``/v1/models/M:method`` for one of Gemini's model methods, a Google key on a shared resource) go to the Gemini
+upstream with their full path (a colon alone says nothing: OpenAI's fine-tuned model ids hold colons,
+``ft:BASE:ORG::ID``, and ``GET /v1/models/ft:...`` is OpenAI's);
 ``models/M:generateContent`` and ``:streamGenerateContent`` are compacted, ``:countTokens`` counts the
 compacted view. Anything else is refused here, so no request (and no key) reaches an upstream it was not
 meant for.
@@ -55,6 +57,29 @@ SHARED_RESOURCES = OPENAI_RESOURCES & ANTHROPIC_RESOURCES
 GEMINI_VERSIONS = frozenset({"v1beta", "v1alpha"})
 # The versions whose models/M:method Gemini answers (google-genai 3 defaults to /v1/models/M:method).
 GEMINI_MODEL_VERSIONS = GEMINI_VERSIONS | {"v1"}
+# Gemini's model methods (``models/M:method``), as its REST reference names them: on ``/v1``, which OpenAI's
+# and Anthropic's model routes share, only these (or a Google credential) make a ``M:X`` path Gemini's.
+GEMINI_MODEL_METHODS = frozenset(
+    {
+        "asyncBatchEmbedContent",
+        "batchEmbedContents",
+        "batchEmbedText",
+        "batchGenerateContent",
+        "computeTokens",
+        "countMessageTokens",
+        "countTextTokens",
+        "countTokens",
+        "embedContent",
+        "embedText",
+        "generateAnswer",
+        "generateContent",
+        "generateMessage",
+        "generateText",
+        "predict",
+        "predictLongRunning",
+        "streamGenerateContent",
+    }
+)
 GEMINI_COMPACTED = {
     "generateContent": GENERATE_CONTENT,
     "streamGenerateContent": GENERATE_CONTENT,
@@ -92,21 +117,29 @@ def _by_credentials(headers: Mapping[str, str], query: str) -> str:
     bearer key when no other provider's header is there)."""
     if "anthropic-version" in headers or "x-api-key" in headers:
         return ANTHROPIC
-    if "x-goog-api-key" in headers or _has_key_param(query):
+    if _google_credential(headers, query):
         return GEMINI
     return OPENAI
+
+
+def _google_credential(headers: Mapping[str, str], query: str) -> bool:
+    return "x-goog-api-key" in headers or _has_key_param(query)
 
 
 def _has_key_param(query: str) -> bool:
     return any(pair.split("=", 1)[0] == "key" for pair in query.split("&") if pair)
 
 
-def _is_gemini(path: str, rest: str) -> bool:
-    """Gemini's API: ``/v1beta/...``, ``/upload/v1beta/...``, and ``/v1/models/M:method``."""
+def _is_gemini(path: str, rest: str, headers: Mapping[str, str], query: str) -> bool:
+    """Gemini's API: ``/v1beta/...``, ``/upload/v1beta/...``, and ``/v1/models/M:method`` where the method is
+    one of Gemini's, or where a Google credential (and no Anthropic one) says whose ``M:X`` it is."""
     first = path.lstrip("/").split("/", 1)[0]
     if first in GEMINI_VERSIONS or path.startswith("/upload/"):
         return True
-    return rest.startswith("/models/") and ":" in rest.rsplit("/", 1)[-1]
+    last = rest.rsplit("/", 1)[-1]
+    if not rest.startswith("/models/") or ":" not in last:
+        return False
+    return last.rpartition(":")[2] in GEMINI_MODEL_METHODS or _by_credentials(headers, query) == GEMINI
 
 
 def model_method(path: str) -> tuple[str, str] | None:
@@ -129,7 +162,7 @@ def _gemini(method: str, path: str) -> Route:
 def match(method: str, path: str, headers: Mapping[str, str], query: str = "") -> Route:
     """The route of ``method path`` (headers with lower-case names, as Starlette gives them)."""
     rest = path[3:] if path.startswith("/v1/") else path
-    if _is_gemini(path, rest):
+    if _is_gemini(path, rest, headers, query):
         return _gemini(method, path)
     resource = rest.lstrip("/").split("/", 1)[0]
     if method == "POST" and rest in COMPACTED:
@@ -168,7 +201,7 @@ def served() -> list[str]:
         "?key=: Gemini; else OpenAI)",
         "POST /v1beta/models/M:generateContent, :streamGenerateContent (also /v1alpha, /v1)  Gemini, compacted "
         "(:countTokens: the compacted view)",
-        "/v1beta/..., /v1alpha/..., /upload/..., /v1/models/M:method  forwarded to Gemini",
+        "/v1beta/..., /v1alpha/..., /upload/..., /v1/models/M:method (Gemini's methods)  forwarded to Gemini",
         "GET /healthz, GET /metrics; any other path: 404, forwarded nowhere",
     ]
 

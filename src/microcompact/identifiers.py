@@ -1,0 +1,129 @@
+"""Distinctive identifiers in text: the names, paths, ids and numbers an agent carries from step to step.
+
+One rule for everything that asks "is what the agent works with still in front of it?": the recall
+measure (``bench/recall.py``), the fold's in-use rule and the marker's ledger all read identifiers
+through this module, so they agree on what counts.
+
+**The identifier rule.** Text is cut into *tokens*: runs of letters, digits and ``_ . / - : @ # $ ~``
+that start with a letter, a digit or one of ``_ ~ $ @ #`` (so ``/etc/hosts`` reads as ``etc/hosts``),
+trimmed of trailing ``. , : ; - /``. A token of at least :data:`MIN_LENGTH` characters is an identifier
+when it is one of:
+
+- a **path**: it holds a ``/`` and a letter (``src/app/session.py``, ``/etc/hosts``, ``end_session/2``);
+- a **dotted name**: word characters on both sides of a ``.``, with a letter (``session.py``,
+  ``os.path.join``, ``v1.2.3-rc``);
+- a **snake name**: an ``_`` between word characters, with a letter (``end_session``, ``MAX_TOKENS``);
+- a **camel name**: a lower-case letter followed by an upper-case one (``commitEvent``,
+  ``ActiveSessionRegistry``);
+- a **hex id**: 7 or more hex digits with at least one digit and one letter ``a-f`` (``6e3cdee``);
+- a **number** of 4 or more digits (``40213``; a number inside a longer token counts as the token).
+
+A path's components and a ``name:line`` token's name are identifiers of their own too, when they pass
+the rule by themselves (an agent says ``session.py`` of ``src/app/session.py``, ``end_session`` of
+``end_session/2``). Plain words (``Session``, ``request``), flags (``--verbose``)
+and short tokens are not identifiers: they are everywhere and carry nothing a later step could lose.
+
+**Where it is read.** :func:`message_identifiers` reads a message's content and, for an assistant
+message, the *values* of its tool calls' arguments (not their names or keys: ``file_path`` is the tool's
+vocabulary, the path in it is the agent's).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from .render import content_text
+
+MIN_LENGTH = 5
+
+_TOKEN = re.compile(r"[A-Za-z0-9_~$@#][A-Za-z0-9_./\-:@#$~]*")
+_TRIM = ".,:;-/"
+_HEX = re.compile(r"[0-9a-fA-F]{7,}")
+_HAS_LETTER = re.compile(r"[A-Za-z]")
+_HAS_DIGIT = re.compile(r"[0-9]")
+_DOTTED = re.compile(r"\w\.\w")
+_SNAKE = re.compile(r"[A-Za-z0-9]_[A-Za-z0-9]")
+_CAMEL = re.compile(r"[a-z][A-Z]")
+_NUMBER = re.compile(r"[0-9]{4,}")
+_LINE_SUFFIX = re.compile(r"^(.*?)(?::[0-9]+)+$")
+
+
+def is_identifier(token: str) -> bool:
+    """Whether one trimmed token is distinctive by the rule above."""
+    if len(token) < MIN_LENGTH:
+        return False
+    letter = _HAS_LETTER.search(token) is not None
+    if "/" in token and letter:
+        return True
+    if letter and (_DOTTED.search(token) or _SNAKE.search(token)):
+        return True
+    if _CAMEL.search(token):
+        return True
+    if _HEX.fullmatch(token) and _HAS_DIGIT.search(token) and re.search(r"[a-fA-F]", token):
+        return True
+    return _NUMBER.fullmatch(token) is not None
+
+
+def _candidates(token: str) -> Iterator[str]:
+    """The token, its name without a ``:line`` suffix, and a path's components."""
+    yield token
+    stripped = _LINE_SUFFIX.match(token)
+    if stripped:
+        token = stripped.group(1).rstrip(_TRIM)
+        yield token
+    if "/" in token:
+        yield from token.split("/")
+
+
+def identifiers(text: str) -> set[str]:
+    """Every identifier in ``text`` (see the module docstring)."""
+    found: set[str] = set()
+    for match in _TOKEN.finditer(text):
+        token = match.group().rstrip(_TRIM)
+        for candidate in _candidates(token):
+            if is_identifier(candidate):
+                found.add(candidate)
+    return found
+
+
+def argument_values(arguments: Any) -> Iterator[str]:
+    """The string and number values of a tool call's arguments (JSON text or an object), keys left out;
+    text that is not JSON is one value."""
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            yield arguments
+            return
+    stack: list[Any] = [arguments]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, Mapping):
+            stack.extend(value.values())
+        elif isinstance(value, list | tuple):
+            stack.extend(value)
+        elif isinstance(value, str):
+            yield value
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            yield str(value)
+
+
+def message_identifiers(message: Mapping[str, Any]) -> set[str]:
+    """The identifiers a message holds: its content and its tool calls' argument values."""
+    found = identifiers(content_text(message))
+    for value in _call_values(message):
+        found |= identifiers(value)
+    return found
+
+
+def _call_values(message: Mapping[str, Any]) -> Iterable[str]:
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if isinstance(function, Mapping):
+            yield from argument_values(function.get("arguments", ""))
+
+
+__all__ = ["MIN_LENGTH", "argument_values", "identifiers", "is_identifier", "message_identifiers"]
