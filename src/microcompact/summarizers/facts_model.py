@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import posixpath
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from enum import Enum
 
-CHANGED = ("created", "edited", "deleted")  # states a ledger never drops
+from ..identifiers import identifiers
+
+CHANGED = ("created", "edited", "deleted", "renamed")  # states a ledger never drops
 LOOKED = ("read", "searched")
 STATES = CHANGED + LOOKED
 COMMAND_CHARS = 120
@@ -22,12 +26,14 @@ _PIPE_TAIL = re.compile(r"\s*(?:\d?>&\d|\d?>\s*/dev/null)(?=\s|$)|\s*(?<!\|)\|(?
 
 @dataclass
 class FileFact:
-    """One file: its last state, how many edits it had, and a one-line gist of what changed or was seen."""
+    """One file: its last state, how many edits it had, a one-line gist of what changed or was seen, and
+    the path it was renamed from (a renamed file is listed under its new name only)."""
 
     path: str
     state: str  # one of STATES
-    edits: int = 0  # edits after creation (created) or in all (edited); 0 otherwise
+    edits: int = 0  # edits after creation (created) or in all (edited, renamed); 0 otherwise
     gist: str = ""
+    origin: str = ""  # the path it was moved from, when a rename is among what happened to it
 
     @property
     def changed(self) -> bool:
@@ -72,6 +78,57 @@ class TestRun:
         return command_key(self.command)
 
 
+class ToolKind(Enum):
+    """What a tool call does, as far as what its result can teach a later step."""
+
+    READ = "read"  # a file's content: the symbols it defines
+    SEARCH = "searched"  # matched paths and lines
+    COMMAND = "ran"  # a shell command: exit code, errors, tests, ids, versions
+    EDIT = "edited"  # a file written: its state is the file ledger's
+    OTHER = "called"  # any other tool (a subagent, a web fetch): what its answer names
+
+
+class ItemKind(Enum):
+    """A kept value's type; its value is the label it is written under."""
+
+    USED = "used"  # mentioned by the agent after the result showed it
+    ERROR = "errors"
+    TEST = "tests"
+    SYMBOL = "defines"
+    HIT = "hits"
+    ID = "ids"
+    VERSION = "versions"
+    NAME = "names"
+
+
+TIER = {
+    ItemKind.USED: 0,
+    ItemKind.ERROR: 1,
+    ItemKind.TEST: 2,
+    ItemKind.SYMBOL: 2,
+    ItemKind.HIT: 3,
+    ItemKind.ID: 3,
+    ItemKind.VERSION: 3,
+    ItemKind.NAME: 4,
+}
+@dataclass
+class Lesson:
+    """One absorbed tool result: what kind of call it was, on what, and the values kept from it."""
+
+    kind: ToolKind
+    subject: str  # the path read, the pattern searched, the command run, the tool called
+    status: str = ""  # "exit N" (N != 0) or "error"; "" when it worked or nobody said
+    items: dict[ItemKind, list[str]] = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[ToolKind, str]:
+        return (self.kind, self.subject)
+
+    def values(self) -> Iterable[str]:
+        for group in self.items.values():
+            yield from group
+
+
 @dataclass
 class Facts:
     files: dict[str, FileFact] = field(default_factory=dict)  # path -> fact, least recently touched first
@@ -81,12 +138,19 @@ class Facts:
     # Keys of commands and tool targets that succeeded in the messages these facts came from: merge_facts
     # marks older failures of the same key resolved. Not rendered (the resolution is what is kept).
     succeeded: frozenset[str] = frozenset()
+    taught: list[Lesson] = field(default_factory=list)  # what absorbed tool results showed, oldest first
+    # Identifiers the agent wrote in the messages these facts came from: merge_facts moves what older
+    # lessons showed of them into ``used``. Not rendered.
+    mentioned: frozenset[str] = frozenset()
 
     def __bool__(self) -> bool:
-        return bool(self.files or self.folders or self.failures or self.tests)
+        return bool(self.files or self.folders or self.failures or self.tests or self.taught)
 
     def touch(self, fact: FileFact) -> None:
-        """Record what happened to one file (after everything recorded before)."""
+        """Record what happened to one file (after everything recorded before). A fact that carries an
+        ``origin`` moved the file from there: the old path's entry goes, so it is never stated as current."""
+        if fact.origin and fact.origin != fact.path:
+            self.files.pop(fact.origin, None)
         previous = self.files.pop(fact.path, None)
         self.files[fact.path] = combine(previous, fact)
         folder = self.folders.get(folder_of(fact.path))
@@ -95,6 +159,13 @@ class Facts:
             self.folders[folder.path] = replace(folder, names=names, count=max(len(names), folder.count - 1))
             if not self.folders[folder.path].count:
                 del self.folders[folder.path]
+
+    def rename(self, old: str, new: str) -> None:
+        """Record that ``old`` was moved to ``new`` (``mv``, ``git mv``): ``new`` carries what ``old`` had."""
+        before = self.files.get(old)
+        edits = before.edits if before is not None and before.state in ("edited", "renamed") else 0
+        gist = before.gist if before is not None and before.changed else ""
+        self.touch(FileFact(new, "renamed", edits, gist, origin=old))
 
     def fail(self, failure: Failure) -> None:
         """Record a failure; an older failure of the same command gives way to it."""
@@ -114,15 +185,14 @@ class Facts:
 
 def combine(old: FileFact | None, new: FileFact) -> FileFact:
     """The file's fact after ``old`` and then ``new``: a change outranks a look, edits add up."""
-    if old is None:
-        return new
-    if new.state == "deleted" or new.state == "created":
+    if old is None or new.state in ("deleted", "created", "renamed"):
         return new
     if new.state == "edited":
         if old.state == "created":
-            return FileFact(new.path, "created", old.edits + new.edits, new.gist or old.gist)
-        edits = old.edits if old.state == "edited" else 0
-        return FileFact(new.path, "edited", edits + new.edits, new.gist or old.gist)
+            return FileFact(new.path, "created", old.edits + new.edits, new.gist or old.gist, old.origin)
+        edits = old.edits if old.state in ("edited", "renamed") else 0
+        gist = new.gist or (old.gist if old.changed else "")  # what a read saw is not what the file is now
+        return FileFact(new.path, "edited", edits + new.edits, gist, new.origin or old.origin)
     if old.changed:  # a read or search after a change: the change is what matters
         return old
     state = "read" if "read" in (old.state, new.state) else "searched"
@@ -154,7 +224,47 @@ def merge_facts(old: Facts, new: Facts) -> Facts:
     for run in new.tests:
         out.tested(run)
     out.succeeded = old.succeeded | new.succeeded
+    out.taught = merge_lessons(old.taught, new.taught, new.mentioned)
     return out
+
+
+def merge_lessons(old: list[Lesson], new: list[Lesson], mentioned: frozenset[str]) -> list[Lesson]:
+    """``old`` followed by ``new`` (the lessons of later messages), the agent's later ``mentioned``
+    identifiers moving what they name into ``used``: a lesson used again moves up to just before the
+    new ones. A new lesson on the same subject replaces the old one, keeping what the old one had used."""
+    by_key = {x.key: x for x in new}
+    kept: list[Lesson] = []
+    renewed: list[Lesson] = []
+    for lesson in old:
+        fresh = by_key.get(lesson.key)
+        if fresh is not None:
+            used = fresh.items.setdefault(ItemKind.USED, [])
+            used += [v for v in lesson.items.get(ItemKind.USED, []) if v not in used]
+            continue
+        moved = mark_used(lesson, mentioned)
+        (renewed if moved is not lesson else kept).append(moved)
+    return kept + renewed + list(new)
+
+
+def mark_used(lesson: Lesson, mentioned: frozenset[str]) -> Lesson:
+    """``lesson`` with the values that share an identifier with ``mentioned`` moved into ``used`` (the
+    same object when none does). Error lines stay errors (they rank near the top anyway)."""
+    if not mentioned:
+        return lesson
+    used = list(lesson.items.get(ItemKind.USED, []))
+    items: dict[ItemKind, list[str]] = {}
+    for kind, values in lesson.items.items():
+        if kind in (ItemKind.USED, ItemKind.ERROR):
+            items[kind] = list(values)
+            continue
+        hit = [v for v in values if v in mentioned or identifiers(v) & mentioned]
+        used += [v for v in hit if v not in used]
+        items[kind] = [v for v in values if v not in hit]
+    if len(used) == len(lesson.items.get(ItemKind.USED, [])):
+        return lesson
+    items[ItemKind.USED] = used
+    order = [ItemKind.USED, *(k for k in items if k is not ItemKind.USED)]
+    return replace(lesson, items={k: items[k] for k in order if items.get(k)})
 
 
 def _resolves(succeeded_parts: list[str], failed_key: str) -> bool:

@@ -17,16 +17,20 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from .facts_model import LOOKED, STATES, Facts, Failure, FileFact, FolderFact, TestRun, folder_of
+from .facts_taught import TAUGHT, compress_lessons, parse_lesson, render_lessons
 
 FILES = "Files"
 FAILURES = "Failing commands"
 TESTS = "Test runs"
-LEDGER_HEADINGS = (FILES, FAILURES, TESTS)
+LEDGER_HEADINGS = (FILES, FAILURES, TESTS, TAUGHT)
 RESOLVED = "(resolved) "
 _SEP = " — "
 _FILES_HEADING = re.compile(r"^### Files(?: under (?P<root>/\S*/))?\s*$")
 _HEADING = re.compile(r"^\s*#{1,6}\s+(?P<name>.*?)\s*$")
-_STATE = re.compile(r"^(?P<state>created|edited|read|searched|deleted)(?:,? (?:edited )?(?P<edits>\d+)x)?$")
+_STATE = re.compile(
+    r"^(?P<state>created|edited|read|searched|deleted|renamed)(?: from (?P<moved>.+?))?"
+    r"(?:,? (?:edited )?(?P<edits>\d+)x)?(?:, renamed from (?P<origin>.+))?$"
+)
 _FOLDER_STATE = re.compile(r"^(?P<count>\d+) read or searched$")
 _FAILURE = re.compile(
     r"^(?P<resolved>\(resolved\) )?`(?P<command>[^`]*)` → (?P<status>exit -?\d+|error)(?:: (?P<reason>.*))?$"
@@ -36,13 +40,14 @@ _TEST = re.compile(r"^`(?P<command>[^`]*)` → (?P<passed>\d+) passed, (?P<faile
 _LEGACY_VERBS = {"deleted": "deleted", "written": "created", "edited": "edited", "read": "read", "searched": "searched"}
 _OPEN_FAILURES = 10  # open failures kept once over budget (the newest)
 _MIN_ROOT_PARTS = 3  # "/home/user/" is worth factoring out; "/" is not
+TAUGHT_SHARE = 0.6  # of the ledger's budget that what tools showed may take from the files and commands
 
 
 def render_facts(facts: Facts) -> str:
     """The ledger sections (empty ones left out), or "" when there are no facts."""
     blocks = []
     if facts.files or facts.folders:
-        root = _common_root([*facts.files, *facts.folders])
+        root = _common_root([*facts.files, *facts.folders, *(f.origin for f in facts.files.values() if f.origin)])
         heading = f"### {FILES} under {root}" if root else f"### {FILES}"
         lines = [_file_line(f, root) for f in facts.files.values()]
         lines += [_folder_line(f, root) for f in facts.folders.values()]
@@ -52,6 +57,8 @@ def render_facts(facts: Facts) -> str:
     if facts.tests:
         lines = [f"- `{t.command}` → {t.passed} passed, {t.failed} failed" for t in facts.tests]
         blocks.append("\n".join([f"### {TESTS}", *lines]))
+    if facts.taught:
+        blocks.append(render_lessons(facts.taught))
     return "\n\n".join(blocks)
 
 
@@ -76,6 +83,8 @@ def parse_facts(text: str) -> Facts:
             facts.failures.append(Failure(m["command"], m["status"], m["reason"] or "", bool(m["resolved"])))
         elif section == TESTS and (m := _TEST.match(item)):
             facts.tests.append(TestRun(m["command"], int(m["passed"]), int(m["failed"])))
+        elif section == TAUGHT and (lesson := parse_lesson(item)) is not None:
+            facts.taught.append(lesson)
     return facts
 
 
@@ -93,7 +102,19 @@ def strip_facts(text: str) -> str:
 
 
 def compress_facts(facts: Facts, budget_tokens: int, count_text: Callable[[str], int]) -> Facts:
-    """``facts`` shortened step by step until its rendering fits ``budget_tokens`` (see the module doc)."""
+    """``facts`` within ``budget_tokens``: what tools showed may take up to ``TAUGHT_SHARE`` of it, the
+    files and commands are shortened step by step into the rest (see the module doc), and what tools
+    showed is then ranked into what the files and commands left (:func:`compress_lessons`)."""
+    if not facts.taught:
+        return _compress_core(facts, budget_tokens, count_text)
+    wanted = min(count_text(render_lessons(facts.taught)), int(TAUGHT_SHARE * budget_tokens))
+    core = _compress_core(replace(facts, taught=[]), budget_tokens - wanted, count_text)
+    room = budget_tokens - (count_text(render_facts(core)) + 2 if core else 0)
+    return replace(core, taught=compress_lessons(facts.taught, max(room, 0), count_text))
+
+
+def _compress_core(facts: Facts, budget_tokens: int, count_text: Callable[[str], int]) -> Facts:
+    """The files and commands shortened step by step until their rendering fits ``budget_tokens``."""
     steps: list[Callable[[Facts], Facts]] = [
         lambda f: replace(f, failures=[x for x in f.failures if not x.resolved][-_OPEN_FAILURES:], tests=f.tests[-3:]),
         lambda f: replace(f, files={p: _without_gist(x) if x.state in LOOKED else x for p, x in f.files.items()}),
@@ -112,9 +133,16 @@ def compress_facts(facts: Facts, budget_tokens: int, count_text: Callable[[str],
 
 
 def _file_line(fact: FileFact, root: str) -> str:
+    """``path — state``: ``edited 2x``, ``created, edited 1x``, ``renamed from old.py, edited 1x``,
+    ``edited 1x, renamed from old.py``; then ``: gist``."""
     state = fact.state
+    origin = _relative(fact.origin, root) if fact.origin else ""
+    if origin and fact.state == "renamed":
+        state += f" from {origin}"
     if fact.edits:
-        state += f", edited {fact.edits}x" if fact.state == "created" else f" {fact.edits}x"
+        state += f", edited {fact.edits}x" if fact.state in ("created", "renamed") else f" {fact.edits}x"
+    if origin and fact.state != "renamed":
+        state += f", renamed from {origin}"
     gist = f": {fact.gist}" if fact.gist else ""
     return f"- {_relative(fact.path, root)}{_SEP}{state}{gist}"
 
@@ -142,7 +170,10 @@ def _parse_file_line(facts: Facts, item: str, root: str) -> None:
         return
     state = _STATE.match(state_text)
     if state and state["state"] in STATES:
-        facts.files[full] = FileFact(full, state["state"], int(state["edits"] or 0), gist)
+        origin = state["moved"] or state["origin"] or ""
+        if origin and root and not origin.startswith("/"):
+            origin = root + origin
+        facts.files[full] = FileFact(full, state["state"], int(state["edits"] or 0), gist, origin)
         return
     legacy = _legacy_state(state_text)
     if legacy:
