@@ -22,7 +22,6 @@ from collections.abc import Iterable
 from ..identifiers import identifiers, message_identifiers
 from ..messages import Message, content_text
 from .facts_extract import (
-    COMMAND_CHARS,
     ERROR_RESULT,
     PATH_KEYS,
     PATTERN_KEYS,
@@ -34,8 +33,9 @@ from .facts_extract import (
     shell_command,
     tool_kind,
 )
-from .facts_model import ItemKind, Lesson, ToolKind, one_line
+from .facts_model import COMMAND_CHARS, REASON_CHARS, ItemKind, Lesson, ToolKind, merge_lessons, one_line
 from .facts_taught import clean_value
+from .provenance import OUTPUT, attributed, flagged, tainted_from
 
 _SYMBOL = re.compile(
     r"^\s*(?:export\s+|pub(?:\(\w+\))?\s+|async\s+|public\s+|private\s+|protected\s+|static\s+|abstract\s+)*"
@@ -65,9 +65,10 @@ _CAPS = {
     ItemKind.HIT: 12,
     ItemKind.ID: 6,
     ItemKind.VERSION: 4,
-    ItemKind.NAME: 8,
+    ItemKind.NAME: 32,
 }
 _SUBJECT_CHARS = 80
+_PATH_CHARS = 240
 
 
 def extract_lessons(messages: Iterable[Message]) -> tuple[list[Lesson], frozenset[str]]:
@@ -88,10 +89,16 @@ def extract_lessons(messages: Iterable[Message]) -> tuple[list[Lesson], frozense
             lesson = lesson_of(call, text) if call is not None else None
             if lesson is not None:
                 found.append((n, lesson, identifiers(text)))
-    lessons = [_with_used(lesson, shown, [ids for at, ids in wrote if at > n]) for n, lesson, shown in found]
-    lessons = [lesson for lesson in lessons if lesson.items]
+    lessons = []
+    for n, lesson, shown in found:
+        before = frozenset().union(*(ids for at, ids in wrote if at < n))  # the agent's own, not taught
+        lessons.append(_with_used(lesson, shown - before, [ids for at, ids in wrote if at > n]))
+    newest: list[Lesson] = []  # one lesson per subject: a later read of the file replaces an earlier one
+    for lesson in lessons:
+        if lesson.items:
+            newest = merge_lessons(newest, [lesson], frozenset())
     mentioned = frozenset().union(*(ids for _, ids in wrote))
-    return lessons, mentioned
+    return newest, mentioned
 
 
 def lesson_of(call: Call, result: str) -> Lesson | None:
@@ -105,11 +112,12 @@ def lesson_of(call: Call, result: str) -> Lesson | None:
         code = exit_code(result)
         failed = bool(ERROR_RESULT.match(result)) or (code is not None and code != 0)
         status = f"exit {code}" if code else ("error" if failed else "")
-        items[ItemKind.ERROR] = error_lines(result, code, failed)
+        # A failure's first error line is the failing commands' section's already: the rest are kept here.
+        items[ItemKind.ERROR] = _quoted(error_lines(result, code, failed)[1 if failed else 0 :], result)
         items[ItemKind.TEST] = _unique(m.group() for m in _TEST_NAME.finditer(result))
     elif ERROR_RESULT.match(result):
         status = "error"
-        items[ItemKind.ERROR] = error_lines(result, None, True)
+        items[ItemKind.ERROR] = _quoted(error_lines(result, None, True)[1:], result)
     items[ItemKind.SYMBOL] = symbols(result)
     items[ItemKind.HIT] = hits(result) if kind is not ToolKind.READ else []
     items[ItemKind.ID] = _unique([*_UUID.findall(result), *_HEX.findall(result)])
@@ -154,6 +162,13 @@ def frequent_identifiers(text: str) -> list[str]:
     return sorted(lines, key=lambda x: (-lines[x], order[x]))[: _CAPS[ItemKind.NAME] * 4]
 
 
+def _quoted(lines: list[str], result: str) -> list[str]:
+    """Error lines as the ledger keeps them: quoted with their source when one could pass for an order or
+    a role's turn, or the output imitates one anywhere (never stated in the ledger's own words)."""
+    tainted = tainted_from(result) < len(result)
+    return [attributed(OUTPUT, line, REASON_CHARS) if tainted or flagged(line) else line for line in lines]
+
+
 def _with_used(lesson: Lesson, shown: set[str], later: list[set[str]]) -> Lesson:
     """``lesson`` with the identifiers of its result that later assistant messages mention under ``used``,
     the most mentioned first; they leave the other groups."""
@@ -161,7 +176,9 @@ def _with_used(lesson: Lesson, shown: set[str], later: list[set[str]]) -> Lesson
     for ids in later:
         counts.update(ids & shown)
     subject_ids = identifiers(lesson.subject) | {lesson.subject}
-    used = [x for x, _ in counts.most_common() if x not in subject_ids][: _CAPS[ItemKind.USED]]
+    ranked = [x for x, _ in counts.most_common() if x not in subject_ids]
+    covered = set().union(*(identifiers(x) - {x} for x in ranked))  # a path's parts come with the path
+    used = [x for x in ranked if x not in covered][: _CAPS[ItemKind.USED]]
     taken = set(used)
     items = {ItemKind.USED: used} if used else {}
     for kind, values in lesson.items.items():
@@ -196,7 +213,7 @@ def _subject(call: Call, kind: ToolKind) -> str:
     if command is not None:
         subject = command
     elif kind is ToolKind.READ:
-        subject = first_arg(call.args, PATH_KEYS) or call.name
+        return one_line(first_arg(call.args, PATH_KEYS) or call.name, _PATH_CHARS)  # whole: the agent reuses it
     elif kind is ToolKind.SEARCH:
         pattern = first_arg(call.args, PATTERN_KEYS) or ""
         where = first_arg(call.args, (*PATH_KEYS, "dir", "directory")) or ""
@@ -204,7 +221,7 @@ def _subject(call: Call, kind: ToolKind) -> str:
     else:
         detail = next((v for v in call.args.values() if isinstance(v, str) and v.strip()), "")
         subject = f"{call.name} {detail}" if detail else call.name
-    return one_line(subject, COMMAND_CHARS if command is not None else _SUBJECT_CHARS)
+    return one_line(subject, _SUBJECT_CHARS if kind is ToolKind.OTHER else COMMAND_CHARS)
 
 
 def _unique(values: Iterable[str]) -> list[str]:

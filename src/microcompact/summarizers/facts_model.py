@@ -111,6 +111,8 @@ TIER = {
     ItemKind.VERSION: 3,
     ItemKind.NAME: 4,
 }
+
+
 @dataclass
 class Lesson:
     """One absorbed tool result: what kind of call it was, on what, and the values kept from it."""

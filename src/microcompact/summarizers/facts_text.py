@@ -40,7 +40,7 @@ _TEST = re.compile(r"^`(?P<command>[^`]*)` → (?P<passed>\d+) passed, (?P<faile
 _LEGACY_VERBS = {"deleted": "deleted", "written": "created", "edited": "edited", "read": "read", "searched": "searched"}
 _OPEN_FAILURES = 10  # open failures kept once over budget (the newest)
 _MIN_ROOT_PARTS = 3  # "/home/user/" is worth factoring out; "/" is not
-TAUGHT_SHARE = 0.6  # of the ledger's budget that what tools showed may take from the files and commands
+TAUGHT_SHARE = 0.4  # of the ledger's budget that what tools showed may take from the files and commands
 
 
 def render_facts(facts: Facts) -> str:
@@ -102,13 +102,15 @@ def strip_facts(text: str) -> str:
 
 
 def compress_facts(facts: Facts, budget_tokens: int, count_text: Callable[[str], int]) -> Facts:
-    """``facts`` within ``budget_tokens``: what tools showed may take up to ``TAUGHT_SHARE`` of it, the
-    files and commands are shortened step by step into the rest (see the module doc), and what tools
-    showed is then ranked into what the files and commands left (:func:`compress_lessons`)."""
+    """``facts`` within ``budget_tokens``: what tools showed takes what the files and commands leave, and
+    at least ``TAUGHT_SHARE`` of it (the files and commands then shortened step by step into the rest, see
+    the module doc); it is ranked into its room by value (:func:`compress_lessons`)."""
     if not facts.taught:
         return _compress_core(facts, budget_tokens, count_text)
-    wanted = min(count_text(render_lessons(facts.taught)), int(TAUGHT_SHARE * budget_tokens))
-    core = _compress_core(replace(facts, taught=[]), budget_tokens - wanted, count_text)
+    core = replace(facts, taught=[])
+    room = max(budget_tokens - count_text(render_facts(core)) - 2, int(TAUGHT_SHARE * budget_tokens))
+    wanted = min(count_text(render_lessons(facts.taught)), room)
+    core = _compress_core(core, budget_tokens - wanted, count_text)
     room = budget_tokens - (count_text(render_facts(core)) + 2 if core else 0)
     return replace(core, taught=compress_lessons(facts.taught, max(room, 0), count_text))
 
