@@ -41,11 +41,12 @@ _SYMBOL = re.compile(
     r"^\s*(?:export\s+|pub(?:\(\w+\))?\s+|async\s+|public\s+|private\s+|protected\s+|static\s+|abstract\s+)*"
     r"(?:def|defp|defmodule|defmacro|defmacrop|defstruct|defprotocol|defimpl|class|function|func|fn|interface|"
     r"struct|enum|trait|module|type|impl|const|let|var|val|object|record|macro_rules!)\s+"
-    r"(?P<name>[A-Za-z_$][\w.:$]*)"
+    r"(?P<name>[A-Za-z_$][\w.:$]*[?!]?)"
 )
-_ASSIGNED = re.compile(r"^(?P<name>[A-Z][A-Z0-9_]{3,})\s*[:=]")  # top-level CONSTANT = ...
+_ASSIGNED = re.compile(r"^(?P<name>[A-Z][A-Z0-9_]{3,})(?:\s*:\s*[\w\[\], ]+)?\s*:?=(?!=)")  # CONSTANT = ...
 _NUMBERED = re.compile(r"^\s*\d+[→\t|:]\s?")  # Read's "   12→" and cat -n's prefixes
 _HIT_PREFIX = re.compile(r"^(?P<path>[\w./~@+-]*[\w-]\.\w{1,8}|[\w./~@+-]+/[\w.@+-]+)[:-](?P<line>\d+)[:-]")
+_INLINE_HIT = re.compile(r"(?<![\w/.~-])(?P<path>(?:[\w.~@+-]+/)*[\w@+-]+\.\w{1,8}):(?P<line>\d+)\b")
 _PATH_LINE = re.compile(r"^\s*(?P<path>/?[\w.~@+-]+(?:/[\w.@+-]+)+/?)\s*$")
 _TEST_NAME = re.compile(
     r"[\w./-]+\.py::[\w:\[\].,-]+"  # pytest node ids
@@ -140,7 +141,8 @@ def symbols(text: str) -> list[str]:
 
 
 def hits(text: str) -> list[str]:
-    """``path:line`` of each line a search or compiler printed as ``path:line:...``, then bare paths."""
+    """``path:line`` of each line a search or compiler printed as ``path:line:...``, bare paths on a line of
+    their own, and ``path:line`` cited inside a line."""
     found = []
     for line in text.splitlines():
         hit = _HIT_PREFIX.match(line.strip())
@@ -148,6 +150,8 @@ def hits(text: str) -> list[str]:
             found.append(f"{hit['path']}:{hit['line']}")
         elif path := _PATH_LINE.match(line):
             found.append(path["path"])
+        else:
+            found += [f"{m['path']}:{m['line']}" for m in _INLINE_HIT.finditer(line)]
     return _unique(found)
 
 
