@@ -144,15 +144,17 @@ class Facts:
     # Identifiers the agent wrote in the messages these facts came from: merge_facts moves what older
     # lessons showed of them into ``used``. Not rendered.
     mentioned: frozenset[str] = frozenset()
+    # Paths whose earlier history these messages ended (created, deleted, moved away or onto): merge_facts
+    # drops what older facts said of them, so no earlier state or origin is stated as current. Not rendered.
+    cleared: frozenset[str] = frozenset()
 
     def __bool__(self) -> bool:
         return bool(self.files or self.folders or self.failures or self.tests or self.taught)
 
     def touch(self, fact: FileFact) -> None:
-        """Record what happened to one file (after everything recorded before). A fact that carries an
-        ``origin`` moved the file from there: the old path's entry goes, so it is never stated as current."""
-        if fact.origin and fact.origin != fact.path:
-            self.files.pop(fact.origin, None)
+        """Record what happened to one file (after everything recorded before)."""
+        if fact.state in ("created", "deleted", "renamed"):
+            self.cleared = self.cleared | {fact.path}
         previous = self.files.pop(fact.path, None)
         self.files[fact.path] = combine(previous, fact)
         folder = self.folders.get(folder_of(fact.path))
@@ -168,6 +170,8 @@ class Facts:
         edits = before.edits if before is not None and before.state in ("edited", "renamed") else 0
         gist = before.gist if before is not None and before.changed else ""
         self.touch(FileFact(new, "renamed", edits, gist, origin=old))
+        self.files.pop(old, None)  # never stated as current again (until something touches it anew)
+        self.cleared = self.cleared | {old}
 
     def fail(self, failure: Failure) -> None:
         """Record a failure; an older failure of the same command gives way to it."""
@@ -219,6 +223,8 @@ def merge_facts(old: Facts, new: Facts) -> Facts:
             out.folders[folder.path] = FolderFact(folder.path, max(mine.count, folder.count, len(names)), names)
     for key in sorted(new.succeeded):
         out.succeed(key)
+    for path in new.cleared:
+        out.files.pop(path, None)
     for fact in new.files.values():
         out.touch(fact)
     for failure in new.failures:
