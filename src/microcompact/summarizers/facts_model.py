@@ -1,4 +1,6 @@
-"""The facts a summary must never lose, as values: the file ledger, failing commands, test runs.
+"""The facts a summary must never lose, as values: the file ledger, failing commands, test runs, and
+what absorbed tool results taught (:class:`Lesson`: typed items per result, by the :class:`ToolKind` of
+its call).
 
 A :class:`Facts` is what the absorbed work did to files and what its commands showed. Facts merge pass
 by pass (:func:`merge_facts`) so that a file that was created, edited or deleted is never dropped, and an

@@ -1,12 +1,14 @@
-"""Facts as marker text and back: ``### Files``, ``### Failing commands`` and ``### Test runs`` sections.
+"""Facts as marker text and back: ``### Files``, ``### Failing commands``, ``### Test runs`` and
+``### What tools showed`` (written and ranked by :mod:`.facts_taught`) sections.
 
 The transcript is the source of truth: after a restart the rolling summary is only its marker's text, so
 :func:`parse_facts` reads back exactly what :func:`render_facts` wrote (``parse(render(f)) == f`` for
 facts in canonical form). :func:`compress_facts` fits the ledger into a token budget: resolved failures,
 old open failures (beyond the newest ten) and old test runs go first, then the gists of files only read,
 then those files are folded under their folder (names kept), then edited files lose their gists, then
-folders their names. A created, edited or deleted file is never dropped, so the ledger can stay over
-budget only by naming changed files.
+folders their names. A created, edited, renamed or deleted file is never dropped, so the ledger can stay
+over budget only by naming changed files. What tools showed takes what the rest leaves, and at least
+``TAUGHT_SHARE`` of the budget.
 """
 
 from __future__ import annotations
