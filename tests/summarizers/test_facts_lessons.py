@@ -242,3 +242,21 @@ def test_a_new_result_on_the_same_subject_replaces_the_old_one_keeping_what_was_
     (lesson,) = merge_facts(old, new).taught
     assert lesson.status == ""
     assert lesson.items == {ItemKind.TEST: ["test/a_test.exs:3"], ItemKind.USED: ["pane_id"]}
+
+
+def test_reads_under_one_folder_name_it_once_in_the_heading_and_read_back_whole() -> None:
+    root = "/home/user/projects/app/"
+    lessons = [
+        Lesson(ToolKind.READ, f"{root}lib/a.ex", "", {ItemKind.SYMBOL: ["run_all"]}),
+        Lesson(ToolKind.READ, f"{root}lib/b.ex", "", {ItemKind.USED: ["stop_all"]}),
+        Lesson(ToolKind.READ, "/etc/hosts", "", {ItemKind.NAME: ["localhost.localdomain"]}),
+        Lesson(ToolKind.COMMAND, f"cat {root}x.txt | wc -l", "", {ItemKind.NAME: ["x_count"]}),
+    ]
+    text = render_facts(Facts(taught=lessons))
+    assert text.splitlines()[:3] == [
+        f"### What tools showed under {root}lib/",  # the folder that saves most, as the files section
+        "- read `a.ex`: defines run_all",
+        "- read `b.ex`: used stop_all",
+    ]
+    assert parse_facts(text).taught == lessons
+    assert parse_facts(text + "\n\n### Findings\n- done").taught == lessons

@@ -23,6 +23,7 @@ STATES = CHANGED + LOOKED
 COMMAND_CHARS = 120
 GIST_CHARS = 90
 REASON_CHARS = 160
+_MIN_ROOT_PARTS = 3  # "/home/user/" is worth factoring out; "/" is not
 _PIPE_TAIL = re.compile(r"\s*(?:\d?>&\d|\d?>\s*/dev/null)(?=\s|$)|\s*(?<!\|)\|(?!\|).*$")
 
 
@@ -296,3 +297,24 @@ def folder_of(path: str) -> str:
     """The folder holding ``path``, ending with "/" ("./" for a bare name)."""
     folder = posixpath.dirname(path.rstrip("/"))
     return f"{folder}/" if folder else "./"
+
+
+def common_root(paths: list[str]) -> str:
+    """The absolute folder whose factoring out saves the most characters (held by at least two paths and
+    at least ``_MIN_ROOT_PARTS`` deep), or "". Only when every path is absolute; those outside it stay so."""
+    if not all(p.startswith("/") for p in paths):
+        return ""  # a relative path would read back as under the root
+    saved: dict[str, int] = {}
+    for path in paths:
+        parts = path.rstrip("/").split("/")
+        for depth in range(_MIN_ROOT_PARTS, len(parts)):
+            prefix = "/".join(parts[:depth]) + "/"
+            saved[prefix] = saved.get(prefix, 0) + len(prefix)
+    best = max(saved.items(), key=lambda kv: (kv[1], len(kv[0])), default=("", 0))
+    return best[0] if best[1] >= 2 * len(best[0]) else ""
+
+
+def relative(path: str, root: str) -> str:
+    """``path`` under ``root`` without it (``root`` itself, and paths outside it, stay as they are)."""
+    inside = root and path.startswith(root) and len(path) > len(root)
+    return path[len(root) :] if inside else path  # the root folder itself stays absolute

@@ -23,7 +23,7 @@ import re
 from collections.abc import Callable
 from dataclasses import replace
 
-from .facts_model import TIER, ItemKind, Lesson, ToolKind
+from .facts_model import TIER, ItemKind, Lesson, ToolKind, common_root, relative
 
 TAUGHT = "What tools showed"
 
@@ -43,7 +43,8 @@ def clean_value(kind: ItemKind, value: str) -> str:
     return line.replace(_ERROR_SEP, " / ") if kind is ItemKind.ERROR else line.replace(", ", ",")
 
 
-def render_lesson(lesson: Lesson) -> str:
+def render_lesson(lesson: Lesson, root: str = "") -> str:
+    """The lesson's bullet; a read's path under ``root`` is written without it."""
     status = f" → {lesson.status}" if lesson.status else ""
     groups = [
         f"{kind.value} {(_ERROR_SEP if kind is ItemKind.ERROR else ', ').join(values)}"
@@ -51,21 +52,35 @@ def render_lesson(lesson: Lesson) -> str:
         if values
     ]
     items = f": {'; '.join(groups)}" if groups else ""
-    return f"- {lesson.kind.value} `{lesson.subject}`{status}{items}"
+    subject = relative(lesson.subject, root) if lesson.kind is ToolKind.READ else lesson.subject
+    return f"- {lesson.kind.value} `{subject}`{status}{items}"
+
+
+def taught_root(lessons: list[Lesson]) -> str:
+    """The folder factored out of the reads' paths (as the files section does), or ""."""
+    return common_root([x.subject for x in lessons if x.kind is ToolKind.READ])
 
 
 def render_lessons(lessons: list[Lesson]) -> str:
-    """The section, or "" when there is nothing to keep."""
+    """The section, or "" when there is nothing to keep. When every read's path is absolute, the folder
+    they share most is written once in the heading (``### What tools showed under /w/app/``)."""
     if not lessons:
         return ""
-    return "\n".join([f"### {TAUGHT}", *(render_lesson(x) for x in lessons)])
+    root = taught_root(lessons)
+    heading = f"### {TAUGHT} under {root}" if root else f"### {TAUGHT}"
+    return "\n".join([heading, *(render_lesson(x, root) for x in lessons)])
 
 
-def parse_lesson(item: str) -> Lesson | None:
-    """A lesson from its bullet's text (without ``- ``), or None when it does not read as one."""
+def parse_lesson(item: str, root: str = "") -> Lesson | None:
+    """A lesson from its bullet's text (without ``- ``) in a section whose heading names ``root``, or None
+    when it does not read as one."""
     match = _LESSON.match(item)
     if match is None:
         return None
+    tool = _KINDS[match["kind"]]
+    subject = match["subject"]
+    if root and tool is ToolKind.READ and not subject.startswith("/"):
+        subject = root + subject
     items: dict[ItemKind, list[str]] = {}
     for group in (match["items"] or "").split("; "):
         label, _, rest = group.partition(" ")
@@ -74,7 +89,7 @@ def parse_lesson(item: str) -> Lesson | None:
             continue
         values = rest.split(_ERROR_SEP) if kind is ItemKind.ERROR else rest.split(", ")
         items.setdefault(kind, []).extend(v for v in values if v)
-    return Lesson(_KINDS[match["kind"]], match["subject"], match["status"] or "", items)
+    return Lesson(tool, subject, match["status"] or "", items)
 
 
 def compress_lessons(lessons: list[Lesson], budget_tokens: int, count_text: Callable[[str], int]) -> list[Lesson]:
@@ -90,7 +105,8 @@ def compress_lessons(lessons: list[Lesson], budget_tokens: int, count_text: Call
         ),
         key=lambda r: r[:3],
     )
-    spent = count_text(f"### {TAUGHT}") + 1
+    root = taught_root(lessons)
+    spent = count_text(f"### {TAUGHT} under {root}") + 1
     chosen: set[tuple[int, ItemKind, str]] = set()
     seen: set[str] = set()
     opened: set[int] = set()
@@ -99,7 +115,7 @@ def compress_lessons(lessons: list[Lesson], budget_tokens: int, count_text: Call
             continue
         cost = count_text(value) + 1
         if n not in opened:
-            cost += count_text(render_lesson(replace(lessons[n], items={}))) + 2
+            cost += count_text(render_lesson(replace(lessons[n], items={}), root)) + 2
         if spent + cost > budget_tokens:
             continue
         spent += cost

@@ -18,7 +18,18 @@ import re
 from collections.abc import Callable
 from dataclasses import replace
 
-from .facts_model import LOOKED, STATES, Facts, Failure, FileFact, FolderFact, TestRun, folder_of
+from .facts_model import (
+    LOOKED,
+    STATES,
+    Facts,
+    Failure,
+    FileFact,
+    FolderFact,
+    TestRun,
+    common_root,
+    folder_of,
+    relative,
+)
 from .facts_taught import TAUGHT, compress_lessons, parse_lesson, render_lessons
 
 FILES = "Files"
@@ -28,6 +39,7 @@ LEDGER_HEADINGS = (FILES, FAILURES, TESTS, TAUGHT)
 RESOLVED = "(resolved) "
 _SEP = " — "
 _FILES_HEADING = re.compile(r"^### Files(?: under (?P<root>/\S*/))?\s*$")
+_TAUGHT_HEADING = re.compile(rf"^### {TAUGHT}(?: under (?P<root>/\S*/))?\s*$")
 _HEADING = re.compile(r"^\s*#{1,6}\s+(?P<name>.*?)\s*$")
 _STATE = re.compile(
     r"^(?P<state>created|edited|read|searched|deleted|renamed)(?: from (?P<moved>.+?))?"
@@ -41,7 +53,6 @@ _TEST = re.compile(r"^`(?P<command>[^`]*)` → (?P<passed>\d+) passed, (?P<faile
 # Verbs of the file bullets written before the ledger, strongest first, and the state each stands for.
 _LEGACY_VERBS = {"deleted": "deleted", "written": "created", "edited": "edited", "read": "read", "searched": "searched"}
 _OPEN_FAILURES = 10  # open failures kept once over budget (the newest)
-_MIN_ROOT_PARTS = 3  # "/home/user/" is worth factoring out; "/" is not
 TAUGHT_SHARE = 0.4  # of the ledger's budget that what tools showed may take from the files and commands
 
 
@@ -49,7 +60,7 @@ def render_facts(facts: Facts) -> str:
     """The ledger sections (empty ones left out), or "" when there are no facts."""
     blocks = []
     if facts.files or facts.folders:
-        root = _common_root([*facts.files, *facts.folders, *(f.origin for f in facts.files.values() if f.origin)])
+        root = common_root([*facts.files, *facts.folders, *(f.origin for f in facts.files.values() if f.origin)])
         heading = f"### {FILES} under {root}" if root else f"### {FILES}"
         lines = [_file_line(f, root) for f in facts.files.values()]
         lines += [_folder_line(f, root) for f in facts.folders.values()]
@@ -72,9 +83,9 @@ def parse_facts(text: str) -> Facts:
         line = raw.strip()
         heading = _HEADING.match(line)
         if heading:
-            files = _FILES_HEADING.match(line)
-            section = FILES if files else heading["name"]
-            root = (files["root"] or "") if files else ""
+            rooted = _FILES_HEADING.match(line) or _TAUGHT_HEADING.match(line)
+            section = (FILES if line.startswith(f"### {FILES}") else TAUGHT) if rooted else heading["name"]
+            root = (rooted["root"] or "") if rooted else ""
             continue
         if not line.startswith("- "):
             continue
@@ -85,7 +96,7 @@ def parse_facts(text: str) -> Facts:
             facts.failures.append(Failure(m["command"], m["status"], m["reason"] or "", bool(m["resolved"])))
         elif section == TESTS and (m := _TEST.match(item)):
             facts.tests.append(TestRun(m["command"], int(m["passed"]), int(m["failed"])))
-        elif section == TAUGHT and (lesson := parse_lesson(item)) is not None:
+        elif section == TAUGHT and (lesson := parse_lesson(item, root)) is not None:
             facts.taught.append(lesson)
     return facts
 
@@ -97,7 +108,8 @@ def strip_facts(text: str) -> str:
     for line in text.splitlines():
         heading = _HEADING.match(line)
         if heading:
-            skipping = bool(_FILES_HEADING.match(line.strip())) or heading["name"] in LEDGER_HEADINGS
+            rooted = _FILES_HEADING.match(line.strip()) or _TAUGHT_HEADING.match(line.strip())
+            skipping = bool(rooted) or heading["name"] in LEDGER_HEADINGS
         if not skipping:
             kept.append(line)
     return re.sub(r"\n{3,}", "\n\n", "\n".join(kept)).strip()
@@ -140,7 +152,7 @@ def _file_line(fact: FileFact, root: str) -> str:
     """``path — state``: ``edited 2x``, ``created, edited 1x``, ``renamed from old.py, edited 1x``,
     ``edited 1x, renamed from old.py``; then ``: gist``."""
     state = fact.state
-    origin = _relative(fact.origin, root) if fact.origin else ""
+    origin = relative(fact.origin, root) if fact.origin else ""
     if origin and fact.state == "renamed":
         state += f" from {origin}"
     if fact.edits:
@@ -148,12 +160,12 @@ def _file_line(fact: FileFact, root: str) -> str:
     if origin and fact.state != "renamed":
         state += f", renamed from {origin}"
     gist = f": {fact.gist}" if fact.gist else ""
-    return f"- {_relative(fact.path, root)}{_SEP}{state}{gist}"
+    return f"- {relative(fact.path, root)}{_SEP}{state}{gist}"
 
 
 def _folder_line(folder: FolderFact, root: str) -> str:
     names = f": {', '.join(folder.names)}" if folder.names else ""
-    return f"- {_relative(folder.path, root)}{_SEP}{folder.count} read or searched{names}"
+    return f"- {relative(folder.path, root)}{_SEP}{folder.count} read or searched{names}"
 
 
 def _failure_line(failure: Failure) -> str:
@@ -191,26 +203,6 @@ def _legacy_state(verbs_text: str) -> str | None:
     if not verbs or not verbs <= set(_LEGACY_VERBS):
         return None
     return next((state for verb, state in _LEGACY_VERBS.items() if verb in verbs), None)
-
-
-def _common_root(paths: list[str]) -> str:
-    """The absolute folder whose factoring out saves the most characters (held by at least two paths and
-    at least ``_MIN_ROOT_PARTS`` deep), or "". Only when every path is absolute; those outside it stay so."""
-    if not all(p.startswith("/") for p in paths):
-        return ""  # a relative path would read back as under the root
-    saved: dict[str, int] = {}
-    for path in paths:
-        parts = path.rstrip("/").split("/")
-        for depth in range(_MIN_ROOT_PARTS, len(parts)):
-            prefix = "/".join(parts[:depth]) + "/"
-            saved[prefix] = saved.get(prefix, 0) + len(prefix)
-    best = max(saved.items(), key=lambda kv: (kv[1], len(kv[0])), default=("", 0))
-    return best[0] if best[1] >= 2 * len(best[0]) else ""
-
-
-def _relative(path: str, root: str) -> str:
-    inside = root and path.startswith(root) and len(path) > len(root)
-    return path[len(root) :] if inside else path  # the root folder itself stays absolute
 
 
 def _without_gist(fact: FileFact) -> FileFact:
