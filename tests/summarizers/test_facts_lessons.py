@@ -169,7 +169,7 @@ lesson_values = st.lists(st.from_regex(r"[A-Za-z_][\w./:-]{2,20}", fullmatch=Tru
 @given(
     kind=st.sampled_from([k for k in ToolKind if k is not ToolKind.EDIT]),
     subject=st.from_regex(r"[\w./ -]{1,30}", fullmatch=True).map(str.strip).filter(bool),
-    status=st.sampled_from(["", "exit 1", "error"]),
+    status=st.sampled_from(["", "exit 1", "error", "deleted since", "moved since"]),
     groups=st.dictionaries(st.sampled_from(list(ItemKind)), lesson_values, min_size=1),
 )
 def test_a_lesson_reads_back_as_it_was_written(
@@ -260,3 +260,17 @@ def test_reads_under_one_folder_name_it_once_in_the_heading_and_read_back_whole(
     ]
     assert parse_facts(text).taught == lessons
     assert parse_facts(text + "\n\n### Findings\n- done").taught == lessons
+
+
+def test_a_read_of_a_file_since_deleted_or_moved_says_so_and_no_value_names_it_as_current() -> None:
+    messages = step("r", "Read", {"file_path": "/w/app/lib/old.ex"}, "     1→def legacy_entry do")
+    messages += step("m", "Read", {"file_path": "/w/app/lib/moved.ex"}, "     1→def moved_entry do")
+    messages += step("g", "Grep", {"pattern": "entry", "path": "/w/app"}, "lib/old.ex:1:def legacy_entry\nlib/c.ex:9:x")
+    previous = facts_block(None, messages, 1000)
+    later = step("d", "Bash", {"command": "rm /w/app/lib/old.ex && git mv /w/app/lib/moved.ex /w/app/lib/new.ex"}, "")
+    block = facts_block(previous, later, 1000)
+    taught = {x.subject: x for x in parse_facts(block).taught}
+    assert taught["/w/app/lib/old.ex"].status == "deleted since"
+    assert taught["/w/app/lib/moved.ex"].status == "moved since"
+    assert taught["entry in /w/app"].items[ItemKind.HIT] == ["lib/c.ex:9"]
+    assert "read `old.ex` → deleted since: defines legacy_entry" in block

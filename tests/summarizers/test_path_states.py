@@ -83,7 +83,14 @@ def test_the_ledger_states_each_path_in_its_last_state_only(ops: list[Op], cuts:
         summary = facts_block(summary, messages, 10_000)
     assert summary is not None
     stated = {path: (fact.state, fact.origin) for path, fact in parse_facts(summary).files.items()}
-    assert stated == expected(ops)
+    want = expected(ops)
+    assert stated == want
+    moved_away = {origin for _, origin in want.values() if origin and origin not in want}
+    for lesson in parse_facts(summary).taught:  # a read of a file since gone says so
+        if want.get(lesson.subject, ("", ""))[0] == "deleted":
+            assert lesson.status == "deleted since"
+        elif lesson.subject in moved_away:
+            assert lesson.status == "moved since"
 
 
 @settings(max_examples=60, deadline=None)

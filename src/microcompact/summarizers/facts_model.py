@@ -122,7 +122,8 @@ class Lesson:
 
     kind: ToolKind
     subject: str  # the path read, the pattern searched, the command run, the tool called
-    status: str = ""  # "exit N" (N != 0) or "error"; "" when it worked or nobody said
+    # "exit N" (N != 0) or "error"; for a read, "deleted since" or "moved since" once its file is gone
+    status: str = ""
     items: dict[ItemKind, list[str]] = field(default_factory=dict)
 
     @property
@@ -235,8 +236,36 @@ def merge_facts(old: Facts, new: Facts) -> Facts:
     for run in new.tests:
         out.tested(run)
     out.succeeded = old.succeeded | new.succeeded
-    out.taught = merge_lessons(old.taught, new.taught, new.mentioned)
+    out.taught = without_gone_paths(merge_lessons(old.taught, new.taught, new.mentioned), out.files)
     return out
+
+
+DELETED_SINCE = "deleted since"
+MOVED_SINCE = "moved since"
+
+
+def without_gone_paths(lessons: list[Lesson], files: dict[str, FileFact]) -> list[Lesson]:
+    """``lessons`` that never state a deleted or moved-away path as current: a read of one says so in its
+    status (``read `x.py` → deleted since``), and values naming one (a hit, a listed path) are dropped."""
+    gone = {path: DELETED_SINCE for path, fact in files.items() if fact.state == "deleted"}
+    gone |= {f.origin: MOVED_SINCE for f in files.values() if f.origin and f.origin not in files}
+    if not gone:
+        return lessons
+    out = []
+    for lesson in lessons:
+        status = gone.get(lesson.subject, lesson.status) if lesson.kind is ToolKind.READ else lesson.status
+        items = {k: [v for v in vs if not any(_names(v, path) for path in gone)] for k, vs in lesson.items.items()}
+        items = {k: vs for k, vs in items.items() if vs}
+        if items:
+            out.append(replace(lesson, status=status, items=items))
+    return out
+
+
+def _names(value: str, path: str) -> bool:
+    """Whether ``value`` (a path, or ``path:line``) names ``path``: the same path, or a suffix of it of at
+    least two components (``lib/x.ex`` of ``/w/lib/x.ex``)."""
+    base = value.split(":", 1)[0].rstrip("/")
+    return base == path or ("/" in base and path.endswith("/" + base.lstrip("/")))
 
 
 def merge_lessons(old: list[Lesson], new: list[Lesson], mentioned: frozenset[str]) -> list[Lesson]:
