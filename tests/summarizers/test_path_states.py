@@ -119,3 +119,12 @@ def test_an_edit_after_a_read_does_not_state_what_the_read_saw_as_current() -> N
     messages += call(2, "Edit", {"file_path": "/w/app/a.py", "old_string": "x = 1", "new_string": "x = 1"}, "ok")
     fact = extract_facts(messages).files["/w/app/a.py"]
     assert fact.state == "edited" and "old_entry_point" not in fact.gist
+
+
+def test_an_edit_that_removes_a_quoted_line_does_not_leave_it_stated() -> None:
+    first = {"file_path": "/w/app/a.py", "old_string": "x = 1", "new_string": "x = 1\ny = compute_total(a, b)"}
+    second = {"file_path": "/w/app/a.py", "old_string": "x = 1\ny = compute_total(a, b)", "new_string": "x = 1"}
+    previous = facts_block(None, call(1, "Edit", first, "updated"), 1000)
+    assert "+ y = compute_total(a, b)" in previous
+    fact = parse_facts(facts_block(previous, call(2, "Edit", second, "updated"), 1000)).files["/w/app/a.py"]
+    assert (fact.state, fact.edits, fact.gist) == ("edited", 2, "")

@@ -198,15 +198,21 @@ def combine(old: FileFact | None, new: FileFact) -> FileFact:
     if old is None or new.state in ("deleted", "created", "renamed"):
         return new
     if new.state == "edited":
+        gist = new.gist or _carried(old)
         if old.state == "created":
-            return FileFact(new.path, "created", old.edits + new.edits, new.gist or old.gist, old.origin)
+            return FileFact(new.path, "created", old.edits + new.edits, gist, old.origin)
         edits = old.edits if old.state in ("edited", "renamed") else 0
-        gist = new.gist or (old.gist if old.changed else "")  # what a read saw is not what the file is now
         return FileFact(new.path, "edited", edits + new.edits, gist, new.origin or old.origin)
     if old.changed:  # a read or search after a change: the change is what matters
         return old
     state = "read" if "read" in (old.state, new.state) else "searched"
     return FileFact(new.path, state, 0, new.gist or old.gist)
+
+
+def _carried(old: FileFact) -> str:
+    """The gist an edit without one of its own keeps: what a changed file defines, never a line quoted
+    from it (the edit may have removed that line) nor what a read saw."""
+    return old.gist if old.changed and old.gist.startswith("defines ") else ""
 
 
 def merge_facts(old: Facts, new: Facts) -> Facts:
