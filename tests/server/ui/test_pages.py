@@ -5,6 +5,7 @@ transcript text renders as text under a strict CSP; and with a proxy key nothing
 
 from __future__ import annotations
 
+import json
 import re
 from html.parser import HTMLParser
 from pathlib import Path
@@ -23,13 +24,17 @@ HOSTILE = "<script>alert('x')</script><img src=x onerror=alert(1)>\x1b[31m\x07 "
 STEPS = 14
 
 
-def drive(proxy: ProxyServer, headers: dict[str, str] | None = None) -> tuple[str, int]:
+def drive(
+    proxy: ProxyServer, headers: dict[str, str] | None = None, history: list[dict[str, Any]] | None = None
+) -> tuple[str, int]:
     """A Chat Completions tool loop of ``STEPS`` requests, each tool output ~6 KB (one hostile): the
-    conversation's id (from the X-Microcompact-Session header) and how many requests went through."""
-    history: list[dict[str, Any]] = [{"role": "user", "content": "Read the files one by one."}]
+    conversation's id (from the X-Microcompact-Session header) and how many requests went through.
+    ``history``: the conversation to go on with (extended in place)."""
+    history = history if history is not None else []
+    history[:] = history or [{"role": "user", "content": "Read the files one by one."}]
     session = ""
     with httpx.Client(base_url=proxy.base_url, timeout=30, headers=headers or {}) as client:
-        for k in range(STEPS):
+        for k in range(len(history) // 2, len(history) // 2 + STEPS):
             response = client.post(
                 "/v1/chat/completions",
                 json={"model": "gpt-4o", "messages": history},
@@ -69,12 +74,13 @@ def parsed(html: str) -> Text:
 @pytest.fixture
 def served(upstream: ScriptedUpstream, tmp_path: Path) -> Any:
     with ProxyServer(upstream.base_url, tmp_path / "s.db", context_limit=16_000) as proxy:
-        session, requests = drive(proxy)
-        yield proxy, session, requests
+        history: list[dict[str, Any]] = []
+        session, requests = drive(proxy, history=history)
+        yield proxy, session, requests, history
 
 
 def test_the_json_has_every_request_and_fold(served: Any) -> None:
-    proxy, session, requests = served
+    proxy, session, requests, _ = served
     listed = httpx.get(f"{proxy.base_url}/ui/api/conversations").json()["conversations"]
     [row] = [c for c in listed if c["id"] == session]
     assert row["requests"] == requests and row["client"] == "page-test/1.0" and row["model"] == "gpt-4o"
@@ -97,7 +103,7 @@ def test_the_json_has_every_request_and_fold(served: Any) -> None:
 
 
 def test_the_page_draws_one_point_per_request_and_expands_a_hit(served: Any) -> None:
-    proxy, session, requests = served
+    proxy, session, requests, _ = served
     listing = httpx.get(f"{proxy.base_url}/ui")
     assert listing.status_code == 200 and f'href="/ui/{quote(session, safe="")}"' in listing.text
     page = httpx.get(f"{proxy.base_url}/ui/{quote(session, safe='')}", params={"q": "needle0"})
@@ -116,7 +122,7 @@ def test_the_page_draws_one_point_per_request_and_expands_a_hit(served: Any) -> 
 
 
 def test_hostile_text_renders_as_text_under_a_strict_policy(served: Any) -> None:
-    proxy, session, _ = served
+    proxy, session, _, _ = served
     page = httpx.get(f"{proxy.base_url}/ui/{quote(session, safe='')}", params={"q": "alert"})
     policy = page.headers["content-security-policy"]
     assert "default-src 'none'" in policy and "unsafe-inline" not in policy
@@ -135,7 +141,7 @@ def test_hostile_text_renders_as_text_under_a_strict_policy(served: Any) -> None
 
 
 def test_an_unknown_conversation_is_a_404(served: Any) -> None:
-    proxy, _, _ = served
+    proxy, _, _, _ = served
     assert httpx.get(f"{proxy.base_url}/ui/no-such-conversation").status_code == 404
     assert httpx.get(f"{proxy.base_url}/ui/api/conversation", params={"id": "nope"}).status_code == 404
     assert httpx.get(f"{proxy.base_url}/ui/api/original", params={"id": "nope", "row": "x"}).status_code == 404
@@ -161,3 +167,16 @@ def test_with_a_proxy_key_the_page_and_its_json_refuse_a_request_without_it(
             assert KEY not in cookie, "the cookie holds a digest, not the key"
             assert browser.get(page).status_code == 200
             assert browser.get("/ui/api/conversations").status_code == 200
+
+
+def test_the_page_polls_its_json_whose_signature_moves_with_the_conversation(served: Any) -> None:
+    proxy, session, requests, history = served
+    page = httpx.get(f"{proxy.base_url}/ui/{quote(session, safe='')}")
+    [body] = [a for tag, a in parsed(page.text).elements if tag == "body"]
+    assert body["data-poll"] == f"/ui/api/conversation?id={quote(session, safe='')}"
+    before = httpx.get(proxy.base_url + body["data-poll"]).json()["signature"]
+    assert before[0] == requests and body["data-sig"] == json.dumps(before, separators=(",", ":"))
+    again, _ = drive(proxy, history=history)
+    assert again == session
+    after = httpx.get(proxy.base_url + body["data-poll"]).json()["signature"]
+    assert after[0] == 2 * requests and after != before

@@ -30,7 +30,7 @@ def content_policy(nonce: str) -> str:
     """Nothing loads but this page's own nonce'd style and script, and its own JSON."""
     return (
         f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; connect-src 'self'; "
-        "img-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+        "img-src data:; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
     )
 
 

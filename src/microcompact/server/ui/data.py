@@ -16,9 +16,10 @@ MAX_TEXT = 200_000  # characters of one message the page and the JSON carry (the
 SEARCH_LIMIT = 50
 
 
-def text_of(message: Message) -> dict[str, Any]:
-    """A message's plain text (tool calls included), cut at :data:`MAX_TEXT`, and how long it was."""
-    text = message_text(message, tool_calls=True, name=True, labels=True)
+def text_of(message: Message, labels: bool = True) -> dict[str, Any]:
+    """A message's plain text (tool calls included; ``labels``: each block's kind named), cut at
+    :data:`MAX_TEXT`, and how long it was."""
+    text = message_text(message, tool_calls=True, name=True, labels=labels)
     return {"text": text[:MAX_TEXT], "chars": len(text), "cut": len(text) > MAX_TEXT}
 
 
@@ -91,7 +92,11 @@ def conversation(store: _SQLStore, session_id: str) -> dict[str, Any] | None:
         if marker_kind(m)
     ]
     passes = [{"request": number, **p} for number, row in enumerate(rows, start=1) for p in row.get("passes") or []]
-    now = [{"row": int(m[ROW_KEY]), "kind": marker_kind(m), **text_of(m)} for m in everything if _active_marker(m)]
+    now = [
+        {"row": int(m[ROW_KEY]), "kind": marker_kind(m), **text_of(m, labels=False)}
+        for m in everything
+        if _active_marker(m)
+    ]
     return {
         "id": session_id,
         **_totals(rows),

@@ -18,7 +18,7 @@ header{background:#20252c;color:#fff;padding:10px 18px}header a{color:#9cd0ff}
 main{padding:12px 18px;max-width:1200px}h1{font-size:18px;margin:0}h2{font-size:16px;margin:18px 0 6px}
 table{border-collapse:collapse;background:#fff;width:100%}th,td{border:1px solid #d9dde3;padding:3px 6px;
 text-align:right;vertical-align:top}th{background:#eceff3}td.l,th.l{text-align:left}
-td.id{max-width:28em;overflow-wrap:anywhere;text-align:left}
+td.id{max-width:28em;overflow-wrap:anywhere;text-align:left}th.id{text-align:left}
 pre{white-space:pre-wrap;overflow-wrap:anywhere;background:#fff;border:1px solid #d9dde3;padding:8px;
 max-height:32em;overflow:auto;margin:4px 0}
 details{background:#fff;border:1px solid #d9dde3;margin:4px 0;padding:4px 8px}summary{cursor:pointer;
@@ -53,6 +53,7 @@ def page(title: str, body: str, nonce: str, poll: str = "", signature: str = "")
     return (
         "<!DOCTYPE html><html lang=en><head><meta charset=utf-8>"
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
+        '<link rel="icon" href="data:,">'  # no /favicon.ico request, which the proxy would refuse and log
         f"<title>{esc(title)}</title><style nonce={esc(nonce)}>{STYLE}</style></head>"
         f'<body data-poll="{esc(poll)}" data-sig="{esc(signature)}">'
         f'<header><h1><a href="/ui">microcompact</a> &middot; {esc(title)}</h1></header>'

@@ -58,7 +58,7 @@ def list_page(conversations: list[dict[str, Any]], nonce: str) -> str:
         for c in conversations
     ]
     body = (
-        f'<div id="live"><p class="muted">{len(conversations)} conversations in the store.</p>'
+        f'<div id="live"><p class="muted">{_count(len(conversations), "conversation")} in the store.</p>'
         f"{table([(h, 'id' if h == 'conversation' else c) for h, c in headers], rows)}</div>"
     )
     sig = [[c["id"], *signature(c)] for c in conversations[:50]]
@@ -223,7 +223,7 @@ def _search(session_id: str, query: str, hits: list[dict[str, Any]], opened: dic
             f'<details class="hit" data-row="{row}"{" open" if shown else ""}><summary>row {number(row)} '
             f"({esc(hit['role'])}, {esc(hit['state'])}): {esc(hit['snippet'])}</summary>{body}</details>"
         )
-    found = f'<p class="muted">{len(hits)} absorbed originals match {esc(query)}.</p>'
+    found = f'<p class="muted">{_count(len(hits), "absorbed original")} matching {esc(query)}.</p>'
     return form + found + "".join(items)
 
 
@@ -252,6 +252,10 @@ def conversation_page(
     body = f"<h2>Search the absorbed originals</h2>{_search(sid, query, hits or [], opened or {})}{live}"
     poll = "/ui/api/conversation?" + urlencode({"id": sid})
     return page(sid, body, nonce, poll=poll, signature=_json(signature(detail)))
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
 
 
 def _json(value: Any) -> str:
