@@ -180,3 +180,17 @@ def test_the_page_polls_its_json_whose_signature_moves_with_the_conversation(ser
     assert again == session
     after = httpx.get(proxy.base_url + body["data-poll"]).json()["signature"]
     assert after[0] == 2 * requests and after != before
+
+
+def test_each_marker_links_to_the_originals_it_absorbed(served: Any) -> None:
+    proxy, session, _, _ = served
+    base = f"{proxy.base_url}/ui/{quote(session, safe='')}"
+    detail = httpx.get(f"{proxy.base_url}/ui/api/conversation", params={"id": session}).json()
+    row = next(r for m in detail["markers"] for r in m["absorbed_rows"])
+    page = httpx.get(base).text
+    assert f'href="/ui/{quote(session, safe="")}?open={row}"' in page
+    opened = parsed(httpx.get(base, params={"open": row}).text)
+    [shown] = [a for tag, a in opened.elements if tag == "details" and a.get("data-row") == str(row)]
+    assert "open" in shown
+    original = httpx.get(f"{proxy.base_url}/ui/api/original", params={"id": session, "row": row}).json()
+    assert original["text"][:200] in "".join(opened.text)

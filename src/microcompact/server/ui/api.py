@@ -111,13 +111,12 @@ class ConversationPages:
             return _html(page("not found", f"<p>No conversation {esc(sid)} in the store.</p>", nonce), nonce, 404)
         query = request.query_params.get("q", "").strip()
         hits = data.search(self.store, sid, query) if self.store and query else []
-        wanted = {_row(v) for v in request.query_params.getlist("open")}
+        wanted = [r for r in (_row(v) for v in request.query_params.getlist("open")) if r is not None]
         opened: dict[int, dict[str, Any]] = {}
-        for hit in hits:
-            if hit["row"] in wanted and len(opened) < MAX_OPEN and self.store:
-                original = data.original(self.store, sid, hit["row"])
-                if original is not None:
-                    opened[hit["row"]] = original
+        for row in wanted[:MAX_OPEN]:
+            original = data.original(self.store, sid, row) if self.store else None
+            if original is not None:
+                opened[row] = original
         return _html(conversation_page(detail, nonce, query, hits, opened), nonce)
 
     def _detail(self, session_id: str) -> dict[str, Any] | None:

@@ -173,7 +173,16 @@ def _passes_table(passes: list[dict[str, Any]]) -> str:
     return table(headers, rows)
 
 
+def _absorbed(session_id: str, rows: list[int]) -> str:
+    """How many messages a marker absorbed, each a link that opens the original."""
+    links = " ".join(
+        f'<a href="{esc(link(session_id))}?{esc(urlencode({"open": row}))}">{number(row)}</a>' for row in rows[:20]
+    )
+    return f"{number(len(rows))}" + (f" (rows {links}{' ...' if len(rows) > 20 else ''})" if rows else "")
+
+
 def _markers(detail: dict[str, Any]) -> str:
+    session_id = detail["id"]
     now = "".join(
         f'<h3 class="muted">{esc(m["kind"])} marker, row {number(m["row"])}</h3>'
         f'<pre class="marker">{esc(m["text"])}</pre>'
@@ -185,7 +194,7 @@ def _markers(detail: dict[str, Any]) -> str:
         for m in detail["markers_now"]
     )
     history = table(
-        [("row", ""), ("kind", "l"), ("state", "l"), ("absorbed messages", ""), ("superseded by", "")],
+        [("row", ""), ("kind", "l"), ("state", "l"), ("absorbed messages", "l"), ("superseded by", "")],
         [
             (
                 "marker",
@@ -193,7 +202,7 @@ def _markers(detail: dict[str, Any]) -> str:
                     number(m["row"]),
                     esc(m["kind"]),
                     esc(m["state"]),
-                    number(len(m["absorbed_rows"])),
+                    _absorbed(session_id, m["absorbed_rows"]),
                     number(m["superseded_by"]),
                 ],
             )
@@ -208,8 +217,6 @@ def _search(session_id: str, query: str, hits: list[dict[str, Any]], opened: dic
         f'<form method="get" action="{esc(link(session_id))}"><input type="search" name="q" value="{esc(query)}" '
         'placeholder="words or &quot;a phrase&quot;"> <button type="submit">Search</button></form>'
     )
-    if not query:
-        return form
     items = []
     for hit in hits:
         row = hit["row"]
@@ -223,7 +230,14 @@ def _search(session_id: str, query: str, hits: list[dict[str, Any]], opened: dic
             f'<details class="hit" data-row="{row}"{" open" if shown else ""}><summary>row {number(row)} '
             f"({esc(hit['role'])}, {esc(hit['state'])}): {esc(hit['snippet'])}</summary>{body}</details>"
         )
-    found = f'<p class="muted">{_count(len(hits), "absorbed original")} matching {esc(query)}.</p>'
+    listed = {hit["row"] for hit in hits}
+    items += [
+        f'<details class="hit" data-row="{row}" open><summary>row {number(row)} ({esc(shown["role"])}, '
+        f'{esc(shown["state"])})</summary><pre class="original">{esc(shown["text"])}</pre></details>'
+        for row, shown in opened.items()
+        if row not in listed
+    ]
+    found = f'<p class="muted">{_count(len(hits), "absorbed original")} matching {esc(query)}.</p>' if query else ""
     return form + found + "".join(items)
 
 
