@@ -126,9 +126,13 @@ def check_pages(base: str, conversation: dict[str, Any], requests: int, shots: P
     opened = dump_dom(f"{page}?{urlencode({'key': KEY, 'q': 'needlestep1', 'open': hit['row']})}")
     chart = re.search(r'<svg id="occupancy".*?</svg>', opened, re.S)
     assert chart is not None and len(re.findall(r'<circle class="pt( fold)?"', chart.group())) == requests
-    folds = re.findall(r'<tr class="pass">(.*?)</tr>', opened, re.S)
-    absorbed = [f for f in folds if ">absorbed<" in f or ">compacted<" in f]
-    assert absorbed and len(folds) == len(detail["passes"])
+    folds = re.findall(r'<tr class="fold">(.*?)</tr>', opened, re.S)
+    assert len(folds) == conversation["folds"] == len(detail["folds_detail"])
+    priced = [f for f in detail["folds_detail"] if f["rewrite_cost"] is not None and f["saving_per_request"]]
+    assert priced, "Anthropic reports its cache writes: each fold's rewrite is priced against its saving"
+    passes = re.findall(r'<tr class="pass">(.*?)</tr>', opened, re.S)
+    absorbed = [p for p in passes if ">absorbed<" in p or ">compacted<" in p]
+    assert absorbed and len(passes) == len(detail["passes"])
     markers = re.findall(r'<pre class="marker">(.*?)</pre>', opened, re.S)
     assert markers and MARKER_HEADING in markers[0]
     assert detail["markers_now"][0]["text"].startswith(markers[0].split("\n", 1)[0].replace("&amp;", "&"))

@@ -65,6 +65,10 @@ def test_the_json_has_every_request_and_fold(served: Any) -> None:
     assert [r["request"] for r in figures] == list(range(1, requests + 1))
     assert all(isinstance(r["occupancy_pct"], float) and r["prompt_tokens"] > 0 for r in figures)
     assert sum(1 for r in figures if r["folded"]) == row["folds"]
+    folds = detail["folds_detail"]
+    assert [f["request"] for f in folds] == [r["request"] for r in figures if r["folded"]]
+    assert sum(f["passes"] for f in folds) <= len(detail["passes"]) and folds[0]["passes"] >= 1
+    assert all(f["prompt_after"] < f["prompt_before"] for f in folds if f["saving_per_request"])
     absorbed = [p for p in detail["passes"] if p["outcome"] in ("absorbed", "model_rejected", "compacted")]
     assert absorbed and all(p["removed_tokens"] > 0 and p["saving_per_request"] > 0 for p in absorbed)
     assert detail["markers_now"] and all(MARKER_HEADING in m["text"] for m in detail["markers_now"])

@@ -105,10 +105,51 @@ def conversation(store: _SQLStore, session_id: str) -> dict[str, Any] | None:
             "absorbed": sum(1 for m in everything if m.get(STATE_KEY) == "absorbed"),
         },
         "requests_figures": [{"request": n, **r, "passes": len(r.get("passes") or [])} for n, r in enumerate(rows, 1)],
+        "folds_detail": folds(rows),
         "passes": passes,
         "markers": markers,
         "markers_now": now,
     }
+
+
+def folds(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each request that sent a folded view, with the passes applied since the previous one and the price
+    rule's numbers as the provider billed them: what the fold wrote to the cache again (the request's cache
+    write at the rewrite premium), what the smaller prompt saves on every later request (its drop from the
+    previous request's, at the cache read price: a lower bound, the request's own growth is not added), and
+    so after how many requests it has paid for itself."""
+    out: list[dict[str, Any]] = []
+    passes: list[dict[str, Any]] = []
+    for number, row in enumerate(rows, start=1):
+        passes += row.get("passes") or []
+        if not row.get("folded"):
+            continue
+        before = rows[number - 2].get("prompt_tokens") if number > 1 else None
+        now = row.get("prompt_tokens")
+        smaller = before - now if isinstance(before, int) and isinstance(now, int) else None
+        read, premium = row.get("read_price"), row.get("rewrite_premium")
+        written = row.get("cache_write")
+        rewrite_cost = written * premium / 1e6 if isinstance(written, int) and isinstance(premium, float) else None
+        saving = smaller * read / 1e6 if smaller is not None and smaller > 0 and isinstance(read, float) else None
+        out.append(
+            {
+                "request": number,
+                "prompt_before": before,
+                "prompt_after": now,
+                "occupancy_before": rows[number - 2].get("occupancy_pct") if number > 1 else None,
+                "occupancy_after": row.get("occupancy_pct"),
+                "passes": len(passes),
+                "outcomes": sorted({str(p.get("outcome")) for p in passes}),
+                "why": sorted({str(p.get("reason") or p.get("mode")) for p in passes}),
+                "summarizer_cost": round(sum(float(p.get("summarizer_cost") or 0) for p in passes), 8),
+                "cache_write": written,
+                "rewrite_cost": None if rewrite_cost is None else round(rewrite_cost, 8),
+                "saving_per_request": None if saving is None else round(saving, 8),
+                "pays_back_after": round(rewrite_cost / saving, 1) if rewrite_cost is not None and saving else None,
+            }
+        )
+        passes = []
+    return out
 
 
 def _active_marker(message: Message) -> bool:

@@ -133,6 +133,42 @@ def _requests_table(requests: list[dict[str, Any]]) -> str:
     return table(headers, rows)
 
 
+def _folds_table(folds: list[dict[str, Any]]) -> str:
+    if not folds:
+        return '<p class="muted">No fold yet: the view sent is the history as it grew.</p>'
+    headers = [
+        ("request", ""),
+        ("passes", ""),
+        ("why", "l"),
+        ("prompt tokens", "l"),
+        ("occupancy", "l"),
+        ("cache written", ""),
+        ("rewrite cost", ""),
+        ("summarizer cost", ""),
+        ("saves per request", ""),
+        ("pays back after", ""),
+    ]
+    rows = [
+        (
+            "fold",
+            [
+                number(f["request"]),
+                number(f["passes"]),
+                esc(", ".join(f["why"] + f["outcomes"])),
+                f"{number(f['prompt_before'])} &rarr; {number(f['prompt_after'])}",
+                f"{pct(f['occupancy_before'])} &rarr; {pct(f['occupancy_after'])}",
+                number(f["cache_write"]),
+                dollars(f["rewrite_cost"]),
+                dollars(f["summarizer_cost"]),
+                dollars(f["saving_per_request"]),
+                esc(f"{f['pays_back_after']} requests") if f["pays_back_after"] is not None else "&ndash;",
+            ],
+        )
+        for f in reversed(folds)
+    ]
+    return table(headers, rows)
+
+
 def _passes_table(passes: list[dict[str, Any]]) -> str:
     if not passes:
         return '<p class="muted">No pass applied yet.</p>'
@@ -259,7 +295,8 @@ def conversation_page(
     )
     live = (
         f'<div id="live">{summary}<h2>Occupancy per request</h2>{chart(requests)}'
-        f"<h2>Folds and batches</h2>{_passes_table(detail['passes'])}"
+        f"<h2>Folds</h2>{_folds_table(detail['folds_detail'])}"
+        f"<h2>Passes (micro and batch, from the engine's telemetry)</h2>{_passes_table(detail['passes'])}"
         f"<h2>The markers as the model sees them now</h2>{_markers(detail)}"
         f"<h2>Requests: cache and dollars</h2>{_requests_table(requests)}</div>"
     )

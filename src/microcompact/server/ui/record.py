@@ -121,6 +121,9 @@ class RequestRecorder:
             "threshold_tokens": session.config.threshold_tokens(),
             "passes": passes,
         }
+        pricing = session.config.cache_pricing(prepared.api)
+        if pricing is not None:
+            figures.update(pricing=pricing.name, read_price=pricing.read_price, rewrite_premium=pricing.rewrite_premium)
         if bill is not None:
             figures["spent"] = round(bill.spent - before[0], 8)
             figures["uncompacted"] = round(bill.uncompacted - before[1], 8)
