@@ -171,3 +171,15 @@ def test_each_marker_links_to_the_originals_it_absorbed(served: Any) -> None:
     assert "open" in shown
     original = httpx.get(f"{proxy.base_url}/ui/api/original", params={"id": session, "row": row}).json()
     assert original["text"][:200] in "".join(opened.text)
+
+
+def test_a_hostile_conversation_id_is_a_plain_404(upstream: ScriptedUpstream, tmp_path: Path) -> None:
+    with ProxyServer(upstream.base_url, tmp_path / "s.db") as proxy:
+        for path in ("/ui/%3Cscript%3Ealert(1)%3C%2Fscript%3E", "/ui/%FF%FE", "/ui/%ED%A0%80", "/ui/a%00b"):
+            answer = httpx.get(proxy.base_url + path)
+            assert answer.status_code == (400 if "%00" in path else 404), path  # NUL: refused before the app
+            assert "<script>alert" not in answer.text and "\x00" not in answer.text
+        for query in ("id=%FF&row=1", "id=x&row=99999999999999999999", "id=x&row=-1"):
+            assert httpx.get(f"{proxy.base_url}/ui/api/original?{query}").status_code == 404, query
+        assert httpx.get(f"{proxy.base_url}/ui/api/search?id=x&q=%00%FF").json()["hits"] == []
+        assert httpx.get(f"{proxy.base_url}/ui/api/nothing-here").status_code == 404

@@ -42,8 +42,11 @@ var n=d.getElementById('live'),o=document.getElementById('live');if(n&&o)o.repla
 
 
 def esc(value: Any) -> str:
-    """``value`` as HTML text: control characters shown as ``\\xNN``, markup characters escaped."""
+    """``value`` as HTML text: control characters shown as ``\\xNN``, lone surrogates as ``?``, markup
+    characters escaped."""
     text = "" if value is None else str(value)
+    if not text.isascii():  # a lone surrogate cannot be sent as UTF-8: shown as "?"
+        text = text.encode("utf-8", "replace").decode("utf-8")
     text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
     return html.escape(text, quote=True)
 
