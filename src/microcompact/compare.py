@@ -1,7 +1,7 @@
 """Side-by-side replay of one transcript under several compaction policies, priced with a cache model.
 
 Every policy replays the same messages through a real :class:`Session`; at each model request the prompt
-goes through :class:`~microcompact.cost.CacheModel`, and every summarizer call is tallied from the
+goes through :class:`~microcompact.bill.replay_cost.CacheModel`, and every summarizer call is tallied from the
 telemetry records the engines return. What the table shows is what an agent would have paid.
 """
 
@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from .cache_usage import UsageReport
+from .bill.cache_usage import UsageReport
+from .bill.replay_cost import CacheModel, Pricing
 from .config import Config
-from .cost import CacheModel, Pricing
 from .events import Outcome
 from .messages import Message
 from .micro.price import PricePolicy
+from .recall import IdentifierReader, RecallTotals, RequestRecall, reply_targets, request_recall
 from .replay import SimClock, replay, request_times
 from .session import Session
 
@@ -53,9 +54,18 @@ def policy_config(base: Config, policy: str, *, every_n: int, reclaim_tokens: in
 
 
 def run_policy(
-    messages: list[Message], config: Config, pricing: Pricing, policy: str, times: list[float]
+    messages: list[Message],
+    config: Config,
+    pricing: Pricing,
+    policy: str,
+    times: list[float],
+    targets: dict[int, frozenset[str]] | None = None,
+    reader: IdentifierReader | None = None,
 ) -> dict[str, Any]:
+    """One policy's replay, priced; with ``targets`` (``recall.reply_targets`` of ``messages``), also the
+    future-reference recall of its prompts (what the agent used next that its prompt still held)."""
     clock = SimClock()
+    recalled: list[RequestRecall] = []
     session = Session(config, session_id=policy, clock=clock)
     model = CacheModel(pricing)
     priced = policy == "micro-price"
@@ -64,6 +74,8 @@ def run_policy(
 
     def on_request(i: int, s: Session) -> None:
         # The reply to this request is the message about to be appended.
+        if targets is not None and i in targets:
+            recalled.append(request_recall(i, targets[i], s.ledger.messages, reader))
         read, written = model.tally.cached_read_tokens, model.tally.cache_write_tokens + model.tally.uncached_tokens
         model.request(s.ledger.messages, s.ledger.tokens, clock.now, s.counter.count_message(messages[i]))
         if priced:
@@ -78,8 +90,12 @@ def run_policy(
     threshold = config.threshold_tokens()
     peak = max([*stats.samples, session.tokens])
     tally = model.tally
+    recall = RecallTotals.of(recalled)
     return {
         "policy": policy,
+        "recall": None if recall.recall is None else round(100 * recall.recall, 2),
+        "recall_targets": recall.targets,
+        "requests_losing": recall.losing,
         "peak_tokens": peak,
         "peak_occupancy": round(100 * peak / threshold, 1) if threshold else None,
         "final_occupancy": session.occupancy_pct(),
@@ -133,6 +149,8 @@ def compare(
     policies: tuple[str, ...] = POLICIES,
 ) -> dict[str, Any]:
     times, recorded = request_times(messages, assumed_gap_seconds)
+    reader = IdentifierReader()
+    targets = reply_targets(messages, reader)
     rows = [
         run_policy(
             messages,
@@ -140,6 +158,8 @@ def compare(
             pricing,
             p,
             times,
+            targets,
+            reader,
         )
         for p in policies
     ]

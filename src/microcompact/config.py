@@ -17,7 +17,7 @@ Keys follow Hermes Agent's names so its users find them where they expect::
                     api_key_env: OPENAI_API_KEY, timeout: 60}
     model:
       context_length: 200000
-    pricing:                 # the provider's cache prices (microcompact.pricing); unset: by the API
+    pricing:                 # the provider's cache prices (microcompact.bill.pricing); unset: by the API
       preset: anthropic      # anthropic | anthropic-1h | openai | openai-write | gpt-4o | none
       summarizer_input: 0.8  # any preset field may be overridden (dollars per million tokens)
 """
@@ -42,7 +42,7 @@ from pydantic import (
     field_validator,
 )
 
-from .pricing import PRESETS, CachePricing, for_api
+from .bill.pricing import PRESETS, CachePricing, for_api
 
 
 class ConfigError(ValueError):
@@ -192,7 +192,7 @@ class ModelConfig(_Strict):
 
 
 class PricingConfig(_Strict):
-    """The provider's prices and cache rules (see :mod:`microcompact.pricing`): a preset, and any field of it
+    """The provider's prices and cache rules (see :mod:`microcompact.bill.pricing`): a preset, and any field of it
     overridden. Unset, the proxy takes the preset of the API a request speaks and a library ``Session`` knows
     no price (it schedules as before)."""
 

@@ -28,7 +28,7 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 
-from .pricing import CachePricing
+from .bill.pricing import CachePricing
 
 # Without a measured growth per request, this many tokens (a typical tool step) stand for it.
 DEFAULT_GROWTH_TOKENS = 2_000

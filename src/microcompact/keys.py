@@ -57,6 +57,7 @@ FORKED_FROM_META = "forked_from"  # a fork: the session it was forked from
 FORK_AT_META = "fork_at"  # a fork: the client index where the histories part
 FORK_PREFIX_META = "fork_prefix_digests"  # a fork: the digests of the client prefix it started from
 CARRIED_META = "carried"  # the engine memory carried to the next process (``carry``)
+RECALL_META = "recall_conversation"  # the capability the recall tools (``microcompact mcp``) must be given
 SECRETS_META = "secret_memory"  # keyed digests and shapes of the values redacted so far (``secret_memory``)
 ROUTER_KEY_META = "key"  # a router branch: its conversation key
 BRANCHES_META = "branches"  # a router key's first branch: how many branches the key has

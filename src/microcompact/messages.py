@@ -24,6 +24,7 @@ __all__ = [
     "MARKER_END",
     "MARKER_HEADING",
     "MARKER_PREFIX",
+    "RECALL_NOTE",
     "META_KEY",
     "MarkerKind",
     "Message",
@@ -39,6 +40,7 @@ __all__ = [
     "message_shape_errors",
     "render_marker",
     "render_micro_marker",
+    "with_recall_note",
     "to_api",
     "tool_call_ids",
     "user_texts",
@@ -204,6 +206,26 @@ def marker_body(message: Message) -> str:
 
 def render_micro_marker(body: str, **meta: Any) -> Message:
     return render_marker(f"{_MICRO_TAG}\n\n{body.strip()}", "micro", **meta)
+
+
+# The one line a marker gains when the client can call the recall tools (``microcompact mcp``): set between the
+# frame paragraph and the heading, so ``marker_body`` never reads it and a summarizer never folds it in.
+RECALL_NOTE = (
+    'The compacted originals are kept: search them with the tool {recall} (conversation="{conversation}", '
+    'query) and read one with {expand} (conversation="{conversation}", handle); this summary is handle '
+    '"{handle}".'
+)
+
+
+def with_recall_note(marker: Message, recall: str, expand: str, conversation: str, handle: str) -> Message:
+    """A copy of ``marker`` whose text names the recall tools (as the client calls them), the conversation
+    they may read and the marker's own handle; ``marker`` itself when its text is not a marker's frame."""
+    content = marker.get("content")
+    head = MARKER_PREFIX + "\n\n"
+    if not isinstance(content, str) or not content.startswith(head):
+        return marker
+    note = RECALL_NOTE.format(recall=recall, expand=expand, conversation=conversation, handle=handle)
+    return {**marker, "content": f"{head}{note}\n\n{content[len(head) :]}"}
 
 
 def marker_count(messages: Iterable[Message], kind: MarkerKind) -> int:

@@ -178,8 +178,7 @@ class SessionRouter:
         writes done, its lease given back) and another process may have written since, so a pass still
         pending on it is abandoned, never applied: closing must not write."""
         if self.shared:
-            if session.background is not None:
-                session.background.close(wait=False)
+            session.abandon()
             return
         try:
             session.close()
@@ -298,8 +297,8 @@ class SessionRouter:
             stale = [sid for sid in cached if sid not in versions or versions[sid] != record.versions.get(sid)]
             dropped = [self._forget(key, sid) for sid in stale]
         for session in dropped:
-            if session is not None and session.background is not None:
-                session.background.close(wait=False)
+            if session is not None:
+                session.abandon()
         if stale:
             log.info("Conversation %s: reloading %s, written by another process", key, ", ".join(stale))
 
@@ -319,8 +318,7 @@ class SessionRouter:
                 )
                 with self._lock:
                     self._forget(key, session.session_id)
-                if session.background is not None:
-                    session.background.close(wait=False)
+                session.abandon()
         first = branch_id(key, 1)
         versions = self.store.session_versions([first, *cached])
         with self._lock:

@@ -17,6 +17,7 @@ Replay drives this same object, so what replay measures is what an agent gets.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -26,9 +27,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from . import carry
-from .background import BackgroundPasses
 from .batch import BatchCompactor, BatchResult
-from .cache_usage import CacheObservations, checked_report
+from .bill.cache_usage import CacheObservations, CacheTotals, checked_report
 from .config import Config, home_dir
 from .events import Outcome
 from .identity import Divergence, common_prefix, digests, fork_prefix, is_human, known_digests, tagged_parts
@@ -37,6 +37,7 @@ from .messages import Message, disown_marker_text, to_api, validate_message
 from .micro import CommitHook, MicroCompactor, PassResult
 from .micro.price import policy_for
 from .redact import remember_secrets
+from .runners import PassRunner, runner_for
 from .secret_memory import SecretMemory, hides_secrets
 from .session_store import StoreWriter
 from .store import StoreConflict
@@ -45,6 +46,7 @@ from .telemetry import occupancy_pct
 from .tokens import Ledger, TokenCounter, make_text_counter
 
 if TYPE_CHECKING:
+    from .background import BackgroundPasses
     from .store import SessionStore
 
 log = logging.getLogger("microcompact")
@@ -182,7 +184,8 @@ class Session:
             self.config, self.summarizer, self.counter, session_id=self.session_id, commit=commit
         )
         self._micro_passes_at_last_batch = 0
-        self.background = BackgroundPasses(self.micro) if self.config.compression.micro_compact_background else None
+        background = self.config.compression.micro_compact_background
+        self._runner: PassRunner = runner_for(self.micro, background, self._lock, lambda: self.ledger)
         if self._writer is not None:  # what the store does not hold yet (a new session's messages)
             self._writer.pending = [m for m in self.ledger.messages if ROW_KEY not in m]
         # Digests of the client messages this session holds, in client order (sync_history); None: not loaded.
@@ -232,6 +235,12 @@ class Session:
         if not session.secrets.restore(saved.secrets):  # stored before the memory existed: learn it now
             remember_secrets(session.secrets, session.ledger.messages)
         return session
+
+    @property
+    def background(self) -> BackgroundPasses | None:
+        """The background worker's passes (``micro_compact_background``; None inline), for inspection: the
+        session calls them only through its runner (:mod:`microcompact.runners`)."""
+        return self._runner.passes
 
     @property
     def finalized_row(self) -> int | None:
@@ -300,8 +309,7 @@ class Session:
     def messages(self) -> list[Message]:
         """What to send to the provider: library metadata stripped (a finished background pass applied)."""
         with self._lock:
-            if self.background is not None:
-                self.background.collect(self.ledger)
+            self._runner.collect(self.ledger)
             return to_api(self.ledger.messages)
 
     @property
@@ -348,6 +356,20 @@ class Session:
         )
         if report is not None:
             self.cache.record(report)
+
+    def note_fold(self) -> None:
+        """The view the provider caches was just switched (a fold): call before that request's
+        ``record_usage``, whose cache figures then tell whether the fold was paid for."""
+        self.cache.note_fold()
+
+    def cache_totals(self) -> CacheTotals:
+        """What the provider's cache did for this session so far, as ``record_usage`` was told."""
+        return self.cache.totals()
+
+    def take_spent(self) -> list[PassResult]:
+        """Passes computed and discarded since the last call (background folds never applied): their
+        summarizer calls were made all the same, so whoever bills the summarizer counts them too."""
+        return self._runner.take_spent()
 
     # ------------------------------------------------------------------ full history in, compacted view out
 
@@ -448,18 +470,13 @@ class Session:
         with self._lock:
             try:
                 self._flush()
-                if self.background is not None:
-                    results += self.background.collect(self.ledger)
-                    if self.background.ready is not None and self.batch.should_compress(self.ledger, prompt_tokens):
-                        prompt_tokens = self._adopt_before_batch(self.background, prompt_tokens, results)
+                results += self._runner.collect(self.ledger)
+                due = functools.partial(self.batch.should_compress, self.ledger)
+                landed, prompt_tokens = self._runner.land_held(self.ledger, prompt_tokens, due)
+                results += landed
                 if self.batch.should_compress(self.ledger, prompt_tokens):
                     results.append(self._batch(reason="threshold", prompt_tokens=prompt_tokens))
-                if self.background is None:
-                    results += self.micro.before_request(self.ledger)
-                elif self.micro.active:  # the inline schedule (cache-aware included), run on the worker
-                    mode = self.micro.background_request_mode(self.ledger, self.background.busy)
-                    if mode is not None:
-                        results += self.background.submit(self.ledger, mode)
+                results += self._runner.request_passes(self.ledger)
                 cut = self.batch.last_resort(self.ledger)  # still over the window: cut what is oversized
                 if cut is not None:
                     results.append(cut)
@@ -467,23 +484,14 @@ class Session:
                 log.exception("before_request failed unexpectedly; the session goes on uncompacted")
         return results
 
-    def _adopt_before_batch(self, held: BackgroundPasses, prompt: int | None, results: list[Any]) -> int | None:
-        """Over the threshold with a fold held: it lands first (a summary where a batch would prune), the
-        batch runs only if still due; the reported prompt size shrinks by what the fold removed."""
-        before = self.ledger.total
-        results += held.adopt_held(self.ledger)
-        return None if prompt is None else max(0, prompt - (before - self.ledger.total))
-
     @hides_secrets
     def fold_ahead(self) -> None:
         """The client's turn is over (an idle gap may follow): in background mode, start on the worker the
-        fold the policy would make at the next request, so that it is ready then. Never raises."""
+        fold the policy would make at the next request, so that it is ready then (inline: nothing). Never
+        raises."""
         with self._lock:
             try:
-                if self.background is not None and self.micro.active and not self.background.busy:
-                    mode = self.micro.idle_mode(self.ledger)
-                    if mode is not None:
-                        self.background.submit(self.ledger, mode)
+                self._runner.fold_ahead(self.ledger)
             except Exception:
                 log.exception("fold_ahead failed unexpectedly; the session goes on as it was")
 
@@ -514,12 +522,7 @@ class Session:
         with self._lock:
             try:
                 self._flush()
-                if self.background is None:
-                    results = self.micro.finalize_turn(self.ledger, completed)
-                else:
-                    results = self.background.collect(self.ledger)
-                    if self.micro.active and self.micro.turn_due(self.ledger, completed):
-                        self.background.submit(self.ledger)
+                results = self._runner.turn_passes(self.ledger, completed)
                 self._save_skips()
                 if self._writer is not None:
                     self._writer.save_progress(self.ledger.messages, self.micro.state.turns)
@@ -530,21 +533,9 @@ class Session:
     @hides_secrets
     def drain(self, timeout: float = 60.0) -> list[PassResult]:
         """Wait for a background pass to finish and apply it (tests, replays, shutdown; ``0``: apply one that
-        finished, as the proxy does after a response). The wait holds no lock: appends go on meanwhile."""
-        background = self.background
-        if background is None:
-            return []
-        results: list[PassResult] = []
-        deadline = time.monotonic() + timeout
-        while True:
-            with self._lock:
-                results += background.collect(self.ledger)
-                if not background.busy:
-                    return results
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return results
-            background.wait(left)
+        finished, as the proxy does after a response; inline: nothing). The wait holds no lock: appends go on
+        meanwhile."""
+        return self._runner.drain(timeout)
 
     def hand_over(self, wait: float = 0.0) -> bool:
         """Leave the session so that another process can continue it exactly as this one would: apply a
@@ -555,11 +546,10 @@ class Session:
         A pass still running stays pending on this object: it computes and never writes, so it is applied
         (and written) only if this object takes the lease again with the store unchanged. False when a
         store write failed: the caller must then drop this object and reopen the session from the store."""
-        if self.background is not None and wait > 0:
-            self.drain(wait)
+        if wait > 0:
+            self._runner.drain(wait)
         with self._lock:
-            if self.background is not None:
-                self.background.collect(self.ledger)
+            self._runner.collect(self.ledger)
             written = self._flush()
             self._save_skips()
             written = self._save_carried() and written
@@ -585,13 +575,17 @@ class Session:
     def close(self) -> None:
         """Finish background work, write what is pending and give up the store's writer lease (the store
         itself stays open: the caller owns it)."""
-        if self.background is not None:
-            self.drain()
-            self.background.close()
+        self._runner.finish()
         with self._lock:
             self._flush()
             self._save_skips()
             self._give_back()
+
+    def abandon(self) -> None:
+        """Drop this object without writing: a background pass still running is stopped and never applied
+        (a shared router lets go of a session another process may have written since). Writes nothing, and
+        the object is not used again."""
+        self._runner.abandon()
 
     def __enter__(self) -> Session:
         return self

@@ -177,7 +177,7 @@ def test_the_measured_fold_time_is_carried_to_the_next_process():
 
 
 def test_before_any_fold_was_timed_a_model_summarizer_starts_earlier_than_the_extractive_one():
-    from microcompact.cache_usage import CacheObservations
+    from microcompact.bill.cache_usage import CacheObservations
     from microcompact.fold_price import CacheState, FoldQuote, requests_until_fold
 
     model = parse_config(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from microcompact.cache_usage import UsageReport
+from microcompact.bill.cache_usage import UsageReport
 from microcompact.contract import tool_pairing_errors
 from microcompact.messages import is_marker
 from microcompact.micro.price import PricePolicy

@@ -17,7 +17,9 @@ import typer
 # The long runs, by these names: the commands look them up here per call, so a test can stand in for them.
 from ..compare import compare
 from ..replay import replay
+from .doctor_command import doctor_cmd
 from .import_command import import_cmd
+from .mcp_command import mcp_cmd
 from .replay_command import replay_cmd
 from .report_command import report_cmd
 from .serve_command import serve_cmd
@@ -41,6 +43,8 @@ app.add_typer(sessions_app, name="sessions")
 app.command("report")(report_cmd)
 app.command("import")(import_cmd)
 app.command("serve")(serve_cmd)
+app.command("doctor")(doctor_cmd)
+app.command("mcp")(mcp_cmd)
 
 
 # What writing stdout fails with when it is a full disk (or /dev/full), a closed pipe, a broken device.

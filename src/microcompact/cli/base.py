@@ -25,6 +25,18 @@ err = Console(stderr=True)
 ConfigOption = Annotated[Path | None, typer.Option("--config", help="YAML config file.")]
 ContextLimitOption = Annotated[int | None, typer.Option("--context-limit", help="Model context window, tokens.")]
 LogOption = Annotated[Path | None, typer.Option("--log", help="Log file (default $MICROCOMPACT_HOME/logs/agent.log).")]
+DEFAULT_OPENAI_UPSTREAM = "https://api.openai.com/v1"
+DEFAULT_ANTHROPIC_UPSTREAM = "https://api.anthropic.com"
+DEFAULT_GEMINI_UPSTREAM = "https://generativelanguage.googleapis.com"
+OpenAIUpstreamOption = Annotated[
+    str, typer.Option("--openai-upstream", help="OpenAI-compatible base URL requests go to (with its /v1).")
+]
+AnthropicUpstreamOption = Annotated[
+    str, typer.Option("--anthropic-upstream", help="Anthropic base URL requests go to (the host, no /v1).")
+]
+GeminiUpstreamOption = Annotated[
+    str, typer.Option("--gemini-upstream", help="Gemini API base URL requests go to (Gemini CLI, google-genai).")
+]
 DbOption = Annotated[
     str | None, typer.Option("--db", help="SQLite file or postgresql:// DSN (default $MICROCOMPACT_HOME/sessions.db).")
 ]

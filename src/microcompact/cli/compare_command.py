@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..bill.replay_cost import Pricing
 from ..compare import POLICIES, plot_compare
 from ..config import Config
-from ..cost import Pricing
 from ..messages import Message
 from .base import err, fail, logging_to, out
 from .output import check_writable_target, replacing

@@ -12,8 +12,8 @@ import typer
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from ..bill.replay_cost import Pricing, load_pricing
 from ..config import Config, ConfigError, load_config
-from ..cost import Pricing, load_pricing
 from ..messages import Message, TranscriptError
 from ..replay import ReplayStats, default_session_id, read_transcript, resume_start, summary_json
 from ..session import Session

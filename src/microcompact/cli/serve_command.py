@@ -7,7 +7,22 @@ from typing import Annotated
 
 import typer
 
-from .base import ConfigOption, ContextLimitOption, DbOption, LogOption, check_input_file, fail, logging_to, say
+from .base import (
+    DEFAULT_ANTHROPIC_UPSTREAM,
+    DEFAULT_GEMINI_UPSTREAM,
+    DEFAULT_OPENAI_UPSTREAM,
+    AnthropicUpstreamOption,
+    ConfigOption,
+    ContextLimitOption,
+    DbOption,
+    GeminiUpstreamOption,
+    LogOption,
+    OpenAIUpstreamOption,
+    check_input_file,
+    fail,
+    logging_to,
+    say,
+)
 
 PROXY_KEY_ENV = "MICROCOMPACT_PROXY_KEY"
 
@@ -16,15 +31,9 @@ def serve_cmd(
     config: ConfigOption = None,
     host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="Port to listen on (0: any free one).")] = 8765,
-    openai_upstream: Annotated[
-        str, typer.Option("--openai-upstream", help="OpenAI-compatible base URL requests go to.")
-    ] = "https://api.openai.com/v1",
-    anthropic_upstream: Annotated[
-        str, typer.Option("--anthropic-upstream", help="Anthropic base URL requests go to.")
-    ] = "https://api.anthropic.com",
-    gemini_upstream: Annotated[
-        str, typer.Option("--gemini-upstream", help="Gemini API base URL requests go to (Gemini CLI, google-genai).")
-    ] = "https://generativelanguage.googleapis.com",
+    openai_upstream: OpenAIUpstreamOption = DEFAULT_OPENAI_UPSTREAM,
+    anthropic_upstream: AnthropicUpstreamOption = DEFAULT_ANTHROPIC_UPSTREAM,
+    gemini_upstream: GeminiUpstreamOption = DEFAULT_GEMINI_UPSTREAM,
     db: DbOption = None,
     context_limit: ContextLimitOption = None,
     log_file: LogOption = None,

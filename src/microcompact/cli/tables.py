@@ -138,6 +138,7 @@ def compare_table(path: Path, result: dict[str, Any]) -> Table:
         "cache\nwrite",
         "un-\ncached",
         "cost $",
+        "recall\n%",
     ):
         table.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
     for row in result["policies"]:
@@ -153,6 +154,7 @@ def compare_table(path: Path, result: dict[str, Any]) -> Table:
             tokens_short(row["cache_write_tokens"]),
             tokens_short(row["uncached_tokens"]),
             money_short(row["cost"]["total"]),
+            "-" if row.get("recall") is None else f"{row['recall']:.1f}",
         )
     return table
 
@@ -163,8 +165,10 @@ def print_compare(console: Console, path: Path, result: dict[str, Any], plot: Pa
     console.print(
         "columns: peak/final % = occupancy, % of the batch threshold; batch = compactions + prunes (p); "
         "stall = the largest single summarization (tokens read); calls = summarizer calls; cache read/write, "
-        "uncached = prompt tokens; policies: every-turn, every-N, reclaim, cache-aware are micro-every-turn, "
-        "micro-every-N, micro-reclaim-gate, micro-cache-aware. --json has every figure under its full name."
+        "uncached = prompt tokens; recall = of the identifiers each reply used that a tool result first "
+        "showed, the share its prompt still held; policies: every-turn, every-N, reclaim, cache-aware are "
+        "micro-every-turn, micro-every-N, micro-reclaim-gate, micro-cache-aware. --json has every figure under "
+        "its full name."
     )
     console.print(
         f"timing: {result['timing']}; micro-every-N uses N={result['every_n']}, micro-reclaim-gate "

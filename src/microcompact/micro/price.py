@@ -28,7 +28,8 @@ import math
 from collections import deque
 from typing import Any
 
-from ..cache_usage import CacheObservations
+from ..bill.cache_usage import CacheObservations
+from ..bill.pricing import CachePricing
 from ..config import Config
 from ..fold_price import (
     DEFAULT_GROWTH_TOKENS,
@@ -40,7 +41,6 @@ from ..fold_price import (
     over_cap,
     requests_until_fold,
 )
-from ..pricing import CachePricing
 from .policy import MAX_CATCH_UP_PASSES, Fold, FoldEstimate, Moment
 
 # The new marker's size, as a share of what a fold absorbs, until the summary reaches its defrag threshold

@@ -1,65 +1,18 @@
-"""What proxy sessions spent against not compacting, from the proxy's cost lines.
-
-``microcompact serve`` logs one ``proxy cost telemetry: {json}`` line per answered request (on the
-telemetry logger): the prompt as the upstream billed it (cache reads and writes as it reported them), the
-client's uncompacted prompt, and both priced in dollars with the session's prices (the counterfactual: the
-uncompacted prompt read from the cache up to the previous uncompacted prompt, the rest written).
-"""
+"""What proxy sessions spent against not compacting, from the proxy's cost lines
+(:mod:`microcompact.bill.cost_line`: what a line holds and how a session's lines sum)."""
 
 from __future__ import annotations
 
 import gzip
-import json
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from ..cache_usage import COST_TAG
-
-
-@dataclass
-class SessionCost:
-    session_id: str
-    pricing: str = ""
-    requests: int = 0
-    folds: int = 0
-    prompt_tokens: int = 0
-    uncompacted_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-    spent: float = 0.0
-    uncompacted: float = 0.0
-
-    @property
-    def saved(self) -> float:
-        return self.uncompacted - self.spent
-
-    @property
-    def tokens_saved(self) -> int:
-        return self.uncompacted_tokens - self.prompt_tokens
-
-    def add(self, record: dict[str, Any]) -> None:
-        self.pricing = str(record.get("pricing") or self.pricing)
-        self.requests += 1
-        self.folds += int(bool(record.get("folded")))
-        self.prompt_tokens += _count(record.get("prompt_tokens"))
-        self.uncompacted_tokens += _count(record.get("uncompacted_tokens"))
-        self.cache_read_tokens += _count(record.get("cache_read_tokens"))
-        self.cache_write_tokens += _count(record.get("cache_write_tokens"))
-        self.spent += _dollars(record.get("spent"))
-        self.uncompacted += _dollars(record.get("uncompacted"))
-
-
-def _count(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
-
-
-def _dollars(value: Any) -> float:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0 else 0.0
+from ..bill.cost_line import SessionCost, cost_record
 
 
 def _lines(path: Path) -> Iterable[str]:
@@ -76,14 +29,8 @@ def read_costs(paths: Iterable[Path]) -> list[SessionCost]:
     sessions: dict[str, SessionCost] = {}
     for path in paths:
         for line in _lines(path):
-            pos = line.find(COST_TAG)
-            if pos < 0:
-                continue
-            try:
-                record = json.loads(line[pos + len(COST_TAG) :])
-            except ValueError:
-                continue
-            if not isinstance(record, dict) or record.get("event") != "proxy_cost":
+            record = cost_record(line)
+            if record is None:
                 continue
             sid = str(record.get("session_id") or "?")
             sessions.setdefault(sid, SessionCost(sid)).add(record)
@@ -119,4 +66,4 @@ def render_costs(costs: list[SessionCost], console: Console) -> None:
     console.print(table)
 
 
-__all__ = ["SessionCost", "costs_json", "read_costs", "render_costs"]
+__all__ = ["costs_json", "read_costs", "render_costs"]

@@ -44,7 +44,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route as Path
 
-from ..cache_usage import UsageReport
+from ..bill.cache_usage import UsageReport
 from ..router import SessionRouter
 from .anthropic_format import AnthropicFormat
 from .compaction import Compaction, Prepared
@@ -328,7 +328,8 @@ class Proxy:
         content = plan.first.content
         headers = self._report(prepared, len(raw), len(content))
         headers.update(self._mode_of(provider, prepared))
-        return await self._forward(request, provider, content, started, prepared, headers, plan)
+        ratio = _full_ratio(len(raw), len(content))
+        return await self._forward(request, provider, content, started, prepared, headers, plan, ratio)
 
     def _engine_step(self, request: Request, provider: Provider, raw: bytes) -> _Aside | tuple[Prepared, ThinkingPlan]:
         """On a worker thread, in one hand-off (each hand-off waits for a thread to be scheduled, which on a
@@ -391,28 +392,11 @@ class Proxy:
             self.metrics.degrade(prepared.degraded)
         self.metrics.passes_done(prepared.outcomes)
         self.metrics.compacted(prepared.occupancy_pct, saved)
-        headers.update(self._cost_headers(prepared, sent_by_client, forwarded))
-        return headers
-
-    def _cost_headers(self, prepared: Prepared, sent_by_client: int, forwarded: int) -> dict[str, str]:
-        """What the provider's cache did for the session so far (as its responses reported, up to the
-        previous one: this response's figures come after its headers), and its cost against not
-        compacting, in dollars."""
-        session = prepared.session
-        if session is None:
-            return {}
-        prepared.full_ratio = sent_by_client / forwarded if forwarded > 0 else 1.0
-        headers = {
-            "x-microcompact-cache-read": str(session.cache.cache_read_total),
-            "x-microcompact-cache-write": str(session.cache.cache_write_total),
-            "x-microcompact-folds": str(session.cache.folds + int(prepared.folded)),
-        }
-        bill = self.compaction.bills.get(session.session_id)
-        if bill is not None:
-            headers["x-microcompact-cost"] = f"{bill.spent:.6f}"
-            headers["x-microcompact-cost-uncompacted"] = f"{bill.uncompacted:.6f}"
-        if prepared.folded:
-            self.metrics.fold()
+        if prepared.session is not None:
+            bills = self.compaction.bills
+            headers.update(bills.headers(prepared.session.session_id, prepared.session.cache_totals(), prepared.folded))
+            if prepared.folded:
+                self.metrics.fold()
         return headers
 
     # ------------------------------------------------------------------ forwarding
@@ -426,7 +410,10 @@ class Proxy:
         prepared: Prepared | None,
         headers: dict[str, str],
         plan: ThinkingPlan | None = None,
+        full_ratio: float = 1.0,
     ) -> Response:
+        """``full_ratio``: the client's request over the forwarded one, in bytes (what the bill scales the
+        reported prompt by for the uncompacted counterfactual)."""
         assert self.client is not None, "the app's lifespan did not run"
         route = route_of(request)
         url = upstream_url(self.settings, route, request.url.query)
@@ -463,7 +450,7 @@ class Proxy:
                 if ok:  # the prefix of the conversation's next summary request (summarizer: upstream)
                     remember_for_summary(prepared, response.request, self.compaction.bills)
                 self.metrics.cache_usage(usage)
-                self._follow_up(prepared, prompt_tokens, usage)
+                self._follow_up(prepared, prompt_tokens, usage, full_ratio)
 
         return Passthrough(response, tap, headers, done)
 
@@ -505,9 +492,11 @@ class Proxy:
         plan.answered(response.status_code)
         return response
 
-    def _follow_up(self, prepared: Prepared, prompt_tokens: int | None, usage: UsageReport | None = None) -> None:
+    def _follow_up(
+        self, prepared: Prepared, prompt_tokens: int | None, usage: UsageReport | None = None, full_ratio: float = 1.0
+    ) -> None:
         """Queue the request's after-work at once, and run it on a worker thread, not awaited."""
-        self.compaction.answered(prepared, prompt_tokens, usage)
+        self.compaction.answered(prepared, prompt_tokens, usage, full_ratio)
         task = asyncio.get_running_loop().create_task(anyio.to_thread.run_sync(self._after, prepared.key))
         self._follow_ups.add(task)
         task.add_done_callback(self._follow_ups.discard)
@@ -577,6 +566,11 @@ def _conversation_hint(request: Request, body: dict[str, Any]) -> str:
             return f"conversation {request.headers[name][:200]}"
     cache_key = body.get("prompt_cache_key")
     return f"conversation {cache_key[:200]}" if isinstance(cache_key, str) and cache_key else ""
+
+
+def _full_ratio(sent_by_client: int, forwarded: int) -> float:
+    """The client's request over the forwarded one, in bytes (1 when nothing was forwarded)."""
+    return sent_by_client / forwarded if forwarded > 0 else 1.0
 
 
 def _tokens_saved(counted_tokens: int, sent_by_client: int, forwarded: int) -> int:

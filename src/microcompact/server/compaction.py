@@ -17,7 +17,6 @@ returned for the ``X-Microcompact-Degraded`` header; the failure is logged once 
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import weakref
@@ -27,10 +26,12 @@ from typing import Any
 
 import orjson
 
-from ..cache_usage import COST_TAG, SessionBill, UsageReport
+from ..bill.cache_usage import UsageReport
+from ..bill.proxy_bills import ProxyBills
 from ..events import Outcome
 from ..identity import DIGEST_KEY, Forms, PrefixDigests, digest, digest_memo, hid_of
 from ..messages import Message, TranscriptError
+from ..recall_tools import RecallNotes
 from ..router import SessionRouter
 from ..session import Session
 from ..store import StoreError
@@ -63,13 +64,20 @@ class Prepared:
     occupancy_pct: float | None = None
     degraded: str | None = None
     outcomes: list[str] = field(default_factory=list)
-    reported_tokens: int | None = None  # the prompt size the upstream reported (set when answered)
-    usage: UsageReport | None = None  # what the upstream reported about its cache (set when answered)
     folded: bool = False  # the view changed before its end since this key's last request (a fold)
-    full_ratio: float = 1.0  # the client's request over the forwarded one, in bytes (set by the app)
     api: str | None = None  # the provider's name ("anthropic", "openai"): which prices apply
     model: str | None = None  # the request's model, and the client's user agent (set by the app): the page
     client: str | None = None
+
+
+@dataclass(frozen=True)
+class Answered:
+    """A prepared request whose response is over: what the upstream reported, queued for its follow-up."""
+
+    prepared: Prepared
+    prompt_tokens: int | None  # the prompt size the upstream reported
+    usage: UsageReport | None  # what the upstream reported about its cache
+    full_ratio: float  # the client's request over the forwarded one, in bytes (the counterfactual's scale)
 
 
 def stable(history: list[Message]) -> list[Message]:
@@ -125,13 +133,14 @@ class Compaction:
         self._recent: weakref.WeakValueDictionary[str, Session] = weakref.WeakValueDictionary()
         self._recent_lock = threading.Lock()
         self._last_failure: str | None = None
-        self._pending: dict[str, list[Prepared]] = {}  # answered requests whose follow-up has not run, by key
+        self._pending: dict[str, list[Answered]] = {}  # answered requests whose follow-up has not run, by key
         self._pending_lock = threading.Lock()
         self._shapes: dict[str, list[str]] = {}  # each key's last view, one digest per message (fold detection)
-        self.bills: dict[str, SessionBill] = {}  # spent and uncompacted cost, by session id
+        self.bills = ProxyBills()  # spent and uncompacted cost, by session id
         self.windows = ModelWindows(router.config)
         self.fixed_blocks = FixedBlocks()
         self.prefixes = PrefixDigests()  # each key's last history, hashed: a continuation digests its new part
+        self.recall_notes = RecallNotes()  # markers name the recall tools when a request lists them
         self.recorder = RequestRecorder()  # each answered request's figures, in the store (server/ui)
 
     def prepare(self, provider: Provider, body: dict[str, Any], key: str, history: list[Message]) -> Prepared:
@@ -156,7 +165,7 @@ class Compaction:
                 session = routed.session
                 results = session.before_request()
                 self._bill_summarizer(session, provider.name, results)
-                view = session.transcript
+                view = self.recall_notes.annotate(body, session.store, session.session_id, session.transcript)
                 prepared = Prepared(
                     key,
                     [],
@@ -196,14 +205,19 @@ class Compaction:
         self._succeeded()
         return prepared
 
-    def answered(self, prepared: Prepared, prompt_tokens: int | None, usage: UsageReport | None = None) -> None:
-        """The response to ``prepared`` is over: queue its follow-up (cheap; call it at once)."""
+    def answered(
+        self,
+        prepared: Prepared,
+        prompt_tokens: int | None,
+        usage: UsageReport | None = None,
+        full_ratio: float = 1.0,
+    ) -> None:
+        """The response to ``prepared`` is over: queue its follow-up (cheap; call it at once). ``full_ratio``:
+        the client's request over the forwarded one, in bytes."""
         if prepared.session is None:
             return
-        prepared.reported_tokens = prompt_tokens
-        prepared.usage = usage
         with self._pending_lock:
-            self._pending.setdefault(prepared.key, []).append(prepared)
+            self._pending.setdefault(prepared.key, []).append(Answered(prepared, prompt_tokens, usage, full_ratio))
 
     def follow_up(self, key: str) -> None:
         """Run the queued follow-ups of ``key`` (unless its next request already did). Never raises."""
@@ -218,27 +232,27 @@ class Compaction:
         request of ``key`` in order."""
         with self._pending_lock:
             queued = self._pending.pop(key, [])
-        for prepared in queued:
+        for answer in queued:
+            prepared, usage = answer.prepared, answer.usage
             assert prepared.session is not None
             session = self.router.live(prepared.session)  # shared store: the object the lock left current
             try:
                 if prepared.folded:
-                    session.cache.note_fold()  # before its usage: that tells whether the fold was paid for
-                if prepared.reported_tokens:
-                    usage = prepared.usage
+                    session.note_fold()  # before its usage: that tells whether the fold was paid for
+                if answer.prompt_tokens:
                     session.record_usage(
-                        prepared.reported_tokens,
+                        answer.prompt_tokens,
                         prepared.counted_tokens,
                         cache_read_tokens=usage.cache_read_tokens if usage else None,
                         cache_write_tokens=usage.cache_write_tokens if usage else None,
                     )
-                self._bill(session, prepared)
+                self._bill(session, answer)
                 self._collected(session, prepared.api, session.drain(0))  # a pass done already: not next request's
                 if prepared.human:
                     self._collected(session, prepared.api, session.finalize_turn())
-                if prepared.usage is not None and prepared.usage.turn_over:
+                if usage is not None and usage.turn_over:
                     session.fold_ahead()  # an idle gap may follow: have the fold ready after it
-                self.recorder.record(session, prepared, self.bills.get(session.session_id))
+                self.recorder.record(session, answer, self.bills.get(session.session_id))
             except Exception:
                 log.exception("Proxy: the follow-up of a request to session %s failed", session.session_id)
 
@@ -279,37 +293,22 @@ class Compaction:
             self._shapes[key] = shape
         return previous is not None and shape[: len(previous)] != previous
 
-    def _bill(self, session: Session, prepared: Prepared) -> None:
+    def _bill(self, session: Session, answer: Answered) -> None:
         """Price the answered request as the upstream reported it, against the uncompacted counterfactual."""
-        usage = prepared.usage
+        usage, prepared = answer.usage, answer.prepared
         if usage is None:
             return
         pricing = session.config.cache_pricing(prepared.api)
         if pricing is not None:
-            bill = self.bills.setdefault(session.session_id, SessionBill())
-            full = round(usage.prompt_tokens * max(1.0, prepared.full_ratio))
-            spent, uncompacted = bill.add(pricing, usage, full)
-            self.metrics.cost(spent, uncompacted)
-            record = {
-                "event": "proxy_cost",
-                "session_id": session.session_id,
-                "pricing": pricing.name,
-                "prompt_tokens": usage.prompt_tokens,
-                "uncompacted_tokens": full,
-                "cache_read_tokens": usage.cache_read_tokens,
-                "cache_write_tokens": usage.cache_write_tokens,
-                "folded": prepared.folded,
-                "spent": round(spent, 6),
-                "uncompacted": round(uncompacted, 6),
-            }
-            telemetry_log.info("%s%s", COST_TAG, json.dumps(record, sort_keys=True, separators=(", ", ": ")))
+            line = self.bills.charge_request(session.session_id, pricing, usage, answer.full_ratio, prepared.folded)
+            self.metrics.cost(line.spent, line.uncompacted)
+            telemetry_log.info("%s", line.text())
 
     def _bill_summarizer(self, session: Session, api: str | None, results: Sequence[Any]) -> None:
         """Count the summarizer calls of ``results`` (passes just applied) in the session's spent figure, and
         those of background folds discarded since (made all the same)."""
         self.recorder.passes(session, api, results)  # the applied ones, for the request's figures
-        if session.background is not None:
-            results = [*results, *session.background.take_spent()]
+        results = [*results, *session.take_spent()]
         records = [getattr(r, "record", None) or {} for r in results]
         tokens_in = sum(int(r.get("summarizer_input_tokens") or 0) for r in records)
         tokens_out = sum(int(r.get("summarizer_output_tokens") or 0) for r in records)
@@ -317,7 +316,7 @@ class Compaction:
             return
         pricing = session.config.cache_pricing(api)
         if pricing is not None:
-            self.bills.setdefault(session.session_id, SessionBill()).add_summarizer(pricing, tokens_in, tokens_out)
+            self.bills.charge_summarizer(session.session_id, pricing, tokens_in, tokens_out)
 
     # ------------------------------------------------------------------ internals
 

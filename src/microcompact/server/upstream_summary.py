@@ -11,22 +11,22 @@ A Gemini request that asks for structured output (``responseMimeType`` JSON, a r
 CLI's side requests) is not remembered: notes cannot be written in its schema, and the conversation's
 previous request holds the same prefix.
 
-A summary request's cost goes into the session's bill (``Compaction.bills``) at the client's model's
-prices: the cache read, the cache written and the plain input the answer reports, and its output. Its
+A summary request's cost goes into the session's bill (``Compaction.bills``,
+:meth:`~microcompact.bill.proxy_bills.ProxyBills.charge_summary_request`) at the client's model's prices:
+the cache read, the cache written and the plain input the answer reports, and its output. Its
 ``proxy_cost`` figure shows it with the conversation's next request, as a summarizer's calls are shown.
 """
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping
 from typing import Any
 
 import httpx
 import orjson
 
-from ..cache_usage import SessionBill
+from ..bill.cache_usage import UsageReport
+from ..bill.proxy_bills import ProxyBills
 from ..config import Config
-from ..pricing import MILLION
 from ..summarizers.upstream import UpstreamRequest, upstream_link
 from ..summarizers.upstream_wire import ANTHROPIC, GEMINI, OPENAI_CHAT, OPENAI_RESPONSES, Answer
 from .compaction import Prepared
@@ -74,7 +74,7 @@ def structured(body: bytes) -> bool:
     return schema or config.get("responseMimeType") not in (None, "text/plain")
 
 
-def remember(prepared: Prepared, request: httpx.Request, bills: MutableMapping[str, SessionBill]) -> None:
+def remember(prepared: Prepared, request: httpx.Request, bills: ProxyBills) -> None:
     """Tell the conversation's upstream summarizer (if it has one) the request that was just answered."""
     session = prepared.session
     if session is None:
@@ -92,25 +92,11 @@ def remember(prepared: Prepared, request: httpx.Request, bills: MutableMapping[s
     link.remember(UpstreamRequest(api, url, tuple(request.headers.multi_items()), request.content, bill))
 
 
-def charge(
-    bills: MutableMapping[str, SessionBill], session_id: str, config: Config, api: str | None, answer: Answer
-) -> float:
+def charge(bills: ProxyBills, session_id: str, config: Config, api: str | None, answer: Answer) -> float:
     """Bill one summary request at the client's model's prices (read, written, plain input, output); its
     dollars (0 when no price is known)."""
     pricing = config.cache_pricing(api)
-    if pricing is None or answer.prompt_tokens <= 0:
+    if pricing is None:
         return 0.0
-    read = answer.cache_read_tokens or 0
-    # Automatic caching with a write premium (OpenAI's newer models): what was not read was written. An
-    # answer that reports the written part (Anthropic; Gemini, 0: no premium) bills the rest as plain input.
-    if answer.cache_write_tokens is None:
-        dollars = pricing.prompt_cost(read, answer.prompt_tokens - read)
-    else:
-        written = answer.cache_write_tokens
-        dollars = pricing.prompt_cost(read, written, max(0, answer.prompt_tokens - read - written))
-    # One summarizer charge whose input price is this request's average: the bill's summarizer figure and
-    # the next request's cost line carry it like any summarizer call's.
-    per_token = dollars * MILLION / answer.prompt_tokens
-    as_summarizer = pricing.model_copy(update={"summarizer_input": per_token, "summarizer_output": pricing.output})
-    bill = bills.setdefault(session_id, SessionBill())
-    return bill.add_summarizer(as_summarizer, answer.prompt_tokens, answer.output_tokens)
+    report = UsageReport(answer.prompt_tokens, answer.cache_read_tokens, answer.cache_write_tokens)
+    return bills.charge_summary_request(session_id, pricing, report, answer.output_tokens)

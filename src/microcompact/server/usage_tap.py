@@ -11,7 +11,7 @@ message's ``usage``, or a stream's ``message_start`` / ``message_delta``; the la
 OpenAI's ``prompt_tokens_details.cached_tokens``, Gemini's ``usageMetadata.cachedContentTokenCount``
 (its JSON leaves a zero out: with a prompt count and no cached count, it read nothing). A figure that is
 not a count, or larger than the prompt, is ignored with one log line
-(:func:`microcompact.cache_usage.checked_report`).
+(:func:`microcompact.bill.cache_usage.checked_report`).
 
 Why the response stopped (Anthropic's ``stop_reason``, OpenAI's ``finish_reason``) says whether the
 client's turn is over (a final answer: an idle gap may follow) or goes on (a tool call).
@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from ..cache_usage import UsageReport, checked_report
+from ..bill.cache_usage import UsageReport, checked_report
 
 MAX_JSON_BYTES = 16 * 1024 * 1024
 MAX_PENDING_EVENT_BYTES = 4 * 1024 * 1024

@@ -8,6 +8,7 @@ skeleton (:mod:`.base`). A backend supplies the connection, transactions and SQL
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -238,6 +239,75 @@ class _SQLStore(_CompactionWrites):
             raise ValueError(f"row {marker_row} is not a marker of session {session_id!r}")
         return [_decode(*r) for r in rows]
 
+    # -------------------------------------------------------------- reading one conversation's originals
+
+    META_TEXT = ""  # SQL: the text of one top-level key of ``sessions.meta``, the key given as a parameter
+    ILIKE = ""  # SQL: case-insensitive LIKE (``ESCAPE '\\'`` follows)
+
+    def sessions_with_meta(self, key: str, value: str) -> list[str]:
+        """The ids of the sessions whose meta holds the string ``value`` under the top-level ``key`` (at most
+        two: a caller asking for one session can tell "none" and "not one" apart). ``key`` is a plain name."""
+        if not _META_KEY_NAME.fullmatch(key):
+            raise ValueError(f"meta key {key!r} is not a plain name (letters, digits, _)")
+        sql = f"SELECT id FROM sessions WHERE {self.META_TEXT} = ? ORDER BY id LIMIT 2"
+        rows = self._txn(
+            lambda cur: self._exec(cur, sql, (key, _clean_text(value))).fetchall(),
+            write=False,
+            op="find a session by its meta",
+        )
+        return [str(r[0]) for r in rows]
+
+    def rows_by_id(self, session_id: str, rows: Sequence[int]) -> list[Message]:
+        """The messages of ``session_id`` among the row ids ``rows`` (any state; a row of another session is
+        simply not returned), in position order, each with ``_state`` and, when replaced, ``_absorbed_by``."""
+        ids = [int(r) for r in rows]
+        if not ids:
+            return []
+        sql = (
+            f"SELECT {self.COLS}, m.state, m.absorbed_by FROM messages m "
+            f"WHERE {self._ids('m.id')} AND m.session_id = ? ORDER BY m.position, m.id"
+        )
+        found = self._txn(
+            lambda cur: self._exec(cur, sql, (self._ids_param(ids), session_id)).fetchall(),
+            write=False,
+            op="read messages of the session",
+        )
+        return [_exported(r) for r in found]
+
+    def rows_between(self, session_id: str, first: int, last: int) -> list[Message]:
+        """The messages of ``session_id`` at positions ``first``..``last`` (any state), in position order, each
+        with ``_state`` and ``_absorbed_by`` as :meth:`rows_by_id` gives them."""
+        sql = (
+            f"SELECT {self.COLS}, m.state, m.absorbed_by FROM messages m "
+            "WHERE m.session_id = ? AND m.position BETWEEN ? AND ? ORDER BY m.position, m.id"
+        )
+        found = self._txn(
+            lambda cur: self._exec(cur, sql, (session_id, int(first), int(last))).fetchall(),
+            write=False,
+            op="read messages of the session",
+        )
+        return [_exported(r) for r in found]
+
+    def absorbed_matching(self, session_id: str, needles: Sequence[str], limit: int) -> list[Message]:
+        """The session's absorbed originals (markers excluded) whose search text contains any of ``needles``
+        (case-insensitive substrings), newest first, at most ``limit``; each with ``_state``/``_absorbed_by``.
+        A scan of the session's absorbed rows: for a tool's one question, not for a request's hot path."""
+        words = [_clean_text(n) for n in needles if n and n.strip()]
+        if not words or limit <= 0:
+            return []
+        likes = " OR ".join(f"m.body {self.ILIKE} ? ESCAPE '\\'" for _ in words)
+        patterns = ["%" + w.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%" for w in words]
+        sql = (
+            f"SELECT {self.COLS}, m.state, m.absorbed_by FROM messages m WHERE m.session_id = ? "
+            f"AND m.state = 'absorbed' AND NOT m.is_marker AND ({likes}) ORDER BY m.position DESC, m.id DESC LIMIT ?"
+        )
+        found = self._txn(
+            lambda cur: self._exec(cur, sql, (session_id, *patterns, int(limit))).fetchall(),
+            write=False,
+            op="search the session's originals",
+        )
+        return [_exported(r) for r in found]
+
     def export(self, session_id: str, include_absorbed: bool = False) -> list[Message]:
         """The active transcript; with ``include_absorbed`` every row ever written, in position order (an
         absorbed message comes before the marker placed at its position), each with ``_state`` and, when
@@ -248,14 +318,19 @@ class _SQLStore(_CompactionWrites):
             f"SELECT {self.COLS}, m.state, m.absorbed_by FROM messages m WHERE m.session_id = ? "
             "ORDER BY m.position, m.id"
         )
-        out = []
         rows = self._txn(
             lambda cur: self._exec(cur, sql, (session_id,)).fetchall(), write=False, op="export the session"
         )
-        for r in rows:
-            msg = _decode(*r[:7])
-            msg[STATE_KEY] = r[7]
-            if r[8] is not None:
-                msg[ABSORBED_BY_KEY] = int(r[8])
-            out.append(msg)
-        return out
+        return [_exported(r) for r in rows]
+
+
+_META_KEY_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+
+
+def _exported(row: Sequence[Any]) -> Message:
+    """A row of ``COLS, state, absorbed_by`` as a message with ``_state`` and (when replaced) ``_absorbed_by``."""
+    msg = _decode(*row[:7])
+    msg[STATE_KEY] = row[7]
+    if row[8] is not None:
+        msg[ABSORBED_BY_KEY] = int(row[8])
+    return msg

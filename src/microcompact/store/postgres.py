@@ -59,6 +59,8 @@ class PostgresStore(_AdvisoryLeases, _PostgresSchema, _SQLStore):
     NOW = "now()"
     META_MERGE = "(meta::jsonb || ?::jsonb)::json"
     COLS = "m.id, m.position, m.role, m.content::text, m.extra::text, m.is_marker, m.marker_kind"
+    META_TEXT = "(meta ->> ?)"
+    ILIKE = "ILIKE"
 
     def __init__(
         self,

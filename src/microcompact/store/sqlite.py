@@ -56,6 +56,8 @@ class SQLiteStore(_SQLiteLeases, _SQLiteSchema, _SQLStore):
     NOW = _SQLITE_NOW
     META_MERGE = "json_patch(meta, ?)"
     COLS = "m.id, m.position, m.role, m.content, m.extra, m.is_marker, m.marker_kind"
+    META_TEXT = "json_extract(meta, '$.' || ?)"
+    ILIKE = "LIKE"  # SQLite's LIKE ignores ASCII case
 
     def __init__(
         self,

@@ -16,8 +16,9 @@ import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from ...cache_usage import UsageReport
-from ...pricing import CachePricing
+from ...bill.cache_usage import UsageReport
+from ...bill.pricing import CachePricing
+from ...bill.session_bill import uncompacted_prompt_tokens
 from ...session import Session
 from ...store import StoreError, _SQLStore
 from ...store.request_figures import RequestFigures
@@ -52,23 +53,33 @@ class PassReport(Protocol):
     def record(self) -> dict[str, Any]: ...
 
 
-class Answered(Protocol):
-    """What the recorder reads of an answered request (``server.compaction.Prepared`` is one)."""
+class PreparedRequest(Protocol):
+    """What the recorder reads of a prepared request (``server.compaction.Prepared`` is one)."""
 
     api: str | None
     model: str | None
     client: str | None
     occupancy_pct: float | None
     counted_tokens: int
-    reported_tokens: int | None
-    usage: UsageReport | None
     folded: bool
     degraded: str | None
-    full_ratio: float
+
+
+class AnsweredRequest(Protocol):
+    """What the recorder reads of an answered request (``server.compaction.Answered`` is one)."""
+
+    @property
+    def prepared(self) -> PreparedRequest: ...
+    @property
+    def prompt_tokens(self) -> int | None: ...  # the prompt size the upstream reported
+    @property
+    def usage(self) -> UsageReport | None: ...
+    @property
+    def full_ratio(self) -> float: ...  # the client's request over the forwarded one, in bytes
 
 
 class Bill(Protocol):
-    """A conversation's running dollars (:class:`~microcompact.cache_usage.SessionBill` is one)."""
+    """A conversation's running dollars (:class:`~microcompact.bill.session_bill.SessionBill` is one)."""
 
     spent: float
     uncompacted: float
@@ -93,8 +104,8 @@ class RequestRecorder:
             held.extend(kept)
             del held[:-MAX_PASSES]
 
-    def record(self, session: Session, prepared: Answered, bill: Bill | None) -> None:
-        """Write the row of the answered request ``prepared`` (never raises: a figure lost is logged)."""
+    def record(self, session: Session, answer: AnsweredRequest, bill: Bill | None) -> None:
+        """Write the row of the answered request ``answer`` (never raises: a figure lost is logged)."""
         store = session.store
         if not isinstance(store, _SQLStore):
             return
@@ -104,19 +115,19 @@ class RequestRecorder:
             before = self._billed.get(sid, (0.0, 0.0))
             if bill is not None:
                 self._billed[sid] = (bill.spent, bill.uncompacted)
-        usage = prepared.usage
+        prepared, usage = answer.prepared, answer.usage
         figures: dict[str, Any] = {
             "api": prepared.api,
             "model": _label(prepared.model),
             "client": _label(prepared.client),
             "occupancy_pct": prepared.occupancy_pct,
             "counted_tokens": prepared.counted_tokens,
-            "prompt_tokens": prepared.reported_tokens,
-            "uncompacted_tokens": _uncompacted(prepared),
+            "prompt_tokens": answer.prompt_tokens,
+            "uncompacted_tokens": _uncompacted(answer),
             "cache_read": usage.cache_read_tokens if usage else None,
             "cache_write": usage.cache_write_tokens if usage else None,
             "folded": prepared.folded,
-            "folds": session.cache.folds,
+            "folds": session.cache_totals().folds,
             "degraded": prepared.degraded,
             "threshold_tokens": session.config.threshold_tokens(),
             "passes": passes,
@@ -133,10 +144,10 @@ class RequestRecorder:
             log.warning("Proxy: the figures of a request to session %s were not stored (%s)", sid, exc)
 
 
-def _uncompacted(prepared: Answered) -> int | None:
-    """The prompt the client's own request would have been, at the forwarded one's tokens per byte."""
-    reported = prepared.reported_tokens
-    return None if reported is None else round(reported * max(1.0, prepared.full_ratio))
+def _uncompacted(answer: AnsweredRequest) -> int | None:
+    """The prompt the client's own request would have been (the bill's counterfactual)."""
+    reported = answer.prompt_tokens
+    return None if reported is None else uncompacted_prompt_tokens(reported, answer.full_ratio)
 
 
 def _label(text: str | None) -> str | None:

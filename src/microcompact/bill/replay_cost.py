@@ -11,7 +11,7 @@ The model, request by request:
   input (``write_premium: false``), or written at a premium on newer models (the ``openai-write`` preset).
 - No cache (``cache: false``, the ``none`` preset): every prompt token is plain input.
 
-Prices and cache rules are :mod:`microcompact.pricing`'s (the engine and the proxy use the same model);
+Prices and cache rules are :mod:`microcompact.bill.pricing`'s (the engine and the proxy use the same model);
 this module tallies a replay's requests against them.
 - The reply (the next assistant message) is billed as output; summarizer calls at their own prices.
 
@@ -29,16 +29,17 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from .config import ConfigError
-from .messages import Message
+from ..config import ConfigError
+from ..messages import Message
 from .pricing import PRESETS, CachePricing
 
-# One home for prices and cache rules: :mod:`microcompact.pricing`. ``Pricing`` stays the name replays use.
+# One home for prices and cache rules: :mod:`microcompact.bill.pricing`. ``Pricing`` stays the name replays use.
 Pricing = CachePricing
 
 
 def load_pricing(spec: str) -> Pricing:
-    """A preset name (see :data:`microcompact.pricing.PRESETS`) or a YAML file with the fields of :class:`Pricing`."""
+    """A preset name (see :data:`microcompact.bill.pricing.PRESETS`) or a YAML file with the fields of
+    :class:`Pricing`."""
     if spec in PRESETS:
         return PRESETS[spec]
     path = Path(spec)

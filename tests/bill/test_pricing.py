@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from microcompact.bill.pricing import PRESETS, CachePricing, for_api
+from microcompact.bill.replay_cost import CacheModel
 from microcompact.config import ConfigError, load_config, parse_config
-from microcompact.cost import CacheModel
-from microcompact.pricing import PRESETS, CachePricing, for_api
 
 
 def test_anthropic_preset_follows_the_documented_ratios():

@@ -18,13 +18,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from .pricing import CachePricing
-
 log = logging.getLogger("microcompact")
 
-RECENT_REPORTS = 16
-# The proxy logs one line per answered request on the telemetry logger: this, then the record as JSON.
-COST_TAG = "proxy cost telemetry: "  # reports kept per session: enough for a rate, small enough to follow a change
+RECENT_REPORTS = 16  # reports kept per session: enough for a rate, small enough to follow a change
 
 
 @dataclass(frozen=True)
@@ -50,6 +46,15 @@ class UsageReport:
         if self.cache_write_tokens is None and read:
             return self.prompt_tokens
         return read + written
+
+
+@dataclass(frozen=True)
+class CacheTotals:
+    """What the provider's cache did for a session so far, as its responses reported it."""
+
+    read: int  # prompt tokens read from the cache
+    written: int  # prompt tokens written to it
+    folds: int  # view switches (folds) noted
 
 
 def usage_count(value: Any, name: str, where: str) -> int | None:
@@ -123,6 +128,10 @@ class CacheObservations:
             self.folds += 1
             self._fold_pending = True
 
+    def totals(self) -> CacheTotals:
+        with self._lock:
+            return CacheTotals(self.cache_read_total, self.cache_write_total, self.folds)
+
     def memory(self) -> dict[str, Any]:
         """The observations as JSON values (carried to the next process that continues the session)."""
         with self._lock:
@@ -187,48 +196,4 @@ class CacheObservations:
         return sum(steps) / len(steps) if steps else None
 
 
-class SessionBill:
-    """What a session's requests cost as the provider billed them, and what the same requests would have
-    cost uncompacted: the counterfactual the session's own usage implies (the client's full prompt, its
-    cache reading the previous full prompt when the real one read anything, writing the rest)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.spent = 0.0  # the summarizer's calls included
-        self.uncompacted = 0.0
-        self.summarizer = 0.0  # of ``spent``: the summarizer's calls
-        self._previous_full: int | None = None
-        self._summarizer_unbilled = 0.0  # summarizer dollars not yet in a request's figure
-
-    def add(self, pricing: CachePricing, report: UsageReport, full_prompt_tokens: int) -> tuple[float, float]:
-        """Bill one request (``full_prompt_tokens``: its prompt had it not been compacted); returns the
-        request's (spent, uncompacted) dollars, its spent with the summarizer calls made since the last."""
-        read = report.cache_read_tokens or 0
-        written = report.cache_write_tokens if report.cache_write_tokens is not None else None
-        if written is None:  # automatic caching: what is not read is written (premium) or plain input
-            spent = pricing.prompt_cost(read, report.prompt_tokens - read)
-        else:
-            spent = pricing.prompt_cost(read, written, report.prompt_tokens - read - written)
-        full = max(full_prompt_tokens, report.prompt_tokens)
-        with self._lock:
-            warm = bool(read) and self._previous_full is not None
-            full_read = min(self._previous_full or 0, full) if warm else 0
-            self._previous_full = full
-            uncompacted = pricing.prompt_cost(full_read, full - full_read)
-            self.spent += spent
-            self.uncompacted += uncompacted
-            spent += self._summarizer_unbilled  # already in ``self.spent``; this request's line shows it
-            self._summarizer_unbilled = 0.0
-        return spent, uncompacted
-
-    def add_summarizer(self, pricing: CachePricing, input_tokens: int, output_tokens: int) -> float:
-        """Bill summarizer calls (counted in ``spent`` now, and in the next request's figure); their dollars."""
-        dollars = pricing.summarizer_cost(max(0, input_tokens), max(0, output_tokens))
-        with self._lock:
-            self.spent += dollars
-            self.summarizer += dollars
-            self._summarizer_unbilled += dollars
-        return dollars
-
-
-__all__ = ["COST_TAG", "CacheObservations", "SessionBill", "UsageReport", "checked_report", "usage_count"]
+__all__ = ["CacheObservations", "CacheTotals", "UsageReport", "checked_report", "usage_count"]

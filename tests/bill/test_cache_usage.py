@@ -11,9 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from microcompact.cache_usage import CacheObservations, SessionBill, UsageReport, checked_report
+from microcompact.bill.cache_usage import CacheObservations, UsageReport, checked_report
+from microcompact.bill.pricing import PRESETS
+from microcompact.bill.session_bill import SessionBill
 from microcompact.config import parse_config
-from microcompact.pricing import PRESETS
 from microcompact.server.anthropic_format import AnthropicFormat
 from microcompact.server.gemini_format import GeminiFormat
 from microcompact.server.openai_format import OpenAIFormat

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from microcompact.bill.replay_cost import PRESETS, CacheModel, Pricing, load_pricing
 from microcompact.compare import POLICIES, compare
 from microcompact.config import ConfigError, parse_config
-from microcompact.cost import PRESETS, CacheModel, Pricing, load_pricing
 from microcompact.replay import load_transcript, request_times
 from microcompact.session import Session
 from microcompact.tokens import EstimateCounter, TokenCounter
@@ -194,3 +194,30 @@ def test_compare_runs_every_policy_on_the_demo():
             plain, parse_config({"model": {"context_length": 100_000}}), PRESETS["anthropic"], policies=("batch-only",)
         )["timing"]
     )
+
+
+@pytest.mark.skipif(
+    not __import__("pathlib").Path("src/microcompact/data/demo_transcript.jsonl").exists(),
+    reason="bundled demo transcript missing",
+)
+def test_compare_shows_recall_beside_cost_for_each_policy():
+    """Recall is measured on each policy's own prompts: a policy that compacts loses what no prompt of an
+    uncompacted replay could, and the figures agree with the measure run on the same targets."""
+    from microcompact.recall import reply_targets
+
+    messages = load_transcript("src/microcompact/data/demo_transcript.jsonl")[:200]
+    result = compare(
+        messages,
+        parse_config({"model": {"context_length": 100_000}}),
+        PRESETS["anthropic"],
+        policies=("batch-only", "micro-every-turn"),
+    )
+    targets = reply_targets(messages)
+    assert sum(len(t) for t in targets.values()) > 0
+    for row in result["policies"]:
+        assert row["recall_targets"] == sum(len(t) for t in targets.values())
+        assert row["recall"] is not None and 0 <= row["recall"] <= 100
+        assert 0 <= row["requests_losing"] <= row["requests"]
+        assert (row["recall"] == 100.0) == (row["requests_losing"] == 0)
+    every_turn = {r["policy"]: r for r in result["policies"]}["micro-every-turn"]
+    assert every_turn["micro_passes"] > 0 and every_turn["recall"] < 100

@@ -1,0 +1,19 @@
+"""What the recall tools read from a store: one Protocol, met by both SQL stores (``store.core``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from ..messages import Message
+
+
+class OriginalsStore(Protocol):
+    """Read-only queries over one conversation's rows (see :class:`~microcompact.store.core._SQLStore`)."""
+
+    def session_meta(self, session_id: str) -> dict[str, Any]: ...
+    def sessions_with_meta(self, key: str, value: str) -> list[str]: ...
+    def rows_by_id(self, session_id: str, rows: Sequence[int]) -> list[Message]: ...
+    def rows_between(self, session_id: str, first: int, last: int) -> list[Message]: ...
+    def absorbed_matching(self, session_id: str, needles: Sequence[str], limit: int) -> list[Message]: ...
+    def expand(self, session_id: str, marker_row: int) -> list[Message]: ...
