@@ -9,6 +9,7 @@ import httpx
 
 from support.proxy_server import ProxyServer
 
+SECRET = "sk-proj-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789abcd"  # a key a tool printed: redacted on the page
 HOSTILE = "<script>alert('x')</script><img src=x onerror=alert(1)>\x1b[31m\x07 " + "y" * 30_000
 STEPS = 14
 
@@ -34,6 +35,7 @@ def drive(
             call = {"id": f"c{k}", "type": "function", "function": {"name": "read", "arguments": f'{{"p": "f{k}"}}'}}
             history.append({"role": "assistant", "content": None, "tool_calls": [call]})
             output = HOSTILE if k == 1 else f"needle{k} " + " ".join(f"line {k}-{i}" for i in range(700))
+            output += f" OPENAI_API_KEY={SECRET}" if k == 0 else ""
             history.append({"role": "tool", "tool_call_id": f"c{k}", "content": output})
             proxy.settle()
     return session, STEPS

@@ -17,7 +17,7 @@ import pytest
 
 from microcompact.messages import MARKER_HEADING
 from support.proxy_server import ProxyServer
-from support.ui_pages import drive
+from support.ui_pages import SECRET, drive
 from upstream import ScriptedUpstream
 
 KEY = "proxy-key-for-the-page"
@@ -77,6 +77,11 @@ def test_the_json_has_every_request_and_fold(served: Any) -> None:
     [hit] = hits
     original = httpx.get(f"{proxy.base_url}/ui/api/original", params={"id": session, "row": hit["row"]}).json()
     assert "needle0 line 0-0 line 0-1" in original["text"] and original["state"] == "absorbed"
+    assert SECRET not in original["text"] and "OPENAI_API_KEY=[REDACTED]" in original["text"]
+    [found] = httpx.get(f"{proxy.base_url}/ui/api/search", params={"id": session, "q": "OPENAI_API_KEY"}).json()["hits"]
+    assert found["row"] == hit["row"] and SECRET not in found["snippet"]
+    page = httpx.get(f"{proxy.base_url}/ui/{quote(session, safe='')}", params={"q": "needle0", "open": hit["row"]})
+    assert SECRET not in page.text and "[REDACTED]" in page.text
 
 
 def test_the_page_draws_one_point_per_request_and_expands_a_hit(served: Any) -> None:

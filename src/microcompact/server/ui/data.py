@@ -6,9 +6,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from ...keys import ABSORBED_BY_KEY, ROW_KEY, STATE_KEY
+from ...config import home_dir
+from ...keys import ABSORBED_BY_KEY, ROW_KEY, SECRETS_META, STATE_KEY
 from ...messages import Message, marker_kind
+from ...redact import redact_message, redact_text
 from ...render import message_text
+from ...secret_memory import SecretMemory, remembering
 from ...store import _SQLStore
 from ...store.request_figures import RequestFigures
 
@@ -16,10 +19,18 @@ MAX_TEXT = 200_000  # characters of one message the page and the JSON carry (the
 SEARCH_LIMIT = 50
 
 
-def text_of(message: Message, labels: bool = True) -> dict[str, Any]:
-    """A message's plain text (tool calls included; ``labels``: each block's kind named), cut at
-    :data:`MAX_TEXT`, and how long it was."""
-    text = message_text(message, tool_calls=True, name=True, labels=labels)
+def secrets_of(store: _SQLStore, session_id: str) -> SecretMemory:
+    """The conversation's secret memory: what it redacted so far stays hidden on the page too."""
+    memory = SecretMemory(home_dir())
+    memory.restore(store.session_meta(session_id).get(SECRETS_META))
+    return memory
+
+
+def text_of(message: Message, memory: SecretMemory, labels: bool = True) -> dict[str, Any]:
+    """A message's plain text, redacted under ``memory`` (tool calls included; ``labels``: each block's kind
+    named), cut at :data:`MAX_TEXT`, and how long it was."""
+    with remembering(memory):
+        text = message_text(redact_message(message), tool_calls=True, name=True, labels=labels)
     return {"text": text[:MAX_TEXT], "chars": len(text), "cut": len(text) > MAX_TEXT}
 
 
@@ -92,8 +103,9 @@ def conversation(store: _SQLStore, session_id: str) -> dict[str, Any] | None:
         if marker_kind(m)
     ]
     passes = [{"request": number, **p} for number, row in enumerate(rows, start=1) for p in row.get("passes") or []]
+    memory = secrets_of(store, session_id)
     now = [
-        {"row": int(m[ROW_KEY]), "kind": marker_kind(m), **text_of(m, labels=False)}
+        {"row": int(m[ROW_KEY]), "kind": marker_kind(m), **text_of(m, memory, labels=False)}
         for m in everything
         if _active_marker(m)
     ]
@@ -157,13 +169,19 @@ def _active_marker(message: Message) -> bool:
 
 
 def search(store: _SQLStore, session_id: str, query: str) -> list[dict[str, Any]]:
-    """The absorbed originals matching ``query`` (words, "quoted phrases"), best first."""
-    return store.search(session_id, query[:500], limit=SEARCH_LIMIT)
+    """The absorbed originals matching ``query`` (words, "quoted phrases"), best first; snippets redacted."""
+    hits = store.search(session_id, query[:500], limit=SEARCH_LIMIT)
+    if hits:
+        with remembering(secrets_of(store, session_id)):
+            for hit in hits:
+                hit["snippet"] = redact_text(hit["snippet"])
+    return hits
 
 
 def original(store: _SQLStore, session_id: str, row: int) -> dict[str, Any] | None:
     """One stored message of the conversation (an absorbed original, usually), as text; None if not there."""
     for m in store.export(session_id, include_absorbed=True):
         if m.get(ROW_KEY) == row:
-            return {"row": row, "role": m.get("role"), "state": m.get(STATE_KEY), **text_of(m)}
+            text = text_of(m, secrets_of(store, session_id))
+            return {"row": row, "role": m.get("role"), "state": m.get(STATE_KEY), **text}
     return None
