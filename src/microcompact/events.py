@@ -68,7 +68,9 @@ class Span:
     """A contiguous run of messages a pass absorbs; ``start``/``end`` index the transcript, end exclusive.
 
     ``kept`` holds user messages inside the span (a span may cover several exchanges when the reclaim gate
-    asks for more); they stay in the transcript, verbatim, in order.
+    asks for more) and the iterations the agent still uses (``micro/in_use_spans.py``); they stay in the
+    transcript, verbatim, in order. A span that reaches back into the kept zone holds the old micro marker,
+    which is neither kept nor absorbed: the pass replaces it.
     """
 
     start: int
@@ -76,6 +78,12 @@ class Span:
     tokens: int
     kept: tuple[int, ...] = ()
     partial: bool = False  # a piece of a long exchange rather than whole exchanges
+
+    def absorbed_indexes(self, marker_index: int | None) -> tuple[int, ...]:
+        """The indexes a pass summarizes: the span less what it keeps and less the old marker, which a span
+        reaching back into the kept zone holds (it is replaced, never summarized)."""
+        kept = set(self.kept)
+        return tuple(i for i in range(self.start, self.end) if i not in kept and i != marker_index)
 
 
 @dataclass(frozen=True)
@@ -89,9 +97,15 @@ class Absorb:
     absorbed: tuple[int, ...]  # indexes of the messages that are summarized away
 
     @property
+    def removes_marker_inside(self) -> bool:
+        """True when the old marker lies inside the span (it reached back into the kept zone)."""
+        return self.removed_marker is not None and self.span.start <= self.removed_marker < self.span.end
+
+    @property
     def marker_index_after(self) -> int:
         idx = self.span.start + len(self.span.kept)
-        return idx - 1 if self.removed_marker is not None else idx
+        before = self.removed_marker is not None and self.removed_marker < self.span.start
+        return idx - 1 if before else idx
 
 
 @dataclass(frozen=True)
@@ -175,10 +189,10 @@ def apply_event(transcript: Splicer, event: Event) -> None:
             transcript.splice(index, index + 1, [message])
     elif isinstance(event, BatchCompact):
         transcript.splice(event.start, event.end, list(event.new))
-    else:  # Absorb: the span's user messages stay, in order, before the new marker
+    else:  # Absorb: the span's kept messages stay, in order, before the new marker
         kept = [transcript.messages[i] for i in event.span.kept]
         transcript.splice(event.span.start, event.span.end, [*kept, event.marker])
-        if event.removed_marker is not None:
+        if event.removed_marker is not None and not event.removes_marker_inside:
             transcript.splice(event.removed_marker, event.removed_marker + 1, [])
 
 

@@ -16,6 +16,13 @@ lead for about ``D / (2 g)`` requests on average over the cycle it starts; so th
 "grow cached, fold once, grow cached again". The count is bounded by the cache's life: requests expected
 before the session goes idle past the TTL do not count beyond it (a fold in a cold cache is free).
 
+**Re-fetches.** A fold that drops a tool result the agent still uses (``micro/working_set.py``) saves
+nothing on it: the agent runs the call again, a request at the current prompt size, and the result is
+back in the prompt. So a quote names the re-fetches it causes and their tokens: they cost the request and
+the turn the user waits for (:func:`refetch_cost`), and they are not removed (``net_removed_tokens``); a
+fold that drops only the working set never pays, under any prices. The low-water mark follows the working
+set (:func:`working_set_low_water`), bounded by a share of the window.
+
 With a cold cache (idle past the TTL, or the provider reported no read) the next request writes everything
 anyway: a fold costs only the summarizer, so everything due is folded. The hard limits rule over price:
 a prompt that would pass the cap (the batch threshold, or the window) is folded whatever it costs. A warm
@@ -40,6 +47,12 @@ HORIZON_REQUESTS = 64
 # is only the request's own new messages, rewriting costs next to nothing and the rule alone would fold
 # every request, one step at a time; the session grows cached, folds once, grows cached again instead.
 MIN_FOLD_REQUESTS = 3
+# A re-fetch is a turn the user waits for: it weighs this many times the request's own price on top of it.
+TURN_WEIGHT = 1.0
+# The most of the window the working set may keep verbatim beyond the fixed low-water mark: 20K tokens at
+# a 200K window, where keeping the newest 20K by size alone already held 93% of what the agent used next
+# (issue 26); kept by use instead, the same tokens hold what the next steps reach for.
+WORKING_SET_SHARE = 0.1
 
 
 class Verdict(StrEnum):
@@ -63,11 +76,20 @@ class FoldQuote:
     summarizer_input_tokens: int = 0
     summarizer_output_tokens: int = 0
     fresh_tokens: int = 0  # at the end of the prompt, not in the cache yet (the request's new messages)
+    # The working set a fold drops (see "Re-fetches" above): how many re-fetches it causes, and the tokens
+    # of the dropped in-use results, which come back with them (so they are not a saving).
+    refetches: float = 0.0
+    refetched_tokens: int = 0
 
     @property
     def kept_after_tokens(self) -> int:
         """What the fold rewrites: everything after the change point that stays (marker, tail)."""
         return max(0, self.prompt_tokens - self.change_point_tokens - self.removed_tokens)
+
+    @property
+    def net_removed_tokens(self) -> int:
+        """What the fold removes for good: the removed tokens less the dropped in-use results re-fetched."""
+        return max(0, self.removed_tokens - self.refetched_tokens)
 
     @property
     def rewritten_tokens(self) -> int:
@@ -97,10 +119,10 @@ class Decision:
 
 
 def requests_ahead(quote: FoldQuote, cache: CacheState) -> float:
-    """The further requests a fold's saving counts for: ``removed / (2 * growth)``, at least one (the next
-    request), at most the requests left before the cache goes cold anyway."""
+    """The further requests a fold's saving counts for: ``removed / (2 * growth)`` (net of re-fetches), at
+    least one (the next request), at most the requests left before the cache goes cold anyway."""
     growth = cache.growth_per_request if cache.growth_per_request and cache.growth_per_request > 0 else None
-    ahead = quote.removed_tokens / (2 * (growth or DEFAULT_GROWTH_TOKENS))
+    ahead = quote.net_removed_tokens / (2 * (growth or DEFAULT_GROWTH_TOKENS))
     if cache.requests_left is not None:
         ahead = min(ahead, cache.requests_left)
     return max(1.0, ahead)
@@ -111,7 +133,30 @@ def fold_cost(quote: FoldQuote, pricing: CachePricing, warm: bool) -> float:
     held (warm cache only), plus the summarizer."""
     rewrite = quote.rewritten_tokens * pricing.rewrite_premium if warm and pricing.cache else 0.0
     summarizer = pricing.summarizer_cost(quote.summarizer_input_tokens, quote.summarizer_output_tokens)
-    return rewrite / 1_000_000 + summarizer
+    return rewrite / 1_000_000 + summarizer + refetch_cost(quote, pricing)
+
+
+def refetch_cost(quote: FoldQuote, pricing: CachePricing, turn_weight: float = TURN_WEIGHT) -> float:
+    """Dollars the re-fetches a fold causes cost (0 without any): each is a request at the current prompt
+    size (read from the cache) with the dropped result written again, and a turn the user waits for,
+    worth ``turn_weight`` times that request."""
+    if quote.refetches <= 0:
+        return 0.0
+    request = quote.refetches * quote.prompt_tokens * pricing.read_price + quote.refetched_tokens * pricing.write_price
+    return (1 + turn_weight) * request / 1_000_000
+
+
+def working_set_low_water(base_tokens: int, in_use_tokens: int, window_tokens: int) -> int:
+    """The low-water mark that follows the working set: what a fold keeps verbatim after its change point
+    is the fixed mark (``base_tokens``: the newest iteration) plus the iterations still in use, never more
+    than :data:`WORKING_SET_SHARE` of the window (and never less than the fixed mark)."""
+    return base_tokens + min(max(0, in_use_tokens), keep_budget(base_tokens, window_tokens))
+
+
+def keep_budget(base_tokens: int, window_tokens: int) -> int:
+    """Tokens of in-use iterations a fold may keep: the window's share for the working set, less the fixed
+    mark (what ``WorkingSet.keep_within`` gets)."""
+    return max(0, int(WORKING_SET_SHARE * window_tokens) - base_tokens)
 
 
 def fold_saving(quote: FoldQuote, pricing: CachePricing, cache: CacheState) -> float:
@@ -119,7 +164,7 @@ def fold_saving(quote: FoldQuote, pricing: CachePricing, cache: CacheState) -> f
     cold cache the next request would have written them, so that one saves the write price)."""
     ahead = requests_ahead(quote, cache)
     per_token = pricing.read_price * ahead if cache.warm else pricing.write_price + pricing.read_price * (ahead - 1)
-    return quote.removed_tokens * per_token / 1_000_000
+    return quote.net_removed_tokens * per_token / 1_000_000
 
 
 def over_cap(prompt_tokens: int, cap_tokens: int | None, growth_per_request: float | None) -> bool:
@@ -138,9 +183,11 @@ def decide(quote: FoldQuote, pricing: CachePricing, cache: CacheState, cap_token
         verdict = Verdict.FORCED
     elif quote.removed_tokens <= 0:
         verdict = Verdict.NOTHING
+    elif quote.net_removed_tokens <= 0:  # all it removes comes back with the re-fetches: whatever the prices
+        verdict = Verdict.WAIT
     elif not cache.warm or not pricing.cache:
         verdict = Verdict.COLD if saving >= cost else Verdict.WAIT
-    elif quote.removed_tokens < MIN_FOLD_REQUESTS * (cache.growth_per_request or DEFAULT_GROWTH_TOKENS):
+    elif quote.net_removed_tokens < MIN_FOLD_REQUESTS * (cache.growth_per_request or DEFAULT_GROWTH_TOKENS):
         verdict = Verdict.WAIT
     else:
         verdict = Verdict.FOLD if saving > cost else Verdict.WAIT
@@ -168,6 +215,8 @@ def requests_until_fold(
             summarizer_input_tokens=round(quote.summarizer_input_tokens + k * g),
             summarizer_output_tokens=quote.summarizer_output_tokens,
             fresh_tokens=quote.fresh_tokens,
+            refetches=quote.refetches,
+            refetched_tokens=quote.refetched_tokens,
         )
         if decide(grown, pricing, cache, cap_tokens).fold:
             return k
@@ -193,7 +242,10 @@ __all__ = [
     "decide",
     "fold_cost",
     "fold_saving",
+    "keep_budget",
     "over_cap",
+    "refetch_cost",
     "requests_ahead",
     "requests_until_fold",
+    "working_set_low_water",
 ]

@@ -32,8 +32,7 @@ class Merging:
     def plan(self, ledger: Ledger, state: RollingSummary, mode: str, span: Span, window: Window, t0: float) -> Planned:
         """Merge ``span`` into ``state``'s summary; the result (or the error) is in the :class:`Planned`."""
         msgs = ledger.messages
-        kept = set(span.kept)
-        absorbed = tuple(i for i in range(span.start, span.end) if i not in kept)
+        absorbed = span.absorbed_indexes(state.marker_index)
         prepared = prepare_exchange([msgs[i] for i in absorbed], window.piece_budget, self.counter.count_text)
         # What the summarizer reads: the exchange as bounded by prepare_exchange, plus the running summary.
         read = min(span.tokens, window.piece_budget) + state.text_tokens

@@ -10,7 +10,8 @@ token counts, the window and the rolling state, and return a :class:`Span` or th
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from dataclasses import replace
 
 from ..config import Config
 from ..events import Outcome, Span
@@ -18,7 +19,11 @@ from ..messages import Message, tool_call_ids
 from ..properties import TOOL_PAIRING, USER_MESSAGES, Tail, absorbable
 from ..render import content_text
 from ..window import Window, bounded_exchange, exchange_start, iteration_end
+from .in_use_spans import keep_in_use
 from .state import RollingSummary
+
+# How many spans wholly in use a pass looks past before it gives up (bounded work per pass).
+MAX_KEPT_SPANS = 64
 
 
 def span_key(messages: Sequence[Message], start: int) -> str:
@@ -40,9 +45,39 @@ def runs_into_tail(msgs: Sequence[Message], end: int, limit: int) -> bool:
 
 
 def select_span(
+    msgs: Sequence[Message],
+    tokens: Sequence[int],
+    window: Window,
+    state: RollingSummary,
+    config: Config,
+    mode: str,
+    *,
+    keep: Collection[int] | None = None,
+) -> tuple[Span | None, str]:
+    """The span the next pass would absorb, or (None, reason): :func:`oldest_span`, and with ``keep`` (the
+    starts of the iterations still in use, :mod:`.working_set`) those left in place and what the kept zone
+    no longer keeps absorbed (:func:`.in_use_spans.keep_in_use`). Without ``keep``, by age alone."""
+    span, reason = oldest_span(msgs, tokens, window, state, config, mode)
+    if span is None or keep is None:
+        return span, reason
+    first = span.start
+    for _ in range(MAX_KEPT_SPANS):
+        whole = Span(first, span.end, span.tokens, span.kept, span.partial)
+        kept, reason = keep_in_use(msgs, tokens, whole, keep, state.marker_index, window.head)
+        if kept is not None:
+            return kept, ""
+        # All of it in use: it stays in place, and the pass looks on past it (what is in use never blocks
+        # the fold of what follows).
+        span, _ = oldest_span(msgs, tokens, window, replace(state, cursor=span.end), config, mode)
+        if span is None:
+            break
+    return None, reason
+
+
+def oldest_span(
     msgs: Sequence[Message], tokens: Sequence[int], window: Window, state: RollingSummary, config: Config, mode: str
 ) -> tuple[Span | None, str]:
-    """The span the next pass would absorb, or (None, reason).
+    """The span the next pass would absorb by age, or (None, reason).
 
     At the end of a turn (``mode="turn"``) that is the oldest whole exchange, or, when it is larger than
     the piece budget, its oldest completed iterations up to that budget. Before a model request

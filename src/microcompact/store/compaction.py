@@ -24,8 +24,9 @@ class _CompactionWrites(_SQLBase):
 
         ``Absorb``: ``messages[i]`` for i in ``event.absorbed`` become 'absorbed' (pointing at the new
         marker), the replaced micro marker (``messages[event.removed_marker]``) becomes 'superseded', and
-        ``event.marker`` is inserted as an active row at the position of the last absorbed message (kept
-        user messages inside the span have smaller positions and stay before it). ``Rewrite``: the marker
+        ``event.marker`` is inserted as an active row at the position of the last absorbed message, or of
+        the replaced marker when the span holds it and it came later (kept user messages and in-use
+        iterations inside the span have smaller positions and stay before it). ``Rewrite``: the marker
         at ``messages[event.index]`` is superseded by ``event.marker`` at the same position.
 
         Raises ValueError when a referenced message was never stored (flush with :meth:`append` first) or
@@ -45,12 +46,14 @@ class _CompactionWrites(_SQLBase):
             absorb_rows = [_row_of(m, f"message {i}") for i, m in zip(event.absorbed, absorbed, strict=False)]
             supersede_rows = [_row_of(m, f"marker {event.removed_marker}") for m in replaced]
             anchor = absorb_rows[-1]
+            inside = supersede_rows if event.removes_marker_inside else []
             expect = absorbed + replaced
         elif isinstance(event, Rewrite):
             replaced = [messages[event.index]]
             absorb_rows = []
             supersede_rows = [_row_of(replaced[0], f"marker {event.index}")]
             anchor = supersede_rows[0]
+            inside = []
             expect = replaced
         else:
             raise TypeError(f"unknown compaction event {type(event).__name__}")
@@ -66,7 +69,9 @@ class _CompactionWrites(_SQLBase):
             if not self._touch_session(cur, session_id, create=False):
                 raise StoreConflict(f"{self.describe()}: session {session_id!r} does not exist")
             found = self._lock_rows(cur, session_id, rows, expected_pos, markers=supersede_rows)
-            position = found[anchor]
+            # The marker goes after every kept message of the span: where its last absorbed row was, or
+            # where the old marker was when the span holds it and it came later (a kept-zone fold).
+            position = max(found[r] for r in [anchor, *inside])
             written, ids = self._apply(
                 cur,
                 session_id,

@@ -1,0 +1,308 @@
+"""Which earlier tool results the agent is still using: the working set a fold keeps verbatim.
+
+An *iteration* is an assistant message that calls tools plus the results that follow it. Reading the
+transcript only (no model), an iteration is **in use** now when
+
+- **the agent's recent replies mention what it holds**: an identifier (:mod:`microcompact.identifiers`,
+  the same rule the recall measure counts) in its call's argument values or its results is mentioned by
+  one of the last :data:`RECENT_REPLIES` assistant messages (their text and argument values) that came
+  after its call, and it is the *newest* iteration holding that identifier (one source in front of the
+  model is enough; the newest is the freshest: a re-run's output, the file after the last read);
+- **the file the agent is editing was read there**: a recent editing call names a path, and this is the
+  newest read of that path (the agent needs the text it edits).
+
+Identifiers that stay in front of the model whatever a fold does (in user and system messages and in
+markers) make nothing in use. An iteration that is not in use is **stale** when the model would be misled
+or served twice by it: a read of a path edited since, or a call re-run since with the same arguments.
+
+Why the last 8 replies (:data:`RECENT_REPLIES`): replayed on the shared Claude Code sessions
+(``bench/working_set_recall.py``), the identifiers the next reply takes from tool results are mostly the
+ones the agent spoke of in its last few steps; 8 steps cover one edit-test cycle of a coding agent, and a
+longer window mostly adds iterations the next reply does not use (the bench prints the sweep).
+
+Cost: a proxy asks this before each request of a 150K-token history. Each message is read once:
+:class:`FactsCache` remembers a message's identifiers by the message object itself (the engine's ledger
+keeps the same dicts from request to request), so a call costs set operations over the iterations.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from ..identifiers import argument_values, identifiers
+from ..messages import Message, is_marker
+from ..render import content_text
+
+RECENT_REPLIES = 8
+_FIXED_ROLES = ("user", "system", "developer")
+
+
+class ToolKind(StrEnum):
+    """What a tool call does to a file, from its name (and a ``command`` argument, for multi-tools)."""
+
+    READ = "read"
+    EDIT = "edit"
+    OTHER = "other"
+
+
+_READ_WORDS = ("read", "view", "cat", "open")
+_EDIT_WORDS = ("edit", "write", "patch", "replace", "create", "insert")
+
+
+def tool_kind(name: str, arguments: Any) -> ToolKind:
+    """READ, EDIT or OTHER for one call; a ``command`` argument (``view``, ``str_replace``) wins over the name."""
+    words: list[str] = []
+    if isinstance(arguments, Mapping) and isinstance(arguments.get("command"), str):
+        words.append(arguments["command"].lower())
+    words.append(name.lower())
+    for word in words:
+        if any(w in word for w in _EDIT_WORDS):
+            return ToolKind.EDIT
+        if any(w in word for w in _READ_WORDS):
+            return ToolKind.READ
+    return ToolKind.OTHER
+
+
+@dataclass(frozen=True)
+class Call:
+    """One tool call as the working set sees it."""
+
+    kind: ToolKind
+    signature: str  # name and arguments as sent: equal signatures are a re-run
+    paths: frozenset[str]  # identifiers with a ``/`` among its argument values
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What one message holds: its identifiers (content and argument values) and its calls."""
+
+    idents: frozenset[str]
+    calls: tuple[Call, ...] = ()
+
+
+def _call_of(call: Mapping[str, Any]) -> tuple[Call, frozenset[str]]:
+    function = call.get("function")
+    function = function if isinstance(function, Mapping) else {}
+    raw = function.get("arguments", "")
+    found: set[str] = set()
+    for value in argument_values(raw):
+        found |= identifiers(value)
+    name = str(function.get("name") or "")
+    parsed: Any = raw
+    if isinstance(raw, str):
+        try:
+            parsed = json.loads(raw)
+        except ValueError:
+            parsed = raw
+    signature = f"{name}\x00{raw if isinstance(raw, str) else repr(raw)}"
+    paths = frozenset(x for x in found if "/" in x)
+    return Call(tool_kind(name, parsed), signature, paths), frozenset(found)
+
+
+def facts_of(message: Message) -> Facts:
+    """The :class:`Facts` of one message (uncached: see :class:`FactsCache`)."""
+    found = set(identifiers(content_text(message)))
+    calls: list[Call] = []
+    if message.get("role") == "assistant":
+        for raw in message.get("tool_calls") or ():
+            if isinstance(raw, Mapping):
+                call, idents = _call_of(raw)
+                calls.append(call)
+                found |= idents
+    return Facts(frozenset(found), tuple(calls))
+
+
+class FactsCache:
+    """:func:`facts_of` by message identity: each message of a growing transcript is read once.
+
+    It holds the messages it has seen (so an identity is never reused by another dict); :meth:`retain`
+    forgets those no longer in the transcript, which :func:`working_set` does once the cache holds twice
+    the transcript (folds drop messages, and a splice copies those it keeps): memory stays the
+    transcript's size. One cache per engine; it is not shared across threads.
+    """
+
+    def __init__(self) -> None:
+        self._facts: dict[int, tuple[Message, Facts]] = {}
+
+    def __call__(self, message: Message) -> Facts:
+        hit = self._facts.get(id(message))
+        if hit is not None and hit[0] is message:
+            return hit[1]
+        facts = facts_of(message)
+        self._facts[id(message)] = (message, facts)
+        return facts
+
+    def retain(self, messages: Iterable[Message]) -> None:
+        keep = {id(m) for m in messages}
+        self._facts = {k: v for k, v in self._facts.items() if k in keep}
+
+    def __len__(self) -> int:
+        return len(self._facts)
+
+
+@dataclass(frozen=True)
+class WorkingSet:
+    """The iterations of a transcript and which of them are in use or stale, by their first index."""
+
+    iterations: Mapping[int, int]  # start -> end (exclusive) of every tool-calling iteration
+    in_use: frozenset[int] = frozenset()
+    stale: frozenset[int] = frozenset()
+    last_use: Mapping[int, int] = field(default_factory=dict)  # in-use start -> index of the newest reply using it
+    mentioned: frozenset[str] = frozenset()  # identifiers the recent replies use that only tools showed
+
+    def tokens(self, tokens: Sequence[int], starts: Iterable[int] | None = None) -> int:
+        """Tokens of the in-use iterations (or of ``starts``)."""
+        chosen = self.in_use if starts is None else starts
+        return sum(sum(tokens[s : self.iterations[s]]) for s in chosen)
+
+    def keep_within(self, tokens: Sequence[int], budget: int, before: int | None = None) -> frozenset[int]:
+        """The in-use iterations a fold keeps within ``budget`` tokens: the most recently used first (what
+        nobody referenced for a while goes first); only those starting before ``before`` count (the rest
+        sit in the tail, which no fold touches)."""
+        chosen: list[int] = []
+        spent = 0
+        ranked = sorted(
+            (s for s in self.in_use if before is None or s < before), key=lambda s: (self.last_use.get(s, s), s)
+        )
+        for s in reversed(ranked):
+            cost = sum(tokens[s : self.iterations[s]])
+            if spent + cost <= budget:
+                chosen.append(s)
+                spent += cost
+        return frozenset(chosen)
+
+    def dropped(self, keep: Iterable[int], tokens: Sequence[int], before: int | None = None) -> tuple[int, int]:
+        """(count, tokens) of the in-use iterations a fold keeping ``keep`` would drop, those starting before
+        ``before`` (the tail's start): the re-fetches a price quote names (``FoldQuote.refetches``,
+        ``refetched_tokens``)."""
+        kept = set(keep)
+        gone = [s for s in self.in_use if s not in kept and (before is None or s < before)]
+        return len(gone), self.tokens(tokens, gone)
+
+
+def iterations_of(messages: Sequence[Message]) -> dict[int, int]:
+    """start -> end of every assistant message with tool calls and the tool results right after it."""
+    found: dict[int, int] = {}
+    n = len(messages)
+    for i, m in enumerate(messages):
+        if m.get("role") == "assistant" and m.get("tool_calls") and not is_marker(m):
+            end = i + 1
+            while end < n and messages[end].get("role") == "tool":
+                end += 1
+            found[i] = end
+    return found
+
+
+def working_set(
+    messages: Sequence[Message], *, recent_replies: int = RECENT_REPLIES, facts: FactsCache | None = None
+) -> WorkingSet:
+    """The :class:`WorkingSet` of ``messages`` now (see the module docstring for the rule)."""
+    read = facts if facts is not None else FactsCache()
+    all_facts = [read(m) for m in messages]
+    if len(read) > 2 * len(messages) + 64:  # folds dropped messages (and splices copied kept ones): forget them
+        read.retain(messages)
+    iterations = iterations_of(messages)
+    fixed: set[str] = set()
+    for m, f in zip(messages, all_facts, strict=True):
+        if m.get("role") in _FIXED_ROLES or is_marker(m):
+            fixed |= f.idents
+    replies = [i for i, m in enumerate(messages) if m.get("role") == "assistant" and not is_marker(m)]
+    recent = replies[-recent_replies:] if recent_replies > 0 else []
+    mentioned_by: dict[str, list[int]] = {}
+    for r in recent:
+        for x in all_facts[r].idents - fixed:
+            mentioned_by.setdefault(x, []).append(r)
+    in_use, last_use = _claims(iterations, all_facts, mentioned_by)
+    _editing(iterations, all_facts, recent, in_use, last_use)
+    stale = _stale(iterations, all_facts, in_use)
+    return WorkingSet(iterations, frozenset(in_use), stale, last_use, frozenset(mentioned_by))
+
+
+def _held(start: int, end: int, all_facts: Sequence[Facts]) -> frozenset[str]:
+    held = all_facts[start].idents
+    if end - start == 2:
+        return held | all_facts[start + 1].idents
+    return held.union(*(all_facts[k].idents for k in range(start + 1, end)))
+
+
+def _claims(
+    iterations: Mapping[int, int],
+    all_facts: Sequence[Facts],
+    mentioned_by: Mapping[str, list[int]],
+) -> tuple[set[int], dict[int, int]]:
+    """Newest first, each iteration claims the mentioned identifiers it holds that no newer one claimed and
+    a reply after its call mentions (its own call, or a reply before it, is no use of what it returned)."""
+    remaining = set(mentioned_by)
+    in_use: set[int] = set()
+    last_use: dict[int, int] = {}
+    for start in sorted(iterations, reverse=True):
+        if not remaining:
+            break
+        held = _held(start, iterations[start], all_facts) & remaining
+        hits = {x for x in held if mentioned_by[x][-1] > start}
+        if hits:
+            in_use.add(start)
+            last_use[start] = max(mentioned_by[x][-1] for x in hits)
+            remaining -= hits
+    return in_use, last_use
+
+
+def _editing(
+    iterations: Mapping[int, int],
+    all_facts: Sequence[Facts],
+    recent: Sequence[int],
+    in_use: set[int],
+    last_use: dict[int, int],
+) -> None:
+    """The newest read of each path a recent call edits is in use."""
+    editing: dict[str, int] = {}
+    for r in recent:
+        for call in all_facts[r].calls:
+            if call.kind is ToolKind.EDIT:
+                for p in call.paths:
+                    editing[p] = max(editing.get(p, r), r)
+    for start in sorted(iterations, reverse=True):
+        if not editing:
+            break
+        for call in all_facts[start].calls:
+            if call.kind is not ToolKind.READ:
+                continue
+            for p in call.paths & editing.keys():
+                in_use.add(start)
+                last_use[start] = max(last_use.get(start, 0), editing.pop(p))
+
+
+def _stale(iterations: Mapping[int, int], all_facts: Sequence[Facts], in_use: set[int]) -> frozenset[int]:
+    """Not in use, and either a read of a path edited since or a call re-run since (same arguments)."""
+    edited: set[str] = set()
+    signatures: set[str] = set()
+    stale: set[int] = set()
+    for start in sorted(iterations, reverse=True):
+        calls = all_facts[start].calls
+        superseded = any(c.signature in signatures for c in calls)
+        outdated = any(c.kind is ToolKind.READ and c.paths & edited for c in calls)
+        if (superseded or outdated) and start not in in_use:
+            stale.add(start)
+        for c in calls:
+            signatures.add(c.signature)
+            if c.kind is ToolKind.EDIT:
+                edited |= c.paths
+    return frozenset(stale)
+
+
+__all__ = [
+    "RECENT_REPLIES",
+    "Call",
+    "Facts",
+    "FactsCache",
+    "ToolKind",
+    "WorkingSet",
+    "facts_of",
+    "iterations_of",
+    "tool_kind",
+    "working_set",
+]

@@ -1,0 +1,144 @@
+"""The in-use rule: which earlier tool results the agent still uses, read from the transcript alone."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from microcompact.micro.working_set import (
+    RECENT_REPLIES,
+    FactsCache,
+    ToolKind,
+    facts_of,
+    iterations_of,
+    tool_kind,
+    working_set,
+)
+from support.agent_steps import bash, edit, filler, read, reply, user
+
+SESSIONS = Path("/work/shared/transcripts/normalized")
+SOURCE = "def pane_exists(name):\n    return name in ActiveSessionRegistry.panes\n"
+
+
+def test_a_read_the_agent_mentions_is_in_use_and_stops_being_once_unmentioned() -> None:
+    msgs = [user("fix the pane check"), *read("src/app/panes.py", SOURCE), *filler(3)]
+    msgs.append(reply("pane_exists is the check to change"))
+    start = 1
+    assert start in working_set(msgs).in_use
+    msgs += filler(RECENT_REPLIES, "later")
+    assert start not in working_set(msgs).in_use
+
+
+def test_only_the_newest_holder_of_an_identifier_is_in_use() -> None:
+    msgs = [user("go"), *bash("make build", "artifact 6e3cdee91"), *bash("make build", "artifact 6e3cdee91 again")]
+    msgs.append(reply("built 6e3cdee91"))
+    ws = working_set(msgs)
+    assert ws.in_use == {3}
+    assert 1 in ws.stale  # the same command ran again since
+
+
+def test_its_own_call_does_not_make_an_iteration_in_use() -> None:
+    msgs = [user("go"), *read("src/app/panes.py", "nothing distinctive here")]
+    assert working_set(msgs).in_use == frozenset()
+
+
+def test_the_read_of_the_file_being_edited_is_in_use() -> None:
+    msgs = [user("go"), *read("src/app/panes.py", "plain text only"), *filler(2)]
+    msgs += edit("src/app/panes.py", "plain", "simple")
+    ws = working_set(msgs)
+    assert 1 in ws.in_use and 1 not in ws.stale
+
+
+def test_a_read_edited_since_and_no_longer_used_is_stale() -> None:
+    msgs = [user("go"), *read("src/app/panes.py", SOURCE), *edit("src/app/panes.py", "name", "label")]
+    msgs += filler(RECENT_REPLIES + 1)
+    ws = working_set(msgs)
+    assert 1 not in ws.in_use and 1 in ws.stale
+
+
+def test_what_a_user_said_makes_nothing_in_use() -> None:
+    msgs = [user("look at ActiveSessionRegistry"), *read("src/app/panes.py", SOURCE)]
+    msgs.append(reply("ActiveSessionRegistry it is"))
+    assert working_set(msgs).in_use == frozenset()
+    assert "ActiveSessionRegistry" not in working_set(msgs).mentioned
+
+
+def test_keep_within_keeps_the_most_recently_used_first() -> None:
+    msgs = [user("go"), *read("src/a_mod.py", "alpha_one"), *read("src/b_mod.py", "beta_two")]
+    msgs += [reply("alpha_one first"), *filler(2), reply("now beta_two")]
+    tokens = [10] * len(msgs)
+    ws = working_set(msgs)
+    assert ws.in_use == {1, 3}
+    assert ws.last_use[3] > ws.last_use[1]
+    assert ws.keep_within(tokens, 20) == {3}
+    assert ws.keep_within(tokens, 40) == {1, 3}
+    assert ws.keep_within(tokens, 40, before=3) == {1}
+    assert ws.tokens(tokens) == 40
+    assert ws.dropped({3}, tokens) == (1, 20)
+    assert ws.dropped(set(), tokens, before=3) == (1, 20)
+    assert ws.dropped({1, 3}, tokens) == (0, 0)
+
+
+def test_tool_kinds() -> None:
+    assert tool_kind("Read", {}) is ToolKind.READ
+    assert tool_kind("MultiEdit", {}) is ToolKind.EDIT
+    assert tool_kind("write_file", {}) is ToolKind.EDIT
+    assert tool_kind("str_replace_based_edit_tool", {"command": "view"}) is ToolKind.READ
+    assert tool_kind("Bash", {"command": "ls"}) is ToolKind.OTHER
+
+
+def test_iterations_span_every_result_of_a_call() -> None:
+    msgs = [user("go"), *read("src/a_mod.py", "x"), reply("done")]
+    msgs[1]["tool_calls"].append({"id": "c2", "type": "function", "function": {"name": "Bash", "arguments": "{}"}})
+    msgs.insert(3, {"role": "tool", "tool_call_id": "c2", "content": "y"})
+    assert iterations_of(msgs) == {1: 4}
+
+
+def test_the_cache_reads_each_message_once_and_forgets_dropped_ones() -> None:
+    msgs = [user("go"), *read("src/app/panes.py", SOURCE), reply("pane_exists")]
+    cache = FactsCache()
+    working_set(msgs, facts=cache)
+    assert len(cache) == len(msgs)
+    first = cache(msgs[2])
+    assert cache(msgs[2]) is first
+    changed = dict(msgs[2], content="other_name_here")
+    assert "other_name_here" in cache(changed).idents
+    cache.retain(msgs[:2])
+    assert len(cache) == 2
+    assert facts_of(msgs[2]).idents == first.idents
+
+
+@pytest.mark.skipif(not SESSIONS.exists(), reason="shared transcripts not on this machine")
+def test_on_a_recorded_session_every_claim_is_a_recent_mention() -> None:
+    msgs = [json.loads(line) for line in (SESSIONS / "cc_fa812bfe.jsonl").read_text().splitlines()]
+    cache = FactsCache()
+    for cut in range(40, len(msgs), 60):
+        ws = working_set(msgs[:cut], facts=cache)
+        recent = [i for i, m in enumerate(msgs[:cut]) if m.get("role") == "assistant"][-RECENT_REPLIES:]
+        for start in ws.in_use:
+            held = facts_of(msgs[start]).idents.union(
+                *(facts_of(m).idents for m in msgs[start + 1 : ws.iterations[start]])
+            )
+            mentions = set().union(*(facts_of(msgs[r]).idents for r in recent if r != start))
+            assert held & mentions, start
+        assert ws.in_use.isdisjoint(ws.stale)
+
+
+def test_a_later_search_naming_the_path_does_not_take_the_edited_file_from_its_read() -> None:
+    msgs = [user("go"), *read("src/app/panes.py", "plain text only")]
+    msgs += bash("grep -rl label src", "src/app/panes.py")
+    msgs += edit("src/app/panes.py", "plain", "simple")
+    ws = working_set(msgs)
+    assert {1, 3} <= ws.in_use
+
+
+def test_the_cache_forgets_what_folds_dropped_by_itself() -> None:
+    msgs = [user("go"), *filler(60)]
+    cache = FactsCache()
+    working_set(msgs, facts=cache)
+    for k in range(4):  # as folds do: most messages gone, the rest copies
+        msgs = [dict(m) for m in msgs[:10]] + filler(50, f"new{k}")
+        working_set(msgs, facts=cache)
+    assert len(cache) <= 2 * len(msgs) + 64 + len(msgs)
