@@ -34,7 +34,9 @@ from microcompact.micro.working_set import FactsCache, working_set
 from microcompact.tokens import Ledger, TokenCounter, make_text_counter
 from microcompact.window import Window, WindowBudget
 
-NORMALIZED = Path("/work/shared/transcripts/normalized")
+# shared/ beside the repository (as CI lays it out), else the team's /work/shared
+_BESIDE = Path(__file__).resolve().parents[2] / "shared"
+NORMALIZED = (_BESIDE if _BESIDE.is_dir() else Path("/work/shared")) / "transcripts" / "normalized"
 SESSIONS = ("cc_fa812bfe", "cc_4d5611e5", "cc_ae4a77f8")
 WINDOW = 200_000
 BASE_LOW_WATER = 4_000

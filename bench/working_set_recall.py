@@ -33,7 +33,9 @@ from typing import Any
 from microcompact.identifiers import message_identifiers
 from microcompact.micro.working_set import RECENT_REPLIES, FactsCache, iterations_of, working_set
 
-NORMALIZED = Path("/work/shared/transcripts/normalized")
+# shared/ beside the repository (as CI lays it out), else the team's /work/shared
+_BESIDE = Path(__file__).resolve().parents[2] / "shared"
+NORMALIZED = (_BESIDE if _BESIDE.is_dir() else Path("/work/shared")) / "transcripts" / "normalized"
 SESSIONS = ("cc_fa812bfe", "cc_4d5611e5", "cc_ae4a77f8")
 LOOKAHEAD = 5
 

@@ -123,6 +123,15 @@ def test_the_store_never_imports_the_engines() -> None:
         assert not (_internal_imports(path) & engines), path
 
 
+def test_the_conversation_page_imports_nothing_of_the_proxy() -> None:
+    """``server/ui/`` (the page at /ui) reads the store; the proxy calls it (its recorder, its routes),
+    never the other way round: no module of it imports a sibling module of ``server/``."""
+    for path in sorted((PACKAGE / "server" / "ui").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        upward = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 2]
+        assert upward == [], f"{path.relative_to(PACKAGE)} imports server modules {upward}"
+
+
 def test_the_checker_resolves_relative_and_absolute_imports(tmp_path: Path) -> None:
     """The checker itself, on a made-up package: root-level, subpackage-internal, upward and absolute imports."""
     pkg = tmp_path / "microcompact"

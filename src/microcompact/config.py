@@ -200,6 +200,16 @@ class Config(StrictSection):
             return c.micro_compact_low_water_tokens
         return min(self.tail_budget_tokens(), self.piece_budget_tokens() // LOW_WATER_DIVISOR)
 
+    def summary_room_tokens(self) -> int:
+        """The rolling summary's room, which its ledger takes a share of: the defrag threshold, and at most a
+        sixteenth of the batch threshold, so a small window does not spend on the marker the room its
+        history needs (1,000 tokens at 32K; unchanged from 64K up)."""
+        defrag = self.compression.micro_compact_defrag_threshold_tokens
+        threshold = self.threshold_tokens()
+        if not threshold:
+            return defrag
+        return min(defrag, max(PIECE_BUDGET_MIN, threshold // SUMMARY_ROOM_DIVISOR))
+
     def fold_min_messages(self) -> int:
         """The fewest messages a fold keeps verbatim after its marker: ``min_tail_messages`` when set, else
         one, so the low-water mark in tokens decides (the newest iteration always stays whole: its tool
@@ -246,6 +256,8 @@ MIN_TAIL_MESSAGES = 3
 FOLD_MIN_TAIL_MESSAGES = 1
 # The summarizer's output cap when max_output_tokens is unset is at least this (and the defrag threshold).
 SUMMARIZER_OUTPUT_TOKENS = 1024
+# The rolling summary's ledger room is at most this fraction of the batch threshold (config.summary_room_tokens).
+SUMMARY_ROOM_DIVISOR = 16
 # Derived low-water mark: at most a piece budget divided by this (4,000 tokens at a 200K window).
 LOW_WATER_DIVISOR = 2
 # Derived head budget: this share of the threshold.

@@ -149,7 +149,7 @@ def test_batch_marker_uses_the_fixed_sections_with_the_extractive_summarizer() -
     prose = [h for h in headings if h in BATCH_SECTIONS]
     assert prose and prose == sorted(prose, key=BATCH_SECTIONS.index)  # in the fixed order
     # the ledger stands in for "Relevant files" and "Blocked (exact errors)", after the prose
-    assert headings[len(prose) :] == ["Files", "Failing commands"]
+    assert headings[len(prose) :] == ["Files", "Failing commands", "What tools showed"]
     assert "- `python -m build` → exit 1: ValueError: bad config" in body
     assert "- src/build.py — edited 1x" in body
 

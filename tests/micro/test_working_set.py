@@ -3,22 +3,16 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
-from microcompact.micro.working_set import (
-    RECENT_REPLIES,
-    FactsCache,
-    ToolKind,
-    facts_of,
-    iterations_of,
-    tool_kind,
-    working_set,
-)
+from microcompact.micro.working_set import RECENT_REPLIES, FactsCache, facts_of, iterations_of, working_set
+from microcompact.summarizers.facts_extract import Call, tool_kind
+from microcompact.summarizers.facts_model import ToolKind
 from support.agent_steps import bash, edit, filler, read, reply, user
+from support.paths import NORMALIZED
 
-SESSIONS = Path("/work/shared/transcripts/normalized")
+SESSIONS = NORMALIZED
 SOURCE = "def pane_exists(name):\n    return name in ActiveSessionRegistry.panes\n"
 
 
@@ -81,12 +75,14 @@ def test_keep_within_keeps_the_most_recently_used_first() -> None:
     assert ws.dropped({1, 3}, tokens) == (0, 0)
 
 
-def test_tool_kinds() -> None:
-    assert tool_kind("Read", {}) is ToolKind.READ
-    assert tool_kind("MultiEdit", {}) is ToolKind.EDIT
-    assert tool_kind("write_file", {}) is ToolKind.EDIT
-    assert tool_kind("str_replace_based_edit_tool", {"command": "view"}) is ToolKind.READ
-    assert tool_kind("Bash", {"command": "ls"}) is ToolKind.OTHER
+def test_tool_kinds_are_the_ledgers() -> None:
+    """The working set reads a call's kind by the same rule as the marker's ledger (one home for it)."""
+    assert tool_kind(Call("Read", {"file_path": "a.py"})) is ToolKind.READ
+    assert tool_kind(Call("MultiEdit", {"file_path": "a.py"})) is ToolKind.EDIT
+    assert tool_kind(Call("write_file", {"path": "a.py"})) is ToolKind.EDIT
+    assert tool_kind(Call("str_replace_based_edit_tool", {"command": "view", "path": "a.py"})) is ToolKind.READ
+    assert tool_kind(Call("Bash", {"command": "cat a.py"})) is ToolKind.READ
+    assert tool_kind(Call("Bash", {"command": "ls"})) is ToolKind.COMMAND
 
 
 def test_iterations_span_every_result_of_a_call() -> None:

@@ -93,7 +93,7 @@ def test_extractive_is_deterministic(first_run: list[dict[str, Any]]) -> None:
 
 
 def test_extractive_picks_up_facts_of_a_real_exchange(first_run: list[dict[str, Any]]) -> None:
-    summary = ExtractiveSummarizer(max_items=500).merge("", first_run)
+    summary = ExtractiveSummarizer(max_items=500, ledger_budget_tokens=4000).merge("", first_run)
     sections = sections_of(summary)
     files_heading = f"Files under {ROOT}/"
     assert list(sections) == [
@@ -103,6 +103,7 @@ def test_extractive_picks_up_facts_of_a_real_exchange(first_run: list[dict[str, 
         files_heading,
         "Failing commands",
         "Test runs",
+        "What tools showed",
     ]
     files = sections[files_heading]
     assert any(f.startswith("lib/spotter/services/session_registry.ex — read: defines ") for f in files)
@@ -118,7 +119,13 @@ def test_extractive_picks_up_facts_of_a_real_exchange(first_run: list[dict[str, 
     assert any(f.startswith("`mix credo --strict") and "→ exit 2: " in f for f in failing)
     assert "`mix test 2>&1` → 373 passed, 0 failed" in sections["Test runs"]
     assert "Let me explore the existing codebase" not in summary  # narration is not a finding
-    assert all(len(item) <= 240 for items in sections.values() for item in items)
+    prose_and_files = {name: items for name, items in sections.items() if name != "What tools showed"}
+    assert all(len(item) <= 240 for items in prose_and_files.values() for item in items)
+    taught = "\n".join(sections["What tools showed"])
+    # What the agent went on to use from a file it read is kept with the read, under its whole path.
+    assert f"read `{ROOT}/lib/spotter/services/tmux.ex`: used " in taught
+    assert "pane_exists" in taught
+    assert "ran `bd ready`: used spotter-a0y.2" in taught
 
 
 def test_extractive_reads_tracebacks_exit_codes_questions_and_findings() -> None:

@@ -70,7 +70,7 @@ class BatchCompactor:
         self.context = Context(config, counter, session_id, summarizer, clock)
         self.policy: BatchPolicy = policy if policy is not None else ThresholdPolicy(config)
         fallback = ExtractiveSummarizer(
-            counter.count_text, ledger_budget_tokens=ledger_budget(self.cfg.micro_compact_defrag_threshold_tokens)
+            counter.count_text, ledger_budget_tokens=ledger_budget(self.config.summary_room_tokens())
         )
         self.calls = SummarizerCalls(config, summarizer, counter, fallback, clock)
         self.summarize = Summarize(config, counter, self.calls)

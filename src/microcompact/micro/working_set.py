@@ -27,44 +27,18 @@ keeps the same dicts from request to request), so a call costs set operations ov
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
 from ..identifiers import argument_values, identifiers
 from ..messages import Message, is_marker
 from ..render import content_text
+from ..summarizers.facts_extract import parse_call, tool_kind
+from ..summarizers.facts_model import ToolKind
 
 RECENT_REPLIES = 8
 _FIXED_ROLES = ("user", "system", "developer")
-
-
-class ToolKind(StrEnum):
-    """What a tool call does to a file, from its name (and a ``command`` argument, for multi-tools)."""
-
-    READ = "read"
-    EDIT = "edit"
-    OTHER = "other"
-
-
-_READ_WORDS = ("read", "view", "cat", "open")
-_EDIT_WORDS = ("edit", "write", "patch", "replace", "create", "insert")
-
-
-def tool_kind(name: str, arguments: Any) -> ToolKind:
-    """READ, EDIT or OTHER for one call; a ``command`` argument (``view``, ``str_replace``) wins over the name."""
-    words: list[str] = []
-    if isinstance(arguments, Mapping) and isinstance(arguments.get("command"), str):
-        words.append(arguments["command"].lower())
-    words.append(name.lower())
-    for word in words:
-        if any(w in word for w in _EDIT_WORDS):
-            return ToolKind.EDIT
-        if any(w in word for w in _READ_WORDS):
-            return ToolKind.READ
-    return ToolKind.OTHER
 
 
 @dataclass(frozen=True)
@@ -92,15 +66,9 @@ def _call_of(call: Mapping[str, Any]) -> tuple[Call, frozenset[str]]:
     for value in argument_values(raw):
         found |= identifiers(value)
     name = str(function.get("name") or "")
-    parsed: Any = raw
-    if isinstance(raw, str):
-        try:
-            parsed = json.loads(raw)
-        except ValueError:
-            parsed = raw
     signature = f"{name}\x00{raw if isinstance(raw, str) else repr(raw)}"
     paths = frozenset(x for x in found if "/" in x)
-    return Call(tool_kind(name, parsed), signature, paths), frozenset(found)
+    return Call(tool_kind(parse_call(dict(call))), signature, paths), frozenset(found)
 
 
 def facts_of(message: Message) -> Facts:
@@ -299,10 +267,8 @@ __all__ = [
     "Call",
     "Facts",
     "FactsCache",
-    "ToolKind",
     "WorkingSet",
     "facts_of",
     "iterations_of",
-    "tool_kind",
     "working_set",
 ]

@@ -10,6 +10,7 @@ Routes (:mod:`.routes` holds the table; each path is matched to exactly one API,
   array; ``/v1alpha/...`` and ``/v1/...`` too): compacted the same way; ``:countTokens`` forwarded with the
   compacted view;
 - ``GET /healthz`` and ``GET /metrics`` (Prometheus text);
+- ``GET /ui`` and ``/ui/...``: the conversation page and its JSON, read from the store (:mod:`.ui`);
 - the rest of each provider's API (models, files, ``/v1/responses/{id}``, Gemini's ``/v1beta/...``, ...):
   passed through to that provider's upstream, with only that provider's credential headers;
 - any other path: 404, forwarded nowhere; a request that came back to this proxy (:mod:`.hops`): 508.
@@ -74,6 +75,7 @@ from .routes import (
 from .routes import GEMINI as GEMINI_API
 from .session_key import SessionKeys, load_salt
 from .thinking import ThinkingGuard, ThinkingPlan, is_binding_refusal
+from .ui import ConversationPages
 from .upstream_summary import remember as remember_for_summary
 from .usage_tap import UsageTap
 from .view import unchanged
@@ -150,6 +152,7 @@ class Proxy:
         routes = [
             Path("/healthz", self.healthz, methods=["GET"]),
             Path("/metrics", self.metrics_page, methods=["GET"]),
+            *ConversationPages(self.router.store, self.settings.api_key).routes(),  # /ui (server/ui/)
             Path(
                 "/{path:path}",
                 self._guarded(self.dispatch),
@@ -275,7 +278,7 @@ class Proxy:
             return refused
         raw = await request.body()
         try:
-            outer = _parse_json(raw)
+            outer = parse_json(raw)
             inner = outer.get("generateContentRequest") if isinstance(outer, dict) else None
             body = inner if isinstance(inner, dict) and "contents" in inner else outer
             history = GEMINI.history(body)
@@ -341,6 +344,7 @@ class Proxy:
         if reason is not None:
             return _Aside(reason, _conversation_hint(request, body))
         prepared = self.compaction.prepare(provider, body, self._key(request, provider, body), history)
+        prepared.client = request.headers.get("user-agent")  # the conversation page names the client
         plan = self.thinking.plan(provider.name, prepared.key, body, history, prepared.messages, raw, provider.body)
         return prepared, plan
 
@@ -549,14 +553,9 @@ class _Aside:
 
 
 def _parse(provider: Provider, raw: bytes) -> tuple[dict[str, Any], list[Any]]:
-    """The body and its messages."""
-    body = _parse_json(raw)
+    """The body and its messages (a BadRequest when it is not JSON or nests too deeply: server/limits.py)."""
+    body = parse_json(raw)
     return body, provider.history(body)
-
-
-def _parse_json(raw: bytes) -> Any:
-    """The body's JSON; a BadRequest when it is not JSON or nests too deeply (server/limits.py)."""
-    return parse_json(raw)
 
 
 def _conversation_hint(request: Request, body: dict[str, Any]) -> str:

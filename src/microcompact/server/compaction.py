@@ -43,6 +43,7 @@ from .metrics import Metrics
 from .model_windows import ModelWindows
 from .provider import Provider, identity_form
 from .session_key import fingerprint_of
+from .ui.record import RequestRecorder
 from .view import covered, spelled, spelled_runs, unchanged
 
 log = logging.getLogger("microcompact")
@@ -65,6 +66,8 @@ class Prepared:
     outcomes: list[str] = field(default_factory=list)
     folded: bool = False  # the view changed before its end since this key's last request (a fold)
     api: str | None = None  # the provider's name ("anthropic", "openai"): which prices apply
+    model: str | None = None  # the request's model, and the client's user agent (set by the app): the page
+    client: str | None = None
 
 
 @dataclass(frozen=True)
@@ -138,6 +141,7 @@ class Compaction:
         self.fixed_blocks = FixedBlocks()
         self.prefixes = PrefixDigests()  # each key's last history, hashed: a continuation digests its new part
         self.recall_notes = RecallNotes()  # markers name the recall tools when a request lists them
+        self.recorder = RequestRecorder()  # each answered request's figures, in the store (server/ui)
 
     def prepare(self, provider: Provider, body: dict[str, Any], key: str, history: list[Message]) -> Prepared:
         """Sync, compact and build the outgoing messages (raises BadRequest for a message the session
@@ -171,6 +175,7 @@ class Compaction:
                     occupancy_pct=session.occupancy_pct(),
                     outcomes=[str(r.outcome) for r in results],
                     api=provider.name,
+                    model=body.get("model") if isinstance(body.get("model"), str) else None,
                 )
                 if not session.flush():
                     prepared.degraded = "store-write-failed"
@@ -247,6 +252,7 @@ class Compaction:
                     self._collected(session, prepared.api, session.finalize_turn())
                 if usage is not None and usage.turn_over:
                     session.fold_ahead()  # an idle gap may follow: have the fold ready after it
+                self.recorder.record(session, answer, self.bills.get(session.session_id))
             except Exception:
                 log.exception("Proxy: the follow-up of a request to session %s failed", session.session_id)
 
@@ -301,6 +307,7 @@ class Compaction:
     def _bill_summarizer(self, session: Session, api: str | None, results: Sequence[Any]) -> None:
         """Count the summarizer calls of ``results`` (passes just applied) in the session's spent figure, and
         those of background folds discarded since (made all the same)."""
+        self.recorder.passes(session, api, results)  # the applied ones, for the request's figures
         results = [*results, *session.take_spent()]
         records = [getattr(r, "record", None) or {} for r in results]
         tokens_in = sum(int(r.get("summarizer_input_tokens") or 0) for r in records)

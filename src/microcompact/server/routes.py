@@ -202,7 +202,8 @@ def served() -> list[str]:
         "POST /v1beta/models/M:generateContent, :streamGenerateContent (also /v1alpha, /v1)  Gemini, compacted "
         "(:countTokens: the compacted view)",
         "/v1beta/..., /v1alpha/..., /upload/..., /v1/models/M:method (Gemini's methods)  forwarded to Gemini",
-        "GET /healthz, GET /metrics; any other path: 404, forwarded nowhere",
+        "GET /healthz, GET /metrics, GET /ui (the conversation page, JSON under /ui/api/); any other path: 404, "
+        "forwarded nowhere",
     ]
 
 

@@ -19,6 +19,7 @@ The package, one module per job (each imports only from modules above it in this
     sqlite           SQLiteStore
     postgres_schema  PostgreSQL DDL, migrations
     postgres         PostgresStore
+    request_figures  RequestFigures: one row of figures per answered proxy request (the conversation page)
 
 The contract (what is stored, the ``_pos``/``_row`` keys, one writer per session, errors that never quote
 the database) is in :mod:`microcompact.store.protocol`; the schema in :mod:`microcompact.store.schema`.

@@ -50,6 +50,15 @@ _PG_MIGRATIONS: list[list[str]] = [
     [  # 2: a write counter per session (processes sharing the store see whether a session changed)
         "ALTER TABLE sessions ADD COLUMN version BIGINT NOT NULL DEFAULT 0",
     ],
+    [  # 3: one row per answered proxy request (its occupancy, cache and cost: the conversation page)
+        """CREATE TABLE request_figures (
+            id BIGSERIAL PRIMARY KEY,
+            session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            at DOUBLE PRECISION NOT NULL,
+            figures JSON NOT NULL DEFAULT '{}'
+        )""",
+        "CREATE INDEX request_figures_session ON request_figures (session_id, id)",
+    ],
 ]
 _PG_MIGRATION_LOCK = 0x6D6963726F  # pg_advisory_xact_lock key: one migrator at a time
 

@@ -17,6 +17,8 @@ Schema (version :data:`SCHEMA_VERSION`)::
     skipped_exchanges(session_id FK, key, created_at, PK (session_id, key))
     session_leases(session_id PK, token, host, pid, pid_start, acquired_at, expires_at)  -- SQLite only;
                created on a writable open when missing (readers never need it, older versions ignore it)
+    request_figures(id PK, session_id FK, at  -- epoch seconds the request was answered (v3)
+                    figures JSON)   -- what the proxy measured of one request: occupancy, cache, cost, passes
     full text: SQLite FTS5 external-content table messages_fts(body) (LIKE when FTS5 is missing),
                PostgreSQL GIN index on to_tsvector('simple', body)
 
@@ -26,5 +28,5 @@ marker that superseded an older marker, so the rolling summary's history is a ch
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 STATES = ("active", "absorbed", "superseded")

@@ -52,9 +52,18 @@ _SQLITE_MIGRATIONS: list[list[str]] = [
     [  # 2: a write counter per session (processes sharing the store see whether a session changed)
         "ALTER TABLE sessions ADD COLUMN version INTEGER NOT NULL DEFAULT 0",
     ],
+    [  # 3: one row per answered proxy request (its occupancy, cache and cost: the conversation page)
+        """CREATE TABLE request_figures (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            at REAL NOT NULL,
+            figures TEXT NOT NULL DEFAULT '{}'
+        )""",
+        "CREATE INDEX request_figures_session ON request_figures (session_id, id)",
+    ],
 ]
 _FTS_DDL = "CREATE VIRTUAL TABLE messages_fts USING fts5(body, content='messages', content_rowid='id')"
-_OUR_TABLES = {"schema_version", "sessions", "messages", "skipped_exchanges"}
+_OUR_TABLES = {"schema_version", "sessions", "messages", "skipped_exchanges", "request_figures"}
 # Writer leases (added to existing stores on their first writable open; no schema version change: older
 # versions ignore the table, readers never need it).
 _LEASES_DDL = """CREATE TABLE IF NOT EXISTS session_leases (

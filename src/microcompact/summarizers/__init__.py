@@ -11,7 +11,7 @@ implementations when called)::
 
     base        the protocol, its errors, the section names, make_summarizer
     sections    a summary's shape: ### headings and bullets, parsed and rendered
-    facts       the file ledger, failing commands and test runs (facts_model, facts_extract, facts_text)
+    facts       the file ledger, failing commands, test runs and what tools showed (facts_*)
     findings    findings, not narration: the sentences of prose worth keeping
     input       what a summarizer reads: redacted, bounded, rendered as text
     limits      a server's "does not fit my context" error, turned into an input budget

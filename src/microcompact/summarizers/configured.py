@@ -20,7 +20,7 @@ def summarizer_for(config: Config, counter: TokenCounter | None = None) -> Summa
     extractive = make_summarizer(
         "extractive",
         count_text=counter.count_text if counter else None,
-        ledger_budget_tokens=ledger_budget(config.compression.micro_compact_defrag_threshold_tokens),
+        ledger_budget_tokens=ledger_budget(config.summary_room_tokens()),
     )
     if aux.kind == "extractive":
         return extractive
@@ -32,7 +32,7 @@ def summarizer_for(config: Config, counter: TokenCounter | None = None) -> Summa
             f"{aux.provider!r} (the model name the endpoint serves)"
         )
     timeout = aux.timeout_seconds()
-    budget = ledger_budget(config.compression.micro_compact_defrag_threshold_tokens)
+    budget = ledger_budget(config.summary_room_tokens())
     count_text = counter.count_text if counter else None
     if aux.local and config.compression.micro_compact and not config.compression.micro_compact_background:
         log.warning(
@@ -61,7 +61,7 @@ def _upstream(config: Config, extractive: Summarizer, counter: TokenCounter | No
     """The client's own model through ``serve`` (summarizers/upstream.py), the extractive one behind it."""
     from .upstream import UpstreamSummarizer
 
-    budget = ledger_budget(config.compression.micro_compact_defrag_threshold_tokens)
+    budget = ledger_budget(config.summary_room_tokens())
     count_text = counter.count_text if counter else None
     return UpstreamSummarizer(
         extractive,

@@ -1,8 +1,9 @@
 """The facts a summary must never lose, kept deterministically beside (or instead of) model prose.
 
-One API over three small modules: :mod:`.facts_model` (the values and how they merge),
-:mod:`.facts_extract` (reading them out of messages) and :mod:`.facts_text` (the marker sections they
-are written as, and read back from). Any summarizer can keep the facts of what it absorbed::
+One API over small modules: :mod:`.facts_model` (the values and how they merge), :mod:`.facts_extract`
+(reading files, failures and test runs out of messages), :mod:`.facts_lessons` (what each tool result
+taught: symbols, hits, errors, tests, ids), :mod:`.facts_text` and :mod:`.facts_taught` (the marker
+sections they are written as, and read back from). Any summarizer can keep the facts of what it absorbed::
 
     block = facts_block(previous_summary, exchange, budget_tokens)
     summary = with_facts(model_prose, block)
@@ -13,12 +14,13 @@ keeps room for prose however many files the session touches.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from ..messages import Message
 from ..tokens import EstimateCounter
 from .base import CountText
-from .facts_extract import extract_facts
+from .facts_extract import extract_file_facts
+from .facts_lessons import extract_lessons
 from .facts_model import CHANGED, Facts, Failure, FileFact, FolderFact, TestRun, merge_facts
 from .facts_text import LEDGER_HEADINGS, compress_facts, parse_facts, render_facts, strip_facts
 
@@ -43,6 +45,14 @@ __all__ = [
     "strip_facts",
     "with_facts",
 ]
+
+
+def extract_facts(messages: Iterable[Message]) -> Facts:
+    """Everything ``messages`` show that the ledger keeps: files, failures, test runs, what tools taught."""
+    messages = list(messages)
+    facts = extract_file_facts(messages)
+    facts.taught, facts.mentioned = extract_lessons(messages)
+    return facts
 
 
 def ledger_budget(defrag_threshold_tokens: int) -> int:

@@ -25,6 +25,7 @@ from .facts_model import (
     Failure,
     FileFact,
     TestRun,
+    ToolKind,
     command_key,
     one_line,
 )
@@ -80,6 +81,7 @@ _DEFINITION = re.compile(
 _LINE_NUMBER = re.compile(r"^\s*\d+[→\t|:]\s?")
 _TEST_COMMAND = re.compile(r"(?i)test|spec|jest|vitest|tox|nox|check")
 _SHELL_SPLIT = re.compile(r"\s*(?:&&|\|\||;|\|)\s*")
+_HAS_SUFFIX = re.compile(r"[^/]\.[A-Za-z0-9]{1,8}$")
 _SHELL_READS = {"cat", "head", "tail", "less", "more", "nl", "wc"}
 _LOOKS_LIKE_FILE = re.compile(r"^[\w./~-]*[\w-]\.[A-Za-z0-9]{1,8}$|^[\w.~-]*/[\w./-]+$")
 
@@ -145,6 +147,29 @@ def tool_state(tool_name: str) -> str | None:
     return None
 
 
+_KIND_OF_STATE = {
+    "read": ToolKind.READ,
+    "searched": ToolKind.SEARCH,
+    "edited": ToolKind.EDIT,
+    "created": ToolKind.EDIT,
+    "deleted": ToolKind.EDIT,
+}
+
+
+def tool_kind(call: Call) -> ToolKind:
+    """The kind of a call by its tool's name and arguments (Claude Code's ``Read``/``Grep``/``Bash``, Codex's
+    ``shell``/``apply_patch``, SDK-style ``read_file``/``run_shell_command``, editor tools' ``command``).
+    A shell command that only reads files (``cat``, ``head``) is a read."""
+    command = shell_command(call)
+    if command is not None:
+        touched = _shell_files(command)
+        if touched and all(state == "read" for _, state, _ in touched):
+            return ToolKind.READ
+        return ToolKind.COMMAND
+    state = editor_state(call) or tool_state(call.name)
+    return _KIND_OF_STATE.get(state or "", ToolKind.OTHER)
+
+
 def exit_code(result: str) -> int | None:
     match = EXIT_CODE.search(result)
     return int(match.group(1)) if match else None
@@ -196,7 +221,7 @@ def run_counts(command: str, result: str) -> tuple[int, int] | None:
     return test_counts(result) if _TEST_COMMAND.search(command) else None
 
 
-def extract_facts(messages: Iterable[Message]) -> Facts:
+def extract_file_facts(messages: Iterable[Message]) -> Facts:
     """The files, failures and test runs ``messages`` show, in the order they happened."""
     reader = _Reader()
     calls: dict[str, Call] = {}
@@ -239,8 +264,12 @@ class _Reader:
         elif counts is None or counts[1] == 0:
             self.facts.succeed(command_key(shown))
         if not failed:
-            for path, state in _shell_files(command):
-                self.facts.touch(FileFact(path, state, 1 if state == "edited" else 0, f"by '{one_line(command, 60)}'"))
+            for path, state, origin in _shell_files(command):
+                if state == "renamed":
+                    self.facts.rename(origin, path)
+                else:
+                    gist = f"by '{one_line(command, 60)}'"
+                    self.facts.touch(FileFact(path, state, 1 if state == "edited" else 0, gist))
 
     def _file_tool(self, call: Call, result: str) -> None:
         path = first_arg(call.args, PATH_KEYS)
@@ -312,26 +341,41 @@ def _first_line(text: str) -> str:
     return one_line(line, GIST_CHARS)
 
 
-def _shell_files(command: str) -> list[tuple[str, str]]:
-    """Files a shell command plainly reads (cat, head, ...), edits (sed -i) or deletes (rm)."""
-    found: list[tuple[str, str]] = []
+def _shell_files(command: str) -> list[tuple[str, str, str]]:
+    """(path, state, origin) for the files a shell command plainly reads (cat, head, ...), edits
+    (sed -i), deletes (rm) or moves (mv, git mv: state "renamed", ``origin`` the old path)."""
+    found: list[tuple[str, str, str]] = []
     for segment in _SHELL_SPLIT.split(command):
         try:
             words = shlex.split(segment)
         except ValueError:
             continue
-        if words[:1] == ["git"] and words[1:2] == ["rm"]:
+        if words[:1] == ["git"] and words[1:2] in (["rm"], ["mv"]):
             words = words[1:]
         if not words:
             continue
         verb = posixpath.basename(words[0])
+        args = [w for w in words[1:] if not w.startswith("-")]
+        if verb == "mv":
+            found += [(new, "renamed", old) for old, new in _moves(args)]
+            continue
         state = {"rm": "deleted", "sed": "edited" if "-i" in words else None}.get(verb)
         if verb in _SHELL_READS:
             state = "read"
         if state is None:
             continue
-        args = [w for w in words[1:] if not w.startswith("-")]
         if verb == "sed" and args:
             args = args[1:]  # the script
-        found += [(a, state) for a in args if _LOOKS_LIKE_FILE.match(a)]
+        found += [(a, state, "") for a in args if _LOOKS_LIKE_FILE.match(a)]
     return found
+
+
+def _moves(args: list[str]) -> list[tuple[str, str]]:
+    """(old, new) for ``mv`` arguments: one file to a file name, or files into a folder."""
+    if len(args) < 2 or not all(_LOOKS_LIKE_FILE.match(a) for a in args[:-1]):
+        return []
+    *sources, target = args
+    into = target.endswith("/") or len(sources) > 1 or not _HAS_SUFFIX.search(target)
+    if into:
+        return [(a, posixpath.join(target, posixpath.basename(a.rstrip("/")))) for a in sources]
+    return [(sources[0], target)]

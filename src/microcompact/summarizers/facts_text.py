@@ -1,12 +1,14 @@
-"""Facts as marker text and back: ``### Files``, ``### Failing commands`` and ``### Test runs`` sections.
+"""Facts as marker text and back: ``### Files``, ``### Failing commands``, ``### Test runs`` and
+``### What tools showed`` (written and ranked by :mod:`.facts_taught`) sections.
 
 The transcript is the source of truth: after a restart the rolling summary is only its marker's text, so
 :func:`parse_facts` reads back exactly what :func:`render_facts` wrote (``parse(render(f)) == f`` for
 facts in canonical form). :func:`compress_facts` fits the ledger into a token budget: resolved failures,
 old open failures (beyond the newest ten) and old test runs go first, then the gists of files only read,
 then those files are folded under their folder (names kept), then edited files lose their gists, then
-folders their names. A created, edited or deleted file is never dropped, so the ledger can stay over
-budget only by naming changed files.
+folders their names. A created, edited, renamed or deleted file is never dropped, so the ledger can stay
+over budget only by naming changed files. What tools showed takes what the rest leaves, and at least
+``TAUGHT_SHARE`` of the budget.
 """
 
 from __future__ import annotations
@@ -16,17 +18,33 @@ import re
 from collections.abc import Callable
 from dataclasses import replace
 
-from .facts_model import LOOKED, STATES, Facts, Failure, FileFact, FolderFact, TestRun, folder_of
+from .facts_model import (
+    LOOKED,
+    STATES,
+    Facts,
+    Failure,
+    FileFact,
+    FolderFact,
+    TestRun,
+    common_root,
+    folder_of,
+    relative,
+)
+from .facts_taught import TAUGHT, compress_lessons, parse_lesson, render_lessons
 
 FILES = "Files"
 FAILURES = "Failing commands"
 TESTS = "Test runs"
-LEDGER_HEADINGS = (FILES, FAILURES, TESTS)
+LEDGER_HEADINGS = (FILES, FAILURES, TESTS, TAUGHT)
 RESOLVED = "(resolved) "
 _SEP = " — "
 _FILES_HEADING = re.compile(r"^### Files(?: under (?P<root>/\S*/))?\s*$")
+_TAUGHT_HEADING = re.compile(rf"^### {TAUGHT}(?: under (?P<root>/\S*/))?\s*$")
 _HEADING = re.compile(r"^\s*#{1,6}\s+(?P<name>.*?)\s*$")
-_STATE = re.compile(r"^(?P<state>created|edited|read|searched|deleted)(?:,? (?:edited )?(?P<edits>\d+)x)?$")
+_STATE = re.compile(
+    r"^(?P<state>created|edited|read|searched|deleted|renamed)(?: from (?P<moved>.+?))?"
+    r"(?:,? (?:edited )?(?P<edits>\d+)x)?(?:, renamed from (?P<origin>.+))?$"
+)
 _FOLDER_STATE = re.compile(r"^(?P<count>\d+) read or searched$")
 _FAILURE = re.compile(
     r"^(?P<resolved>\(resolved\) )?`(?P<command>[^`]*)` → (?P<status>exit -?\d+|error)(?:: (?P<reason>.*))?$"
@@ -35,14 +53,14 @@ _TEST = re.compile(r"^`(?P<command>[^`]*)` → (?P<passed>\d+) passed, (?P<faile
 # Verbs of the file bullets written before the ledger, strongest first, and the state each stands for.
 _LEGACY_VERBS = {"deleted": "deleted", "written": "created", "edited": "edited", "read": "read", "searched": "searched"}
 _OPEN_FAILURES = 10  # open failures kept once over budget (the newest)
-_MIN_ROOT_PARTS = 3  # "/home/user/" is worth factoring out; "/" is not
+TAUGHT_SHARE = 0.4  # of the ledger's budget that what tools showed may take from the files and commands
 
 
 def render_facts(facts: Facts) -> str:
     """The ledger sections (empty ones left out), or "" when there are no facts."""
     blocks = []
     if facts.files or facts.folders:
-        root = _common_root([*facts.files, *facts.folders])
+        root = common_root([*facts.files, *facts.folders, *(f.origin for f in facts.files.values() if f.origin)])
         heading = f"### {FILES} under {root}" if root else f"### {FILES}"
         lines = [_file_line(f, root) for f in facts.files.values()]
         lines += [_folder_line(f, root) for f in facts.folders.values()]
@@ -52,6 +70,8 @@ def render_facts(facts: Facts) -> str:
     if facts.tests:
         lines = [f"- `{t.command}` → {t.passed} passed, {t.failed} failed" for t in facts.tests]
         blocks.append("\n".join([f"### {TESTS}", *lines]))
+    if facts.taught:
+        blocks.append(render_lessons(facts.taught))
     return "\n\n".join(blocks)
 
 
@@ -63,9 +83,9 @@ def parse_facts(text: str) -> Facts:
         line = raw.strip()
         heading = _HEADING.match(line)
         if heading:
-            files = _FILES_HEADING.match(line)
-            section = FILES if files else heading["name"]
-            root = (files["root"] or "") if files else ""
+            rooted = _FILES_HEADING.match(line) or _TAUGHT_HEADING.match(line)
+            section = (FILES if line.startswith(f"### {FILES}") else TAUGHT) if rooted else heading["name"]
+            root = (rooted["root"] or "") if rooted else ""
             continue
         if not line.startswith("- "):
             continue
@@ -76,6 +96,8 @@ def parse_facts(text: str) -> Facts:
             facts.failures.append(Failure(m["command"], m["status"], m["reason"] or "", bool(m["resolved"])))
         elif section == TESTS and (m := _TEST.match(item)):
             facts.tests.append(TestRun(m["command"], int(m["passed"]), int(m["failed"])))
+        elif section == TAUGHT and (lesson := parse_lesson(item, root)) is not None:
+            facts.taught.append(lesson)
     return facts
 
 
@@ -86,14 +108,29 @@ def strip_facts(text: str) -> str:
     for line in text.splitlines():
         heading = _HEADING.match(line)
         if heading:
-            skipping = bool(_FILES_HEADING.match(line.strip())) or heading["name"] in LEDGER_HEADINGS
+            rooted = _FILES_HEADING.match(line.strip()) or _TAUGHT_HEADING.match(line.strip())
+            skipping = bool(rooted) or heading["name"] in LEDGER_HEADINGS
         if not skipping:
             kept.append(line)
     return re.sub(r"\n{3,}", "\n\n", "\n".join(kept)).strip()
 
 
 def compress_facts(facts: Facts, budget_tokens: int, count_text: Callable[[str], int]) -> Facts:
-    """``facts`` shortened step by step until its rendering fits ``budget_tokens`` (see the module doc)."""
+    """``facts`` within ``budget_tokens``: what tools showed takes what the files and commands leave, and
+    at least ``TAUGHT_SHARE`` of it (the files and commands then shortened step by step into the rest, see
+    the module doc); it is ranked into its room by value (:func:`compress_lessons`)."""
+    if not facts.taught:
+        return _compress_core(facts, budget_tokens, count_text)
+    core = replace(facts, taught=[])
+    room = max(budget_tokens - count_text(render_facts(core)) - 2, int(TAUGHT_SHARE * budget_tokens))
+    wanted = min(count_text(render_lessons(facts.taught)), room)
+    core = _compress_core(core, budget_tokens - wanted, count_text)
+    room = budget_tokens - (count_text(render_facts(core)) + 2 if core else 0)
+    return replace(core, taught=compress_lessons(facts.taught, max(room, 0), count_text))
+
+
+def _compress_core(facts: Facts, budget_tokens: int, count_text: Callable[[str], int]) -> Facts:
+    """The files and commands shortened step by step until their rendering fits ``budget_tokens``."""
     steps: list[Callable[[Facts], Facts]] = [
         lambda f: replace(f, failures=[x for x in f.failures if not x.resolved][-_OPEN_FAILURES:], tests=f.tests[-3:]),
         lambda f: replace(f, files={p: _without_gist(x) if x.state in LOOKED else x for p, x in f.files.items()}),
@@ -112,16 +149,23 @@ def compress_facts(facts: Facts, budget_tokens: int, count_text: Callable[[str],
 
 
 def _file_line(fact: FileFact, root: str) -> str:
+    """``path — state``: ``edited 2x``, ``created, edited 1x``, ``renamed from old.py, edited 1x``,
+    ``edited 1x, renamed from old.py``; then ``: gist``."""
     state = fact.state
+    origin = relative(fact.origin, root) if fact.origin else ""
+    if origin and fact.state == "renamed":
+        state += f" from {origin}"
     if fact.edits:
-        state += f", edited {fact.edits}x" if fact.state == "created" else f" {fact.edits}x"
+        state += f", edited {fact.edits}x" if fact.state in ("created", "renamed") else f" {fact.edits}x"
+    if origin and fact.state != "renamed":
+        state += f", renamed from {origin}"
     gist = f": {fact.gist}" if fact.gist else ""
-    return f"- {_relative(fact.path, root)}{_SEP}{state}{gist}"
+    return f"- {relative(fact.path, root)}{_SEP}{state}{gist}"
 
 
 def _folder_line(folder: FolderFact, root: str) -> str:
     names = f": {', '.join(folder.names)}" if folder.names else ""
-    return f"- {_relative(folder.path, root)}{_SEP}{folder.count} read or searched{names}"
+    return f"- {relative(folder.path, root)}{_SEP}{folder.count} read or searched{names}"
 
 
 def _failure_line(failure: Failure) -> str:
@@ -142,7 +186,10 @@ def _parse_file_line(facts: Facts, item: str, root: str) -> None:
         return
     state = _STATE.match(state_text)
     if state and state["state"] in STATES:
-        facts.files[full] = FileFact(full, state["state"], int(state["edits"] or 0), gist)
+        origin = state["moved"] or state["origin"] or ""
+        if origin and root and not origin.startswith("/"):
+            origin = root + origin
+        facts.files[full] = FileFact(full, state["state"], int(state["edits"] or 0), gist, origin)
         return
     legacy = _legacy_state(state_text)
     if legacy:
@@ -156,26 +203,6 @@ def _legacy_state(verbs_text: str) -> str | None:
     if not verbs or not verbs <= set(_LEGACY_VERBS):
         return None
     return next((state for verb, state in _LEGACY_VERBS.items() if verb in verbs), None)
-
-
-def _common_root(paths: list[str]) -> str:
-    """The absolute folder whose factoring out saves the most characters (held by at least two paths and
-    at least ``_MIN_ROOT_PARTS`` deep), or "". Only when every path is absolute; those outside it stay so."""
-    if not all(p.startswith("/") for p in paths):
-        return ""  # a relative path would read back as under the root
-    saved: dict[str, int] = {}
-    for path in paths:
-        parts = path.rstrip("/").split("/")
-        for depth in range(_MIN_ROOT_PARTS, len(parts)):
-            prefix = "/".join(parts[:depth]) + "/"
-            saved[prefix] = saved.get(prefix, 0) + len(prefix)
-    best = max(saved.items(), key=lambda kv: (kv[1], len(kv[0])), default=("", 0))
-    return best[0] if best[1] >= 2 * len(best[0]) else ""
-
-
-def _relative(path: str, root: str) -> str:
-    inside = root and path.startswith(root) and len(path) > len(root)
-    return path[len(root) :] if inside else path  # the root folder itself stays absolute
 
 
 def _without_gist(fact: FileFact) -> FileFact:

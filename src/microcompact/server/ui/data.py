@@ -1,0 +1,187 @@
+"""The figures of the conversation page, read from the store only (so every ``serve`` on one database shows
+the same page): JSON-ready dicts, the same ones the page draws and ``/ui/api/...`` returns."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from ...config import home_dir
+from ...keys import ABSORBED_BY_KEY, ROW_KEY, SECRETS_META, STATE_KEY
+from ...messages import Message, marker_kind
+from ...redact import redact_message, redact_text
+from ...render import message_text
+from ...secret_memory import SecretMemory, remembering
+from ...store import _SQLStore
+from ...store.request_figures import RequestFigures
+
+MAX_TEXT = 200_000  # characters of one message the page and the JSON carry (the rest is counted, not sent)
+SEARCH_LIMIT = 50
+
+
+def secrets_of(store: _SQLStore, session_id: str) -> SecretMemory:
+    """The conversation's secret memory: what it redacted so far stays hidden on the page too."""
+    memory = SecretMemory(home_dir())
+    memory.restore(store.session_meta(session_id).get(SECRETS_META))
+    return memory
+
+
+def text_of(message: Message, memory: SecretMemory, labels: bool = True) -> dict[str, Any]:
+    """A message's plain text, redacted under ``memory`` (tool calls included; ``labels``: each block's kind
+    named), cut at :data:`MAX_TEXT`, and how long it was."""
+    with remembering(memory):
+        text = message_text(redact_message(message), tool_calls=True, name=True, labels=labels)
+    return {"text": text[:MAX_TEXT], "chars": len(text), "cut": len(text) > MAX_TEXT}
+
+
+def _totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a conversation's request rows add up to, and where the last one left it."""
+    last = rows[-1] if rows else {}
+    spent = [r["spent"] for r in rows if isinstance(r.get("spent"), int | float)]
+    uncompacted = [r["uncompacted"] for r in rows if isinstance(r.get("uncompacted"), int | float)]
+    return {
+        "requests": len(rows),
+        "occupancy_pct": last.get("occupancy_pct"),
+        "folds": sum(1 for r in rows if r.get("folded")),
+        "prompt_tokens": sum(int(r.get("prompt_tokens") or 0) for r in rows),
+        "uncompacted_tokens": sum(int(r.get("uncompacted_tokens") or 0) for r in rows),
+        "spent": round(sum(spent), 6) if spent else None,
+        "uncompacted": round(sum(uncompacted), 6) if uncompacted else None,
+        "last_at": last.get("at"),
+        "client": next((r["client"] for r in reversed(rows) if r.get("client")), None),
+        "model": next((r["model"] for r in reversed(rows) if r.get("model")), None),
+        "api": next((r["api"] for r in reversed(rows) if r.get("api")), None),
+    }
+
+
+def conversations(store: _SQLStore) -> list[dict[str, Any]]:
+    """Every stored conversation with its totals, the most recently active first."""
+    figures = RequestFigures(store)
+    out = []
+    for session in store.list_sessions():
+        rows = figures.of(session["id"])
+        totals = _totals(rows)
+        out.append(
+            {
+                "id": session["id"],
+                "created_at": _iso(session["created_at"]),
+                "updated_at": _iso(session["updated_at"]),
+                "messages": session["counts"],
+                **totals,
+            }
+        )
+    out.sort(key=lambda c: (c["last_at"] or 0.0, c["updated_at"] or ""), reverse=True)
+    return out
+
+
+def _iso(value: Any) -> str | None:
+    """A store timestamp (a datetime, or SQLite's text) as ISO 8601 text."""
+    return value.isoformat() if isinstance(value, datetime) else None if value is None else str(value)
+
+
+def conversation(store: _SQLStore, session_id: str) -> dict[str, Any] | None:
+    """One conversation: totals, each request's figures, the passes applied, its markers (with what each
+    absorbed) and the markers as the model sees them now; None when the store has no such conversation."""
+    if not store.session_versions([session_id]):
+        return None
+    rows = RequestFigures(store).of(session_id)
+    everything = store.export(session_id, include_absorbed=True)
+    absorbed: dict[int, list[int]] = {}
+    for m in everything:
+        by = m.get(ABSORBED_BY_KEY)
+        if isinstance(by, int) and not marker_kind(m):
+            absorbed.setdefault(by, []).append(int(m[ROW_KEY]))
+    markers = [
+        {
+            "row": int(m[ROW_KEY]),
+            "kind": marker_kind(m),
+            "state": m.get(STATE_KEY),
+            "absorbed_rows": absorbed.get(int(m[ROW_KEY]), []),
+            "superseded_by": m.get(ABSORBED_BY_KEY),
+        }
+        for m in everything
+        if marker_kind(m)
+    ]
+    passes = [{"request": number, **p} for number, row in enumerate(rows, start=1) for p in row.get("passes") or []]
+    memory = secrets_of(store, session_id)
+    now = [
+        {"row": int(m[ROW_KEY]), "kind": marker_kind(m), **text_of(m, memory, labels=False)}
+        for m in everything
+        if _active_marker(m)
+    ]
+    return {
+        "id": session_id,
+        **_totals(rows),
+        "messages": {
+            "active": sum(1 for m in everything if m.get(STATE_KEY) == "active"),
+            "absorbed": sum(1 for m in everything if m.get(STATE_KEY) == "absorbed"),
+        },
+        "requests_figures": [{"request": n, **r, "passes": len(r.get("passes") or [])} for n, r in enumerate(rows, 1)],
+        "folds_detail": folds(rows),
+        "passes": passes,
+        "markers": markers,
+        "markers_now": now,
+    }
+
+
+def folds(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each request that sent a folded view, with the passes applied since the previous one and the price
+    rule's numbers as the provider billed them: what the fold wrote to the cache again (the request's cache
+    write at the rewrite premium), what the smaller prompt saves on every later request (its drop from the
+    previous request's, at the cache read price: a lower bound, the request's own growth is not added), and
+    so after how many requests it has paid for itself."""
+    out: list[dict[str, Any]] = []
+    passes: list[dict[str, Any]] = []
+    for number, row in enumerate(rows, start=1):
+        passes += row.get("passes") or []
+        if not row.get("folded"):
+            continue
+        before = rows[number - 2].get("prompt_tokens") if number > 1 else None
+        now = row.get("prompt_tokens")
+        smaller = before - now if isinstance(before, int) and isinstance(now, int) else None
+        read, premium = row.get("read_price"), row.get("rewrite_premium")
+        written = row.get("cache_write")
+        rewrite_cost = written * premium / 1e6 if isinstance(written, int) and isinstance(premium, float) else None
+        saving = smaller * read / 1e6 if smaller is not None and smaller > 0 and isinstance(read, float) else None
+        out.append(
+            {
+                "request": number,
+                "prompt_before": before,
+                "prompt_after": now,
+                "occupancy_before": rows[number - 2].get("occupancy_pct") if number > 1 else None,
+                "occupancy_after": row.get("occupancy_pct"),
+                "passes": len(passes),
+                "outcomes": sorted({str(p.get("outcome")) for p in passes}),
+                "why": sorted({str(p.get("reason") or p.get("mode")) for p in passes}),
+                "summarizer_cost": round(sum(float(p.get("summarizer_cost") or 0) for p in passes), 8),
+                "cache_write": written,
+                "rewrite_cost": None if rewrite_cost is None else round(rewrite_cost, 8),
+                "saving_per_request": None if saving is None else round(saving, 8),
+                "pays_back_after": round(rewrite_cost / saving, 1) if rewrite_cost is not None and saving else None,
+            }
+        )
+        passes = []
+    return out
+
+
+def _active_marker(message: Message) -> bool:
+    return bool(marker_kind(message)) and message.get(STATE_KEY) == "active"
+
+
+def search(store: _SQLStore, session_id: str, query: str) -> list[dict[str, Any]]:
+    """The absorbed originals matching ``query`` (words, "quoted phrases"), best first; snippets redacted."""
+    hits = store.search(session_id, query[:500], limit=SEARCH_LIMIT)
+    if hits:
+        with remembering(secrets_of(store, session_id)):
+            for hit in hits:
+                hit["snippet"] = redact_text(hit["snippet"])
+    return hits
+
+
+def original(store: _SQLStore, session_id: str, row: int) -> dict[str, Any] | None:
+    """One stored message of the conversation (an absorbed original, usually), as text; None if not there."""
+    for m in store.export(session_id, include_absorbed=True):
+        if m.get(ROW_KEY) == row:
+            text = text_of(m, secrets_of(store, session_id))
+            return {"row": row, "role": m.get("role"), "state": m.get(STATE_KEY), **text}
+    return None

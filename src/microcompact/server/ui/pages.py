@@ -1,0 +1,313 @@
+"""The two pages: the list of conversations, and one conversation (its occupancy chart, cache and dollars
+per request, the folds and batches with the price rule's numbers, the markers as the model sees them now,
+and a search over the absorbed originals, each hit expandable). Built from :mod:`.data`'s dicts."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from .html import dollars, esc, number, page, pct, table, when
+
+CHART_W, CHART_H, PAD = 760, 220, 36
+
+
+def link(session_id: str) -> str:
+    return "/ui/" + quote(session_id, safe="")
+
+
+def signature(figures: dict[str, Any]) -> list[Any]:
+    """What changes when the conversation moves on (the script polls it)."""
+    return [figures.get("requests"), figures.get("folds"), figures.get("last_at")]
+
+
+def list_page(conversations: list[dict[str, Any]], nonce: str) -> str:
+    headers = [
+        ("conversation", "l"),
+        ("client", "l"),
+        ("model", "l"),
+        ("API", "l"),
+        ("requests", ""),
+        ("occupancy now", ""),
+        ("folds", ""),
+        ("prompt tokens", ""),
+        ("uncompacted tokens", ""),
+        ("spent", ""),
+        ("uncompacted", ""),
+        ("last activity", "l"),
+    ]
+    rows = [
+        (
+            "conv",
+            [
+                f'<a class="conv" href="{esc(link(c["id"]))}">{esc(c["id"])}</a>',
+                esc(c["client"]),
+                esc(c["model"]),
+                esc(c["api"]),
+                number(c["requests"]),
+                pct(c["occupancy_pct"]),
+                number(c["folds"]),
+                number(c["prompt_tokens"]),
+                number(c["uncompacted_tokens"]),
+                dollars(c["spent"]),
+                dollars(c["uncompacted"]),
+                when(c["last_at"]) if c["last_at"] else esc(c["updated_at"]),
+            ],
+        )
+        for c in conversations
+    ]
+    body = (
+        f'<div id="live"><p class="muted">{_count(len(conversations), "conversation")} in the store.</p>'
+        f"{table([(h, 'id' if h == 'conversation' else c) for h, c in headers], rows)}</div>"
+    )
+    sig = [[c["id"], *signature(c)] for c in conversations[:50]]
+    return page("conversations", body, nonce, poll="/ui/api/conversations", signature=_json(sig))
+
+
+def chart(requests: list[dict[str, Any]]) -> str:
+    """Occupancy per request as an inline SVG: one ``circle.pt`` per request (``fold`` when it folded)."""
+    values = [r.get("occupancy_pct") for r in requests]
+    top = max([100.0, *[v for v in values if isinstance(v, int | float)]])
+    n = len(requests)
+    step = (CHART_W - 2 * PAD) / max(1, n - 1)
+
+    def xy(i: int, v: float) -> tuple[float, float]:
+        return PAD + i * step, CHART_H - PAD - (CHART_H - 2 * PAD) * v / top
+
+    points, line = [], []
+    for i, r in enumerate(requests):
+        v = values[i]
+        x, y = xy(i, float(v) if isinstance(v, int | float) else 0.0)
+        line.append(f"{x:.1f},{y:.1f}")
+        cls = "pt fold" if r.get("folded") else "pt"
+        tip = f"request {r.get('request')}: {pct(values[i])}" + (" (fold)" if r.get("folded") else "")
+        points.append(f'<circle class="{cls}" cx="{x:.1f}" cy="{y:.1f}" r="3.5"><title>{tip}</title></circle>')
+    _, cap_y = xy(0, 100.0)
+    axes = (
+        f'<line class="axis" x1="{PAD}" y1="{CHART_H - PAD}" x2="{CHART_W - PAD}" y2="{CHART_H - PAD}"/>'
+        f'<line class="axis" x1="{PAD}" y1="{PAD}" x2="{PAD}" y2="{CHART_H - PAD}"/>'
+        f'<line class="cap" x1="{PAD}" y1="{cap_y:.1f}" x2="{CHART_W - PAD}" y2="{cap_y:.1f}"/>'
+        f'<text class="lbl" x="2" y="{cap_y + 4:.1f}">100%</text>'
+        f'<text class="lbl" x="2" y="{CHART_H - PAD + 4}">0%</text>'
+        f'<text class="lbl" x="{CHART_W / 2 - 30:.0f}" y="{CHART_H - 8}">request (1&ndash;{n})</text>'
+    )
+    polyline = f'<polyline class="line" points="{" ".join(line)}"/>' if n > 1 else ""
+    return (
+        f'<svg id="occupancy" role="img" aria-label="occupancy per request" width="{CHART_W}" height="{CHART_H}" '
+        f'viewBox="0 0 {CHART_W} {CHART_H}" xmlns="http://www.w3.org/2000/svg">{axes}{polyline}{"".join(points)}</svg>'
+    )
+
+
+def _requests_table(requests: list[dict[str, Any]]) -> str:
+    headers = [
+        ("#", ""),
+        ("answered", "l"),
+        ("occupancy", ""),
+        ("prompt tokens", ""),
+        ("uncompacted tokens", ""),
+        ("cache read", ""),
+        ("cache written", ""),
+        ("spent", ""),
+        ("uncompacted", ""),
+        ("fold", "l"),
+    ]
+    rows = [
+        (
+            "fold-row" if r.get("folded") else "",
+            [
+                number(r.get("request")),
+                when(r.get("at")),
+                pct(r.get("occupancy_pct")),
+                number(r.get("prompt_tokens")),
+                number(r.get("uncompacted_tokens")),
+                number(r.get("cache_read")),
+                number(r.get("cache_write")),
+                dollars(r.get("spent")),
+                dollars(r.get("uncompacted")),
+                "fold" if r.get("folded") else "",
+            ],
+        )
+        for r in reversed(requests)
+    ]
+    return table(headers, rows)
+
+
+def _folds_table(folds: list[dict[str, Any]]) -> str:
+    if not folds:
+        return '<p class="muted">No fold yet: the view sent is the history as it grew.</p>'
+    headers = [
+        ("request", ""),
+        ("passes", ""),
+        ("why", "l"),
+        ("prompt tokens", "l"),
+        ("occupancy", "l"),
+        ("cache written", ""),
+        ("rewrite cost", ""),
+        ("summarizer cost", ""),
+        ("saves per request", ""),
+        ("pays back after", ""),
+    ]
+    rows = [
+        (
+            "fold",
+            [
+                number(f["request"]),
+                number(f["passes"]),
+                esc(", ".join(f["why"] + f["outcomes"])),
+                f"{number(f['prompt_before'])} &rarr; {number(f['prompt_after'])}",
+                f"{pct(f['occupancy_before'])} &rarr; {pct(f['occupancy_after'])}",
+                number(f["cache_write"]),
+                dollars(f["rewrite_cost"]),
+                dollars(f["summarizer_cost"]),
+                dollars(f["saving_per_request"]),
+                esc(f"{f['pays_back_after']} requests") if f["pays_back_after"] is not None else "&ndash;",
+            ],
+        )
+        for f in reversed(folds)
+    ]
+    return table(headers, rows)
+
+
+def _passes_table(passes: list[dict[str, Any]]) -> str:
+    if not passes:
+        return '<p class="muted">No pass applied yet.</p>'
+    headers = [
+        ("request", ""),
+        ("engine", "l"),
+        ("outcome", "l"),
+        ("why", "l"),
+        ("tokens before", ""),
+        ("after", ""),
+        ("removed", ""),
+        ("messages", "l"),
+        ("saves per request", ""),
+        ("summarizer cost", ""),
+        ("read $/MTok", ""),
+        ("rewrite premium $/MTok", ""),
+    ]
+    rows = [
+        (
+            "pass",
+            [
+                number(p.get("request")),
+                esc(str(p.get("event", "")).replace("_compaction", "")),
+                esc(p.get("outcome")),
+                esc(p.get("reason") or p.get("mode")),
+                number(p.get("tokens_before")),
+                number(p.get("tokens_after")),
+                number(p.get("removed_tokens")),
+                esc(f"{p.get('messages_before')} \u2192 {p.get('messages_after')}"),
+                dollars(p.get("saving_per_request")),
+                dollars(p.get("summarizer_cost")),
+                esc(p.get("read_price")),
+                esc(p.get("rewrite_premium")),
+            ],
+        )
+        for p in reversed(passes)
+    ]
+    return table(headers, rows)
+
+
+def _absorbed(session_id: str, rows: list[int]) -> str:
+    """How many messages a marker absorbed, each a link that opens the original."""
+    links = " ".join(
+        f'<a href="{esc(link(session_id))}?{esc(urlencode({"open": row}))}">{number(row)}</a>' for row in rows[:20]
+    )
+    return f"{number(len(rows))}" + (f" (rows {links}{' ...' if len(rows) > 20 else ''})" if rows else "")
+
+
+def _markers(detail: dict[str, Any]) -> str:
+    session_id = detail["id"]
+    now = "".join(
+        f'<h3 class="muted">{esc(m["kind"])} marker, row {number(m["row"])}</h3>'
+        f'<pre class="marker">{esc(m["text"])}</pre>'
+        + (
+            f'<p class="muted">cut at {number(len(m["text"]))} of {number(m["chars"])} characters</p>'
+            if m["cut"]
+            else ""
+        )
+        for m in detail["markers_now"]
+    )
+    history = table(
+        [("row", ""), ("kind", "l"), ("state", "l"), ("absorbed messages", "l"), ("superseded by", "")],
+        [
+            (
+                "marker",
+                [
+                    number(m["row"]),
+                    esc(m["kind"]),
+                    esc(m["state"]),
+                    _absorbed(session_id, m["absorbed_rows"]),
+                    number(m["superseded_by"]),
+                ],
+            )
+            for m in detail["markers"]
+        ],
+    )
+    return (now or '<p class="muted">No marker: nothing folded yet.</p>') + "<h3>Every marker</h3>" + history
+
+
+def _search(session_id: str, query: str, hits: list[dict[str, Any]], opened: dict[int, dict[str, Any]]) -> str:
+    form = (
+        f'<form method="get" action="{esc(link(session_id))}"><input type="search" name="q" value="{esc(query)}" '
+        'placeholder="words or &quot;a phrase&quot;"> <button type="submit">Search</button></form>'
+    )
+    items = []
+    for hit in hits:
+        row = hit["row"]
+        shown = opened.get(row)
+        body = (
+            f'<pre class="original">{esc(shown["text"])}</pre>'
+            if shown
+            else f'<a href="{esc(link(session_id))}?{esc(urlencode({"q": query, "open": row}))}">show the original</a>'
+        )
+        items.append(
+            f'<details class="hit" data-row="{row}"{" open" if shown else ""}><summary>row {number(row)} '
+            f"({esc(hit['role'])}, {esc(hit['state'])}): {esc(hit['snippet'])}</summary>{body}</details>"
+        )
+    listed = {hit["row"] for hit in hits}
+    items += [
+        f'<details class="hit" data-row="{row}" open><summary>row {number(row)} ({esc(shown["role"])}, '
+        f'{esc(shown["state"])})</summary><pre class="original">{esc(shown["text"])}</pre></details>'
+        for row, shown in opened.items()
+        if row not in listed
+    ]
+    found = f'<p class="muted">{_count(len(hits), "absorbed original")} matching {esc(query)}.</p>' if query else ""
+    return form + found + "".join(items)
+
+
+def conversation_page(
+    detail: dict[str, Any],
+    nonce: str,
+    query: str = "",
+    hits: list[dict[str, Any]] | None = None,
+    opened: dict[int, dict[str, Any]] | None = None,
+) -> str:
+    sid = detail["id"]
+    requests = detail["requests_figures"]
+    summary = (
+        f'<p class="summary"><b>{number(detail["requests"])}</b> requests &middot; occupancy now '
+        f"<b>{pct(detail['occupancy_pct'])}</b> &middot; <b>{number(detail['folds'])}</b> folds &middot; "
+        f"{number(detail['prompt_tokens'])} prompt tokens against {number(detail['uncompacted_tokens'])} "
+        f"uncompacted &middot; {dollars(detail['spent'])} spent against {dollars(detail['uncompacted'])} &middot; "
+        f"{esc(detail['client'])} &middot; {esc(detail['model'])} ({esc(detail['api'])})</p>"
+    )
+    live = (
+        f'<div id="live">{summary}<h2>Occupancy per request</h2>{chart(requests)}'
+        f"<h2>Folds</h2>{_folds_table(detail['folds_detail'])}"
+        f"<h2>Passes (micro and batch, from the engine's telemetry)</h2>{_passes_table(detail['passes'])}"
+        f"<h2>The markers as the model sees them now</h2>{_markers(detail)}"
+        f"<h2>Requests: cache and dollars</h2>{_requests_table(requests)}</div>"
+    )
+    body = f"<h2>Search the absorbed originals</h2>{_search(sid, query, hits or [], opened or {})}{live}"
+    poll = "/ui/api/conversation?" + urlencode({"id": sid})
+    return page(sid, body, nonce, poll=poll, signature=_json(signature(detail)))
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
