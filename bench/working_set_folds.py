@@ -32,7 +32,7 @@ from microcompact.micro.spans import select_span
 from microcompact.micro.state import RollingSummary
 from microcompact.micro.working_set import FactsCache, working_set
 from microcompact.tokens import Ledger, TokenCounter, make_text_counter
-from microcompact.window import Window
+from microcompact.window import Window, WindowBudget
 
 # shared/ beside the repository (as CI lays it out), else the team's /work/shared
 _BESIDE = Path(__file__).resolve().parents[2] / "shared"
@@ -57,7 +57,7 @@ def fold_down(ledger: Ledger, state: RollingSummary, by_use: bool, facts: FactsC
     for _ in range(64):
         if ledger.total <= low_water:
             return
-        window = Window.of(ledger.messages, ledger.tokens, config)
+        window = Window.of(ledger.messages, ledger.tokens, WindowBudget.of(config))
         state.cursor = max(state.cursor or 0, window.head)
         span, _ = select_span(ledger.messages, ledger.tokens, window, state, config, "drain", keep=keep)
         if span is None:

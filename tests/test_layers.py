@@ -28,6 +28,7 @@ LAYERS: list[set[str]] = [
         "secret_memory",
         "telemetry",
         "config",
+        "config_sections",
         "render",
         "identifiers",
         "bill",

@@ -7,15 +7,15 @@ span it summarized is still exactly what the transcript holds (messages appended
 conflict); otherwise it is discarded and the pass is tried again on the current transcript. Commit and
 apply happen on the caller's thread, so the store and the transcript are never touched concurrently.
 
-A *fold* (mode ``"fold"``: the policy's ``take_planned()``, several passes down to a low-water mark, as the
+A *fold* (mode ``FOLD``: the policy's ``take_planned()``, several passes down to a low-water mark, as the
 price policy asks) runs every pass of it on the worker, on a shadow of the engine (its own copy of the
 rolling state, a commit hook that only records the events) over a snapshot; ``collect`` then commits and
 applies the recorded events in order and takes the shadow's state, so the view switches once, however many
 passes the fold took, and only if nothing but new messages at the end changed meanwhile.
 
-**Fold ahead** (mode ``"ahead"``: the policy expects a fold soon, or the turn is over and an idle gap may
+**Fold ahead** (mode ``AHEAD``: the policy expects a fold soon, or the turn is over and an idle gap may
 follow): the same shadow fold, started before it is due and *held* when it finishes (the view does not
-change); a later ``"ahead"`` extends the held shadow over the messages added since, and ``"fold"`` (the
+change); a later ``AHEAD`` extends the held shadow over the messages added since, and ``FOLD`` (the
 policy says fold now) adopts it at that very request. A held shadow that no longer applies (something
 other than new trailing messages changed) is dropped and the fold starts as without it.
 
@@ -25,7 +25,8 @@ slow fold on a fast loop: several steps came while it ran, and it would keep the
 marker, rewriting them to remove little) is held and extended over what came since, and decided on again
 when that lands, so the view switches once, low, and not to a fold that rewrites much to remove little. A
 slow summarizer's fold that never catches up is extended until it pays, or the batch threshold (the hard
-limit) takes over. No request waits for the worker either way.
+limit) takes over. No request waits for the worker either way. Where a fold is in that life is its
+:class:`~microcompact.micro.fold_job.FoldStage`, which only this module changes.
 
 Not thread-safe by itself: :class:`~microcompact.session.Session` calls ``submit`` and ``collect`` under its
 lock. ``wait`` needs no lock (it only waits for the running job), so a thread can wait without holding
@@ -36,10 +37,12 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import logging
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from .micro import Condensed, Fold, FoldJob, MicroCompactor, PassResult, Planned, ahead
+from .micro import Condensed, Fold, FoldJob, FoldStage, MicroCompactor, PassMode, PassResult, Planned, WorkerMode
+from .micro.ahead import ShadowFolds
 from .tokens import Ledger
 
 log = logging.getLogger("microcompact")
@@ -47,25 +50,18 @@ log = logging.getLogger("microcompact")
 
 Job = tuple[Planned | PassResult | None, Condensed | None] | FoldJob
 
-# Set on a fold's pass once it was handed to the caller (adopted) or to ``take_spent`` (discarded): an
-# extension carries its prior fold's passes, which are billed once.
-ACCOUNTED = "microcompact_accounted"
-
 
 class BackgroundPasses:
     def __init__(self, micro: MicroCompactor) -> None:
         self.micro = micro
+        self.shadows = ShadowFolds(micro)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="microcompact-pass")
         self._job: Future[Job] | None = None
-        self._due = 0
+        self._running: FoldJob | None = None  # the fold on the worker (None: none, or a single pass)
+        self._held: FoldJob | None = None  # a finished fold, held until the policy says fold
+        self._turns_due = 0  # turn passes asked for while a job ran
         self.discarded = 0
-        self.ready: FoldJob | None = None  # a fold computed ahead, held until the policy says fold
-        self._adopt_running = False  # the running ahead job is due already: adopt it when it finishes
-        self._drop_running = False  # the running job extends a shadow that was adopted or dropped meanwhile
-        self._running_ahead = False  # the running job is a fold computed ahead
-        self._extends_ready = False  # the running job extends the held shadow (a due fold catching up)
         self.adopted_ahead = 0  # folds adopted at the request that decided them (telemetry, tests)
-        self._untimed: set[int] = set()  # jobs extended offline: their time is not the summarizer's
         self.spent: list[PassResult] = []  # passes of discarded folds not taken yet (``take_spent``)
         self.caught_up = 0  # due folds extended over what came since, as switching to them did not pay
 
@@ -73,134 +69,126 @@ class BackgroundPasses:
     def busy(self) -> bool:
         return self._job is not None
 
-    def submit(self, ledger: Ledger, mode: str = "turn") -> list[PassResult]:
-        """Start a pass on a snapshot; if one is running, remember that a turn pass is due. ``"fold"``
+    @property
+    def ready(self) -> FoldJob | None:
+        """The fold held (computed ahead, not adopted yet), or None."""
+        return self._held
+
+    @property
+    def holding(self) -> bool:
+        """A fold is held: the batch threshold may adopt it (:meth:`adopt_held`) rather than compact."""
+        return self._held is not None
+
+    def submit(self, ledger: Ledger, mode: WorkerMode = WorkerMode.TURN) -> list[PassResult]:
+        """Start a pass on a snapshot; if one is running, remember that a turn pass is due. ``FOLD``
         adopts a shadow computed ahead at once (its results are returned: the view switched now)."""
-        if mode == "fold" and self.ready is not None:
-            adopted = self._due_ready(ledger)
+        if mode == WorkerMode.FOLD and self._held is not None:
+            adopted = self._due_held(ledger)
             if adopted is not None:
                 return adopted
         if self._job is not None:
-            if mode == "turn":
-                self._due += 1
-            elif mode == "fold" and self._running_ahead:
-                self._adopt_running = True  # the fold is due: the shadow being computed lands when done
+            if mode == WorkerMode.TURN:
+                self._turns_due += 1
+            elif mode == WorkerMode.FOLD:
+                self._running_is_due()  # the fold is due: the shadow being computed lands when done
             return []
         self.micro.sync(ledger)
-        if mode in ("fold", "ahead"):
-            folds = self.micro.planned_folds()
-            if folds:
-                job = self.micro.fold_job(ledger, self.ready, ahead=mode == "ahead")
-                if self.ready is not None and job.base is not self.ready.base:
-                    self._drop_ready("it no longer applies")
-                self._running_ahead = job.ahead
-                run = self._fold_offline if ahead.runs_offline(self.micro) else self._fold
-                self._job = self._pool.submit(contextvars.copy_context().run, run, ledger.snapshot(), folds, job)
+        if mode in (WorkerMode.FOLD, WorkerMode.AHEAD):
+            plan = self.shadows.planned()
+            if plan.folds:
+                stage = FoldStage.RUNNING_AHEAD if mode == WorkerMode.AHEAD else FoldStage.DUE
+                job = self.micro.fold_job(ledger, self._held, stage)
+                if self._held is not None and job.base is not self._held.base:
+                    self._drop_held("it no longer applies")
+                self._start(ledger, plan.folds, job, offline=plan.offline)
             return []
         self._job = self._pool.submit(contextvars.copy_context().run, self._work, ledger.snapshot(), mode)
         return []
 
-    def _adopt_ready(self, ledger: Ledger) -> list[PassResult] | None:
+    def _start(self, ledger: Ledger, folds: tuple[Fold, ...], job: FoldJob, *, offline: bool) -> None:
+        """Run ``job`` over ``folds`` on the worker, on a snapshot of ``ledger``. ``offline``: the summarizer
+        cannot keep up with the session (it would lag as much again, and the batch threshold would prune the
+        tool outputs instead), so what it could not reach in time gets the deterministic summary, in the same
+        rolling summary and the same one switch of the view."""
+        self._running = job
+        run = functools.partial(self.shadows.run, offline=offline)
+        self._job = self._pool.submit(contextvars.copy_context().run, run, ledger.snapshot(), folds, job)
+
+    def _running_is_due(self) -> None:
+        """The policy says fold while a fold computed ahead runs: adopt it when it lands."""
+        if self._running is not None and self._running.stage is FoldStage.RUNNING_AHEAD:
+            self._running.stage = FoldStage.DUE
+
+    def _adopt_held_now(self, ledger: Ledger) -> list[PassResult] | None:
         """Adopt the held shadow now (None: it no longer applies, dropped). A running extension of it is
         dropped when it finishes: the view it would extend has just been switched."""
-        ready, self.ready = self.ready, None
-        assert ready is not None
-        results = self.micro.adopt_fold(ledger, ready)
-        if self._job is not None and (self._running_ahead or self._extends_ready):
-            self._drop_running = True
+        held, self._held = self._held, None
+        assert held is not None
+        results = self.micro.adopt_fold(ledger, held)
+        if self._running is not None:
+            self._running.stage = FoldStage.DROPPED
         if results is None:
             self.discarded += 1
-            self._spend(ready)
+            self._spend(held)
             log.info("Micro-compaction: a fold computed ahead no longer applies; folding as usual")
             return None
         self.adopted_ahead += 1
-        return self._applied(ready, results)
+        return self._applied(held, results)
 
     def adopt_held(self, ledger: Ledger) -> list[PassResult]:
         """Adopt the held shadow now, whatever the price says (the batch threshold is crossed: a switch is
         due anyway); [] when there is none or it no longer applies (dropped)."""
-        if self.ready is None or not self._adoptable_or_stale(ledger, self.ready):
-            return []
-        return self._adopt_ready(ledger) or []
+        held = self._held
+        if held is None or not (self.shadows.adoptable(ledger, held) or not self.micro.applies(ledger, held)):
+            return []  # it applies but must wait for messages after its snapshot: still held
+        return self._adopt_held_now(ledger) or []
 
-    def _adoptable_or_stale(self, ledger: Ledger, job: FoldJob) -> bool:
-        """False while ``job`` applies but must wait for messages after its snapshot (it is held)."""
-        return self.micro.adoptable(ledger, job) or not self.micro.applies(ledger, job)
-
-    def _due_ready(self, ledger: Ledger) -> list[PassResult] | None:
+    def _due_held(self, ledger: Ledger) -> list[PassResult] | None:
         """The fold is due and a shadow is held: adopt it when switching to it now pays (its results), or
         extend it over what came since and decide again when that lands ([]); None: it no longer applies
         (dropped), the fold starts as without it."""
-        ready = self.ready
-        assert ready is not None
-        if not self.micro.applies(ledger, ready):
-            self._adopt_ready(ledger)  # counts the drop, drops a running extension of it
+        held = self._held
+        assert held is not None
+        if not self.micro.applies(ledger, held):
+            self._adopt_held_now(ledger)  # counts the drop, drops a running extension of it
             return None
-        if not self.micro.adoptable(ledger, ready):
+        if not self.shadows.adoptable(ledger, held):
             return []  # the same request again: its tail is yet to come
-        if self._pays(ledger, ready):
-            return self._adopt_ready(ledger)
+        if self.shadows.pays(ledger, held):
+            return self._adopt_held_now(ledger)
         if self._job is not None:
-            if self._running_ahead:
-                self._adopt_running = True  # the extension running now is decided on when it lands
+            self._running_is_due()  # the extension running now is decided on when it lands
             return []
-        self._catch_up(ledger, ready)
+        self._catch_up(ledger, held)
         return []
 
-    def _pays(self, ledger: Ledger, job: FoldJob) -> bool:
-        """Whether the policy would switch the view to ``job`` now (a policy that does not price: always)."""
-        return ahead.adoption_pays(self.micro, ledger, job)
-
-    def _catch_up(self, ledger: Ledger, ready: FoldJob) -> bool:
-        """Extend the held ``ready`` fold (due, but lagging the transcript) over the messages that came
-        since, with a tail as for a fold adopted a request later; decided on again when it lands (False:
-        nothing to extend with, it stays held)."""
+    def _catch_up(self, ledger: Ledger, held: FoldJob) -> bool:
+        """Extend the held fold (due, but lagging the transcript) over the messages that came since, with a
+        tail as for a fold adopted a request later; decided on again when it lands (False: nothing to
+        extend with, it stays held)."""
         self.micro.sync(ledger)
-        self.micro.planned_folds()  # the plan made for this request keeps a whole tail: replaced
-        folds = ahead.catch_up_folds(self.micro, ledger)
+        self.shadows.planned()  # the plan made for this request keeps a whole tail: replaced
+        folds = self.shadows.extension(ledger)
         if not folds:
             return False
-        job = self.micro.fold_job(ledger, ready)
+        job = self.micro.fold_job(ledger, held, FoldStage.EXTENDING)
         job.caught_up = True
-        self._running_ahead = False
-        self._extends_ready = True
         self.caught_up += 1
-        run = self._fold if ahead.keeps_up(self.micro) else self._fold_offline
-        self._job = self._pool.submit(contextvars.copy_context().run, run, ledger.snapshot(), folds, job)
+        self._start(ledger, folds, job, offline=not self.shadows.keeps_up())
         return True
 
-    def _fold_offline(self, snapshot: Ledger, folds: tuple[Fold, ...], job: FoldJob) -> Job:
-        """Extend ``job`` with the offline summarizer: the summarizer cannot keep up with the session (it
-        would lag as much again, and the batch threshold would prune the tool outputs instead), so what it
-        could not reach in time gets the deterministic summary, in the same rolling summary and the same
-        one switch of the view. Those passes cost nothing, and their time is not the summarizer's."""
-        before = len(job.results)
-        ahead.offline_engine(self.micro).shadow_fold(snapshot, folds, job)
-        for result in job.results[before:]:
-            result.record["summarizer_input_tokens"] = result.record["summarizer_output_tokens"] = 0
-        self._untimed.add(id(job))
-        return job
-
-    def _drop_ready(self, why: str) -> None:
-        if self.ready is not None:
-            self._spend(self.ready)
-        self.ready = None
+    def _drop_held(self, why: str) -> None:
+        if self._held is not None:
+            self._spend(self._held)
+        self._held = None
         self.discarded += 1
         log.info("Micro-compaction: a fold computed ahead was dropped (%s)", why)
-
-    def _fold(self, snapshot: Ledger, folds: tuple[Fold, ...], job: FoldJob) -> Job:
-        return self.micro.shadow_fold(snapshot, folds, job)
 
     def _finished_fold(self, ledger: Ledger, job: FoldJob) -> list[PassResult]:
         """A fold job finished: drop it (its base was switched meanwhile), hold it (ahead, not due yet),
         or apply it (the transcript changed under it: none, the policy decides again)."""
-        drop, adopt = self._drop_running, self._adopt_running or not job.ahead
-        self._drop_running = self._adopt_running = self._running_ahead = self._extends_ready = False
-        if id(job) in self._untimed:
-            self._untimed.discard(id(job))
-        else:
-            self.micro.fold_timed(job)
-        if drop:
+        self.shadows.timed(job)
+        if job.stage is FoldStage.DROPPED:
             self.discarded += 1
             self._spend(job)
             return []
@@ -209,8 +197,10 @@ class BackgroundPasses:
             self._spend(job)
             log.info("Micro-compaction: background fold discarded, the transcript changed under it")
             return []
-        if not adopt or not self.micro.adoptable(ledger, job) or not self._pays(ledger, job):
-            self.ready = job  # held: a later request adopts it, or extends it first (``_due_ready``)
+        adopt = job.stage.adopt_when_done and self.shadows.adoptable(ledger, job)
+        if not adopt or not self.shadows.pays(ledger, job):
+            job.stage = FoldStage.HELD
+            self._held = job  # a later request adopts it, or extends it first (``_due_held``)
             return []
         return self._applied(job, self.micro.adopt_fold(ledger, job) or [])
 
@@ -219,15 +209,15 @@ class BackgroundPasses:
         if not results:
             self._spend(job)
         for result in results:
-            setattr(result, ACCOUNTED, True)
+            result.accounted = True
         return results
 
     def _spend(self, job: FoldJob) -> None:
         """``job`` is discarded: its passes' summarizer calls were made all the same (``take_spent``); a
         pass an extension carries over from the fold it extended is counted once."""
         for result in job.results:
-            if not getattr(result, ACCOUNTED, False):
-                setattr(result, ACCOUNTED, True)
+            if not result.accounted:
+                result.accounted = True
                 self.spent.append(result)
 
     def take_spent(self) -> list[PassResult]:
@@ -236,16 +226,8 @@ class BackgroundPasses:
         spent, self.spent = self.spent, []
         return spent
 
-    def _work(self, snapshot: Ledger, mode: str) -> Job:
-        planned = self.micro.plan(snapshot, mode)
-        condensed = None
-        if (
-            isinstance(planned, Planned)
-            and planned.summary is not None
-            and self.micro.needs_defrag(self.micro.counter.count_text(planned.summary))
-        ):
-            condensed = self.micro.condense(planned.summary)
-        return planned, condensed
+    def _work(self, snapshot: Ledger, mode: WorkerMode) -> Job:
+        return self.micro.plan_ahead(snapshot, PassMode(mode))
 
     def wait(self, timeout: float) -> None:
         """Block until the running job (if any) finishes or ``timeout`` passes; applies nothing."""
@@ -264,7 +246,7 @@ class BackgroundPasses:
                 job.result(timeout=wait)
         if not job.done():
             return []
-        self._job = None
+        self._job = self._running = None
         results: list[PassResult] = []
         try:
             done = job.result()
@@ -274,22 +256,20 @@ class BackgroundPasses:
             if isinstance(planned, PassResult):
                 results.append(planned)
             elif isinstance(planned, Planned):
-                if self.micro.still_valid(ledger, planned):
-                    results.append(self.micro.commit_planned(ledger, planned))
-                    defrag = self.micro.maybe_defrag(ledger, condensed)
-                    if defrag is not None:
-                        results.append(defrag)
+                landed = self.micro.land(ledger, planned, condensed)
+                if landed is not None:
+                    results += landed
                 else:
                     self.discarded += 1
-                    self._due += 1
+                    self._turns_due += 1
                     log.info(
                         "Micro-compaction: background pass discarded, the transcript changed under it; "
                         "retrying on the current transcript"
                     )
         except Exception:
             log.exception("Micro-compaction: background pass failed unexpectedly; transcript left as it was")
-        if self._due:
-            self._due -= 1
+        if self._turns_due:
+            self._turns_due -= 1
             self.submit(ledger)
         return results
 

@@ -27,47 +27,54 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
+from typing import Any, Literal
 
 import yaml
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
-    StrictBool,
-    StrictInt,
     ValidationError,
-    ValidationInfo,
     field_validator,
 )
 
-from .bill.pricing import PRESETS, CachePricing, for_api
+from .bill.pricing import CachePricing
+from .config_sections import (
+    LOCAL_TIMEOUT_SECONDS,
+    PRESERVED_THINKING_FAMILIES,
+    AuxCompressionConfig,
+    AuxiliaryConfig,
+    ModelConfig,
+    ModelWindow,
+    PricingConfig,
+    ProxyConfig,
+    StrictSection,
+    ThinkingConfig,
+    ThinkingMode,
+)
+
+__all__ = [  # the sections' home is config_sections; they are read here as parts of a Config
+    "LOCAL_TIMEOUT_SECONDS",
+    "PRESERVED_THINKING_FAMILIES",
+    "AuxCompressionConfig",
+    "AuxiliaryConfig",
+    "CompressionConfig",
+    "Config",
+    "ConfigError",
+    "ModelConfig",
+    "PricingConfig",
+    "ProxyConfig",
+    "ThinkingConfig",
+    "ThinkingMode",
+    "home_dir",
+    "load_config",
+    "parse_config",
+]
 
 
 class ConfigError(ValueError):
     """A config problem, already phrased for the user (file, key path, value, what is allowed)."""
 
 
-class _Strict(BaseModel):
-    # strict: a config file says what it means. "5" is not 5, 1 is not true, 3.0 is not 3 (pydantic's lax
-    # mode coerces all three); an int stands for a float. No NaN or infinity anywhere: no setting wants one.
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, strict=True, allow_inf_nan=False)
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _no_bool_for_numbers(cls, v: Any, info: ValidationInfo) -> Any:
-        # pydantic reads true/false as 1/0 for numbers; `protect_first_n: true` is a mistake, not 1.
-        if (
-            isinstance(v, bool)
-            and info.field_name
-            and cls.model_fields[info.field_name].annotation in (int, float, int | None, float | None)
-        ):
-            raise ValueError("expected a number, not true/false")
-        return v
-
-
-class CompressionConfig(_Strict):
+class CompressionConfig(StrictSection):
     enabled: bool = True
     threshold: float = Field(0.50, gt=0.0, le=1.0, description="batch threshold as a fraction of the context limit")
     target_ratio: float = Field(0.20, gt=0.0, lt=1.0, description="tail budget as a fraction of the threshold")
@@ -82,7 +89,9 @@ class CompressionConfig(_Strict):
     )
     micro_compact_defrag_threshold_tokens: int = Field(2000, ge=200, le=1_000_000)
     micro_compact_min_reclaim_tokens: int = Field(0, ge=0, le=10_000_000)
-    micro_compact_max_exchange_tokens: int = Field(8000, ge=256, le=10_000_000)
+    micro_compact_max_exchange_tokens: int | None = Field(
+        None, ge=256, le=10_000_000, description="tokens one micro pass may absorb; unset = derived (at most 8,000)"
+    )
     micro_compact_max_failures: int = Field(3, ge=1, le=100)
     micro_compact_background: bool = False
     micro_compact_cache_ttl_seconds: float | None = Field(None, gt=0, le=86_400)
@@ -105,7 +114,9 @@ class CompressionConfig(_Strict):
         description="summarizer calls per batch compaction; older "
         "runs of work get the deterministic extractive summary",
     )
-    min_tail_messages: int = Field(3, ge=1, le=1000)
+    min_tail_messages: int | None = Field(
+        None, ge=1, le=1000, description="fewest messages the protected tail keeps; unset = 3 (a fold keeps 1)"
+    )
 
     @field_validator("micro_compact_every_n_turns", mode="before")
     @classmethod
@@ -117,176 +128,7 @@ class CompressionConfig(_Strict):
         return v
 
 
-class AuxCompressionConfig(_Strict):
-    # "upstream": ``serve`` asks the client's own model, on the client's credential, for the summary
-    # (summarizers/upstream.py); the extractive summarizer writes it when that fails.
-    provider: Literal["extractive", "openai", "openai-api", "openrouter", "vllm", "llamacpp", "ollama", "upstream"] = (
-        "extractive"
-    )
-    model: str | None = Field(None, min_length=1, max_length=500)
-    base_url: str | None = None
-    api_key_env: str = Field("OPENAI_API_KEY", max_length=200)
-    timeout: float = Field(60.0, gt=0, le=3600)
-    max_output_tokens: int = Field(1024, ge=64, le=32768)
-    temperature: float = Field(0.1, ge=0.0, le=2.0)
-    max_input_tokens: int = Field(32_000, ge=1000, le=10_000_000)
-
-    @field_validator("base_url")
-    @classmethod
-    def _http_url(cls, v: str | None) -> str | None:
-        # Checked here, not at the first request: a bad URL is a config error, named with its key.
-        if v is not None:
-            _check_http_url(v)
-        return v
-
-    @field_validator("api_key_env")
-    @classmethod
-    def _variable_name(cls, v: str) -> str:
-        # The name of a variable, never its value: an empty or spaced name would read no key at all.
-        if not _ENV_NAME.fullmatch(v):
-            raise ValueError("must be the name of an environment variable (letters, digits, _), such as OPENAI_API_KEY")
-        return v
-
-    @property
-    def kind(self) -> str:
-        """``extractive``, ``upstream`` (the client's own model, through ``serve``) or ``openai`` (an endpoint)."""
-        return self.provider if self.provider in ("extractive", "upstream") else "openai"
-
-    @property
-    def local(self) -> bool:
-        """True for an endpoint on this machine (a local model, on CPU more often than not)."""
-        host = urlsplit(self.base_url).hostname if self.base_url else None
-        return host in ("127.0.0.1", "localhost", "::1", "0.0.0.0")
-
-    def timeout_seconds(self) -> float:
-        """``timeout`` when set; else one that suits the endpoint: a pass of a small local model on CPU takes
-        1.5-9 minutes (issue 12), a hosted model answers within a minute."""
-        if "timeout" in self.model_fields_set or not self.local:
-            return self.timeout
-        return LOCAL_TIMEOUT_SECONDS
-
-
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def _check_http_url(url: str) -> None:
-    """Raise ValueError unless ``url`` is ``http(s)://host[:port][/path]``."""
-    if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):
-        raise ValueError("must not hold spaces or control characters (a newline pasted in?)")
-    try:
-        parts = urlsplit(url)
-        port = parts.port  # raises on a port that is not a number in range
-    except ValueError as exc:
-        raise ValueError(f"not a valid URL ({exc})") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError("must be an http:// or https:// URL with a host, such as http://127.0.0.1:8000/v1")
-    del port
-
-
-class AuxiliaryConfig(_Strict):
-    compression: AuxCompressionConfig = AuxCompressionConfig()
-
-
-class ModelConfig(_Strict):
-    context_length: int | None = Field(None, ge=1024, le=100_000_000)
-
-
-class PricingConfig(_Strict):
-    """The provider's prices and cache rules (see :mod:`microcompact.bill.pricing`): a preset, and any field of it
-    overridden. Unset, the proxy takes the preset of the API a request speaks and a library ``Session`` knows
-    no price (it schedules as before)."""
-
-    preset: str | None = None
-    input: float | None = Field(None, ge=0, description="dollars per million input tokens")
-    cached_read: float | None = Field(None, ge=0)
-    cache_write: float | None = Field(None, ge=0)
-    cache_write_1h: float | None = Field(None, ge=0)
-    output: float | None = Field(None, ge=0)
-    ttl_seconds: float | None = Field(None, gt=0, le=86_400)
-    write_premium: bool | None = None
-    cache: bool | None = None
-    max_breakpoints: int | None = Field(None, ge=0, le=64)
-    lookback_blocks: int | None = Field(None, ge=0, le=10_000)
-    min_cacheable_tokens: int | None = Field(None, ge=0, le=1_000_000)
-    summarizer_input: float | None = Field(None, ge=0, description="the summarizer model's own input price")
-    summarizer_output: float | None = Field(None, ge=0)
-
-    @field_validator("preset")
-    @classmethod
-    def _known_preset(cls, v: str | None) -> str | None:
-        if v is not None and v not in PRESETS:
-            raise ValueError(f"unknown preset (known: {', '.join(PRESETS)})")
-        return v
-
-    @property
-    def configured(self) -> bool:
-        """True when the config names a price at all (a preset or any field; a dumped and reloaded config
-        holds every key, unset ones as null)."""
-        return any(getattr(self, k) is not None for k in self.model_fields_set)
-
-    def resolve(self, api: str | None = None, summarizer_free: bool = False) -> CachePricing:
-        """The prices in force: the preset (else ``api``'s default), with the fields set here over it. An
-        offline summarizer (``summarizer_free``) costs nothing unless its prices are set."""
-        base = PRESETS[self.preset] if self.preset else for_api(api or "")
-        overrides = {
-            k: getattr(self, k) for k in self.model_fields_set if k != "preset" and getattr(self, k) is not None
-        }
-        if summarizer_free:
-            overrides.setdefault("summarizer_input", 0.0)
-            overrides.setdefault("summarizer_output", 0.0)
-        data = {**base.model_dump(), **overrides}
-        if overrides:
-            data["name"] = f"{base.name} (configured)"
-        return CachePricing.model_validate(data)
-
-
-# A model's context window in the ``models:`` section (name -> tokens; see microcompact.windows).
-ModelWindow = Annotated[StrictInt, Field(ge=1024, le=100_000_000)]
-# Anthropic models whose thinking blocks are bound to their prefix ("preserved thinking"): a fold before a
-# block invalidates it. What the proxy does about it, per model family (see server/thinking.py):
-# "remove" the blocks a fold invalidated (a valid edit on every account), "drop_block" (leave them and ask the
-# API to drop them; needs the thinking-binding-controls beta), "keep" (forward them as sent).
-ThinkingMode = Literal["remove", "drop_block", "keep"]
-PRESERVED_THINKING_FAMILIES = (
-    "fable-5-1",
-    "fable-5-2",
-    "mythos-5-1",
-    "mythos-5-2",
-    "opus-5-5",
-    "sonnet-5-5",
-    "haiku-5-5",
-)
-
-
-def _default_families() -> dict[str, ThinkingMode]:
-    return dict.fromkeys(PRESERVED_THINKING_FAMILIES, "remove")
-
-
-class ThinkingConfig(_Strict):
-    families: dict[str, ThinkingMode] = Field(
-        default_factory=lambda: _default_families(),
-        description="model family (claude-FAMILY-...) -> what a fold does to the thinking blocks it invalidates",
-    )
-    other: ThinkingMode = Field("keep", description="models of no listed family (no prefix binding known)")
-
-    @field_validator("families", mode="after")
-    @classmethod
-    def _over_the_defaults(cls, families: dict[str, ThinkingMode]) -> dict[str, ThinkingMode]:
-        # A file naming one family changes that family; the others keep their default.
-        if any(not k.strip() for k in families):
-            raise ValueError("a model family must not be empty")
-        return {**_default_families(), **families}
-
-
-class ProxyConfig(_Strict):
-    """``microcompact serve``'s own settings (the command line's flags beat them)."""
-
-    share_sessions_across_keys: StrictBool = Field(
-        False, description="identical histories are one conversation whatever credential sends them (a shared key)"
-    )
-
-
-class Config(_Strict):
+class Config(StrictSection):
     compression: CompressionConfig = CompressionConfig()
     auxiliary: AuxiliaryConfig = AuxiliaryConfig()
     model: ModelConfig = ModelConfig()
@@ -323,19 +165,19 @@ class Config(_Strict):
         return int(self.compression.target_ratio * self.compression.threshold * limit)
 
     def piece_budget_tokens(self) -> int:
-        """Tokens one micro pass may absorb: ``micro_compact_max_exchange_tokens`` when set explicitly, else
-        scaled with the threshold (an eighth of it, at most the 8,000 default): 2,000 in a 32K window.
+        """Tokens one micro pass may absorb: ``micro_compact_max_exchange_tokens`` when set, else scaled with
+        the threshold (an eighth of it, at most ``PIECE_BUDGET_MAX``): 2,000 in a 32K window.
 
         A fixed 8,000 is half a 32K window's threshold: request-mode passes would wait for that much to
         pile up outside the tail, and a small window overflowed before they ran.
         """
         c = self.compression
-        if "micro_compact_max_exchange_tokens" in c.model_fields_set:
+        if c.micro_compact_max_exchange_tokens is not None:
             return c.micro_compact_max_exchange_tokens
         threshold = self.threshold_tokens()
         if not threshold:
-            return c.micro_compact_max_exchange_tokens
-        return max(PIECE_BUDGET_MIN, min(c.micro_compact_max_exchange_tokens, threshold // PIECE_BUDGET_DIVISOR))
+            return PIECE_BUDGET_MAX
+        return max(PIECE_BUDGET_MIN, min(PIECE_BUDGET_MAX, threshold // PIECE_BUDGET_DIVISOR))
 
     def head_budget_tokens(self) -> int:
         """Tokens of non-user messages the protected head may hold: ``protect_first_max_tokens`` when set,
@@ -374,19 +216,26 @@ class Config(_Strict):
         call comes with its result). The default three would keep the two newest iterations whatever
         their size, and each fold rewrites what it keeps: with 24 KB tool outputs that is four times the
         low-water mark."""
-        c = self.compression
-        return c.min_tail_messages if "min_tail_messages" in c.model_fields_set else 1
+        given = self.compression.min_tail_messages
+        return given if given is not None else FOLD_MIN_TAIL_MESSAGES
+
+    def tail_min_messages(self) -> int:
+        """The fewest messages the protected tail keeps: ``min_tail_messages`` when set, else
+        ``MIN_TAIL_MESSAGES``."""
+        given = self.compression.min_tail_messages
+        return given if given is not None else MIN_TAIL_MESSAGES
 
     def summarizer_output_tokens(self) -> int:
         """``max_output_tokens`` when set; else at least the defrag threshold, so a merge can always write
         back a rolling summary as long as defrag lets it grow (the 1,024 default is below 2,000)."""
         aux = self.auxiliary.compression
-        if "max_output_tokens" in aux.model_fields_set:
+        if aux.max_output_tokens is not None:
             return aux.max_output_tokens
-        return max(aux.max_output_tokens, self.compression.micro_compact_defrag_threshold_tokens)
+        return max(SUMMARIZER_OUTPUT_TOKENS, self.compression.micro_compact_defrag_threshold_tokens)
 
     def with_overrides(self, source: str = "overrides", **sections: dict[str, Any]) -> Config:
-        data = self.model_dump(exclude_unset=True)  # what was never set stays derivable (piece budget)
+        # Only what was set: ``serve`` and ``replay`` give their own defaults to what a config file leaves out.
+        data = self.model_dump(exclude_unset=True)
         for section, values in sections.items():
             target = data
             for part in section.split("."):
@@ -400,14 +249,19 @@ FALLBACK_CONTEXT_LIMIT = 128_000
 # Derived piece budget: threshold / this, never below the smallest configurable budget.
 PIECE_BUDGET_DIVISOR = 8
 PIECE_BUDGET_MIN = 256
+# Derived piece budget: at most this (micro_compact_max_exchange_tokens unset).
+PIECE_BUDGET_MAX = 8000
+# The protected tail's fewest messages when min_tail_messages is unset; a fold's (see fold_min_messages).
+MIN_TAIL_MESSAGES = 3
+FOLD_MIN_TAIL_MESSAGES = 1
+# The summarizer's output cap when max_output_tokens is unset is at least this (and the defrag threshold).
+SUMMARIZER_OUTPUT_TOKENS = 1024
 # The rolling summary's ledger room is at most this fraction of the batch threshold (config.summary_room_tokens).
 SUMMARY_ROOM_DIVISOR = 16
 # Derived low-water mark: at most a piece budget divided by this (4,000 tokens at a 200K window).
 LOW_WATER_DIVISOR = 2
 # Derived head budget: this share of the threshold.
 HEAD_SHARE = 0.10
-# The summarizer's timeout for an endpoint on this machine when none is set (CPU speeds).
-LOCAL_TIMEOUT_SECONDS = 600.0
 
 
 def home_dir() -> Path:

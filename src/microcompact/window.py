@@ -13,7 +13,7 @@ All functions here are pure and cost time proportional to the part of the transc
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from .events import Span  # noqa: F401  (re-exported: the unit window functions describe)
@@ -58,23 +58,56 @@ def head_end(
     return end
 
 
-def protected_head(messages: Sequence[Message], tokens: Sequence[int], config: Config) -> int:
-    """:func:`head_end` as the engines use it: ``protect_first_n`` within the configured head budget."""
-    return head_end(messages, config.compression.protect_first_n, tokens, config.head_budget_tokens())
+@dataclass(frozen=True)
+class WindowBudget:
+    """What a window is computed from: the protected head (``protect_first_n`` messages within
+    ``head_tokens`` of non-user ones), the protected tail (``tail_tokens``, at least ``tail_messages``
+    messages) and one pass's piece. A fold narrows the tail (:meth:`narrowed`); nothing else does."""
+
+    protect_first_n: int
+    head_tokens: int
+    tail_tokens: int
+    tail_messages: int
+    piece_tokens: int
+
+    @classmethod
+    def of(cls, config: Config) -> WindowBudget:
+        """The budgets ``config`` sets (or derives)."""
+        return cls(
+            protect_first_n=config.compression.protect_first_n,
+            head_tokens=config.head_budget_tokens(),
+            tail_tokens=config.tail_budget_tokens(),
+            tail_messages=config.tail_min_messages(),
+            piece_tokens=config.piece_budget_tokens(),
+        )
+
+    def narrowed(self, tail_tokens: int | None, tail_messages: int | None) -> WindowBudget:
+        """This budget with its tail shrunk to ``tail_tokens`` and to ``tail_messages`` messages (never grown;
+        None: as it is). ``tail_messages=0`` allows an empty tail: a fold computed ahead."""
+        tokens = self.tail_tokens if tail_tokens is None else min(self.tail_tokens, max(0, tail_tokens))
+        messages = self.tail_messages if tail_messages is None else min(self.tail_messages, max(0, tail_messages))
+        if (tokens, messages) == (self.tail_tokens, self.tail_messages):
+            return self
+        return replace(self, tail_tokens=tokens, tail_messages=messages)
 
 
-def protected_tail(messages: Sequence[Message], tokens: Sequence[int], config: Config, head: int) -> int:
+def protected_head(messages: Sequence[Message], tokens: Sequence[int], config: Config | WindowBudget) -> int:
+    """:func:`head_end` as the engines use it: ``protect_first_n`` within the head budget."""
+    budget = config if isinstance(config, WindowBudget) else WindowBudget.of(config)
+    return head_end(messages, budget.protect_first_n, tokens, budget.head_tokens)
+
+
+def protected_tail(messages: Sequence[Message], tokens: Sequence[int], config: Config | WindowBudget, head: int) -> int:
     """:func:`tail_start` as the engines use it."""
-    return tail_start(
-        messages, tokens, config.tail_budget_tokens(), min_messages=config.compression.min_tail_messages, floor=head
-    )
+    budget = config if isinstance(config, WindowBudget) else WindowBudget.of(config)
+    return tail_start(messages, tokens, budget.tail_tokens, min_messages=budget.tail_messages, floor=head)
 
 
 @dataclass(frozen=True)
 class Window:
     """Where a pass may work, computed once per pass and handed down: ``head`` is the first message after
     the protected head, ``tail`` the first message of the protected tail (``head <= tail``); the budgets
-    are the configured token budgets those ends and one pass's piece were computed from."""
+    are the token budgets those ends and one pass's piece were computed from."""
 
     head: int
     tail: int
@@ -83,15 +116,15 @@ class Window:
     piece_budget: int
 
     @classmethod
-    def of(cls, messages: Sequence[Message], tokens: Sequence[int], config: Config) -> Window:
-        """The window of ``messages`` (with their token counts) under ``config``."""
-        h = protected_head(messages, tokens, config)
+    def of(cls, messages: Sequence[Message], tokens: Sequence[int], budget: WindowBudget) -> Window:
+        """The window of ``messages`` (with their token counts) under ``budget``."""
+        h = protected_head(messages, tokens, budget)
         return cls(
             head=h,
-            tail=protected_tail(messages, tokens, config, h),
-            head_budget=config.head_budget_tokens(),
-            tail_budget=config.tail_budget_tokens(),
-            piece_budget=config.piece_budget_tokens(),
+            tail=protected_tail(messages, tokens, budget, h),
+            head_budget=budget.head_tokens,
+            tail_budget=budget.tail_tokens,
+            piece_budget=budget.piece_tokens,
         )
 
     def in_tail(self, index: int) -> bool:

@@ -98,7 +98,7 @@ def test_window_of_is_the_head_tail_and_budgets_a_pass_works_in():
     """One value per pass: the head's end (within the head budget), the tail's start (within the tail budget,
     never on a tool result) and the budgets they came from."""
     from microcompact.config import parse_config
-    from microcompact.window import Window, protected_head, protected_tail
+    from microcompact.window import Window, WindowBudget, protected_head, protected_tail
 
     config = parse_config(
         {
@@ -108,7 +108,7 @@ def test_window_of_is_the_head_tail_and_budgets_a_pass_works_in():
     )  # a 40-token tail
     msgs = [S, U, A("x"), T("x"), A(), U, A("y"), T("y"), A(), U, A()]
     tokens = [10] * len(msgs)
-    w = Window.of(msgs, tokens, config)
+    w = Window.of(msgs, tokens, WindowBudget.of(config))
     assert (w.head, w.tail) == (4, 6)  # head over x's result; tail back from 7 (a result) to its call
     assert w.head == protected_head(msgs, tokens, config) and w.tail == protected_tail(msgs, tokens, config, w.head)
     assert (w.head_budget, w.tail_budget, w.piece_budget) == (

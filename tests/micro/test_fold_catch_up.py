@@ -90,7 +90,7 @@ def test_a_fold_that_lags_is_extended_before_the_view_switches_once():
     # The view it switched to keeps the low-water tail (and the one step since the extension started), not
     # the steps that came while the fold ran (without the extension: 14 messages after the marker).
     kept = after_marker(s)
-    assert kept <= s.config.compression.min_tail_messages + 3 and kept < 2 * LAGGED_STEPS, kept
+    assert kept <= s.config.tail_min_messages() + 3 and kept < 2 * LAGGED_STEPS, kept
     assert s.batch.stats().compactions == 0
 
 
@@ -120,7 +120,7 @@ def test_a_slow_summarizers_lagging_fold_is_not_adopted_as_it_is():
     assert sum(1 for a in switches if a) == 1, f"the view switched {switches}"
     assert switches[0] == 0, "not at once to the fold that lags"
     assert kept_at_switch is not None
-    assert kept_at_switch <= s.config.compression.min_tail_messages + 3 and kept_at_switch < 2 * LAGGED_STEPS
+    assert kept_at_switch <= s.config.tail_min_messages() + 3 and kept_at_switch < 2 * LAGGED_STEPS
     assert s.batch.stats().compactions == 0
 
 
@@ -155,10 +155,10 @@ def test_a_summarizer_that_cannot_keep_up_leaves_the_due_folds_lag_to_the_offlin
     offline = [r for r in applied if not r.record.get("summarizer_input_tokens")]
     assert offline, "the lag was absorbed without the slow summarizer"
     assert notes.calls - calls_before < len(offline), "and without calling it for it"
-    assert after_marker(s) <= s.config.compression.min_tail_messages + 3
+    assert after_marker(s) <= s.config.tail_min_messages() + 3
     assert s.batch.stats().compactions == 0
     policy = s.micro.policy
-    assert not policy.keeps_up(), "the summarizer was measured as slower than the session"  # type: ignore[attr-defined]
+    assert not policy.keeps_up(), "the summarizer was measured as slower than the session"
 
 
 def test_a_model_summarizer_not_timed_yet_is_never_sent_offline_on_its_prior():
@@ -184,10 +184,10 @@ def test_a_model_summarizer_not_timed_yet_is_never_sent_offline_on_its_prior():
             s.before_request()
             s.record_usage(s.tokens)
             step(s, n)
-        assert policy.speed() * policy._growth() > policy._interval() > 0  # type: ignore[attr-defined]
-        assert policy.seconds_per_token is None and policy.keeps_up()  # type: ignore[attr-defined]
-        policy.fold_timed(60.0, 1_000)  # type: ignore[attr-defined]
-        assert not policy.keeps_up(), "once timed as slow, it cannot keep up"  # type: ignore[attr-defined]
+        assert policy.speed() * policy._growth() > policy._interval() > 0
+        assert policy.seconds_per_token is None and policy.keeps_up()
+        policy.fold_timed(60.0, 1_000)
+        assert not policy.keeps_up(), "once timed as slow, it cannot keep up"
     finally:
         notes.gate.set()
         s.close()

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from microcompact.config import Config
 from microcompact.events import MICRO_ABSORBS
 from microcompact.messages import is_marker
-from microcompact.micro.policy import MAX_CATCH_UP_PASSES, Fold
+from microcompact.micro import FoldStage
+from microcompact.micro.ahead import ShadowFolds
+from microcompact.micro.policy import MAX_CATCH_UP_PASSES, Fold, PassMode
 from microcompact.session import Session
 from support.price_loop import answered, step
 from support.price_loop import price_config as config
@@ -39,6 +42,10 @@ def test_config_fold_min_messages_is_one_unless_min_tail_messages_is_set():
     assert config().fold_min_messages() == 1
     assert config(min_tail_messages=3).fold_min_messages() == 3
     assert config(min_tail_messages=1).fold_min_messages() == 1
+    # Unset is explicit (None): a dumped and reloaded config derives the same floors (no "was it set").
+    for c in (config(), config(min_tail_messages=3)):
+        again = Config.model_validate(c.model_dump())
+        assert (again.fold_min_messages(), again.tail_min_messages()) == (c.fold_min_messages(), c.tail_min_messages())
 
 
 def test_a_fold_keeps_only_the_newest_step_when_it_is_above_the_low_water_mark():
@@ -73,16 +80,17 @@ def test_a_fold_computed_ahead_with_an_empty_tail_waits_for_the_next_message():
         step(s, n)
     micro, ledger = s.micro, s.ledger
     micro.sync(ledger)
-    job = micro.fold_job(ledger, ahead=True)
-    micro.shadow_fold(ledger.snapshot(), (Fold("drain", MAX_CATCH_UP_PASSES, None, 0, 0),), job)
+    shadows = ShadowFolds(micro)
+    job = micro.fold_job(ledger, stage=FoldStage.RUNNING_AHEAD)
+    shadows.run(ledger.snapshot(), (Fold(PassMode.DRAIN, MAX_CATCH_UP_PASSES, None, 0, 0),), job)
     assert job.open_end and job.events, "it absorbed through the newest step of its snapshot"
     before = [dict(m) for m in ledger.messages]
     # The same request again (a client's retry): adopting now would end the view in the marker.
-    assert micro.applies(ledger, job) and not micro.adoptable(ledger, job)
+    assert micro.applies(ledger, job) and not shadows.adoptable(ledger, job)
     assert micro.adopt_fold(ledger, job) is None
     assert [dict(m) for m in ledger.messages] == before and ledger.messages[-1]["role"] == "tool"
     step(s, 6)
-    assert micro.adoptable(ledger, job)
+    assert shadows.adoptable(ledger, job)
     assert micro.adopt_fold(ledger, job)
     kept = after_marker(list(ledger.messages))
     assert calls(kept) == ["c6"], "the new step is the tail of the view it switched to"

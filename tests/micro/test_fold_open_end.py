@@ -21,7 +21,7 @@ from microcompact.contract import tool_pairing_errors, user_message_errors
 from microcompact.events import MICRO_ABSORBS
 from microcompact.fold_price import Verdict
 from microcompact.messages import is_marker, to_api
-from microcompact.micro.engine import FoldJob
+from microcompact.micro import FoldJob
 from microcompact.micro.price import PricePolicy
 from microcompact.session import Session
 from support.price_loop import Notes
@@ -173,7 +173,7 @@ def test_a_retry_when_a_held_open_ended_fold_is_due_leaves_it_held_and_the_next_
     results, view = loop.request(gap=TTL + 60)
     assert policy(s).last is not None and policy(s).last.verdict in FOLDS, "the fold is due at the retry"
     assert absorbed(results) == 0 and s.background.adopted_ahead == adopted
-    assert held(s) is job and s.micro.applies(s.ledger, job) and not s.micro.adoptable(s.ledger, job)
+    assert held(s) is job and s.micro.applies(s.ledger, job) and not s.background.shadows.adoptable(s.ledger, job)
     assert [dict(m) for m in s.ledger.messages] == before and view == to_api(before)
     # Retried once more, warm this time: still the same view.
     results, view = loop.request()

@@ -21,7 +21,7 @@ from microcompact.micro.working_set import RECENT_REPLIES, iterations_of, workin
 from microcompact.properties import contract_errors
 from microcompact.store import open_store
 from microcompact.tokens import EstimateCounter, Ledger, TokenCounter
-from microcompact.window import Window
+from microcompact.window import Window, WindowBudget
 from support.agent_steps import bash, edit, filler, read, reply, user
 from support.in_use_folds import Fold, fold_once
 from support.strategies import examples, isolated_config_data, micro_configs, transcripts
@@ -148,7 +148,7 @@ def test_the_working_set_costs_at_most_its_budget_over_folding_by_age(
     for fold in _fold_all(by_use, state, config, budget=budget):
         assert contract_errors(fold.before, fold.after, head=fold.window.head, tail=fold.window.tail) == []
     if state.marker_index is not None:
-        head = Window.of(by_use.messages, by_use.tokens, config).head
+        head = Window.of(by_use.messages, by_use.tokens, WindowBudget.of(config)).head
         zone = kept_zone(by_use.messages, state.marker_index, head) or head
         rows = zip(by_use.messages[zone : state.marker_index], by_use.tokens[zone : state.marker_index], strict=True)
         assert sum(t for m, t in rows if m.get("role") in ("assistant", "tool")) <= budget

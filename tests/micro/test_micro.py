@@ -366,14 +366,14 @@ def test_span_selection_works_inside_the_window_it_is_handed():
     """A pass computes one Window and hands it down: span selection never reaches past that tail."""
     from microcompact.micro import MicroCompactor
     from microcompact.tokens import Ledger
-    from microcompact.window import Window
+    from microcompact.window import Window, WindowBudget
 
     cfg = config()
     turns = [turn(i) for i in range(6)]
     ledger = Ledger(counter(), [m for t in turns for m in t])
     engine = MicroCompactor(cfg, Recorder(), ledger.counter)
     engine.sync(ledger)
-    full = Window.of(ledger.messages, ledger.tokens, cfg)
+    full = Window.of(ledger.messages, ledger.tokens, WindowBudget.of(cfg))
     span, _ = engine.select_span(ledger, "turn", full)
     assert span is not None and span.end <= full.tail
     # The same transcript with the tail starting just after the head: nothing in between to absorb.

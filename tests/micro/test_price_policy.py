@@ -163,3 +163,26 @@ def test_the_markers_growth_is_measured_on_the_sessions_own_folds():
     absorbed = run(s, 30, now)
     assert any(absorbed), "the loop never folded"
     assert p.marker_share is not None and 0 <= p.marker_share < MARKER_SHARE
+
+
+def test_without_reports_the_policy_measures_by_what_it_noted_on_the_observations():
+    """No usage reported (a replay, a library session): growth and request rate come from the prompt
+    estimates and request times the policy noted on the session's observations, carried to the next process."""
+    now = [0.0]
+    s = session(config(), now)
+    policy = s.micro.policy
+    assert isinstance(policy, PricePolicy) and policy.cache is s.cache
+    sizes = []
+    for n in range(4):
+        step(s, n)
+        now[0] += 7.0
+        sizes.append(s.micro.moment(s.ledger).prompt_tokens)
+        s.before_request()
+    assert s.cache.last is None, "nothing was reported"
+    assert list(s.cache.prompt_estimates) == sizes and list(s.cache.request_times) == [7.0, 14.0, 21.0, 28.0]
+    growth = (sizes[-1] - sizes[0]) / 3
+    assert s.cache.growth_per_request() is None, "no report to measure by"
+    assert policy.cache_state(s.micro.moment(s.ledger)).growth_per_request == growth
+    later = PricePolicy(s.config, policy.pricing, type(s.cache)())
+    later.restore(policy.memory())
+    assert list(later.cache.prompt_estimates) == sizes, "the estimates go to the next process"

@@ -11,7 +11,7 @@ from microcompact.config import parse_config
 from microcompact.messages import render_micro_marker
 from microcompact.properties import TOOL_PAIRING, Head, allowed_cuts
 from microcompact.tokens import EstimateCounter, Ledger, TokenCounter
-from microcompact.window import Window
+from microcompact.window import Window, WindowBudget
 from support.compaction_runs import run_passes
 from support.strategies import examples, micro_configs, transcripts
 
@@ -46,7 +46,7 @@ def test_errors_report_a_changed_or_lost_head_message() -> None:
 def test_the_head_ends_on_an_allowed_cut_and_passes_leave_it_alone(msgs: list[Message], cfg: dict[str, Any]) -> None:
     config = parse_config(cfg)
     ledger = Ledger(TokenCounter(EstimateCounter()), msgs)
-    window = Window.of(ledger.messages, ledger.tokens, config)
+    window = Window.of(ledger.messages, ledger.tokens, WindowBudget.of(config))
     assert TOOL_PAIRING.allows_cut(msgs, window.head)
     for step in run_passes(msgs, cfg):
         assert Head(step.window.head).errors(step.before, step.after) == []

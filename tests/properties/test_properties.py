@@ -281,7 +281,11 @@ class Driver:
         before = copy.deepcopy(msgs) if self.check else None
         h = protected_head(msgs, ledger.tokens, self.s.config)
         t = tail_start(
-            msgs, ledger.tokens, self.s.config.tail_budget_tokens(), min_messages=self.cfg.min_tail_messages, floor=h
+            msgs,
+            ledger.tokens,
+            self.s.config.tail_budget_tokens(),
+            min_messages=self.s.config.tail_min_messages(),
+            floor=h,
         )
         tail = copy.deepcopy(msgs[t:]) if self.check else None
         if name == "request":

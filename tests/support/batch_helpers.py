@@ -162,10 +162,9 @@ def strip(m: dict[str, Any]) -> dict[str, Any]:
 
 
 def bounds(config: Config, ledger: Ledger) -> tuple[int, int]:
-    cfg = config.compression
     h = protected_head(ledger.messages, ledger.tokens, config)
     t = tail_start(
-        ledger.messages, ledger.tokens, config.tail_budget_tokens(), min_messages=cfg.min_tail_messages, floor=h
+        ledger.messages, ledger.tokens, config.tail_budget_tokens(), min_messages=config.tail_min_messages(), floor=h
     )
     return h, t
 

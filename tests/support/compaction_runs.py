@@ -11,7 +11,7 @@ from microcompact.config import Config, parse_config
 from microcompact.micro import MicroCompactor
 from microcompact.summarizers import ExtractiveSummarizer
 from microcompact.tokens import EstimateCounter, Ledger, TokenCounter
-from microcompact.window import Window
+from microcompact.window import Window, WindowBudget
 
 Message = dict[str, Any]
 
@@ -32,7 +32,7 @@ def run_passes(messages: list[Message], config_data: dict[str, Any], passes: int
     steps: list[Step] = []
     for k in range(passes):
         before = [dict(m) for m in ledger.messages]
-        window = Window.of(ledger.messages, ledger.tokens, config)
+        window = Window.of(ledger.messages, ledger.tokens, WindowBudget.of(config))
         if k % 2:
             engine.before_request(ledger)
         else:

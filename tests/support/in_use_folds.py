@@ -1,6 +1,6 @@
 """Folding with the working set kept, as the engine will once it is wired in: select the span with
 ``keep``, absorb it (a fixed summary: these tests are about placement, not wording), apply the event and
-move the marker and cursor exactly as ``MicroCompactor.commit_planned`` does."""
+move the marker and cursor exactly as ``MicroCompactor.land`` does."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from microcompact.messages import render_micro_marker
 from microcompact.micro.spans import select_span
 from microcompact.micro.state import RollingSummary
 from microcompact.tokens import Ledger
-from microcompact.window import Window
+from microcompact.window import Window, WindowBudget
 
 Message = dict[str, Any]
 SUMMARY = "folded steps"
@@ -39,7 +39,7 @@ def fold_once(
 ) -> Fold | None:
     """One pass keeping ``keep`` (iteration starts; None: by age); None when there is nothing to absorb.
     ``commit`` (a store's ``archive_and_compact``) writes the event before it is applied."""
-    window = Window.of(ledger.messages, ledger.tokens, config)
+    window = Window.of(ledger.messages, ledger.tokens, WindowBudget.of(config))
     if state.cursor is None:
         state.cursor = window.head
     span, _ = select_span(ledger.messages, ledger.tokens, window, state, config, mode, keep=keep)

@@ -13,7 +13,7 @@ from ..events import BATCH_CHANGED, BATCH_COMPACTIONS, Outcome
 from ..summarizers import Summarizer
 from ..telemetry import emit, occupancy_pct
 from ..tokens import Ledger, TokenCounter
-from ..window import Window
+from ..window import Window, WindowBudget
 from .policy import Fold
 
 
@@ -97,7 +97,7 @@ class Attempt:
     def _why_over(self, ledger: Ledger) -> dict[str, int]:
         """What compaction may not touch (head and tail) and what it keeps verbatim (user messages)."""
         msgs, tokens = ledger.messages, ledger.tokens
-        window = Window.of(msgs, tokens, self.context.config)
+        window = Window.of(msgs, tokens, WindowBudget.of(self.context.config))
         h, t = window.head, window.tail
         return {
             "head_tokens": sum(tokens[:h]),

@@ -27,7 +27,7 @@ from ..events import CommitHook, Event, Outcome, apply_event, commit_or_log
 from ..messages import Message
 from ..summarizers import ExtractiveSummarizer, Summarizer, ledger_budget
 from ..tokens import Ledger, TokenCounter
-from ..window import Window
+from ..window import Window, WindowBudget
 from .attempt import Attempt, BatchResult, Context
 from .calls import SummarizerCalls
 from .last_resort import plan_cuts
@@ -138,7 +138,7 @@ class BatchCompactor:
         """Phase 1, prune, when that alone brings the transcript to the policy's low-water mark; else phase 2."""
         ledger = attempt.ledger
         msgs, tokens = ledger.messages, ledger.tokens
-        window = Window.of(msgs, tokens, self.config)
+        window = Window.of(msgs, tokens, WindowBudget.of(self.config))
         h, t = window.head, window.tail
         pruned = plan_prune(
             msgs,

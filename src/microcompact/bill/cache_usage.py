@@ -111,6 +111,10 @@ class CacheObservations:
         self.cache_write_total = 0
         self.folds = 0
         self.paid_folds = 0
+        # What the session saw itself at its recent requests (note_request), for when the provider reports
+        # nothing: the prompt's estimate when a schedule decided, and the wall-clock time of the request.
+        self.prompt_estimates: deque[int] = deque(maxlen=RECENT_REPORTS)
+        self.request_times: deque[float] = deque(maxlen=RECENT_REPORTS)
 
     def record(self, report: UsageReport) -> None:
         with self._lock:
@@ -121,6 +125,15 @@ class CacheObservations:
             self._reports.append(report)
             self.cache_read_total += report.cache_read_tokens or 0
             self.cache_write_total += report.cache_write_tokens or 0
+
+    def note_request(self, *, at: float | None = None, prompt_estimate: int | None = None) -> None:
+        """A schedule decided on a prompt estimated at ``prompt_estimate`` tokens, or a request is made at
+        ``at`` (wall clock): kept beside the reports, to measure growth and rate by when there are none."""
+        with self._lock:
+            if prompt_estimate is not None:
+                self.prompt_estimates.append(prompt_estimate)
+            if at is not None:
+                self.request_times.append(at)
 
     def note_fold(self) -> None:
         """The view was just switched (a fold): the next report tells whether it was paid for."""

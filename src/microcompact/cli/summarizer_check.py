@@ -42,7 +42,7 @@ def unreachable(cfg: Config) -> str | None:
     port = parts.port or (443 if parts.scheme == "https" else 80)
     host = parts.hostname or ""
     try:
-        with socket.create_connection((host, port), timeout=min(CONNECT_TIMEOUT_SECONDS, aux.timeout)):
+        with socket.create_connection((host, port), timeout=min(CONNECT_TIMEOUT_SECONDS, aux.timeout_seconds())):
             return None
     except OSError as exc:
         reason = exc.strerror or str(exc) or type(exc).__name__

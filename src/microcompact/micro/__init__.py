@@ -11,14 +11,16 @@ Modules, one job each:
 - :mod:`.passes`: the summarizer call of a pass; :mod:`.defrag`: keep the summary short;
 - :mod:`.attempt`: one pass as a value that builds its record and ``PassResult`` once;
 - :mod:`.engine`: ``MicroCompactor``, which composes the above, commits and applies, and recovers the cursor;
-- :mod:`.ahead`: what the background worker asks of it about folds computed ahead (adopt, extend, offline);
+- :mod:`.fold_job`: a fold computed on the background worker (``FoldJob``) and its ``FoldStage``;
+- :mod:`.ahead`: ``ShadowFolds``, what the background worker asks about such folds (run, adopt, extend);
 - :mod:`.pure`: ``micro_compact()``, the pure-function form.
 """
 
 from ..events import CommitHook
 from .defrag import DEFRAG_MAX_RATIO
-from .engine import FoldJob, MicroCompactor, MicroStats
-from .policy import MAX_CATCH_UP_PASSES, CadencePolicy, Fold, MicroPolicy, Moment
+from .engine import MicroCompactor, MicroStats
+from .fold_job import FoldJob, FoldStage
+from .policy import MAX_CATCH_UP_PASSES, CadencePolicy, Fold, FoldPlan, MicroPolicy, Moment, PassMode, WorkerMode
 from .pure import micro_compact
 from .spans import span_key
 from .state import Condensed, PassResult, Planned, RollingSummary
@@ -31,13 +33,17 @@ __all__ = [
     "Condensed",
     "Fold",
     "FoldJob",
+    "FoldPlan",
+    "FoldStage",
     "MicroCompactor",
     "MicroPolicy",
     "MicroStats",
     "Moment",
+    "PassMode",
     "PassResult",
     "Planned",
     "RollingSummary",
+    "WorkerMode",
     "micro_compact",
     "span_key",
 ]

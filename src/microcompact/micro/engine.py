@@ -1,41 +1,35 @@
-"""The micro-compaction engine: :class:`MicroCompactor`, composed of one collaborator per job.
+"""The micro-compaction engine: :class:`MicroCompactor`, composed of one collaborator per job: ``policy``
+(:mod:`.policy`, *when* passes run), :mod:`.spans` (*what* one absorbs, within one
+:class:`~microcompact.window.Window`), ``merging`` (:mod:`.passes`, the summarizer call), ``defrag``
+(:mod:`.defrag`) and :mod:`.attempt` (one pass's record and :class:`PassResult`).
 
-- ``policy`` (:mod:`.policy`): *when* a pass runs and how many (cadence, long turns before requests,
-  cache-aware deferral and catch-up); one replaceable object;
-- :mod:`.spans`: *what* it absorbs (boundaries allowed by every rule in :mod:`microcompact.properties`,
-  within one :class:`~microcompact.window.Window`);
-- ``merging`` (:mod:`.passes`): the slow half of a pass, the summarizer call (changes nothing);
-- ``defrag`` (:mod:`.defrag`): condensing the rolling summary when it grows too long;
-- :mod:`.attempt`: one pass as a value, which builds the telemetry record and :class:`PassResult`.
-
-This module owns the rolling state (:class:`~.state.RollingSummary`: the cursor where the next pass starts,
-the summary, failure counts) and its recovery from the transcript, and the quick half of every pass: the
-event handed to the caller's commit hook (the store), then applied in memory. A failing commit leaves memory
-exactly as it was.
+This module owns the rolling state (:class:`~.state.RollingSummary`) and its recovery from the transcript,
+and the quick half of every pass: the event handed to the caller's commit hook (the store), then applied in
+memory. A failing commit leaves memory exactly as it was.
 """
 
 from __future__ import annotations
 
-import copy
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..config import Config
 from ..events import MICRO_ABSORBS, Absorb, CommitHook, Event, Outcome, Rewrite, Span, apply_event, commit_or_log
-from ..messages import Message, marker_body, marker_kind, render_micro_marker
+from ..messages import Message, marker_body, render_micro_marker
 from ..summarizers import Summarizer, SummarizerAuthError, SummarizerBadOutput
 from ..tokens import Ledger, TokenCounter
-from ..window import Window, head_end, protected_head
+from ..window import Window, WindowBudget, head_end, protected_head
 from . import spans
 from .attempt import Context, PassAttempt
 from .defrag import Defrag
-from .fold_tail import ends_open, fold_config
+from .fold_job import FoldJob, FoldStage
+from .fold_tail import fold_budget, fold_estimate
 from .passes import Merging
-from .policy import MAX_CATCH_UP_PASSES, CadencePolicy, Fold, FoldEstimate, MicroPolicy, Moment
-from .state import Condensed, PassResult, Planned, Refusal, RollingSummary
+from .policy import MAX_CATCH_UP_PASSES, CadencePolicy, Fold, FoldEstimate, MicroPolicy, Moment, PassMode, WorkerMode
+from .state import Condensed, PassResult, Planned, Refusal, RollingSummary, last_markers
 
 log = logging.getLogger("microcompact")
 
@@ -48,26 +42,6 @@ class MicroStats:
     tokens_saved_total: int
     largest_pass_tokens: int
     summarizer_ms_total: float
-
-
-@dataclass
-class FoldJob:
-    """A whole fold computed on a shadow engine: the events to commit and apply, and the state after them."""
-
-    base: list[Message]  # the transcript the fold ran on (its messages must still open the transcript)
-    base_summary: str
-    base_marker: int | None
-    events: list[Event] = field(default_factory=list)
-    results: list[PassResult] = field(default_factory=list)
-    state: RollingSummary | None = None
-    largest_pass_tokens: int = 0
-    summarizer_ms: float = 0.0
-    ahead: bool = False  # started before the policy said fold: held ready, adopted when it does
-    seconds: float = 0.0  # engine time its passes took (the clock's), all extensions included
-    removed_tokens: int = 0  # how much smaller its passes made the transcript (counted tokens)
-    covered: int = 0  # messages of the transcript it last ran over (the rest came after its snapshot)
-    caught_up: bool = False  # extended once at a due fold to cover what came while it ran
-    open_end: bool = False  # it may have absorbed the newest message it ran on: adopted once more came
 
 
 class MicroCompactor:
@@ -85,7 +59,12 @@ class MicroCompactor:
         clock: Callable[[], float] = time.perf_counter,
         wall_clock: Callable[[], float] = time.time,
         policy: MicroPolicy | None = None,
+        state: RollingSummary | None = None,
+        refusal: Refusal | None = None,
+        defrag: Defrag | None = None,
     ) -> None:
+        """``state``, ``refusal`` and ``defrag``: a shadow's (:mod:`.ahead`), which starts from a fold's
+        rolling state and shares the engine's refusal and defrag (a refused credential stops both)."""
         self.config = config
         self.cfg = config.compression
         self.counter = counter
@@ -94,22 +73,16 @@ class MicroCompactor:
         self.wall_clock = wall_clock
         self.context = Context(config, counter, session_id, summarizer, clock)
         self.policy: MicroPolicy = policy if policy is not None else CadencePolicy(config)
-        self.refusal = Refusal()
+        self.refusal = refusal if refusal is not None else Refusal()
         self.merging = Merging(config, summarizer, counter, clock)
-        self.defrag = Defrag(config, summarizer, counter, clock, self.refusal)
-        self.state = RollingSummary()
+        self.defrag = defrag if defrag is not None else Defrag(config, summarizer, counter, clock, self.refusal)
+        self.state = state if state is not None else RollingSummary()
         self.summarizer_ms_total = 0.0
         self.largest_pass_tokens = 0
-        self._fold_configs: dict[tuple[int | None, int | None], Config] = {}  # fold_config's, by tail
 
     @property
     def active(self) -> bool:
         return bool(self.cfg.enabled and self.cfg.micro_compact)
-
-    @property
-    def auth_error(self) -> str | None:
-        """Why the summarizer is no longer called in this session (credentials or quota refused), or None."""
-        return self.refusal.error
 
     # ------------------------------------------------------------------ what other modules read
 
@@ -117,79 +90,27 @@ class MicroCompactor:
         st = self.state
         return MicroStats(st.passes_total, st.tokens_saved_total, self.largest_pass_tokens, self.summarizer_ms_total)
 
-    def fold_job(self, ledger: Ledger, prior: FoldJob | None = None, *, ahead: bool = False) -> FoldJob:
-        """On the caller's thread: a fold to run on ``ledger``'s snapshot, from this engine's state, or
-        extending ``prior`` (a shadow not adopted yet) when it still applies (see :meth:`applies`)."""
+    def fold_job(self, ledger: Ledger, prior: FoldJob | None = None, stage: FoldStage = FoldStage.DUE) -> FoldJob:
+        """On the caller's thread: a fold in ``stage`` to run on ``ledger``'s snapshot, from this engine's
+        state, or extending ``prior`` (a shadow not adopted yet) when it still :meth:`applies`."""
         if prior is not None and self.applies(ledger, prior) and prior.state is not None:
-            return FoldJob(
-                prior.base,
-                prior.base_summary,
-                prior.base_marker,
-                list(prior.events),
-                list(prior.results),
-                copy.deepcopy(prior.state),
-                prior.largest_pass_tokens,
-                prior.summarizer_ms,
-                ahead,
-                prior.seconds,
-                prior.removed_tokens,
-                prior.covered,
-                prior.caught_up,
-                prior.open_end,
-            )
-        st = self.state
-        return FoldJob(list(ledger.messages), st.text, st.marker_index, state=copy.deepcopy(st), ahead=ahead)
-
-    def shadow_fold(self, snapshot: Ledger, folds: tuple[Fold, ...], job: FoldJob | None = None) -> FoldJob:
-        """Every pass of ``folds`` on a shadow of this engine over ``snapshot`` (its own copy of the rolling
-        state, a commit hook that only records the events): this engine is untouched, so a worker may run it.
-        ``job`` (from :meth:`fold_job`): the fold to extend; its events are applied to ``snapshot`` first."""
-        if job is None:
-            job = self.fold_job(snapshot)
-        # Open-ended while this run may empty the tail, or nothing came after what an open-ended run absorbed.
-        job.open_end = ends_open(folds) or (job.open_end and len(snapshot.messages) <= job.covered)
-        job.covered = len(snapshot.messages)
-        for event in job.events:
-            apply_event(snapshot, event)
-        t0, before = self.clock(), snapshot.total
-        shadow = copy.copy(self)
-        shadow.state = job.state if job.state is not None else copy.deepcopy(self.state)
-        shadow.summarizer_ms_total = 0.0
-        shadow.largest_pass_tokens = job.largest_pass_tokens
-
-        def record(event: Event, msgs: list[Message]) -> Any:
-            job.events.append(event)
-
-        shadow.commit = record
-        for fold in folds:
-            job.results += shadow.catch_up(snapshot, fold)
-        job.state = shadow.state
-        job.largest_pass_tokens = shadow.largest_pass_tokens
-        job.summarizer_ms += shadow.summarizer_ms_total
-        job.seconds += max(0.0, self.clock() - t0)
-        job.removed_tokens += max(0, before - snapshot.total)
-        return job
+            return prior.extended(stage)
+        return FoldJob.starting(ledger.messages, self.state, stage)
 
     def applies(self, ledger: Ledger, job: FoldJob) -> bool:
         """True while ``job`` may still be adopted: the transcript opens with what it ran on (only messages
         at the end were added since) and the rolling state is the one it started from."""
-        msgs, st = ledger.messages, self.state
-        fresh = len(msgs) >= len(job.base) and all(a is b for a, b in zip(msgs, job.base, strict=False))
-        return fresh and st.text == job.base_summary and st.marker_index == job.base_marker
-
-    def adoptable(self, ledger: Ledger, job: FoldJob) -> bool:
-        """True when switching to ``job`` now keeps a tail: it :meth:`applies`, and a fold that may have
-        absorbed its snapshot's newest message has messages after it (a retry of the same request waits)."""
-        return self.applies(ledger, job) and (not job.open_end or len(ledger.messages) > job.covered)
+        return job.applies_to(ledger.messages, self.state)
 
     def adopt_fold(self, ledger: Ledger, job: FoldJob) -> list[PassResult] | None:
-        """Commit and apply ``job``'s events in order, if it is :meth:`adoptable` (None: stale or not yet,
-        nothing changed); the view switches once."""
+        """Commit and apply ``job``'s events in order, if it applies and keeps a tail (a fold that may have
+        absorbed its snapshot's newest message waits for messages after it); None: stale or not yet,
+        nothing changed. The view switches once."""
         st = self.state
-        if not self.adoptable(ledger, job):
+        if not self.applies(ledger, job) or (job.open_end and len(ledger.messages) <= job.covered):
             return None
         for event in job.events:
-            if not self.commit_event(event, ledger.messages):
+            if not self._commit(event, ledger.messages):
                 return []  # the store refused: memory stays as it was (the shadow's passes are lost)
             apply_event(ledger, event)
         if job.state is not None:
@@ -199,66 +120,32 @@ class MicroCompactor:
         self.summarizer_ms_total += job.summarizer_ms
         return job.results
 
-    def fold_timed(self, job: FoldJob) -> None:
-        """Tell the policy how long a finished fold's passes took for what they removed (it plans how far
-        ahead to start the next one by it)."""
-        timed = getattr(self.policy, "fold_timed", None)
-        if timed is not None and job.removed_tokens > 0:
-            timed(job.seconds, job.removed_tokens)
-
-    def idle_mode(self, ledger: Ledger) -> str | None:
+    def idle_mode(self, ledger: Ledger) -> WorkerMode | None:
         """Background mode, the client's turn just ended (an idle gap may follow): the fold to start ahead
         now, or None (a policy that does not fold ahead: None)."""
-        idle = getattr(self.policy, "idle_mode", None)
-        mode: str | None = idle(self.moment(ledger)) if idle is not None else None
-        return mode
+        return self.policy.idle_mode(self.moment(ledger))
 
     def use_policy(self, policy: MicroPolicy) -> None:
         """Schedule by ``policy`` from now on (``replay --compare`` prices each policy its own way)."""
         self.policy = policy
 
-    def fold_forced(self) -> bool:
-        """True when the policy's last decision was the hard limit's (a fold that must land now)."""
-        return str(getattr(getattr(self.policy, "last", None), "verdict", "")) == "forced"
-
-    def planned_folds(self) -> tuple[Fold, ...]:
-        """The folds the policy planned for a background job (a policy that plans none: none), taken once."""
-        take = getattr(self.policy, "take_planned", None)
-        folds: tuple[Fold, ...] = take() if take is not None else ()
-        return folds
-
     def memory(self) -> dict[str, Any]:
         """What a stored session carries to the next process: failures, the gate's floor, the cursor, the
         running totals (and the policy's own state, if it has any)."""
-        st = self.state
-        return {
-            "failures": dict(st.failures),
-            "gate_floor": list(st.gate_floor) if st.gate_floor is not None else None,
-            "cursor": st.cursor,
-            "marker_index": st.marker_index,
-            "passes_total": st.passes_total,
-            "tokens_saved_total": st.tokens_saved_total,
-            **self.policy.memory(),
-        }
+        return {**self.state.memory(), **self.policy.memory()}
 
     def restore(self, memory: dict[str, Any], ledger: Ledger, same_transcript: bool) -> None:
         """Take back :meth:`memory`. The cursor and failure counts only when ``ledger`` is still the
         transcript they were taken on; otherwise they are recovered from the last marker as after any
         restart. TypeError/ValueError on a malformed value."""
-        st = self.state
-        st.passes_total = int(memory.get("passes_total", 0))
-        st.tokens_saved_total = int(memory.get("tokens_saved_total", 0))
+        self.state.restore_totals(memory)
         self.policy.restore(memory)
         if not same_transcript:
             return
         self.recover(ledger.messages)
-        cursor, marker = memory.get("cursor"), memory.get("marker_index")
-        st.cursor = int(cursor) if cursor is not None else st.cursor
-        st.marker_index = int(marker) if marker is not None else None
+        self.state.restore_position(memory)
         self.sync(ledger)  # the O(1) check: a cursor that does not fit is recovered from the marker again
-        st.failures = {str(k): int(v) for k, v in (memory.get("failures") or {}).items()}
-        floor = memory.get("gate_floor")
-        st.gate_floor = (str(floor[0]), int(floor[1])) if floor else None
+        self.state.restore_failures(memory)
 
     # ------------------------------------------------------------------ scheduling (the policy decides)
 
@@ -267,7 +154,7 @@ class MicroCompactor:
 
         def pending() -> int | None:
             self.sync(ledger)
-            span, _ = self.select_span(ledger, "turn")
+            span, _ = self.select_span(ledger, PassMode.TURN)
             return span.tokens if span is not None else None
 
         return Moment(
@@ -277,33 +164,19 @@ class MicroCompactor:
             turns=self.state.turns,
             usage=tuple(self.counter.observations()),
             pending=pending,
-            estimate=lambda: self.fold_estimate(ledger),
+            estimate=lambda: self._fold_estimate(ledger),
         )
 
-    def fold_estimate(self, ledger: Ledger) -> FoldEstimate:
+    def _fold_estimate(self, ledger: Ledger) -> FoldEstimate:
         """What a fold down to the low-water mark would take now (see :class:`FoldEstimate`): O(middle)."""
         self.sync(ledger)
-        msgs, tokens, st = ledger.messages, ledger.tokens, self.state
-        low_water = self.fold_config(self.config.low_water_tokens(), self.config.fold_min_messages())
-        window = Window.of(msgs, tokens, low_water)
-        start = max(st.cursor or 0, window.head)
-        absorbable = sum(
-            t
-            for m, t in zip(msgs[start : window.tail], tokens[start : window.tail], strict=True)
-            if m.get("role") != "user"
-        )
-        old_marker = tokens[st.marker_index] if st.marker_index is not None else 0
-        change = st.marker_index if st.marker_index is not None else start
-        return FoldEstimate(sum(tokens[:change]), absorbable, old_marker)
+        low_water = self._fold_budget(self.config.low_water_tokens(), self.config.fold_min_messages())
+        window = Window.of(ledger.messages, ledger.tokens, low_water)
+        return fold_estimate(ledger.messages, ledger.tokens, window, self.state)
 
-    def fold_config(self, tail_tokens: int | None, tail_messages: int | None = None) -> Config:
-        """The config a fold's passes see (:func:`~microcompact.micro.fold_tail.fold_config`), made once
-        per tail."""
-        key = (tail_tokens, tail_messages)
-        cached = self._fold_configs.get(key)
-        if cached is None:
-            cached = self._fold_configs[key] = fold_config(self.config, tail_tokens, tail_messages)
-        return cached
+    def _fold_budget(self, tail_tokens: int | None, tail_messages: int | None = None) -> WindowBudget:
+        """The budget a fold's passes see (:func:`~microcompact.micro.fold_tail.fold_budget`)."""
+        return fold_budget(self.config, WindowBudget.of(self.config), tail_tokens, tail_messages)
 
     def finalize_turn(self, ledger: Ledger, completed: bool = True) -> list[PassResult]:
         """After a turn: advance the cadence counter and, when due, run one pass (plus defrag if needed)."""
@@ -311,7 +184,7 @@ class MicroCompactor:
             return []
         if not self.turn_due(ledger, completed):
             return []
-        return self.run_pass(ledger, "turn")
+        return self.run_pass(ledger, PassMode.TURN)
 
     def turn_due(self, ledger: Ledger, completed: bool = True) -> bool:
         """Advance the turn counter; True when the policy says a turn pass should run now."""
@@ -329,7 +202,7 @@ class MicroCompactor:
         self.policy.requested(self.wall_clock())
         return results
 
-    def background_request_mode(self, ledger: Ledger, busy: bool) -> str | None:
+    def background_request_mode(self, ledger: Ledger, busy: bool) -> WorkerMode | None:
         """Background mode's :meth:`before_request`: the pass to start on the worker now, or None; the
         request is noted either way (``busy``: a pass still running, nothing starts)."""
         mode = self.policy.background_mode(self.moment(ledger), busy)
@@ -340,11 +213,11 @@ class MicroCompactor:
         """Up to ``fold.passes`` passes in a row, stopping at the first that absorbs nothing (or at the
         fold's low-water mark)."""
         results: list[PassResult] = []
-        config = self.fold_config(fold.tail_tokens, fold.tail_messages)
+        budget = self._fold_budget(fold.tail_tokens, fold.tail_messages)
         for _ in range(min(fold.passes, MAX_CATCH_UP_PASSES)):
             if fold.low_water is not None and ledger.total <= fold.low_water:
                 break
-            done = self.run_pass(ledger, fold.mode, config)
+            done = self.run_pass(ledger, fold.mode, budget)
             results += done
             if not any(r.outcome in MICRO_ABSORBS for r in done):
                 break
@@ -352,16 +225,16 @@ class MicroCompactor:
 
     # ------------------------------------------------------------------ one pass
 
-    def run_pass(self, ledger: Ledger, mode: str, config: Config | None = None) -> list[PassResult]:
+    def run_pass(self, ledger: Ledger, mode: PassMode, budget: WindowBudget | None = None) -> list[PassResult]:
         """One pass of ``mode`` plus defrag if due, now, whatever the policy says (the policy's folds and
         ``micro_compact()`` run passes through here); an unexpected error is logged and the transcript left
-        as it was. ``config``: the window's config for this pass (a fold's shrunk tail), else the engine's."""
+        as it was. ``budget``: the window's for this pass (a fold's shrunk tail), else the engine's."""
         try:
             results = []
-            res = self._pass(ledger, mode, config)
+            res = self._pass(ledger, mode, budget)
             if res is not None:
                 results.append(res)
-            defrag = self.maybe_defrag(ledger)
+            defrag = self._maybe_defrag(ledger)
             if defrag is not None:
                 results.append(defrag)
             return results
@@ -369,22 +242,43 @@ class MicroCompactor:
             log.exception("Micro-compaction pass failed unexpectedly; transcript left as it was")
             return []
 
-    def _pass(self, ledger: Ledger, mode: str, config: Config | None = None) -> PassResult | None:
+    def _pass(self, ledger: Ledger, mode: PassMode, budget: WindowBudget | None = None) -> PassResult | None:
         """Sync the cursor, plan and commit, all against one :class:`Window` of the transcript."""
-        window = Window.of(ledger.messages, ledger.tokens, config or self.config)
+        window = Window.of(ledger.messages, ledger.tokens, budget or WindowBudget.of(self.config))
         self.sync(ledger, window.head)
-        planned = self.plan(ledger, mode, window)
-        return planned if not isinstance(planned, Planned) else self.commit_planned(ledger, planned)
+        planned = self._plan(ledger, mode, window)
+        return planned if not isinstance(planned, Planned) else self._commit_planned(ledger, planned)
 
-    def plan(self, ledger: Ledger, mode: str, window: Window | None = None) -> Planned | PassResult | None:
+    def plan_ahead(self, snapshot: Ledger, mode: PassMode) -> tuple[Planned | PassResult | None, Condensed | None]:
+        """The slow half of a pass on ``snapshot``, safe on a worker thread (it changes nothing): the planned
+        pass, and the condensed summary when the new summary will need a defrag. :meth:`land` applies it."""
+        planned = self._plan(snapshot, mode)
+        condensed = None
+        summary = planned.summary if isinstance(planned, Planned) else None
+        if summary is not None and self.defrag.needs_defrag(self.counter.count_text(summary)):
+            condensed = self.defrag.condense(summary)
+        return planned, condensed
+
+    def land(self, ledger: Ledger, planned: Planned, condensed: Condensed | None) -> list[PassResult] | None:
+        """The quick half of a pass :meth:`plan_ahead` made: commit and apply it, plus its defrag (with the
+        summary condensed ahead); None when the span or the summary it was planned from changed since."""
+        if not self._still_valid(ledger, planned):
+            return None
+        results = [self._commit_planned(ledger, planned)]
+        defrag = self._maybe_defrag(ledger, condensed)
+        if defrag is not None:
+            results.append(defrag)
+        return results
+
+    def _plan(self, ledger: Ledger, mode: PassMode, window: Window | None = None) -> Planned | PassResult | None:
         """The slow half of a pass: choose the span and call the summarizer. Changes nothing.
 
-        Safe to run on a snapshot in another thread (background mode); :meth:`commit_planned` then checks
-        that the span is unchanged before anything is written.
+        Safe to run on a snapshot in another thread (background mode); :meth:`land` then checks that the
+        span is unchanged before anything is written.
         """
         t0 = self.clock()
         if window is None:
-            window = Window.of(ledger.messages, ledger.tokens, self.config)
+            window = Window.of(ledger.messages, ledger.tokens, WindowBudget.of(self.config))
         span, reason = self.select_span(ledger, mode, window)
         if span is None:
             if reason == Outcome.NO_RECLAIM:
@@ -394,7 +288,7 @@ class MicroCompactor:
             return None  # credentials or quota were refused earlier in this session: never retried
         return self.merging.plan(ledger, self.state, mode, span, window, t0)
 
-    def still_valid(self, ledger: Ledger, planned: Planned) -> bool:
+    def _still_valid(self, ledger: Ledger, planned: Planned) -> bool:
         """True when the span and the summary the plan was made from are still what the transcript holds."""
         msgs = ledger.messages
         span = planned.span
@@ -405,7 +299,7 @@ class MicroCompactor:
         span_now = range(span.start, span.end)
         return all(msgs[i] is original for i, original in zip(span_now, planned.identity, strict=False))
 
-    def commit_planned(self, ledger: Ledger, planned: Planned) -> PassResult:
+    def _commit_planned(self, ledger: Ledger, planned: Planned) -> PassResult:
         """The quick half: write the event through the store, then apply it and update the state."""
         st, span = self.state, planned.span
         self.largest_pass_tokens = max(self.largest_pass_tokens, planned.read)
@@ -455,34 +349,18 @@ class MicroCompactor:
                 self.refusal.error,
             )
             return self._report(attempt, Outcome.AUTH_FAILED, **fields)
-        st.failures[key] = st.failures.get(key, 0) + 1
-        outcome = Outcome.SUMMARIZE_FAILED
         log.warning(
             "Micro-compaction: summarizer failed on exchange at cursor %d (%s: %s)",
             span.start,
             type(exc).__name__,
             str(exc)[:200],
         )
-        if st.failures[key] >= self.cfg.micro_compact_max_failures:
-            log.info(
-                "Micro-compaction: skipping exchange at cursor %d after %d consecutive failures",
-                span.start,
-                st.failures[key],
-            )
-            st.failures.pop(key, None)
-            st.skipped.add(key)
-            st.cursor = span.end
-            outcome = Outcome.EXCHANGE_SKIPPED
-        return self._report(attempt, outcome, **fields)
+        return self._report(attempt, st.count_failure(key, span, self.cfg.micro_compact_max_failures), **fields)
 
     def _report(self, attempt: PassAttempt, outcome: str, **fields: Any) -> PassResult:
         """Every pass ends here: the summarizer's time counted, the record built by the attempt."""
         self.summarizer_ms_total += attempt.summarizer_ms
         return attempt.result(outcome, self.state, **fields)
-
-    def commit_event(self, event: Event, msgs: list[Message]) -> bool:
-        """Hand ``event`` to the commit hook (the store); False when it failed (logged)."""
-        return self._commit(event, msgs)
 
     def _commit(self, event: Event, msgs: list[Message]) -> bool:
         return commit_or_log(
@@ -491,24 +369,16 @@ class MicroCompactor:
 
     # ------------------------------------------------------------------ defrag
 
-    def needs_defrag(self, text_tokens: int) -> bool:
-        """True when the rolling summary is over the defrag threshold."""
-        return self.defrag.needs_defrag(text_tokens)
-
-    def condense(self, text: str) -> Condensed:
-        """The slow half of defrag (see :meth:`.defrag.Defrag.condense`); safe on the worker thread."""
-        return self.defrag.condense(text)
-
-    def maybe_defrag(self, ledger: Ledger, ready: Condensed | None = None) -> PassResult | None:
+    def _maybe_defrag(self, ledger: Ledger, ready: Condensed | None = None) -> PassResult | None:
         """Re-summarize a rolling summary over the defrag threshold and rewrite the marker in place (with
         ``ready``, a condensing the worker did ahead, when it is of the current summary)."""
         st = self.state
-        if st.marker_index is None or not st.text or not self.needs_defrag(st.text_tokens):
+        if st.marker_index is None or not st.text or not self.defrag.needs_defrag(st.text_tokens):
             return None
-        if Window.of(ledger.messages, ledger.tokens, self.config).in_tail(st.marker_index):
+        if Window.of(ledger.messages, ledger.tokens, WindowBudget.of(self.config)).in_tail(st.marker_index):
             return None  # the marker is in the protected tail: never rewritten there; later, once it left
         t0 = self.clock()
-        done = ready if ready is not None and ready.text == st.text else self.condense(st.text)
+        done = ready if ready is not None and ready.text == st.text else self.defrag.condense(st.text)
         if done.new == st.text:
             return None  # nothing left to shorten (the ledger's changed files alone): no rewrite
         attempt = PassAttempt.of(self.context, ledger, "defrag", t0, 0, done.summarizer_ms)
@@ -544,30 +414,15 @@ class MicroCompactor:
         The check is O(1); the scan only runs when the state is lost or does not fit the transcript.
         ``head`` is the pass's ``Window.head`` when the caller has it (computed here otherwise).
         """
-        msgs = ledger.messages
-        st = self.state
-        h = self._head(msgs) if head is None else head
-        ok = st.cursor is not None and h <= st.cursor <= len(msgs)
-        if ok and st.marker_index is not None:
-            mi = st.marker_index
-            ok = st.cursor is not None and mi < st.cursor and mi < len(msgs) and marker_kind(msgs[mi]) == "micro"
-        if not ok:
-            self.recover(msgs, h)
+        h = self._head(ledger.messages) if head is None else head
+        if not self.state.fits(ledger.messages, h):
+            self.recover(ledger.messages, h)
 
     def recover(self, msgs: list[Message], head: int | None = None) -> None:
         """Cursor just after the last marker; rolling summary from the last micro marker's body."""
         st = self.state
         h = self._head(msgs) if head is None else head
-        last_any = last_micro = None
-        for i in range(len(msgs) - 1, h - 1, -1):
-            kind = marker_kind(msgs[i])
-            if kind is None:
-                continue
-            if last_any is None:
-                last_any = i
-            if kind == "micro":
-                last_micro = i
-                break
+        last_any, last_micro = last_markers(msgs, h)
         st.cursor = max(h, last_any + 1) if last_any is not None else h
         st.marker_index = last_micro
         self._set_summary(marker_body(msgs[last_micro]) if last_micro is not None else "")
@@ -577,17 +432,17 @@ class MicroCompactor:
     def _head(self, msgs: list[Message]) -> int:
         """The protected head's end; counts come from the messages' cached counts (a few head messages)."""
         plain = head_end(msgs, self.cfg.protect_first_n)
-        return protected_head(msgs, [self.counter.count_message(m) for m in msgs[:plain]], self.config)
+        return protected_head(msgs, [self.counter.count_message(m) for m in msgs[:plain]], WindowBudget.of(self.config))
 
     def _set_summary(self, text: str) -> None:
         self.state.text = text
         self.state.text_tokens = self.counter.count_text(text)
 
-    def select_span(self, ledger: Ledger, mode: str, window: Window | None = None) -> tuple[Span | None, str]:
+    def select_span(self, ledger: Ledger, mode: PassMode, window: Window | None = None) -> tuple[Span | None, str]:
         """The span the next pass would absorb, or (None, reason): see :func:`.spans.select_span`.
 
         ``window`` is the pass's :class:`Window` of ``ledger``; computed here when not handed down.
         """
         if window is None:
-            window = Window.of(ledger.messages, ledger.tokens, self.config)
+            window = Window.of(ledger.messages, ledger.tokens, WindowBudget.of(self.config))
         return spans.select_span(ledger.messages, ledger.tokens, window, self.state, self.config, mode)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, Protocol
 
 from ..config import Config
@@ -19,6 +20,25 @@ from ..telemetry import occupancy_pct
 
 # Cache-aware catch-up: at most this many passes when a deferred cache break finally happens.
 MAX_CATCH_UP_PASSES = 64
+
+
+class PassMode(StrEnum):
+    """What one pass absorbs: ``TURN`` whole exchanges; ``REQUEST`` the completed iterations of a long turn
+    once a piece budget of them piled up; ``DRAIN`` the same without that minimum."""
+
+    TURN = "turn"
+    REQUEST = "request"
+    DRAIN = "drain"
+
+
+class WorkerMode(StrEnum):
+    """What background mode hands the worker: one pass (``TURN``, ``REQUEST``), the fold the policy says is
+    due now (``FOLD``), or that fold started before it is due and held until it is (``AHEAD``)."""
+
+    TURN = "turn"
+    REQUEST = "request"
+    FOLD = "fold"
+    AHEAD = "ahead"
 
 
 @dataclass(frozen=True)
@@ -61,7 +81,7 @@ class Fold:
     transcript is at most ``low_water`` tokens. ``passes=MAX_CATCH_UP_PASSES``: everything that is due.
     ``tail_tokens`` lets a fold reach into the configured tail, down to the policy's low-water mark."""
 
-    mode: str
+    mode: PassMode
     passes: int = 1
     low_water: int | None = None
     tail_tokens: int | None = None  # the protected tail for these passes (None: the configured one)
@@ -70,30 +90,67 @@ class Fold:
     tail_messages: int | None = None
 
 
+@dataclass(frozen=True)
+class FoldPlan:
+    """The fold a policy planned for the worker: its passes, and whether they run with the offline summarizer
+    (the summarizer cannot keep up with the session). Empty: nothing planned."""
+
+    folds: tuple[Fold, ...] = ()
+    offline: bool = False
+
+
 class MicroPolicy(Protocol):
-    """What a micro scheduling policy must implement (all of it cheap and never raising).
+    """What a micro schedule can tell the engine and the background worker (all of it cheap, never raising).
+    :class:`CadencePolicy` answers all of it; a replacement may extend it and override what it decides.
+
+    Inline and background:
 
     - ``turn_ended(moment, completed)``: after each turn, whether one turn pass runs now.
     - ``before_request(moment)``: before a model request, the passes to run now, in order (empty: none).
-    - ``background_mode(moment, busy)``: the same decision in background mode, where one pass at a time
-      runs on a worker: the mode of the pass to start now, or None (``busy``: one is still running).
+    - ``background_mode(moment, busy)``: the same decision in background mode, where one job at a time
+      runs on a worker: what to start now, or None (``busy``: a job is still running).
     - ``requested(at)``: a model request is being made now (after the passes ``before_request`` or
       ``background_mode`` asked for); ``at`` is the wall-clock time.
     - ``memory()`` / ``restore(memory)``: the policy's state as JSON values, carried to the next process
       that continues a stored session (``restore`` may raise TypeError/ValueError on a malformed value).
+
+    Folds computed on the worker (a policy that never answers ``FOLD`` or ``AHEAD`` keeps the defaults):
+
+    - ``take_planned()``: the fold ``background_mode`` or ``idle_mode`` planned, taken once.
+    - ``idle_mode(moment)``: the client's turn just ended; ``AHEAD`` to start a fold now, else None.
+    - ``adoption_pays(moment, removed_counted, extended)``: switch the view now to a finished fold that
+      removes ``removed_counted`` counted tokens (False: hold it, or extend it first).
+    - ``folds_to_run(moment, ahead, keep)``: the passes of a fold adopted ``ahead`` requests from now.
+    - ``fold_timed(seconds, removed_tokens)``: a fold's passes took that long for what they removed.
+    - ``keeps_up()``: the summarizer folds a request's growth faster than requests come.
+    - ``last_forced()``: the last decision was the hard limit's (a fold that must land now).
     """
 
     def turn_ended(self, moment: Moment, completed: bool) -> bool: ...
 
     def before_request(self, moment: Moment) -> tuple[Fold, ...]: ...
 
-    def background_mode(self, moment: Moment, busy: bool) -> str | None: ...
+    def background_mode(self, moment: Moment, busy: bool) -> WorkerMode | None: ...
 
     def requested(self, at: float) -> None: ...
 
     def memory(self) -> dict[str, Any]: ...
 
     def restore(self, memory: dict[str, Any]) -> None: ...
+
+    def take_planned(self) -> FoldPlan: ...
+
+    def idle_mode(self, moment: Moment) -> WorkerMode | None: ...
+
+    def adoption_pays(self, moment: Moment, removed_counted: int, extended: bool = False) -> bool: ...
+
+    def folds_to_run(self, moment: Moment, ahead: int = 0, keep: int = 0) -> tuple[Fold, ...]: ...
+
+    def fold_timed(self, seconds: float, removed_tokens: int) -> None: ...
+
+    def keeps_up(self) -> bool: ...
+
+    def last_forced(self) -> bool: ...
 
 
 class CadencePolicy:
@@ -122,21 +179,21 @@ class CadencePolicy:
         prefix breaks (cold cache, or waiting is no longer worth it), make the break count by absorbing
         everything that is due, so breaks stay rare and large."""
         if not self.cache_aware:
-            return (Fold("request"),)
+            return (Fold(PassMode.REQUEST),)
         if self._cache_warm(moment.at) and not self._worth_a_cache_break(moment):
             return ()
         deferred, self.deferred = self.deferred, 0
-        return Fold("turn", deferred), Fold("request", MAX_CATCH_UP_PASSES)
+        return Fold(PassMode.TURN, deferred), Fold(PassMode.REQUEST, MAX_CATCH_UP_PASSES)
 
-    def background_mode(self, moment: Moment, busy: bool) -> str | None:
+    def background_mode(self, moment: Moment, busy: bool) -> WorkerMode | None:
         """The inline schedule, one pass at a time: a turn pass deferred meanwhile goes first once it may."""
         if busy:
             return None
         if not self.cache_aware:
-            return "request"
+            return WorkerMode.REQUEST
         if self._cache_warm(moment.at) and not self._worth_a_cache_break(moment):
             return None
-        mode = "turn" if self.deferred else "request"
+        mode = WorkerMode.TURN if self.deferred else WorkerMode.REQUEST
         self.deferred = max(0, self.deferred - 1)
         return mode
 
@@ -148,6 +205,29 @@ class CadencePolicy:
 
     def restore(self, memory: dict[str, Any]) -> None:
         return None
+
+    # ------------------------------------------------------------------ folds on the worker: none planned
+
+    def take_planned(self) -> FoldPlan:
+        return FoldPlan()
+
+    def idle_mode(self, moment: Moment) -> WorkerMode | None:
+        return None
+
+    def adoption_pays(self, moment: Moment, removed_counted: int, extended: bool = False) -> bool:
+        return True  # a schedule that does not price: a finished fold is always worth switching to
+
+    def folds_to_run(self, moment: Moment, ahead: int = 0, keep: int = 0) -> tuple[Fold, ...]:
+        return ()
+
+    def fold_timed(self, seconds: float, removed_tokens: int) -> None:
+        return None
+
+    def keeps_up(self) -> bool:
+        return True  # a schedule that does not measure the summarizer: it keeps up
+
+    def last_forced(self) -> bool:
+        return False
 
     def _cache_warm(self, now: float) -> bool:
         """True while the provider's prompt cache still holds the last request (within the TTL)."""

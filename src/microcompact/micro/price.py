@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from collections import deque
 from typing import Any
 
 from ..bill.cache_usage import CacheObservations
@@ -41,13 +40,11 @@ from ..fold_price import (
     over_cap,
     requests_until_fold,
 )
-from .policy import MAX_CATCH_UP_PASSES, Fold, FoldEstimate, Moment
+from .policy import MAX_CATCH_UP_PASSES, Fold, FoldEstimate, FoldPlan, Moment, PassMode, WorkerMode
 
 # The new marker's size, as a share of what a fold absorbs, until the summary reaches its defrag threshold
 # (until a fold of this session measured it).
 MARKER_SHARE = 0.05
-# Prompt sizes kept to measure growth when the provider reported none (a replay, a library session).
-RECENT_SIZES = 16
 # Fold ahead when the requests until the fold is due take less than the expected fold time times this,
 # plus AHEAD_MARGIN_SECONDS; before a fold was timed or the request rate is known: AHEAD_REQUESTS before.
 AHEAD_SAFETY = 1.5
@@ -77,14 +74,13 @@ class PricePolicy:
         self.last: Decision | None = None  # the last decision (telemetry, tests)
         self.folds = 0
         self._planned: tuple[Fold, ...] = ()  # background: the fold the worker should run next
-        self._sizes: deque[int] = deque(maxlen=RECENT_SIZES)  # prompt estimates at recent requests
-        self._times: deque[float] = deque(maxlen=RECENT_SIZES)  # wall-clock times of recent requests
         self.seconds_per_token: float | None = None  # how long folds took for what they removed (measured)
         self.ahead = 0  # folds started ahead (telemetry, tests)
         self.marker_share: float | None = None  # the marker's growth per absorbed token, measured
         self._last_estimate: FoldEstimate | None = None
-        # Background: the fold planned last runs with the offline summary (the summarizer cannot keep up).
-        self.offline = False
+        # Background: the last decision sends the planned fold to the offline summary (the summarizer cannot
+        # keep up); handed to the worker with the plan (``take_planned``).
+        self._offline = False
 
     # ------------------------------------------------------------------ the protocol
 
@@ -92,19 +88,19 @@ class PricePolicy:
         return False  # the fold is decided before the next request, where the view switches anyway
 
     def before_request(self, moment: Moment) -> tuple[Fold, ...]:
-        self._sizes.append(moment.prompt_tokens)
+        self.cache.note_request(prompt_estimate=moment.prompt_tokens)
         decision = self.decide(moment)
         if decision is None or not decision.fold:
             return ()
         self.folds += 1
         return self.folds_to_run(moment)
 
-    def background_mode(self, moment: Moment, busy: bool) -> str | None:
+    def background_mode(self, moment: Moment, busy: bool) -> WorkerMode | None:
         """The same decision: ``"fold"`` when the rule says fold (a fold computed ahead is adopted now),
         ``"ahead"`` when it will soon (the worker starts or extends the fold on a shadow), else None."""
-        self._sizes.append(moment.prompt_tokens)
+        self.cache.note_request(prompt_estimate=moment.prompt_tokens)
         slow = not self.keeps_up()
-        self.offline = False
+        self._offline = False
         quote = self.quote(moment, offline=slow)
         if quote is None:
             return None
@@ -113,20 +109,20 @@ class PricePolicy:
         if self.last.fold:
             self.folds += 1
             self._planned = self.folds_to_run(moment)
-            self.offline = slow
-            return "fold"
+            self._offline = slow
+            return WorkerMode.FOLD
         due_in = None if busy else self.due_in(quote, cache)
         if due_in is None:
             return None
         self.ahead += 1
         self._planned = self.folds_to_run(moment, max(1, due_in))
         if slow and due_in <= 1:
-            self.offline = True  # due at the next request: what the model has not reached is done offline
+            self._offline = True  # due at the next request: what the model has not reached is done offline
         elif slow:  # one pass a job: the worker is free soon for the due fold's offline part
             self._planned = (dataclasses.replace(self._planned[0], passes=1),)
-        return "ahead"
+        return WorkerMode.AHEAD
 
-    def idle_mode(self, moment: Moment) -> str | None:
+    def idle_mode(self, moment: Moment) -> WorkerMode | None:
         """The client's turn just ended: ``"ahead"`` when folding would pay with the cache cold (the next
         request may come after the TTL), so the fold is ready by then; else None."""
         quote = self.quote(moment)
@@ -139,7 +135,7 @@ class PricePolicy:
         # The next request (the user's) is its tail; the turn's last message stays (a user message is
         # not a step's growth).
         self._planned = self.folds_to_run(moment, 1, keep=1)
-        return "ahead"
+        return WorkerMode.AHEAD
 
     def due_in(self, quote: FoldQuote, cache: CacheState) -> int | None:
         """The requests until the fold is due, when that is soon enough to start it now: due at the next
@@ -170,19 +166,25 @@ class PricePolicy:
         old = self.seconds_per_token
         self.seconds_per_token = rate if old is None else SPEED_WEIGHT * rate + (1 - SPEED_WEIGHT) * old
 
-    def take_planned(self) -> tuple[Fold, ...]:
-        """The fold ``background_mode`` chose (the worker runs all of it, the view switches once)."""
+    def take_planned(self) -> FoldPlan:
+        """The fold ``background_mode`` or ``idle_mode`` chose (the worker runs all of it, the view switches
+        once), offline when the last request's decision said the summarizer cannot keep up."""
         planned, self._planned = self._planned, ()
-        return planned
+        return FoldPlan(planned, self._offline)
+
+    def last_forced(self) -> bool:
+        """The last decision was the cap's: a fold that must land now."""
+        return self.last is not None and self.last.verdict is Verdict.FORCED
 
     def requested(self, at: float) -> None:
         self.last_request_at = at
-        self._times.append(at)
+        self.cache.note_request(at=at)
 
     def memory(self) -> dict[str, Any]:
         """What the next process continuing the session needs to decide as this one would: the cache
         observations, the recent prompt sizes and the last request's time."""
-        carried = {"cache": self.cache.memory(), "sizes": list(self._sizes), "at": self.last_request_at}
+        sizes = list(self.cache.prompt_estimates)
+        carried = {"cache": self.cache.memory(), "sizes": sizes, "at": self.last_request_at}
         return {"price": {**carried, "speed": self.seconds_per_token}}
 
     def restore(self, memory: dict[str, Any]) -> None:
@@ -190,8 +192,9 @@ class PricePolicy:
         if not isinstance(carried, dict):
             return
         self.cache.restore(carried.get("cache") or {})
-        self._sizes.clear()
-        self._sizes.extend(int(v) for v in carried.get("sizes") or [])
+        self.cache.prompt_estimates.clear()
+        for size in carried.get("sizes") or []:
+            self.cache.note_request(prompt_estimate=int(size))
         at = carried.get("at")
         self.last_request_at = None if at is None else float(at)
         speed = carried.get("speed")
@@ -280,8 +283,8 @@ class PricePolicy:
             messages = max(keep, messages - ahead * MESSAGES_PER_REQUEST)
         low_water = estimate.change_point + self._new_marker(estimate) + tail
         return (
-            Fold("turn", MAX_CATCH_UP_PASSES, low_water, tail, messages),
-            Fold("drain", MAX_CATCH_UP_PASSES, low_water, tail, messages),
+            Fold(PassMode.TURN, MAX_CATCH_UP_PASSES, low_water, tail, messages),
+            Fold(PassMode.DRAIN, MAX_CATCH_UP_PASSES, low_water, tail, messages),
         )
 
     def decide(self, moment: Moment) -> Decision | None:
@@ -331,14 +334,14 @@ class PricePolicy:
         return CacheState(warm=warm and self.pricing.cache, growth_per_request=growth)
 
     def _growth(self) -> float | None:
-        """Growth per request from the prompt estimates this policy saw (drops, i.e. folds, left out)."""
-        sizes = list(self._sizes)
+        """Growth per request from the prompt estimates the schedule noted (drops, i.e. folds, left out)."""
+        sizes = list(self.cache.prompt_estimates)
         steps = [b - a for a, b in itertools.pairwise(sizes) if b >= a]
         return sum(steps) / len(steps) if steps else None
 
     def _interval(self) -> float | None:
-        """The mean time between the requests this policy saw (None before two)."""
-        times = list(self._times)
+        """The mean time between the requests the schedule noted (None before two)."""
+        times = list(self.cache.request_times)
         return (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else None
 
     def _new_marker(self, estimate: FoldEstimate) -> int:

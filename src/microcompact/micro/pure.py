@@ -8,6 +8,7 @@ from ..messages import Message
 from ..summarizers import Summarizer
 from ..tokens import TOKENS_KEY, Ledger, TokenCounter, make_text_counter
 from .engine import MicroCompactor
+from .policy import PassMode
 from .state import RollingSummary
 
 
@@ -31,9 +32,7 @@ def micro_compact(
         config = config.with_overrides(compression={"micro_compact": True})
     counter = counter or TokenCounter(make_text_counter(config.compression.tokenizer))
     ledger = Ledger(counter, [{k: v for k, v in m.items() if k != TOKENS_KEY} for m in messages])
-    engine = MicroCompactor(config, summarizer, counter)
-    if state is not None:
-        engine.state = state
-    engine.run_pass(ledger, "turn")
+    engine = MicroCompactor(config, summarizer, counter, state=state)
+    engine.run_pass(ledger, PassMode.TURN)
     # Markers keep their ``_mc`` metadata (so the next call recognises them); send ``to_api(result)``.
     return [{k: v for k, v in m.items() if k != TOKENS_KEY} for m in ledger.messages]
