@@ -9,13 +9,14 @@ import json
 import os
 import socket
 import stat
+import subprocess
 from collections.abc import Callable, Iterator
 from importlib import resources
 from pathlib import Path
 
 import pytest
 
-from support.serve_process import run_cli
+from support.serve_process import CLI, cli_env, run_cli
 
 DEMO = str(resources.files("microcompact") / "data" / "demo_transcript.jsonl")
 REPLAY = ("replay", DEMO, "--context-limit", "200000")
@@ -174,3 +175,19 @@ def test_compare_plot_refuses_a_fifo_before_the_replays(home: Path, tmp_path: Pa
     result = run_cli(home, "replay", DEMO, "--context-limit", "50000", "--compare", "--plot", str(target))
     one_line_error(result, f"--plot {target}: is a FIFO")
     assert stat.S_ISFIFO(os.stat(target).st_mode)
+
+
+def test_a_replay_writes_the_same_out_whatever_the_hash_seed(tmp_path: Path, reference: str) -> None:
+    """A marker is a function of the transcript: nothing in it may follow a set's order, which changes with
+    the process's hash seed (the ledger's "used" names once did)."""
+    out = tmp_path / "seeded.jsonl"
+    done = subprocess.run(
+        [*CLI, *REPLAY, "--out", str(out)],
+        env={**cli_env(tmp_path / "home"), "PYTHONHASHSEED": "12345"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert out.read_text(encoding="utf-8") == reference

@@ -180,7 +180,9 @@ def _with_used(lesson: Lesson, shown: set[str], later: list[set[str]]) -> Lesson
     for ids in later:
         counts.update(ids & shown)
     subject_ids = identifiers(lesson.subject) | {lesson.subject}
-    ranked = [x for x, _ in counts.most_common() if x not in subject_ids]
+    # Ties in name order: a set's order changes with the process's hash seed, and a replay's marker must not.
+    by_use = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    ranked = [x for x, _ in by_use if x not in subject_ids]
     covered = set().union(*(identifiers(x) - {x} for x in ranked))  # a path's parts come with the path
     used = [x for x in ranked if x not in covered][: _CAPS[ItemKind.USED]]
     taken = set(used)

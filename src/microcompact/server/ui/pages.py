@@ -191,7 +191,7 @@ def _passes_table(passes: list[dict[str, Any]]) -> str:
             "pass",
             [
                 number(p.get("request")),
-                esc(str(p.get("event", "")).replace("_compaction", "")),
+                esc(str(p.get("event", "")).partition("_")[0]),  # micro_compaction -> micro
                 esc(p.get("outcome")),
                 esc(p.get("reason") or p.get("mode")),
                 number(p.get("tokens_before")),
