@@ -30,6 +30,16 @@ def test_openai_presets_automatic_caching_with_and_without_a_write_premium():
     assert for_api("openai") is plain and for_api("anthropic") is PRESETS["anthropic"]
 
 
+def test_gemini_has_its_own_preset_implicit_caching_without_a_write_premium():
+    """Gemini used to resolve to ``none``: folds priced as free and its summary requests billed at 0."""
+    gemini = for_api("gemini")
+    assert gemini is PRESETS["gemini"] and gemini.cache and gemini.family == "gemini"
+    assert gemini.read_price == pytest.approx(0.1 * gemini.input)
+    assert gemini.write_price == gemini.input and gemini.rewrite_premium > 0
+    assert gemini.max_breakpoints == 0 and gemini.min_cacheable_tokens == 2048
+    assert for_api("something-else") is PRESETS["none"]
+
+
 def test_no_cache_preset_makes_every_fold_free():
     none = PRESETS["none"]
     assert not none.cache and none.rewrite_premium == 0

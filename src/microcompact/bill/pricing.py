@@ -27,7 +27,7 @@ class CachePricing(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     name: str = "custom"
-    family: Literal["anthropic", "openai", "none"] = "anthropic"
+    family: Literal["anthropic", "openai", "gemini", "none"] = "anthropic"
     input: float = Field(ge=0)
     cached_read: float = Field(ge=0)
     cache_write: float = Field(ge=0)
@@ -142,6 +142,21 @@ PRESETS: dict[str, CachePricing] = {
         max_breakpoints=0,
         lookback_blocks=0,
     ),
+    # Gemini (2.5 Pro list prices, prompts up to 200K): implicit caching reads at 0.1x input and writes at no
+    # premium (what is not read is plain input), no breakpoints; prefixes from 2,048 tokens (4,096 on 3.x).
+    "gemini": CachePricing(
+        name="gemini",
+        family="gemini",
+        input=1.25,
+        cached_read=0.125,
+        cache_write=1.25,
+        output=10.00,
+        ttl_seconds=300,
+        write_premium=False,
+        max_breakpoints=0,
+        lookback_blocks=0,
+        min_cacheable_tokens=2048,
+    ),
     # A local server: no cache and no bill; only tokens count, so fold as early as is useful.
     "none": CachePricing(
         name="none",
@@ -159,7 +174,7 @@ PRESETS: dict[str, CachePricing] = {
 }
 
 # The preset a proxy assumes for each API when nothing is configured.
-API_PRESETS = {"anthropic": "anthropic", "openai": "openai"}
+API_PRESETS = {"anthropic": "anthropic", "openai": "openai", "gemini": "gemini"}
 
 
 def preset(name: str) -> CachePricing:
@@ -171,7 +186,8 @@ def preset(name: str) -> CachePricing:
 
 
 def for_api(api: str) -> CachePricing:
-    """The default prices of an API the proxy speaks (``anthropic`` or ``openai``); ``none`` otherwise."""
+    """The default prices of an API the proxy speaks (``anthropic``, ``openai``, ``gemini``); ``none``
+    otherwise."""
     return PRESETS[API_PRESETS.get(api, "none")]
 
 
