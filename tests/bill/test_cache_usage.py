@@ -234,6 +234,29 @@ def test_a_tool_call_answer_does_not_end_the_turn_and_a_bare_usage_says_nothing(
     assert report is not None and report.turn_over is None
 
 
+def test_gemini_says_its_turn_is_over_by_stop_unless_it_called_a_function():
+    """Gemini ends a function call with finishReason STOP too: a call in any chunk means the turn goes on
+    (issue 28: the Gemini turn end was not read at all)."""
+    usage = {"promptTokenCount": 900, "candidatesTokenCount": 3}
+    answer = {"candidates": [{"content": {"role": "model", "parts": [{"text": "done"}]}, "finishReason": "STOP"}]}
+    call_part = {"functionCall": {"name": "run_shell_command", "args": {"command": "ls"}}}
+    call = {"candidates": [{"content": {"role": "model", "parts": [call_part]}}]}
+    stop = {"candidates": [{"content": {"role": "model", "parts": [{"text": ""}]}, "finishReason": "STOP"}]}
+    over = tap_of("gemini", "application/json", [json.dumps({**answer, "usageMetadata": usage}).encode()])
+    assert over is not None and over.turn_over is True
+    called = tap_of("gemini", "application/json", [json.dumps({**call, "usageMetadata": usage}).encode()])
+    assert called is not None and called.turn_over is False
+    # streamed: the call in a chunk of its own without usage, STOP and the usage in the last one
+    sse = [f"data: {json.dumps(c)}\r\n\r\n".encode() for c in (call, {**stop, "usageMetadata": usage})]
+    streamed = tap_of("gemini", "text/event-stream", sse)
+    assert streamed is not None and streamed.turn_over is False
+    array = json.dumps([answer, {**stop, "usageMetadata": usage}]).encode()
+    arrayed = tap_of("gemini", "application/json", [array])
+    assert arrayed is not None and arrayed.turn_over is True
+    unsaid = tap_of("gemini", "application/json", [json.dumps({"usageMetadata": usage}).encode()])
+    assert unsaid is not None and unsaid.turn_over is None
+
+
 def test_the_summarizer_counts_in_what_the_session_spent():
     pricing = PRESETS["anthropic"].model_copy(update={"summarizer_input": 1.0, "summarizer_output": 5.0})
     bill = SessionBill()

@@ -13,8 +13,10 @@ OpenAI's ``prompt_tokens_details.cached_tokens``, Gemini's ``usageMetadata.cache
 not a count, or larger than the prompt, is ignored with one log line
 (:func:`microcompact.bill.cache_usage.checked_report`).
 
-Why the response stopped (Anthropic's ``stop_reason``, OpenAI's ``finish_reason``) says whether the
-client's turn is over (a final answer: an idle gap may follow) or goes on (a tool call).
+Why the response stopped (Anthropic's ``stop_reason``, OpenAI's ``finish_reason``, Gemini's
+``finishReason``) says whether the client's turn is over (a final answer: an idle gap may follow) or goes
+on (a tool call). Gemini says ``STOP`` after a ``functionCall`` too, so there a call seen in any chunk of
+the answer means the turn goes on.
 """
 
 from __future__ import annotations
@@ -31,9 +33,13 @@ MAX_JSON_BYTES = 16 * 1024 * 1024
 MAX_PENDING_EVENT_BYTES = 4 * 1024 * 1024
 USAGE = b'"usage'  # "usage" (OpenAI, Anthropic) and "usageMetadata" (Gemini)
 FINISH = b'"finish_reason'  # OpenAI's stream may say why it stopped in a chunk without usage
+# Gemini's chunks: why it stopped, and a call (either may come in a chunk without usageMetadata).
+GEMINI_FINISH, GEMINI_CALL = b'"finishReason', b'"functionCall'
+WATCHED = (USAGE, FINISH, GEMINI_FINISH, GEMINI_CALL)
 # Why a response stopped, by API: the reasons that end the client's turn, and those that continue it.
 TURN_OVER = {"end_turn", "stop", "stop_sequence"}
 TURN_GOES_ON = {"tool_use", "tool_calls", "function_call", "pause_turn"}
+GEMINI_TURN_OVER = "STOP"
 
 
 # Where each API reports its cache figures: (read field, write field) in ``usage``; OpenAI's read is nested.
@@ -93,6 +99,7 @@ class UsageTap:
         self._cache_read: Any = _MISSING
         self._cache_write: Any = _MISSING
         self.turn_over: bool | None = None  # None: the response did not say why it stopped
+        self._called = False  # a Gemini functionCall was seen: its STOP does not end the turn
 
     def feed(self, chunk: bytes) -> None:
         if self.streaming:
@@ -125,10 +132,10 @@ class UsageTap:
             return
         complete, rest = bytes(data[:end]), bytes(data[end + 2 :])
         self._buffer = bytearray(rest)
-        if USAGE not in complete and FINISH not in complete:
+        if not any(mark in complete for mark in WATCHED):
             return
         for event in complete.split(b"\n\n"):
-            if USAGE not in event and FINISH not in event:
+            if not any(mark in event for mark in WATCHED):
                 continue
             payload = b"\n".join(line[5:].lstrip(b" ") for line in event.split(b"\n") if line.startswith(b"data:"))
             self._take(payload)
@@ -149,9 +156,17 @@ class UsageTap:
             self._cache_write = _larger(self._cache_write, written)
 
     def _stopped(self, parsed: Any) -> None:
-        """Note why the response stopped, where it says (a JSON body, or one stream event)."""
+        """Note why the response stopped, where it says (a JSON body, one stream event, or Gemini's JSON
+        array of chunks)."""
+        if isinstance(parsed, list):
+            for item in parsed:
+                self._stopped(item)
+            return
         if not isinstance(parsed, dict):
             return
+        candidates = parsed.get("candidates")
+        if isinstance(candidates, list):
+            self._gemini_stopped(candidates)
         reasons = [parsed.get("stop_reason")]
         delta, message = parsed.get("delta"), parsed.get("message")
         reasons += [d.get("stop_reason") for d in (delta, message) if isinstance(d, dict)]
@@ -163,3 +178,15 @@ class UsageTap:
                 self.turn_over = True
             elif reason in TURN_GOES_ON:
                 self.turn_over = False
+
+    def _gemini_stopped(self, candidates: list[Any]) -> None:
+        for candidate in candidates:
+            if not isinstance(candidate, dict):
+                continue
+            content = candidate.get("content")
+            parts = content.get("parts") if isinstance(content, dict) else None
+            if isinstance(parts, list) and any(isinstance(p, dict) and "functionCall" in p for p in parts):
+                self._called = True
+                self.turn_over = False
+            if candidate.get("finishReason") == GEMINI_TURN_OVER and not self._called:
+                self.turn_over = True
