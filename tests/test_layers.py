@@ -42,7 +42,7 @@ LAYERS: list[set[str]] = [
     {"background", "store", "carry"},
     {"session_store", "session", "aio"},
     {"replay", "cost", "report", "importers", "router"},
-    {"integrations", "server"},
+    {"integrations", "server", "launch"},
     {"compare"},
     {"cli", "__init__", "__main__"},  # cli/: every module of the command-line package sits on top
 ]

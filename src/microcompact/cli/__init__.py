@@ -19,6 +19,7 @@ from ..compare import compare
 from ..replay import replay
 from .doctor_command import doctor_cmd
 from .import_command import import_cmd
+from .launch_command import register as register_launchers
 from .replay_command import replay_cmd
 from .report_command import report_cmd
 from .serve_command import serve_cmd
@@ -43,6 +44,7 @@ app.command("report")(report_cmd)
 app.command("import")(import_cmd)
 app.command("serve")(serve_cmd)
 app.command("doctor")(doctor_cmd)
+register_launchers(app)  # claude, codex, gemini, aider: the agent through serve
 
 
 # What writing stdout fails with when it is a full disk (or /dev/full), a closed pipe, a broken device.
