@@ -144,8 +144,8 @@ def gemini_settings(environ: Mapping[str, str]) -> str:
     except (OSError, ValueError):
         loaded = {}
     settings = loaded if isinstance(loaded, dict) else {}
-    model = settings.get("model") if isinstance(settings.get("model"), dict) else {}
-    settings["model"] = {**model, "compressionThreshold": 1.0}
+    model = settings.get("model")
+    settings["model"] = {**(model if isinstance(model, dict) else {}), "compressionThreshold": 1.0}
     return json.dumps(settings, indent=2)
 
 
