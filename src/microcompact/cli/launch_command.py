@@ -20,6 +20,7 @@ from .base import (
     DEFAULT_GEMINI_UPSTREAM,
     DEFAULT_OPENAI_UPSTREAM,
     AnthropicUpstreamOption,
+    ContextLimitOption,
     DbOption,
     GeminiUpstreamOption,
     LogOption,
@@ -44,9 +45,10 @@ def _command(agent: Agent) -> Callable[..., None]:
         gemini_upstream: GeminiUpstreamOption = DEFAULT_GEMINI_UPSTREAM,
         db: DbOption = None,
         log_file: LogOption = None,
+        context_limit: ContextLimitOption = None,
     ) -> None:
         upstreams = Upstreams(openai_upstream.rstrip("/"), anthropic_upstream.rstrip("/"), gemini_upstream.rstrip("/"))
-        settings = ServeSettings(port, upstreams, db=db, log=log_file)
+        settings = ServeSettings(port, upstreams, db=db, log=log_file, context_limit=context_limit)
         try:
             code = launch(agent, args or [], settings, os.environ)
         except LaunchError as exc:

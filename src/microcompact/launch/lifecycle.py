@@ -40,12 +40,14 @@ class LaunchError(Exception):
 
 @dataclass(frozen=True)
 class ServeSettings:
-    """The ``serve`` to find or start: its port, upstreams, and the store and log of one started here."""
+    """The ``serve`` to find or start: its port and upstreams, and the store, log and window of one started
+    here."""
 
     port: int = 8765
     upstreams: Upstreams = field(default_factory=Upstreams)
     db: str | None = None
     log: Path | None = None
+    context_limit: int | None = None
     output: Path | None = None  # where a started serve's own output goes (default: a file next to the log)
 
     def command(self) -> list[str]:
@@ -56,6 +58,8 @@ class ServeSettings:
             command += ["--db", self.db]
         if self.log is not None:
             command += ["--log", str(self.log)]
+        if self.context_limit is not None:
+            command += ["--context-limit", str(self.context_limit)]
         return command
 
 
