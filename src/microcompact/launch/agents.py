@@ -15,13 +15,15 @@ on the pinned clients (tests/e2e, tests/launch):
   written), ``wire_api = "responses"``, its key from ``OPENAI_API_KEY``; named "OpenAI" only when the upstream
   is OpenAI's own (Codex then compacts remotely with a ``compaction_trigger`` item, which ``serve`` passes
   through), else another name (Codex would otherwise expect a ``compaction`` item no other server makes);
-  ``model_auto_compact_token_limit`` far beyond any window, so its trigger, which reads the usage the proxy
-  reports, never fires first.
+  ``model_auto_compact_token_limit`` far beyond any window; Codex still caps its trigger at about 90% of
+  its own model window (seen with a 50K window), so it defers only while the proxy keeps the usage it
+  reports under that.
 - Gemini CLI 0.61: ``GOOGLE_GEMINI_BASE_URL``; ``model.compressionThreshold: 1.0`` in a system settings file
-  of its own (``GEMINI_CLI_SYSTEM_SETTINGS_PATH``, a copy of the machine's one with that key), so it compresses
-  only at its model's whole window.
+  of its own (``GEMINI_CLI_SYSTEM_SETTINGS_PATH``, a copy of the machine's one with that key), meant to move
+  its compression to its model's whole window. Not verified: at 600K reported tokens it still compressed.
 - aider 0.86: ``OPENAI_API_BASE`` and ``ANTHROPIC_API_BASE`` (litellm's names) and a
-  ``--max-chat-history-tokens`` far beyond any window, so it never summarizes its chat history itself.
+  ``--max-chat-history-tokens`` far beyond any window, so it does not summarize its chat history itself
+  (aider's own limit, read from its source; not yet checked against the pinned client).
 
 User arguments come after ours, so where the client lets the last value win (Codex ``-c``, aider's flags) the
 user's own choice stands.
