@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
-from collections.abc import Mapping
+import tempfile
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -186,17 +188,87 @@ def _gemini_script(steps: int) -> Any:
     return script
 
 
+@pytest.fixture
+def secure_home() -> Iterator[Path]:
+    """A MICROCOMPACT_HOME with no world-writable folder above it (under the user's home, not /tmp): Gemini
+    CLI skips a system settings file below one, so the launcher writes its files under this home."""
+    parent = Path.home() / ".cache"
+    parent.mkdir(parents=True, exist_ok=True)
+    home = Path(tempfile.mkdtemp(prefix="microcompact-launch-test-", dir=parent))
+    try:
+        yield home
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
 @pytest.mark.skipif(not GEMINI_BIN.exists(), reason="run tests/e2e/install-gemini-cli.sh")
-def test_gemini_cli_through_the_launcher(tmp_path: Path) -> None:
-    """Gemini CLI reaches the upstream only through serve (GOOGLE_GEMINI_BASE_URL) and runs its steps. Its own
-    compression is not checked here: with 600K reported tokens it still compressed through the launcher
-    (``model.compressionThreshold`` in the system settings did not stop it on 0.61; an open item)."""
+def test_gemini_cli_through_the_launcher(tmp_path: Path, secure_home: Path) -> None:
+    """Every answer reports about 600K prompt tokens, past Gemini CLI's default trigger (half its model's 1M
+    window): straight through serve it compresses its history (the control, a ``state_snapshot`` request);
+    through the launcher it leaves that to the proxy, and its requests reach the upstream through serve."""
     key = "gemini-launch-e2e-key"
     env = {"GEMINI_API_KEY": key, "GEMINI_CLI_TRUST_WORKSPACE": "true", "MICROCOMPACT_GEMINI_BIN": str(GEMINI_BIN)}
+    env["MICROCOMPACT_HOME"] = str(secure_home)
     args = ["-m", "gemini-e2e-pro", "-p", "Run the numbered steps with run_shell_command.", "--yolo"]
-    with GeminiUpstream(script=_gemini_script(3), api_key=key) as upstream:
+    with GeminiUpstream(script=_gemini_script(3), overhead=600_000, api_key=key, window=3_000_000) as upstream:
         _gemini_home(tmp_path / "home")
-        out = launch(tmp_path, "gemini", ["--gemini-upstream", upstream.base_url], args, env, tmp_path / "work")
+        options = ["--gemini-upstream", upstream.base_url, "--context-limit", "2000000"]
+        out = launch(tmp_path, "gemini", options, args, env, tmp_path / "work")
         sent = upstream.generations()
         assert "All steps are done." in out and key not in out
         assert len([e for e in sent if e.body.get("tools")]) == 4 and all(through_serve(e.headers) for e in sent)
+        assert min(e.prompt_tokens for e in sent) > 524_288, "each past the client's own trigger"
+        assert not [e for e in sent if GEMINI_SNAPSHOT in json.dumps(e.body)], "no compression of its own"
+        assert not list((secure_home / "launch").iterdir()), "the run's settings file is removed after it"
+
+        upstream.script = _gemini_script(3)
+        _gemini_home(tmp_path / "control" / "home")
+        serve = ServeProcess(tmp_path / "control" / "mchome", *options).start()
+        try:
+            control_env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path / "control" / "home"), **env}
+            control_env["GOOGLE_GEMINI_BASE_URL"] = serve.base_url
+            (tmp_path / "work2").mkdir()
+            command = [str(GEMINI_BIN), *args]
+            subprocess.run(
+                command, cwd=tmp_path / "work2", env=control_env, capture_output=True, timeout=300, check=False
+            )
+        finally:
+            serve.stop()
+        assert any(GEMINI_SNAPSHOT in json.dumps(e.body) for e in upstream.generations()[len(sent) :])
+
+
+# ---------------------------------------------------------------------------------------------------- aider
+
+AIDER_SUMMARY = "summarize this partial conversation"
+LONG_ANSWER = "Noted. " + "The quick brown fox jumps over the lazy dog. " * 300  # about 3K tokens
+
+
+@pytest.mark.skipif(aider_cli.unavailable_reason() is not None, reason=aider_cli.unavailable_reason() or "")
+def test_aider_through_the_launcher(tmp_path: Path) -> None:
+    """Four ``--message`` turns of one restored chat with long answers: aider summarizes its history on its
+    own past its default limit (the control, straight through serve); through the launcher it does not."""
+    flags = ["--model", "openai/gpt-4o", "--no-stream", "--yes-always", "--no-git", "--no-check-update"]
+    flags += ["--no-show-model-warnings", "--analytics-disable", "--restore-chat-history", "--no-pretty"]
+    flags += ["--no-fancy-input"]
+    with ScriptedUpstream(lambda request: text(LONG_ANSWER)) as upstream:
+        caches = tmp_path / "home" / ".aider" / "caches"
+        caches.mkdir(parents=True)
+        (caches / "model_prices_and_context_window.json").write_text('{"placeholder": {}}')
+        env = {"OPENAI_API_KEY": "sk-aider-launch-e2e", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+        env["MICROCOMPACT_AIDER_BIN"] = str(aider_cli.aider_bin())
+        for turn in range(4):
+            options = ["--openai-upstream", upstream.openai_base_url]
+            out = launch(tmp_path, "aider", options, [*flags, "--message", f"turn {turn}"], env, tmp_path / "work")
+            assert "Noted." in out and "sk-aider-launch-e2e" not in out
+        sent = [r for r in upstream.requests if r.path == "/v1/chat/completions"]
+        assert len(sent) == 4 and all(through_serve(r.headers) for r in sent)
+        assert not [r for r in sent if AIDER_SUMMARY in json.dumps(r.body)], "no summary of its own"
+
+        serve = ServeProcess(tmp_path / "control", "--openai-upstream", upstream.openai_base_url).start()
+        try:
+            for turn in range(4):
+                aider_cli.run_aider(f"{serve.base_url}/v1", f"turn {turn}", tmp_path / "work2", tmp_path / "home2")
+        finally:
+            serve.stop()
+        control = [r for r in upstream.requests[len(sent) :] if r.path == "/v1/chat/completions"]
+        assert any(AIDER_SUMMARY in json.dumps(r.body) for r in control)

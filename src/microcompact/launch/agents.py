@@ -19,8 +19,9 @@ on the pinned clients (tests/e2e, tests/launch):
   its own model window (seen with a 50K window), so it defers only while the proxy keeps the usage it
   reports under that.
 - Gemini CLI 0.61: ``GOOGLE_GEMINI_BASE_URL``; ``model.compressionThreshold: 1.0`` in a system settings file
-  of its own (``GEMINI_CLI_SYSTEM_SETTINGS_PATH``, a copy of the machine's one with that key), meant to move
-  its compression to its model's whole window. Not verified: at 600K reported tokens it still compressed.
+  of its own (``GEMINI_CLI_SYSTEM_SETTINGS_PATH``, a copy of the machine's one with that key), so it compresses
+  only at its model's whole window (at 600K reported tokens of a 1M window: compressed without it, not with
+  it). Gemini CLI skips that file below a world-writable folder such as /tmp, hence the launcher's own folder.
 - aider 0.86: ``OPENAI_API_BASE`` and ``ANTHROPIC_API_BASE`` (litellm's names) and a
   ``--max-chat-history-tokens`` far beyond any window, so it does not summarize its chat history itself
   (aider's own limit, read from its source; not yet checked against the pinned client).

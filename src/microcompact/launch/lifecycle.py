@@ -126,12 +126,22 @@ class StartedServe:
                 self.process.wait()
 
 
-def _default_output(environ: Mapping[str, str], port: int) -> Path:
-    from ..telemetry import default_log_path
-
+def microcompact_home(environ: Mapping[str, str]) -> Path:
+    """``$MICROCOMPACT_HOME`` (default ``~/.microcompact``), as the launcher's environment says."""
     home = environ.get("MICROCOMPACT_HOME")
-    folder = Path(home) / "logs" if home else default_log_path().parent
-    return folder / f"serve-{port}.out"
+    return Path(home) if home else Path.home() / ".microcompact"
+
+
+def _default_output(environ: Mapping[str, str], port: int) -> Path:
+    return microcompact_home(environ) / "logs" / f"serve-{port}.out"
+
+
+def scratch_folder(environ: Mapping[str, str]) -> Path:
+    """Where a run's files go (removed after it): under the microcompact home, not the system's temp folder.
+    Gemini CLI skips a system settings file with a world-writable folder (such as /tmp) above it."""
+    folder = microcompact_home(environ) / "launch"
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return folder
 
 
 @contextlib.contextmanager
@@ -202,13 +212,9 @@ def launch(agent: Agent, args: Sequence[str], settings: ServeSettings, environ: 
             f"{spec.binary_env}={where!r} is not an executable file" if where else f"{spec.command!r} is not on PATH"
         )
         raise LaunchError(f"{agent.value}: {found}; install it ({spec.install}) or set {spec.binary_env}")
-    with (
-        tempfile.TemporaryDirectory(prefix=f"microcompact-{agent.value}-") as scratch,
-        proxy(settings, environ) as (
-            base,
-            _,
-        ),
-    ):
+    folder = scratch_folder(environ)
+    with tempfile.TemporaryDirectory(prefix=f"{agent.value}-", dir=folder) as scratch, proxy(settings, environ) as run:
+        base, _ = run
         request = LaunchRequest(base, settings.upstreams, binary, list(args), environ, Path(scratch))
         return run_agent(spec.build(request), environ)
 
