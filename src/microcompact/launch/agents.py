@@ -14,17 +14,18 @@ on the pinned clients (tests/e2e, tests/launch):
 - Codex 0.169: a ``model_providers`` entry given with ``-c`` overrides (the user's ``~/.codex`` is never
   written), ``wire_api = "responses"``, its key from ``OPENAI_API_KEY``; named "OpenAI" only when the upstream
   is OpenAI's own (Codex then compacts remotely with a ``compaction_trigger`` item, which ``serve`` passes
-  through), else another name (Codex would otherwise expect a ``compaction`` item no other server makes);
-  ``model_auto_compact_token_limit`` far beyond any window; Codex still caps its trigger at about 90% of
-  its own model window (seen with a 50K window), so it defers only while the proxy keeps the usage it
-  reports under that.
+  through), else another name (Codex would otherwise expect a ``compaction`` item no other server makes).
+  Its own trigger is left alone: it reads the usage the proxy reports (the compacted request's), and no
+  ``-c`` moves it past about 90% of the model's catalog window (``model_context_window`` and
+  ``model_auto_compact_token_limit`` at 1e9 still compacted at 248K reported tokens on gpt-5.5, as without
+  them), so it stays behind the proxy's compaction while the proxy's window for the model is no larger.
 - Gemini CLI 0.61: ``GOOGLE_GEMINI_BASE_URL``; ``model.compressionThreshold: 1.0`` in a system settings file
   of its own (``GEMINI_CLI_SYSTEM_SETTINGS_PATH``, a copy of the machine's one with that key), so it compresses
   only at its model's whole window (at 600K reported tokens of a 1M window: compressed without it, not with
   it). Gemini CLI skips that file below a world-writable folder such as /tmp, hence the launcher's own folder.
 - aider 0.86: ``OPENAI_API_BASE`` and ``ANTHROPIC_API_BASE`` (litellm's names) and a
-  ``--max-chat-history-tokens`` far beyond any window, so it does not summarize its chat history itself
-  (aider's own limit, read from its source; not yet checked against the pinned client).
+  ``--max-chat-history-tokens`` far beyond any window, so it never summarizes its chat history itself
+  (four turns of 3K-token answers: summarized without it, not with it).
 
 User arguments come after ours, so where the client lets the last value win (Codex ``-c``, aider's flags) the
 user's own choice stands.
@@ -126,7 +127,6 @@ def codex_overrides(request: LaunchRequest) -> list[str]:
         f"{table}.base_url": f"{request.proxy}/v1",
         f"{table}.wire_api": "responses",
         f"{table}.env_key": "OPENAI_API_KEY",
-        "model_auto_compact_token_limit": NEVER_TOKENS,
     }
     args: list[str] = []
     for key, value in pairs.items():
