@@ -151,3 +151,14 @@ def test_a_missing_agent_is_one_line(tmp_path: Path, agent: Path) -> None:
 def test_an_unknown_agent_exits_2(tmp_path: Path, agent: Path) -> None:
     done = launch(tmp_path, agent, "claudee", "-p", "x")
     assert done.returncode == 2 and "No such command 'claudee'" in done.stderr
+
+
+@pytest.mark.slow  # a serve process started and stopped: several seconds
+def test_a_serve_that_needs_a_proxy_key_is_refused(tmp_path: Path, agent: Path) -> None:
+    serve = ServeProcess(tmp_path / "served", "--api-key", "proxy-key-0123").start()
+    try:
+        line = one_line_error(launch(tmp_path, agent, "claude", "--port", str(serve.port)))
+        assert f"the microcompact serve on {serve.base_url} needs a proxy key" in line
+        assert "proxy-key-0123" not in line and not (tmp_path / "record.json").exists()
+    finally:
+        serve.stop()
