@@ -272,3 +272,23 @@ def test_aider_through_the_launcher(tmp_path: Path) -> None:
             serve.stop()
         control = [r for r in upstream.requests[len(sent) :] if r.path == "/v1/chat/completions"]
         assert any(AIDER_SUMMARY in json.dumps(r.body) for r in control)
+
+
+@pytest.mark.skipif(aider_cli.unavailable_reason() is not None, reason=aider_cli.unavailable_reason() or "")
+def test_aider_with_an_anthropic_model_through_the_launcher(tmp_path: Path) -> None:
+    """An Anthropic model in aider goes through litellm's Anthropic client: ANTHROPIC_API_BASE takes it to
+    serve, which forwards it to the Anthropic upstream."""
+    flags = ["--model", "anthropic/claude-sonnet-4-5", "--no-stream", "--yes-always", "--no-git"]
+    flags += ["--no-check-update", "--no-show-model-warnings", "--analytics-disable", "--no-pretty", "--no-fancy-input"]
+    with ScriptedUpstream(lambda request: text("Anthropic path answered.")) as upstream:
+        caches = tmp_path / "home" / ".aider" / "caches"
+        caches.mkdir(parents=True)
+        (caches / "model_prices_and_context_window.json").write_text('{"placeholder": {}}')
+        env = {"ANTHROPIC_API_KEY": "sk-ant-aider-launch", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+        env["MICROCOMPACT_AIDER_BIN"] = str(aider_cli.aider_bin())
+        options = ["--anthropic-upstream", upstream.base_url]
+        out = launch(tmp_path, "aider", options, [*flags, "--message", "hi"], env, tmp_path / "work")
+        assert "Anthropic path answered." in out and "sk-ant-aider-launch" not in out
+        [sent] = upstream.requests
+        assert sent.path == "/v1/messages" and through_serve(sent.headers)
+        assert sent.headers["x-api-key"] == "sk-ant-aider-launch"
