@@ -42,7 +42,7 @@ LAYERS: list[set[str]] = [
     {"background", "store", "carry"},
     {"session_store", "runners", "session", "aio", "recall_tools"},
     {"replay", "report", "importers", "router", "recall", "stale"},
-    {"integrations", "server"},
+    {"integrations", "server", "launch"},
     {"compare"},
     {"cli", "__init__", "__main__"},  # cli/: every module of the command-line package sits on top
 ]

@@ -255,3 +255,35 @@ def test_a_passthrough_is_logged_once_per_conversation(
         "Proxy: passing conversation codex-a through uncompacted (previous_response_id)",
         "Proxy: passing conversation codex-b through uncompacted (previous_response_id)",
     ]
+
+
+def test_a_remote_compaction_request_goes_up_as_it_came(tmp_path: Path) -> None:
+    """Codex's remote compaction (a ``compaction_trigger`` item, its provider named "OpenAI"): the request the
+    proxy would otherwise compact reaches the upstream byte for byte, the answer's one ``compaction`` item
+    comes back, and the conversation goes on with that item in its input."""
+    steps = 14
+    with (
+        ResponsesUpstream(ResponsesToolLoop(steps)) as upstream,
+        ProxyServer(upstream.base_url, tmp_path / "s.db", context_limit=32_768) as proxy,
+    ):
+        items, _ = _tool_loop(_client(proxy), steps)
+        assert any(is_marker_item(i) for i in upstream.responses_requests()[-1].body["input"]), "compacted before"
+        trigger = json.dumps(
+            {"model": "gpt-test", "input": [*items, {"type": "compaction_trigger"}], "tools": TOOLS, "store": False}
+        ).encode()
+        answer = httpx.post(
+            f"{proxy.base_url}/v1/responses",
+            content=trigger,
+            headers={"authorization": "Bearer sk-responses-test", "content-type": "application/json"},
+            timeout=30,
+        )
+        assert answer.status_code == 200, answer.text[:300]
+        assert answer.headers["x-microcompact-mode"] == "passthrough; reason=provider_compaction"
+        assert upstream.responses_requests()[-1].raw == trigger
+        [compaction] = [item for item in answer.json()["output"] if item["type"] == "compaction"]
+        assert len(answer.json()["output"]) == 1
+        after = [items[0], compaction, {"role": "user", "content": "Go on."}]
+        going_on = _client(proxy).responses.create(model="gpt-test", input=after, tools=TOOLS, store=False)
+        assert upstream.responses_requests()[-1].body["input"] == after
+        # The compaction absorbed the last step: the loop is done rather than started again at step 1.
+        assert going_on.output_text == "All steps are done."

@@ -99,6 +99,7 @@ class Exchange:
 class GeminiUpstream:
     script: Script = field(default_factory=lambda: numbered_steps(3))
     window: int = 1_000_000
+    overhead: int = 0  # tokens added to every reported prompt (a client's own compaction trigger reads them)
     api_key: str = "gemini-test-key"
     exchanges: list[Exchange] = field(default_factory=list)
     signatures: set[str] = field(default_factory=set)
@@ -165,7 +166,7 @@ class GeminiUpstream:
             if n == 0:
                 part["thoughtSignature"] = base64.b64encode(f"sig-{step}".encode()).decode()  # bytes in the SDKs
                 self.signatures.add(part["thoughtSignature"])
-        exchange.prompt_tokens = prompt_tokens(body)
+        exchange.prompt_tokens = prompt_tokens(body) + self.overhead
         usage = {
             "promptTokenCount": exchange.prompt_tokens,
             "candidatesTokenCount": len(json.dumps(parts)) // BYTES_PER_TOKEN,

@@ -4,8 +4,11 @@
 serves ``POST /v1/responses`` (JSON and SSE, see ``responses_wire``), keeps stored responses
 (``store`` not false) for ``previous_response_id``, ``GET``/``DELETE /v1/responses/{id}``,
 ``GET /v1/responses/{id}/input_items``, and answers ``POST /v1/responses/compact`` with one opaque
-``compaction`` item. Input the API refuses (a call without its output, a stray output, an orphaned
-reasoning item, ``input_text`` in an assistant message, an unknown previous response) gets its 400.
+``compaction`` item, as it answers a ``POST /v1/responses`` whose input holds a ``compaction_trigger`` item
+(remote compaction v2, Codex's): one ``compaction`` output item, whose content names the newest
+``call_step_N`` it absorbed (``cmp-R-upto-N``), so a tool loop goes on after it from where it was. Input
+the API refuses (a call without its output, a stray output, an orphaned reasoning item, ``input_text`` in
+an assistant message, an unknown previous response) gets its 400.
 Usage carries ``input_tokens_details.cached_tokens`` from a simulated prefix cache.
 """
 
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -84,6 +88,8 @@ class ResponsesUpstream(ScriptedUpstream):
         usage = responses_wire.usage_json(total, cached, output_tokens(reply))
         record.usage = usage
         full = responses_wire.response(body, reply, record.number, usage)
+        if compaction_requested(body):
+            full["output"] = [compaction_item(record.number, last_call_step(body))]
         if body.get("store", True) is not False:
             self.stored[full["id"]] = full
             self.stored_input[full["id"]] = list(body.get("input") or []) if isinstance(body.get("input"), list) else []
@@ -130,13 +136,33 @@ class ResponsesUpstream(ScriptedUpstream):
         return self._body(record, 200, self._headers(record, "application/json"), [json.dumps(payload).encode()])
 
 
+def compaction_requested(body: Any) -> bool:
+    """Whether a Responses request asks for remote compaction (a ``compaction_trigger`` input item)."""
+    items = body.get("input") if isinstance(body, dict) else None
+    return any(isinstance(i, dict) and i.get("type") == "compaction_trigger" for i in items or [])
+
+
+def compaction_item(number: int, upto: int | None) -> dict[str, Any]:
+    """The one ``compaction`` output item of a remote compaction, naming the newest step it absorbed."""
+    content = f"cmp-{number}-upto-{'none' if upto is None else upto}"
+    return {"type": "compaction", "id": f"cmp_{number:010d}", "encrypted_content": content}
+
+
+_COMPACTED_STEP = re.compile(r"^cmp-\d+-upto-(\d+)$")
+
+
 def last_call_step(body: Any) -> int | None:
-    """The step number of the newest ``call_step_N`` function call in a Responses request, if any."""
+    """The step number of the newest ``call_step_N`` function call in a Responses request, or of the newest
+    step a ``compaction`` item of this upstream absorbed, if any."""
     items = body.get("input") if isinstance(body, dict) else None
     for item in reversed(items if isinstance(items, list) else []):
-        ident = item.get("call_id") if isinstance(item, dict) and item.get("type") == "function_call" else None
+        kind = item.get("type") if isinstance(item, dict) else None
+        ident = item.get("call_id") if kind == "function_call" else None
         if isinstance(ident, str) and ident.startswith("call_step_"):
             return int(ident.removeprefix("call_step_"))
+        absorbed = _COMPACTED_STEP.match(str(item.get("encrypted_content"))) if kind == "compaction" else None
+        if absorbed:
+            return int(absorbed.group(1))
     return None
 
 
@@ -175,4 +201,4 @@ class ResponsesToolLoop:
         return Reply(tuple(blocks))
 
 
-__all__ = ["ResponsesToolLoop", "ResponsesUpstream", "last_call_step"]
+__all__ = ["ResponsesToolLoop", "ResponsesUpstream", "compaction_item", "compaction_requested", "last_call_step"]

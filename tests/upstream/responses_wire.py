@@ -168,6 +168,8 @@ def _item_events(item: dict[str, Any], index: int, size: int) -> list[dict[str, 
             for p in _pieces(item["arguments"], size)
         ]
         events.append({"type": "response.function_call_arguments.done", **where, "arguments": item["arguments"]})
+    elif kind == "compaction":
+        events = [{"type": "response.output_item.added", "output_index": index, "item": item}]
     else:  # reasoning
         start = {**item, "summary": []}
         events = [{"type": "response.output_item.added", "output_index": index, "item": start}]

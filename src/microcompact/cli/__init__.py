@@ -19,6 +19,7 @@ from ..compare import compare
 from ..replay import replay
 from .doctor_command import doctor_cmd
 from .import_command import import_cmd
+from .launch_command import register as register_launchers
 from .mcp_command import mcp_cmd
 from .replay_command import replay_cmd
 from .report_command import report_cmd
@@ -45,6 +46,7 @@ app.command("import")(import_cmd)
 app.command("serve")(serve_cmd)
 app.command("doctor")(doctor_cmd)
 app.command("mcp")(mcp_cmd)
+register_launchers(app)  # claude, codex, gemini, aider: the agent through serve
 
 
 # What writing stdout fails with when it is a full disk (or /dev/full), a closed pipe, a broken device.

@@ -20,7 +20,10 @@ sees are made of them:
 ``input`` is the client's own items for what the session kept whole, rebuilt from them for what it
 shortened (only an output's text or a call's arguments change), and a marker is an assistant ``message``
 item. A request whose history lives on the provider (``previous_response_id``, ``conversation``) or whose
-items do not pair up is passed through as it came: a proxy cannot compact what it cannot see or order.
+items do not pair up is passed through as it came: a proxy cannot compact what it cannot see or order. So is
+a request that asks the provider to compact (a ``compaction_trigger`` item, Codex's remote compaction): the
+provider answers with the one ``compaction`` item the client expects, which later requests carry as an
+opaque item.
 """
 
 from __future__ import annotations
@@ -40,6 +43,9 @@ GROUP = "microcompact.group"  # a run of model-produced items held as one client
 MESSAGE_ROLES = ("user", "assistant", "system", "developer")
 # Items that pair a call with an output under another key than call_id, or that never pair.
 OPAQUE_TYPES = frozenset({"compaction", "item_reference", "mcp_approval_request", "mcp_approval_response"})
+# The input item asking the provider to compact the conversation into one ``compaction`` output item (Codex's
+# remote compaction): such a request goes up as it came, so the provider's answer is the one Codex expects.
+COMPACTION_TRIGGER = "compaction_trigger"
 SELF_CONTAINED_CALL = "call"  # a *_call item without call_id (web_search_call, ...): its result is inside it
 CALL_NAMES = {"local_shell_call": "local_shell", "shell_call": "shell", "apply_patch_call": "apply_patch"}
 CALL_ARGUMENTS = {"function_call": "arguments", "custom_tool_call": "input"}
@@ -230,6 +236,8 @@ class ResponsesFormat:
         if body.get("conversation") is not None:
             return "conversation"
         items = body.get("input")
+        if isinstance(items, list) and any(isinstance(i, dict) and i.get("type") == COMPACTION_TRIGGER for i in items):
+            return "provider_compaction"
         if isinstance(items, list) and pairing_problem(items) is not None:
             return "unpaired_items"
         return None
