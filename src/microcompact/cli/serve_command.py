@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from ..telemetry import default_log_path
 from .base import (
     DEFAULT_ANTHROPIC_UPSTREAM,
     DEFAULT_GEMINI_UPSTREAM,
@@ -98,6 +99,9 @@ def serve_cmd(
             "computing on a worker thread at each hand-off (Python's default: 5).",
         ),
     ] = 1.0,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", help="No line per request on stderr (startup lines and warnings stay).")
+    ] = False,
     summarizer: Annotated[
         str | None,
         typer.Option(
@@ -147,6 +151,8 @@ def serve_cmd(
         share_sessions_across_keys=share_sessions_across_keys,
         switch_interval_ms=switch_interval,
         summarizer=summarizer,
+        quiet=quiet,
+        log_path=log_file or default_log_path(),
     )
     with logging_to(log_file):
         try:

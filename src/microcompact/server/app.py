@@ -45,6 +45,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route as Path
 
 from ..bill.cache_usage import UsageReport
+from ..bill.session_bill import full_ratio, tokens_saved
 from ..router import SessionRouter
 from .anthropic_format import AnthropicFormat
 from .compaction import Compaction, Prepared
@@ -57,6 +58,7 @@ from .limits import BodyLimit, Limits, parse_json
 from .metrics import Metrics
 from .openai_format import OpenAIFormat
 from .provider import Provider, dumps, stripped
+from .request_line import request_line
 from .responses_format import ResponsesFormat
 from .routes import ANTHROPIC as ANTHROPIC_API
 from .routes import (
@@ -133,8 +135,15 @@ def mode(reason: str | None) -> str:
 
 
 class Proxy:
-    def __init__(self, router: SessionRouter, settings: ProxySettings, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self,
+        router: SessionRouter,
+        settings: ProxySettings,
+        metrics: Metrics | None = None,
+        request_lines: Callable[[str], None] | None = None,  # one line per answered request (serve's stderr)
+    ) -> None:
         self.router = router
+        self.request_lines = request_lines
         self.settings = settings
         self.metrics = metrics or Metrics()
         self.compaction = Compaction(router, self.metrics)
@@ -328,7 +337,7 @@ class Proxy:
         content = plan.first.content
         headers = self._report(prepared, len(raw), len(content))
         headers.update(self._mode_of(provider, prepared))
-        ratio = _full_ratio(len(raw), len(content))
+        ratio = full_ratio(len(raw), len(content))
         return await self._forward(request, provider, content, started, prepared, headers, plan, ratio)
 
     def _engine_step(self, request: Request, provider: Provider, raw: bytes) -> _Aside | tuple[Prepared, ThinkingPlan]:
@@ -385,7 +394,7 @@ class Proxy:
             headers["x-microcompact-session"] = prepared.session.session_id
             if prepared.occupancy_pct is not None:
                 headers["x-microcompact-occupancy"] = f"{prepared.occupancy_pct:.1f}"
-            saved = _tokens_saved(prepared.counted_tokens, sent_by_client, forwarded)
+            saved = tokens_saved(prepared.counted_tokens, sent_by_client, forwarded)
             headers["x-microcompact-tokens-saved"] = str(saved)
         if prepared.degraded:
             headers["x-microcompact-degraded"] = prepared.degraded
@@ -440,6 +449,8 @@ class Proxy:
             return Response(status_code=499)  # written to nobody
         response = answer
         self.metrics.request(provider.name, response.status_code)
+        if self.request_lines is not None:
+            self.request_lines(request_line(response.status_code, request.method, request.url.path, headers))
         tap = UsageTap(response.headers.get("content-type", ""), provider.prompt_tokens, api=provider.name)
 
         def done(tap: UsageTap, complete: bool) -> None:
@@ -566,19 +577,6 @@ def _conversation_hint(request: Request, body: dict[str, Any]) -> str:
             return f"conversation {request.headers[name][:200]}"
     cache_key = body.get("prompt_cache_key")
     return f"conversation {cache_key[:200]}" if isinstance(cache_key, str) and cache_key else ""
-
-
-def _full_ratio(sent_by_client: int, forwarded: int) -> float:
-    """The client's request over the forwarded one, in bytes (1 when nothing was forwarded)."""
-    return sent_by_client / forwarded if forwarded > 0 else 1.0
-
-
-def _tokens_saved(counted_tokens: int, sent_by_client: int, forwarded: int) -> int:
-    """Tokens the client's request would have cost more than the forwarded one: the bytes saved, at the
-    bytes-per-token rate of the forwarded view (an estimate, like any count made before the provider's)."""
-    if forwarded <= 0 or counted_tokens <= 0 or sent_by_client <= forwarded:
-        return 0
-    return round((sent_by_client - forwarded) * counted_tokens / forwarded)
 
 
 def _origin(url: str) -> str:

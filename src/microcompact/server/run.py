@@ -50,6 +50,8 @@ class ServeOptions:
     share_sessions_across_keys: bool | None = None  # None: the config file's proxy.share_sessions_across_keys
     switch_interval_ms: float = SWITCH_INTERVAL_MS  # the interpreter's thread switch interval while serving
     summarizer: str | None = None  # --summarizer: auxiliary.compression.provider over the config file's
+    quiet: bool = False  # --quiet: no line per request on stderr (the startup lines and warnings stay)
+    log_path: Path | None = None  # where the command logs (said at startup)
 
 
 def proxy_config(config_path: Path | None, context_limit: int | None, summarizer: str | None = None) -> Config:
@@ -195,10 +197,13 @@ def serve(options: ServeOptions, say: Callable[[str], None]) -> None:
             )
             + f"{proxy_keys}; "
             + f"{Windows(dict(config.models), config.model.context_length).describe()}\n"
-            + f"{settings.limits.describe()}\nroutes:\n"
+            + f"{settings.limits.describe()}\n"
+            + (f"logs in {options.log_path}\n" if options.log_path is not None else "")
+            + "routes:\n"
             + "\n".join(f"  {line}" for line in served())
         )
-        server = uvicorn.Server(uvicorn_config(Proxy(router, settings), guard))
+        proxy = Proxy(router, settings, request_lines=None if options.quiet else say)
+        server = uvicorn.Server(uvicorn_config(proxy, guard))
         stop_hiding(hider)
         hider = hide_userinfo_in_logs()  # uvicorn.Config put its own handlers on its loggers
         before = sys.getswitchinterval()

@@ -1,0 +1,45 @@
+"""One line per answered request on ``serve``'s stderr (unless ``--quiet``): what a user watching the terminal
+wants to see, from the figures the response headers carry (the same values, so the two never disagree).
+
+``200 POST /v1/messages  claude-…@a1b2c3  compacted  occupancy 18.3%  folds 2  $0.1234 (uncompacted
+$0.4567)``: the status, the request, the conversation, the mode, and where the proxy carries them the
+occupancy, the folds so far and the dollars so far against going without the proxy. Never a key, never
+content: only what the headers already tell the client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+# The headers a line is made of, in its order, with how each is shown.
+_SHOWN = (
+    ("x-microcompact-occupancy", "occupancy {}%"),
+    ("x-microcompact-folds", "folds {}"),
+    ("x-microcompact-cost", "${}"),
+    ("x-microcompact-cost-uncompacted", "(uncompacted ${})"),
+)
+MAX_PATH_CHARS = 80
+
+
+def request_line(status: int, method: str, path: str, headers: Mapping[str, str]) -> str:
+    """The line for one answered request (``headers``: the X-Microcompact-* headers it went out with)."""
+    shown_path = path if len(path) <= MAX_PATH_CHARS else path[: MAX_PATH_CHARS - 3] + "..."
+    parts = [f"{status} {method} {shown_path}", headers.get("x-microcompact-session", "-")]
+    parts.append(headers.get("x-microcompact-mode", "-"))
+    parts += [shape.format(_money(name, headers[name])) for name, shape in _SHOWN if name in headers]
+    if "x-microcompact-degraded" in headers:
+        parts.append(f"degraded: {headers['x-microcompact-degraded']}")
+    return "  ".join(parts)
+
+
+def _money(name: str, value: str) -> str:
+    """Dollars to four places (the headers carry six); other figures as they are."""
+    if not name.startswith("x-microcompact-cost"):
+        return value
+    try:
+        return f"{float(value):.4f}"
+    except ValueError:
+        return value
+
+
+__all__ = ["request_line"]
