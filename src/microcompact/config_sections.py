@@ -149,12 +149,12 @@ class PricingConfig(StrictSection):
         overrides = {
             k: getattr(self, k) for k in type(self).model_fields if k != "preset" and getattr(self, k) is not None
         }
-        if summarizer_free:
-            overrides.setdefault("summarizer_input", 0.0)
-            overrides.setdefault("summarizer_output", 0.0)
         data = {**base.model_dump(), **overrides}
-        if overrides:
+        if overrides:  # what the user set, not the free summarizer below: that is no configuration of theirs
             data["name"] = f"{base.name} (configured)"
+        if summarizer_free:  # an offline summarizer costs nothing unless its prices are set
+            data["summarizer_input"] = overrides.get("summarizer_input", 0.0)
+            data["summarizer_output"] = overrides.get("summarizer_output", 0.0)
         return CachePricing.model_validate(data)
 
 

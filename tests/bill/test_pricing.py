@@ -117,3 +117,17 @@ def test_a_bad_pricing_file_is_one_line_naming_the_key(tmp_path, section, key):
         load_config(path)
     message = str(raised.value)
     assert key in message and "\n" not in message
+
+
+def test_a_preset_nobody_configured_is_not_labelled_configured():
+    """Issue 28: gpt-4o traffic was labelled "openai (configured)" though nothing was configured: the free
+    offline summarizer's zero prices counted as the user's settings."""
+    from microcompact.config import Config
+
+    untouched = Config()
+    assert untouched.cache_pricing("openai").name == "openai"
+    assert untouched.cache_pricing("openai").summarizer_input == 0.0
+    set_by_user = Config.model_validate({"pricing": {"input": 2.0}})
+    assert set_by_user.cache_pricing("openai").name == "openai (configured)"
+    own_summarizer = Config.model_validate({"pricing": {"summarizer_input": 0.8}})
+    assert own_summarizer.cache_pricing("anthropic").summarizer_input == 0.8
