@@ -579,6 +579,26 @@ def test_sessions_commands_name_an_unknown_session(home: Path, tmp_path: Path) -
     assert res.exit_code == 2 and "Traceback" not in res.output
 
 
+def test_sessions_commands_take_an_unambiguous_prefix(home: Path, tmp_path: Path) -> None:
+    """Issue 28: session ids are long digests; any unambiguous prefix of one names it, an ambiguous one is a
+    one-line error listing the candidates."""
+    db = tmp_path / "s.db"
+    runner = CliRunner()
+    for name in ("claude-a1b2c3d4e5", "claude-a1ffff0000", "openai-77aa"):
+        args = ["replay", str(DEMO), "--context-limit", "200000", "--db", str(db), "--session", name]
+        assert runner.invoke(app, args).exit_code == 0
+    shown = runner.invoke(app, ["sessions", "show", "claude-a1b", "--db", str(db)])
+    assert shown.exit_code == 0 and "sessionclaude-a1b2c3d4e5:" in flat(shown.output)
+    found = runner.invoke(app, ["sessions", "search", "openai-7", "the", "--include-active", "--db", str(db)])
+    assert found.exit_code == 0
+    exported = runner.invoke(app, ["sessions", "export", "claude-a1f", "--db", str(db)])
+    assert exported.exit_code == 0 and exported.output.count("\n") > 10
+    ambiguous = runner.invoke(app, ["sessions", "show", "claude-a1", "--db", str(db)])
+    assert ambiguous.exit_code == 2
+    message = flat(ambiguous.output)
+    assert "starts2sessions" in message and "claude-a1b2c3d4e5" in message and "claude-a1ffff0000" in message
+
+
 # --------------------------------------------------------------------------- honest reports (issue 8, item 15)
 
 

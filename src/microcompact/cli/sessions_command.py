@@ -28,6 +28,7 @@ from .output import export_form
 
 MAX_ID_WIDTH = 80  # the widest session column `sessions list` keeps whole before it shortens ids
 MAX_SEARCH_LIMIT = 10_000
+MAX_CANDIDATES = 5  # sessions an ambiguous prefix names in its error
 
 
 sessions_app = typer.Typer(
@@ -59,10 +60,21 @@ def _sqlite_path(db: str | None) -> str:
     return sqlite_path(db) or db
 
 
-def _require_session(store: SQLiteStore | PostgresStore, session_id: str) -> None:
+def _require_session(store: SQLiteStore | PostgresStore, session_id: str) -> str:
+    """The stored session ``session_id`` names: itself, or the one session whose id starts with it (ids are
+    long digests: a prefix as ``sessions list`` shows it is enough when no other session shares it)."""
     check_name("SESSION_ID", session_id)
-    if not any(r["id"] == session_id for r in store.list_sessions()):
-        fail(f"no session {session_id!r} in {store.describe()}")
+    ids = [str(r["id"]) for r in store.list_sessions()]
+    if session_id in ids:
+        return session_id
+    matching = [i for i in ids if i.startswith(session_id)]
+    if len(matching) == 1:
+        return matching[0]
+    if matching:
+        shown = ", ".join(sorted(matching)[:MAX_CANDIDATES])
+        more = f" and {len(matching) - MAX_CANDIDATES} more" if len(matching) > MAX_CANDIDATES else ""
+        fail(f"{session_id!r} starts {len(matching)} sessions in {store.describe()} ({shown}{more}): give more of it")
+    fail(f"no session {session_id!r} in {store.describe()} (nor one whose id starts with it)")
 
 
 @sessions_app.command("list")
@@ -105,7 +117,7 @@ def sessions_show(
 ) -> None:
     """The active transcript of a session (what the model is sent), one line per message."""
     with _store(db) as store:
-        _require_session(store, session_id)
+        session_id = _require_session(store, session_id)
         messages = store.load_active(session_id)
     table = Table(title=f"session {escape(session_id)}: {len(messages)} active messages", title_justify="left")
     for col in ("pos", "row", "role", "content"):
@@ -141,7 +153,7 @@ def sessions_search(
     if not query.strip():
         fail("QUERY must not be empty: give the words to search for")
     with _store(db) as store:
-        _require_session(store, session_id)
+        session_id = _require_session(store, session_id)
         hits = store.search(session_id, query, limit=limit, include_active=active)
     if not hits:
         out.print(f"no match for {escape(query)!s} in session {escape(session_id)}")
@@ -176,7 +188,7 @@ def sessions_export(
     if expand is not None and not 0 <= expand < 2**63:
         fail(f"--expand must be a marker's row id (0 to {2**63 - 1}), got {expand}")
     with _store(db) as store:
-        _require_session(store, session_id)
+        session_id = _require_session(store, session_id)
         try:
             messages = (
                 store.expand(session_id, expand)
