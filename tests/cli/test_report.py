@@ -492,3 +492,15 @@ def test_plot_without_matplotlib_simulated(tmp_path, logs, monkeypatch):
     code, out, err = run(logs, plot=png)
     assert code == 2 and out == "" and not png.exists()
     assert "pip install matplotlib" in err
+
+
+def test_session_ids_are_cut_no_shorter_than_what_tells_them_apart() -> None:
+    """Issue 28: the cost table cut ids to 16 characters until two printed the same."""
+    from microcompact.report.cost import short_ids
+
+    ids = ["anthropic-0123456789abcdef-1111", "anthropic-0123456789abcdef-2222", "short", "openai-aaaaaaaaaaaaaaaa"]
+    shown = short_ids(ids)
+    assert len(set(shown.values())) == len(ids)
+    assert shown["short"] == "short" and shown["openai-aaaaaaaaaaaaaaaa"] == "openai-aaaaaaaaa"
+    assert shown["anthropic-0123456789abcdef-1111"] == "anthropic-0123456789abcdef-1"
+    assert all(sid.startswith(cut) for sid, cut in shown.items())

@@ -41,6 +41,22 @@ def costs_json(costs: list[SessionCost]) -> list[dict[str, Any]]:
     return [{**asdict(c), "saved": round(c.saved, 6), "tokens_saved": c.tokens_saved} for c in costs]
 
 
+SHORT_ID_CHARS = 16  # a session id is shown this long, longer where two would read the same
+
+
+def short_ids(ids: list[str], shortest: int = SHORT_ID_CHARS) -> dict[str, str]:
+    """Each id cut to the shortest prefix of at least ``shortest`` characters that no other id starts with
+    (the whole id when that is all there is): two sessions never print the same, and ``sessions show``
+    takes the prefix back."""
+    shown: dict[str, str] = {}
+    for sid in ids:
+        length = min(shortest, len(sid))
+        while length < len(sid) and any(o != sid and o.startswith(sid[:length]) for o in ids):
+            length += 1
+        shown[sid] = sid[:length]
+    return shown
+
+
 def render_costs(costs: list[SessionCost], console: Console) -> None:
     """Spent / saved per session, in dollars and tokens (nothing when no proxy cost line was read)."""
     if not costs:
@@ -49,9 +65,10 @@ def render_costs(costs: list[SessionCost], console: Console) -> None:
     for head in ("session", "prices", "requests", "folds", "prompt tok", "uncompacted tok", "cache read",
                  "cache written", "spent $", "uncompacted $", "saved $"):  # fmt: skip
         table.add_column(head, justify="left" if head in ("session", "prices") else "right")
+    shown = short_ids([c.session_id for c in costs])
     for c in costs:
         table.add_row(
-            c.session_id[:16],
+            shown[c.session_id],
             c.pricing,
             str(c.requests),
             str(c.folds),
@@ -66,4 +83,4 @@ def render_costs(costs: list[SessionCost], console: Console) -> None:
     console.print(table)
 
 
-__all__ = ["costs_json", "read_costs", "render_costs"]
+__all__ = ["costs_json", "read_costs", "render_costs", "short_ids"]
