@@ -29,7 +29,7 @@ from typing import Any
 
 from ..bill.cache_usage import CacheObservations
 from ..bill.pricing import CachePricing
-from ..config import Config
+from ..config import FALLBACK_CONTEXT_LIMIT, Config
 from ..fold_price import (
     DEFAULT_GROWTH_TOKENS,
     CacheState,
@@ -39,6 +39,7 @@ from ..fold_price import (
     decide,
     over_cap,
     requests_until_fold,
+    working_set_low_water,
 )
 from .policy import MAX_CATCH_UP_PASSES, Fold, FoldEstimate, FoldPlan, Moment, PassMode, WorkerMode
 
@@ -176,6 +177,11 @@ class PricePolicy:
         """The last decision was the cap's: a fold that must land now."""
         return self.last is not None and self.last.verdict is Verdict.FORCED
 
+    def folds_by_use(self) -> bool:
+        """A fold keeps what the agent still uses and prices what it drops as re-fetches (the rule is
+        priced here: a dropped working set is a cost this schedule weighs; the cadence schedule has none)."""
+        return True
+
     def requested(self, at: float) -> None:
         self.last_request_at = at
         self.cache.note_request(at=at)
@@ -281,7 +287,12 @@ class PricePolicy:
             growth = self.cache.growth_per_request() or self._growth() or 0.0
             tail = max(0, round(tail - ahead * growth))
             messages = max(keep, messages - ahead * MESSAGES_PER_REQUEST)
-        low_water = estimate.change_point + self._new_marker(estimate) + tail
+        limit = self.config.model.context_length or FALLBACK_CONTEXT_LIMIT
+        low_water = (
+            estimate.change_point
+            + self._new_marker(estimate)
+            + working_set_low_water(tail, estimate.kept_in_use, limit)
+        )
         return (
             Fold(PassMode.TURN, MAX_CATCH_UP_PASSES, low_water, tail, messages),
             Fold(PassMode.DRAIN, MAX_CATCH_UP_PASSES, low_water, tail, messages),
@@ -312,6 +323,8 @@ class PricePolicy:
             summarizer_input_tokens=0 if offline else estimate.absorbable + estimate.old_marker,
             summarizer_output_tokens=0 if offline else new_marker,
             fresh_tokens=self.fresh_tokens(moment),
+            refetches=estimate.refetches,
+            refetched_tokens=round(estimate.refetched * scale),
         )
 
     def fresh_tokens(self, moment: Moment) -> int:
