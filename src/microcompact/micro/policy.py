@@ -134,7 +134,7 @@ class MicroPolicy(Protocol):
     What a fold keeps:
 
     - ``folds_by_use()``: a fold keeps the iterations the agent still uses verbatim
-      (:mod:`.working_set`) and prices what it drops as re-fetches; False: by age alone.
+      (:mod:`.working_set`) and its low-water mark follows them; False: by age alone.
     """
 
     def turn_ended(self, moment: Moment, completed: bool) -> bool: ...

@@ -178,8 +178,9 @@ class PricePolicy:
         return self.last is not None and self.last.verdict is Verdict.FORCED
 
     def folds_by_use(self) -> bool:
-        """A fold keeps what the agent still uses and prices what it drops as re-fetches (the rule is
-        priced here: a dropped working set is a cost this schedule weighs; the cadence schedule has none)."""
+        """A fold keeps what the agent still uses and its low-water mark follows it: this schedule folds
+        to that mark at once, so what it keeps is what the next requests hold (the cadence schedule absorbs
+        whole exchanges by age, and keeps its behaviour)."""
         return True
 
     def requested(self, at: float) -> None:
@@ -309,7 +310,12 @@ class PricePolicy:
     def quote(self, moment: Moment, offline: bool = False) -> FoldQuote | None:
         """The fold that would run now, in the provider's tokens (None: nothing to absorb). ``offline``: a
         background fold of a summarizer that cannot keep up, whose due part is summarized offline (its
-        model passes run ahead one at a time whatever is decided): no summarizer call to price."""
+        model passes run ahead one at a time whatever is decided): no summarizer call to price.
+
+        The in-use iterations over the working set's budget (``estimate.refetches``) are not priced here:
+        a fold now or one later drops the same ones (the budget is the window's share either way), so the
+        price only put folds off, and measured on the reactive agent it cost more and re-fetched more
+        (docs/design.md, Fold by use)."""
         estimate = moment.estimate()
         if estimate.absorbable <= 0:
             return None
@@ -323,8 +329,6 @@ class PricePolicy:
             summarizer_input_tokens=0 if offline else estimate.absorbable + estimate.old_marker,
             summarizer_output_tokens=0 if offline else new_marker,
             fresh_tokens=self.fresh_tokens(moment),
-            refetches=estimate.refetches,
-            refetched_tokens=round(estimate.refetched * scale),
         )
 
     def fresh_tokens(self, moment: Moment) -> int:
