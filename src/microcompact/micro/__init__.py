@@ -18,12 +18,12 @@ Modules, one job each:
 
 from ..events import CommitHook
 from .defrag import DEFRAG_MAX_RATIO
-from .engine import MicroCompactor, MicroStats
+from .engine import MicroCompactor
 from .fold_job import FoldJob, FoldStage
 from .policy import MAX_CATCH_UP_PASSES, CadencePolicy, Fold, FoldPlan, MicroPolicy, Moment, PassMode, WorkerMode
 from .pure import micro_compact
 from .spans import span_key
-from .state import Condensed, PassResult, Planned, RollingSummary
+from .state import Condensed, MicroStats, PassResult, Planned, RollingSummary
 
 __all__ = [
     "DEFRAG_MAX_RATIO",

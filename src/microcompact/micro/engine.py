@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from ..config import Config
@@ -27,21 +26,13 @@ from .attempt import Context, PassAttempt
 from .defrag import Defrag
 from .fold_job import FoldJob, FoldStage
 from .fold_tail import fold_budget, fold_estimate
+from .in_use import InUse, kept_record
 from .passes import Merging
 from .policy import MAX_CATCH_UP_PASSES, CadencePolicy, Fold, FoldEstimate, MicroPolicy, Moment, PassMode, WorkerMode
-from .state import Condensed, PassResult, Planned, Refusal, RollingSummary, last_markers
+from .state import Condensed, MicroStats, PassResult, Planned, Refusal, RollingSummary, last_markers
+from .working_set import WorkingSet
 
 log = logging.getLogger("microcompact")
-
-
-@dataclass(frozen=True)
-class MicroStats:
-    """The running totals other modules (replay, compare, the report) read."""
-
-    passes_total: int
-    tokens_saved_total: int
-    largest_pass_tokens: int
-    summarizer_ms_total: float
 
 
 class MicroCompactor:
@@ -77,6 +68,7 @@ class MicroCompactor:
         self.merging = Merging(config, summarizer, counter, clock)
         self.defrag = defrag if defrag is not None else Defrag(config, summarizer, counter, clock, self.refusal)
         self.state = state if state is not None else RollingSummary()
+        self.in_use = InUse(config)  # the working set a fold keeps, when the policy folds by use
         self.summarizer_ms_total = 0.0
         self.largest_pass_tokens = 0
 
@@ -172,7 +164,7 @@ class MicroCompactor:
         self.sync(ledger)
         low_water = self._fold_budget(self.config.low_water_tokens(), self.config.fold_min_messages())
         window = Window.of(ledger.messages, ledger.tokens, low_water)
-        return fold_estimate(ledger.messages, ledger.tokens, window, self.state)
+        return fold_estimate(ledger.messages, ledger.tokens, window, self.state, self.working_set_keep(ledger, window))
 
     def _fold_budget(self, tail_tokens: int | None, tail_messages: int | None = None) -> WindowBudget:
         """The budget a fold's passes see (:func:`~microcompact.micro.fold_tail.fold_budget`)."""
@@ -320,6 +312,7 @@ class MicroCompactor:
         if not self._commit(event, ledger.messages):
             return self._report(attempt, Outcome.STORE_FAILED, **call)
         rejected = planned.rejected
+        kept = kept_record(span, ledger.messages, ledger.tokens) if self.policy.folds_by_use() else {}
         apply_event(ledger, event)
         st.marker_index = event.marker_index_after
         st.cursor = st.marker_index + 1
@@ -334,6 +327,7 @@ class MicroCompactor:
             partial=span.partial,
             rejected=rejected.code if rejected else None,
             **call,
+            **kept,
         )
 
     def _failed(self, attempt: PassAttempt, planned: Planned, exc: Exception) -> PassResult:
@@ -445,4 +439,11 @@ class MicroCompactor:
         """
         if window is None:
             window = Window.of(ledger.messages, ledger.tokens, WindowBudget.of(self.config))
-        return spans.select_span(ledger.messages, ledger.tokens, window, self.state, self.config, mode)
+        in_use = self.working_set_keep(ledger, window)
+        keep = in_use[1] if in_use is not None else None
+        return spans.select_span(ledger.messages, ledger.tokens, window, self.state, self.config, mode, keep=keep)
+
+    def working_set_keep(self, ledger: Ledger, window: Window) -> tuple[WorkingSet, frozenset[int]] | None:
+        """The working set and the in-use iterations a fold over ``window`` keeps (:class:`.in_use.InUse`),
+        or None when the policy folds by age alone."""
+        return self.in_use.keep(ledger.messages, ledger.tokens, window) if self.policy.folds_by_use() else None

@@ -15,8 +15,10 @@ from collections.abc import Iterable, Sequence
 from ..config import FALLBACK_CONTEXT_LIMIT, Config
 from ..messages import Message
 from ..window import Window, WindowBudget
+from .in_use_spans import kept_zone
 from .policy import Fold, FoldEstimate
 from .state import RollingSummary
+from .working_set import WorkingSet
 
 # The smallest tail a fold keeps in tokens, as a share of the tail budget's base (the threshold's tokens):
 # 100 tokens at a 200K window.
@@ -38,16 +40,35 @@ def fold_budget(
 
 
 def fold_estimate(
-    msgs: Sequence[Message], tokens: Sequence[int], window: Window, state: RollingSummary
+    msgs: Sequence[Message],
+    tokens: Sequence[int],
+    window: Window,
+    state: RollingSummary,
+    in_use: tuple[WorkingSet, frozenset[int]] | None = None,
 ) -> FoldEstimate:
     """What a fold over ``window`` (the low-water mark's) would take now, from ``state``'s cursor and
-    marker (see :class:`FoldEstimate`): O(middle)."""
+    marker (see :class:`FoldEstimate`): O(middle). ``in_use``: the working set and the iterations a fold
+    keeps (:meth:`MicroCompactor.working_set_keep`); kept ones are not absorbable, in-use ones not kept are
+    re-fetches, and a kept-zone iteration no longer kept moves the change point back to it (the fold
+    absorbs it, :func:`.in_use_spans.keep_in_use`)."""
     start = max(state.cursor or 0, window.head)
     middle = zip(msgs[start : window.tail], tokens[start : window.tail], strict=True)
     absorbable = sum(t for m, t in middle if m.get("role") != "user")
     old_marker = tokens[state.marker_index] if state.marker_index is not None else 0
     change = state.marker_index if state.marker_index is not None else start
-    return FoldEstimate(sum(tokens[:change]), absorbable, old_marker)
+    if in_use is None:
+        return FoldEstimate(sum(tokens[:change]), absorbable, old_marker)
+    ws, keep = in_use
+    zone = kept_zone(msgs, state.marker_index, window.head)
+    if zone is not None and state.marker_index is not None:
+        released = [s for s in ws.iterations if zone <= s < state.marker_index and s not in keep]
+        if released:
+            change = min(released)
+            absorbable += ws.tokens(tokens, released)
+    absorbable -= ws.tokens(tokens, [s for s in keep if start <= s < window.tail])
+    kept = ws.tokens(tokens, [s for s in keep if change <= s < window.tail])
+    gone = [s for s in ws.in_use if s not in keep and change <= s < window.tail]
+    return FoldEstimate(sum(tokens[:change]), max(0, absorbable), old_marker, kept, len(gone), ws.tokens(tokens, gone))
 
 
 def ends_open(folds: Iterable[Fold]) -> bool:

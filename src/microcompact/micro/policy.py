@@ -46,11 +46,17 @@ class FoldEstimate:
     """What folding now would do (counted tokens), for a policy that prices it: everything before the
     ``change_point`` stays (the previous marker, else the first absorbable message, is where the rewrite
     starts); ``absorbable`` is what the passes could take outside a tail of the low-water mark;
-    ``old_marker`` the rolling summary the fold replaces."""
+    ``old_marker`` the rolling summary the fold replaces. Folding by use: ``kept_in_use`` tokens of
+    in-use iterations stay verbatim after the change point (not in ``absorbable``), and ``refetches``
+    in-use iterations of ``refetched`` tokens are dropped (the working set's share of the window is full).
+    """
 
     change_point: int
     absorbable: int
     old_marker: int
+    kept_in_use: int = 0
+    refetches: int = 0
+    refetched: int = 0
 
 
 def _no_estimate() -> FoldEstimate:
@@ -124,6 +130,11 @@ class MicroPolicy(Protocol):
     - ``fold_timed(seconds, removed_tokens)``: a fold's passes took that long for what they removed.
     - ``keeps_up()``: the summarizer folds a request's growth faster than requests come.
     - ``last_forced()``: the last decision was the hard limit's (a fold that must land now).
+
+    What a fold keeps:
+
+    - ``folds_by_use()``: a fold keeps the iterations the agent still uses verbatim
+      (:mod:`.working_set`) and its low-water mark follows them; False: by age alone.
     """
 
     def turn_ended(self, moment: Moment, completed: bool) -> bool: ...
@@ -151,6 +162,8 @@ class MicroPolicy(Protocol):
     def keeps_up(self) -> bool: ...
 
     def last_forced(self) -> bool: ...
+
+    def folds_by_use(self) -> bool: ...
 
 
 class CadencePolicy:
@@ -227,6 +240,10 @@ class CadencePolicy:
         return True  # a schedule that does not measure the summarizer: it keeps up
 
     def last_forced(self) -> bool:
+        return False
+
+    def folds_by_use(self) -> bool:
+        """By age alone: the cadence schedule absorbs whole exchanges as they leave the tail."""
         return False
 
     def _cache_warm(self, now: float) -> bool:

@@ -29,7 +29,7 @@ from typing import Any
 
 from ..bill.cache_usage import CacheObservations
 from ..bill.pricing import CachePricing
-from ..config import Config
+from ..config import FALLBACK_CONTEXT_LIMIT, Config
 from ..fold_price import (
     DEFAULT_GROWTH_TOKENS,
     CacheState,
@@ -39,6 +39,7 @@ from ..fold_price import (
     decide,
     over_cap,
     requests_until_fold,
+    working_set_low_water,
 )
 from .policy import MAX_CATCH_UP_PASSES, Fold, FoldEstimate, FoldPlan, Moment, PassMode, WorkerMode
 
@@ -176,6 +177,12 @@ class PricePolicy:
         """The last decision was the cap's: a fold that must land now."""
         return self.last is not None and self.last.verdict is Verdict.FORCED
 
+    def folds_by_use(self) -> bool:
+        """A fold keeps what the agent still uses and its low-water mark follows it: this schedule folds
+        to that mark at once, so what it keeps is what the next requests hold (the cadence schedule absorbs
+        whole exchanges by age, and keeps its behaviour)."""
+        return True
+
     def requested(self, at: float) -> None:
         self.last_request_at = at
         self.cache.note_request(at=at)
@@ -281,7 +288,12 @@ class PricePolicy:
             growth = self.cache.growth_per_request() or self._growth() or 0.0
             tail = max(0, round(tail - ahead * growth))
             messages = max(keep, messages - ahead * MESSAGES_PER_REQUEST)
-        low_water = estimate.change_point + self._new_marker(estimate) + tail
+        limit = self.config.model.context_length or FALLBACK_CONTEXT_LIMIT
+        low_water = (
+            estimate.change_point
+            + self._new_marker(estimate)
+            + working_set_low_water(tail, estimate.kept_in_use, limit)
+        )
         return (
             Fold(PassMode.TURN, MAX_CATCH_UP_PASSES, low_water, tail, messages),
             Fold(PassMode.DRAIN, MAX_CATCH_UP_PASSES, low_water, tail, messages),
@@ -298,7 +310,12 @@ class PricePolicy:
     def quote(self, moment: Moment, offline: bool = False) -> FoldQuote | None:
         """The fold that would run now, in the provider's tokens (None: nothing to absorb). ``offline``: a
         background fold of a summarizer that cannot keep up, whose due part is summarized offline (its
-        model passes run ahead one at a time whatever is decided): no summarizer call to price."""
+        model passes run ahead one at a time whatever is decided): no summarizer call to price.
+
+        The in-use iterations over the working set's budget (``estimate.refetches``) are not priced here:
+        a fold now or one later drops the same ones (the budget is the window's share either way), so the
+        price only put folds off, and measured on the reactive agent it cost more and re-fetched more
+        (docs/design.md, Fold by use)."""
         estimate = moment.estimate()
         if estimate.absorbable <= 0:
             return None

@@ -19,6 +19,16 @@ from ..summarizers import Rejection
 log = logging.getLogger("microcompact")
 
 
+@dataclass(frozen=True)
+class MicroStats:
+    """The running totals other modules (replay, compare, the report) read."""
+
+    passes_total: int
+    tokens_saved_total: int
+    largest_pass_tokens: int
+    summarizer_ms_total: float
+
+
 @dataclass
 class RollingSummary:
     """Everything micro-compaction remembers between passes; recoverable from the last marker."""

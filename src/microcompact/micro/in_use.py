@@ -1,0 +1,56 @@
+"""Folding by use, as the engine asks it: which in-use iterations a fold keeps, and what a pass kept.
+
+The rule is :mod:`.working_set`'s; this module binds it to one engine: one :class:`FactsCache` per engine
+(each message read once), behind a lock, since a background pass plans on the worker thread
+(:meth:`~microcompact.micro.engine.MicroCompactor.plan_ahead`) while the caller's thread estimates the
+next fold. A shadow engine (:mod:`.ahead`) is an engine of its own, with its own cache.
+
+The budget is the window's share for the working set less the fixed low-water mark
+(:func:`~microcompact.fold_price.keep_budget`): what a fold keeps verbatim is never more than
+:data:`~microcompact.fold_price.WORKING_SET_SHARE` of the window.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from ..config import FALLBACK_CONTEXT_LIMIT, Config
+from ..events import Span
+from ..fold_price import keep_budget
+from ..messages import Message
+from ..window import Window
+from .working_set import FactsCache, WorkingSet, working_set
+
+
+class InUse:
+    """The working set of an engine's transcript and the iterations a fold keeps within its budget."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.facts = FactsCache()
+        self._lock = threading.Lock()
+
+    def budget(self) -> int:
+        """Tokens of in-use iterations a fold may keep."""
+        limit = self.config.model.context_length or FALLBACK_CONTEXT_LIMIT
+        return keep_budget(self.config.low_water_tokens(), limit)
+
+    def keep(self, msgs: Sequence[Message], tokens: Sequence[int], window: Window) -> tuple[WorkingSet, frozenset[int]]:
+        """The working set now and the in-use iterations before ``window``'s tail a fold keeps (the most
+        recently used first, within :meth:`budget`)."""
+        with self._lock:
+            ws = working_set(msgs, facts=self.facts)
+        return ws, ws.keep_within(tokens, self.budget(), before=window.tail)
+
+
+def kept_record(span: Span, msgs: Sequence[Message], tokens: Sequence[int]) -> dict[str, Any]:
+    """The pass record's fields for what ``span`` kept because it was in use (the iterations left in place
+    inside it; user messages it keeps are not counted): ``kept_in_use_iterations``, ``kept_in_use_tokens``."""
+    kept = [i for i in span.kept if msgs[i].get("role") in ("assistant", "tool")]
+    calls = sum(1 for i in kept if msgs[i].get("role") == "assistant")
+    return {"kept_in_use_iterations": calls, "kept_in_use_tokens": sum(tokens[i] for i in kept)}
+
+
+__all__ = ["InUse", "kept_record"]

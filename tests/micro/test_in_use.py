@@ -1,0 +1,73 @@
+"""Folding by use, wired into the engine: the price schedule keeps what the agent still uses, records it,
+and its estimate prices what a fold drops; the cadence schedule folds by age alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from microcompact.bill.cache_usage import CacheObservations
+from microcompact.config import parse_config
+from microcompact.events import MICRO_ABSORBS
+from microcompact.micro import CadencePolicy, MicroCompactor, PassMode
+from microcompact.micro.price import PricePolicy
+from microcompact.tokens import EstimateCounter, Ledger, TokenCounter
+from microcompact.window import Window, WindowBudget
+from support.agent_steps import filler, read, reply, user
+from support.price_loop import Notes
+from support.strategies import isolated_config_data
+
+Message = dict[str, Any]
+SOURCE = "def pane_exists(name):\n    return name in ActiveSessionRegistry.panes\n" * 20
+
+
+def _engine(by_price: bool) -> tuple[MicroCompactor, Ledger]:
+    data = isolated_config_data(300, protect_first_n=1, min_tail_messages=1)
+    data["model"] = {**data.get("model", {}), "context_length": 200_000}
+    config = parse_config(data)
+    counter = TokenCounter(EstimateCounter())
+    policy = None
+    if by_price:
+        policy = PricePolicy(config, config.pricing.resolve("anthropic", summarizer_free=True), CacheObservations())
+    engine = MicroCompactor(config, Notes(), counter, policy=policy)
+    msgs = [user("fix the pane check"), *read("src/app/panes.py", SOURCE)]
+    msgs += [*filler(40), reply("pane_exists still needs the fix")]
+    return engine, Ledger(counter, msgs)
+
+
+def test_the_price_schedule_keeps_a_read_in_use_and_records_it() -> None:
+    engine, ledger = _engine(by_price=True)
+    the_read = ledger.messages[1:3]
+    read_tokens = sum(ledger.tokens[1:3])
+    results = engine.run_pass(ledger, PassMode.DRAIN)
+    absorbed = [r for r in results if r.outcome in MICRO_ABSORBS]
+    assert absorbed, results
+    assert all(any(m == k for k in ledger.messages) for m in the_read), "the read in use stays verbatim"
+    record = absorbed[0].record
+    assert record["kept_in_use_iterations"] == 1
+    assert record["kept_in_use_tokens"] == read_tokens
+
+
+def test_the_cadence_schedule_folds_the_same_read_and_records_nothing_kept() -> None:
+    engine, ledger = _engine(by_price=False)
+    assert isinstance(engine.policy, CadencePolicy) and not engine.policy.folds_by_use()
+    the_read = ledger.messages[1:3]
+    results = engine.run_pass(ledger, PassMode.DRAIN)
+    absorbed = [r for r in results if r.outcome in MICRO_ABSORBS]
+    assert absorbed, results
+    assert not all(any(m == k for k in ledger.messages) for m in the_read)
+    assert "kept_in_use_tokens" not in absorbed[0].record
+
+
+def test_the_estimate_counts_the_kept_read_and_prices_a_dropped_one() -> None:
+    engine, ledger = _engine(by_price=True)
+    window = Window.of(ledger.messages, ledger.tokens, WindowBudget.of(engine.config))
+    in_use = engine.working_set_keep(ledger, window)
+    assert in_use is not None and in_use[1] == frozenset({1})
+    estimate = engine.moment(ledger).estimate()
+    read_tokens = sum(ledger.tokens[1:3])
+    assert estimate.kept_in_use == read_tokens
+    assert (estimate.refetches, estimate.refetched) == (0, 0)
+    engine.in_use.budget = lambda: 0  # type: ignore[method-assign]  # no room for the working set
+    dropped = engine.moment(ledger).estimate()
+    assert (dropped.kept_in_use, dropped.refetches, dropped.refetched) == (0, 1, read_tokens)
+    assert dropped.absorbable == estimate.absorbable + read_tokens
