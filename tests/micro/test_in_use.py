@@ -20,8 +20,9 @@ Message = dict[str, Any]
 SOURCE = "def pane_exists(name):\n    return name in ActiveSessionRegistry.panes\n" * 20
 
 
-def _engine(by_price: bool) -> tuple[MicroCompactor, Ledger]:
+def _engine(by_price: bool, by_use: bool = True) -> tuple[MicroCompactor, Ledger]:
     data = isolated_config_data(300, protect_first_n=1, min_tail_messages=1)
+    data["compression"] = {**data.get("compression", {}), "micro_compact_fold_by_use": by_use}
     data["model"] = {**data.get("model", {}), "context_length": 200_000}
     config = parse_config(data)
     counter = TokenCounter(EstimateCounter())
@@ -45,6 +46,17 @@ def test_the_price_schedule_keeps_a_read_in_use_and_records_it() -> None:
     record = absorbed[0].record
     assert record["kept_in_use_iterations"] == 1
     assert record["kept_in_use_tokens"] == read_tokens
+
+
+def test_the_price_schedule_folds_by_age_unless_fold_by_use_is_on() -> None:
+    engine, ledger = _engine(by_price=True, by_use=False)
+    assert isinstance(engine.policy, PricePolicy) and not engine.policy.folds_by_use()
+    the_read = ledger.messages[1:3]
+    results = engine.run_pass(ledger, PassMode.DRAIN)
+    absorbed = [r for r in results if r.outcome in MICRO_ABSORBS]
+    assert absorbed, results
+    assert not all(any(m == k for k in ledger.messages) for m in the_read)
+    assert "kept_in_use_tokens" not in absorbed[0].record
 
 
 def test_the_cadence_schedule_folds_the_same_read_and_records_nothing_kept() -> None:

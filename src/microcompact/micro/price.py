@@ -180,8 +180,8 @@ class PricePolicy:
     def folds_by_use(self) -> bool:
         """A fold keeps what the agent still uses and its low-water mark follows it: this schedule folds
         to that mark at once, so what it keeps is what the next requests hold (the cadence schedule absorbs
-        whole exchanges by age, and keeps its behaviour)."""
-        return True
+        whole exchanges by age, and keeps its behaviour). Asked for by ``micro_compact_fold_by_use``."""
+        return self.config.compression.micro_compact_fold_by_use
 
     def requested(self, at: float) -> None:
         self.last_request_at = at
