@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from microcompact.cache_usage import UsageReport
+from microcompact.bill.cache_usage import UsageReport
+from microcompact.bill.replay_cost import CacheModel
 from microcompact.config import Config
-from microcompact.cost import CacheModel
 from microcompact.identifiers import message_identifiers
 from microcompact.messages import Message, content_text, is_marker
 from microcompact.micro.price import PricePolicy

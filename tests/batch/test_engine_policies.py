@@ -11,6 +11,7 @@ from typing import Any
 
 from microcompact import carry
 from microcompact.batch import BatchCompactor, BatchPolicy, Fold, Moment, ThresholdPolicy
+from microcompact.config import Config
 from microcompact.micro import CadencePolicy, MicroCompactor, MicroPolicy
 from microcompact.micro import Fold as MicroFold
 from microcompact.micro import Moment as MicroMoment
@@ -97,11 +98,13 @@ def test_batch_memory_round_trips_through_restore_and_refuses_malformed_values()
         raise AssertionError("a malformed pause was taken")
 
 
-class Quiet:
+class Quiet(CadencePolicy):
     """A micro policy that runs no pass after turns and, before requests, up to 5 request passes that stop
-    at ``low_water``."""
+    at ``low_water``; the rest of the protocol (folds planned ahead, by use, ...) as the cadence has it, as
+    the protocol's docs say a custom policy should."""
 
-    def __init__(self, low_water: int | None = None) -> None:
+    def __init__(self, config: Config, low_water: int | None = None) -> None:
+        super().__init__(config)
         self.low_water = low_water
         self.turns: list[int] = []
         self.requests: list[float] = []
@@ -129,7 +132,7 @@ class Quiet:
 def test_a_micro_policy_replaces_the_cadence() -> None:
     cfg = config(micro_compact=True, micro_compact_max_exchange_tokens=1000, protect_first_n=3)
     c = counter()
-    policy = Quiet()
+    policy = Quiet(cfg)
     m = MicroCompactor(cfg, Scribe(), c, policy=policy, wall_clock=lambda: 7.0)
     ledger = Ledger(c, build(30, size=400))
     for _ in range(3):
@@ -149,7 +152,7 @@ def test_a_micro_fold_stops_at_its_low_water_mark() -> None:
     done = {}
     for low_water in (None, 10**9):
         c = counter()
-        m = MicroCompactor(cfg, Scribe(), c, policy=Quiet(low_water))
+        m = MicroCompactor(cfg, Scribe(), c, policy=Quiet(cfg, low_water))
         long_turn = build(1, iterations=40, size=300)
         ledger = Ledger(c, long_turn)
         done[low_water] = [r.outcome for r in m.before_request(ledger)]

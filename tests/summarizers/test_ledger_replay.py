@@ -97,5 +97,7 @@ def test_the_marker_keeps_what_the_agent_used_of_what_tools_showed(replayed: tup
     body = marker_body(marker)
     assert f"### {TAUGHT}" in body
     taught = parse_facts(body).taught
-    assert {lesson.kind for lesson in taught} >= {ToolKind.READ, ToolKind.COMMAND}
+    # Reads' lessons rank below what commands failed with when the ledger is full (facts_text.TAUGHT_FLOOR:
+    # bench/fidelity.py's failing commands stay named); this session's ledger is full.
+    assert ToolKind.COMMAND in {lesson.kind for lesson in taught}
     assert sum(len(lesson.items.get(ItemKind.USED, [])) for lesson in taught) >= 10

@@ -28,6 +28,7 @@ from .facts_model import (
     TestRun,
     common_root,
     folder_of,
+    one_line,
     relative,
 )
 from .facts_taught import TAUGHT, compress_lessons, parse_lesson, render_lessons
@@ -52,7 +53,9 @@ _FAILURE = re.compile(
 _TEST = re.compile(r"^`(?P<command>[^`]*)` → (?P<passed>\d+) passed, (?P<failed>\d+) failed$")
 # Verbs of the file bullets written before the ledger, strongest first, and the state each stands for.
 _LEGACY_VERBS = {"deleted": "deleted", "written": "created", "edited": "edited", "read": "read", "searched": "searched"}
-_OPEN_FAILURES = 10  # open failures kept once over budget (the newest)
+_OPEN_FAILURES = 10  # failures a ledger lists at the most (the newest), and open ones once over budget
+SHORT_COMMAND_CHARS, SHORT_REASON_CHARS = 48, 64  # a failure's line once the commands must give way
+TAUGHT_FLOOR = 0.2  # of the ledger's budget that what tools showed keeps even from failures and tests
 TAUGHT_SHARE = 0.4  # of the ledger's budget that what tools showed may take from the files and commands
 
 
@@ -117,30 +120,54 @@ def strip_facts(text: str) -> str:
 
 def compress_facts(facts: Facts, budget_tokens: int, count_text: Callable[[str], int]) -> Facts:
     """``facts`` within ``budget_tokens``: what tools showed takes what the files and commands leave, and
-    at least ``TAUGHT_SHARE`` of it (the files and commands then shortened step by step into the rest, see
-    the module doc); it is ranked into its room by value (:func:`compress_lessons`)."""
+    up to ``TAUGHT_SHARE`` of it more, made by shortening what files were only read (gists, then folders);
+    what commands failed with and the test runs are never shortened to make room for it (they are dropped,
+    oldest resolved first, only when the files and commands alone are over the budget). What tools showed is
+    ranked into its room by value (:func:`compress_lessons`)."""
+    facts = replace(facts, failures=facts.failures[-_OPEN_FAILURES:])  # the newest, whatever the budget
     if not facts.taught:
-        return _compress_core(facts, budget_tokens, count_text)
+        return _compress_core(facts, budget_tokens, count_text, _SHORTER_READS + _FEWER_COMMANDS)
     core = replace(facts, taught=[])
+    lessons = count_text(render_lessons(facts.taught))
     room = max(budget_tokens - count_text(render_facts(core)) - 2, int(TAUGHT_SHARE * budget_tokens))
-    wanted = min(count_text(render_lessons(facts.taught)), room)
-    core = _compress_core(core, budget_tokens - wanted, count_text)
+    core = _compress_core(core, budget_tokens - min(lessons, room), count_text, _SHORTER_READS)
+    floor = min(lessons, int(TAUGHT_FLOOR * budget_tokens))  # what the commands give way to, at the most
+    core = _compress_core(core, budget_tokens - floor, count_text, _FEWER_COMMANDS)
     room = budget_tokens - (count_text(render_facts(core)) + 2 if core else 0)
     return replace(core, taught=compress_lessons(facts.taught, max(room, 0), count_text))
 
 
-def _compress_core(facts: Facts, budget_tokens: int, count_text: Callable[[str], int]) -> Facts:
-    """The files and commands shortened step by step until their rendering fits ``budget_tokens``."""
-    steps: list[Callable[[Facts], Facts]] = [
-        lambda f: replace(f, failures=[x for x in f.failures if not x.resolved][-_OPEN_FAILURES:], tests=f.tests[-3:]),
-        lambda f: replace(f, files={p: _without_gist(x) if x.state in LOOKED else x for p, x in f.files.items()}),
-        lambda f: _fold_looked(f, min_files=2),
-        lambda f: _fold_looked(f, min_files=1),
-        lambda f: replace(f, files={p: _without_gist(x) for p, x in f.files.items()}),
-        lambda f: replace(f, folders={p: replace(x, names=()) for p, x in f.folders.items()}),
-        lambda f: replace(f, failures=f.failures[-3:], tests=f.tests[-1:]),
-        lambda f: replace(f, folders=_top_folders(f.folders)),
-    ]
+Step = Callable[[Facts], Facts]
+# Shortening what files were only read: the agent can read them again at no risk.
+_SHORTER_READS: tuple[Step, ...] = (
+    lambda f: replace(f, files={p: _without_gist(x) if x.state in LOOKED else x for p, x in f.files.items()}),
+    lambda f: _fold_looked(f, min_files=2),
+    lambda f: _fold_looked(f, min_files=1),
+)
+# Then, only when the files and commands alone are over the budget: fewer failures, tests and names.
+_FEWER_COMMANDS: tuple[Step, ...] = (
+    lambda f: replace(f, failures=[_shorter(x) for x in f.failures]),
+    lambda f: replace(f, failures=[x for x in f.failures if not x.resolved][-_OPEN_FAILURES:], tests=f.tests[-3:]),
+    lambda f: replace(f, files={p: _without_gist(x) for p, x in f.files.items()}),
+    lambda f: replace(f, folders={p: replace(x, names=()) for p, x in f.folders.items()}),
+    lambda f: replace(f, failures=f.failures[-3:], tests=f.tests[-1:]),
+    lambda f: replace(f, folders=_top_folders(f.folders)),
+)
+
+
+def _shorter(failure: Failure) -> Failure:
+    """A failure named by the start of its command and of its reason: enough to recognise the dead end."""
+    return replace(
+        failure,
+        command=one_line(failure.command, SHORT_COMMAND_CHARS),
+        reason=one_line(failure.reason, SHORT_REASON_CHARS),
+    )
+
+
+def _compress_core(
+    facts: Facts, budget_tokens: int, count_text: Callable[[str], int], steps: tuple[Step, ...]
+) -> Facts:
+    """The files and commands shortened by ``steps``, one at a time, until their rendering fits ``budget_tokens``."""
     for step in steps:
         if count_text(render_facts(facts)) <= budget_tokens:
             break
