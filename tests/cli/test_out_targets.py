@@ -179,7 +179,8 @@ def test_compare_plot_refuses_a_fifo_before_the_replays(home: Path, tmp_path: Pa
 
 def test_a_replay_writes_the_same_out_whatever_the_hash_seed(tmp_path: Path, reference: str) -> None:
     """A marker is a function of the transcript: nothing in it may follow a set's order, which changes with
-    the process's hash seed (the ledger's "used" names once did)."""
+    the process's hash seed (the ledger's "used" and frequent names once did; the racing-writer and
+    alternating-process tests of tests/session catch it on real sessions too)."""
     out = tmp_path / "seeded.jsonl"
     done = subprocess.run(
         [*CLI, *REPLAY, "--out", str(out)],

@@ -160,7 +160,7 @@ def frequent_identifiers(text: str) -> list[str]:
     lines: Counter[str] = Counter()
     order: dict[str, int] = {}
     for line in text.splitlines():
-        for ident in identifiers(line):
+        for ident in sorted(identifiers(line), key=lambda x: (line.find(x), x)):  # as written, not set order
             lines[ident] += 1
             order.setdefault(ident, len(order))
     return sorted(lines, key=lambda x: (-lines[x], order[x]))[: _CAPS[ItemKind.NAME] * 4]
