@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from microcompact.bill.cache_usage import CacheObservations
 from microcompact.config import parse_config
 from microcompact.events import MICRO_ABSORBS
@@ -48,20 +50,13 @@ def test_the_price_schedule_keeps_a_read_in_use_and_records_it() -> None:
     assert record["kept_in_use_tokens"] == read_tokens
 
 
-def test_the_price_schedule_folds_by_age_unless_fold_by_use_is_on() -> None:
-    engine, ledger = _engine(by_price=True, by_use=False)
-    assert isinstance(engine.policy, PricePolicy) and not engine.policy.folds_by_use()
-    the_read = ledger.messages[1:3]
-    results = engine.run_pass(ledger, PassMode.DRAIN)
-    absorbed = [r for r in results if r.outcome in MICRO_ABSORBS]
-    assert absorbed, results
-    assert not all(any(m == k for k in ledger.messages) for m in the_read)
-    assert "kept_in_use_tokens" not in absorbed[0].record
-
-
-def test_the_cadence_schedule_folds_the_same_read_and_records_nothing_kept() -> None:
-    engine, ledger = _engine(by_price=False)
-    assert isinstance(engine.policy, CadencePolicy) and not engine.policy.folds_by_use()
+@pytest.mark.parametrize(("by_price", "by_use"), [(True, False), (False, True)], ids=["price-off", "cadence"])
+def test_without_fold_by_use_the_same_read_is_folded_and_nothing_kept_is_recorded(by_price: bool, by_use: bool) -> None:
+    """The price schedule with ``micro_compact_fold_by_use`` off, and the cadence schedule whatever it says,
+    fold by age alone."""
+    engine, ledger = _engine(by_price=by_price, by_use=by_use)
+    assert isinstance(engine.policy, PricePolicy if by_price else CadencePolicy)
+    assert not engine.policy.folds_by_use()
     the_read = ledger.messages[1:3]
     results = engine.run_pass(ledger, PassMode.DRAIN)
     absorbed = [r for r in results if r.outcome in MICRO_ABSORBS]
