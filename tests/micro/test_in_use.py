@@ -68,7 +68,7 @@ def test_without_fold_by_use_the_same_read_is_folded_and_nothing_kept_is_recorde
 def test_the_estimate_counts_the_kept_read_and_prices_a_dropped_one() -> None:
     engine, ledger = _engine(by_price=True)
     window = Window.of(ledger.messages, ledger.tokens, WindowBudget.of(engine.config))
-    in_use = engine.working_set_keep(ledger, window)
+    in_use = engine.in_use.keep(ledger.messages, ledger.tokens, window)
     assert in_use is not None and in_use[1] == frozenset({1})
     estimate = engine.moment(ledger).estimate()
     read_tokens = sum(ledger.tokens[1:3])

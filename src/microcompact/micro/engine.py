@@ -164,7 +164,7 @@ class MicroCompactor:
         self.sync(ledger)
         low_water = self._fold_budget(self.config.low_water_tokens(), self.config.fold_min_messages())
         window = Window.of(ledger.messages, ledger.tokens, low_water)
-        return fold_estimate(ledger.messages, ledger.tokens, window, self.state, self.working_set_keep(ledger, window))
+        return fold_estimate(ledger.messages, ledger.tokens, window, self.state, self._working_set_keep(ledger, window))
 
     def _fold_budget(self, tail_tokens: int | None, tail_messages: int | None = None) -> WindowBudget:
         """The budget a fold's passes see (:func:`~microcompact.micro.fold_tail.fold_budget`)."""
@@ -439,11 +439,11 @@ class MicroCompactor:
         """
         if window is None:
             window = Window.of(ledger.messages, ledger.tokens, WindowBudget.of(self.config))
-        in_use = self.working_set_keep(ledger, window)
+        in_use = self._working_set_keep(ledger, window)
         keep = in_use[1] if in_use is not None else None
         return spans.select_span(ledger.messages, ledger.tokens, window, self.state, self.config, mode, keep=keep)
 
-    def working_set_keep(self, ledger: Ledger, window: Window) -> tuple[WorkingSet, frozenset[int]] | None:
+    def _working_set_keep(self, ledger: Ledger, window: Window) -> tuple[WorkingSet, frozenset[int]] | None:
         """The working set and the in-use iterations a fold over ``window`` keeps (:class:`.in_use.InUse`),
         or None when the policy folds by age alone."""
         return self.in_use.keep(ledger.messages, ledger.tokens, window) if self.policy.folds_by_use() else None

@@ -48,7 +48,7 @@ def fold_estimate(
 ) -> FoldEstimate:
     """What a fold over ``window`` (the low-water mark's) would take now, from ``state``'s cursor and
     marker (see :class:`FoldEstimate`): O(middle). ``in_use``: the working set and the iterations a fold
-    keeps (:meth:`MicroCompactor.working_set_keep`); kept ones are not absorbable, in-use ones not kept are
+    keeps (``MicroCompactor._working_set_keep``); kept ones are not absorbable, in-use ones not kept are
     re-fetches, and a kept-zone iteration no longer kept moves the change point back to it (the fold
     absorbs it, :func:`.in_use_spans.keep_in_use`)."""
     start = max(state.cursor or 0, window.head)
