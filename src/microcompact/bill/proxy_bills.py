@@ -57,6 +57,22 @@ class ProxyBills(Mapping[str, SessionBill]):
             uncompacted,
         )
 
+    def charge_as_sent(self, session_id: str, pricing: CachePricing, usage: UsageReport) -> CostLine:
+        """Bill a request forwarded as the client sent it (``serve --audit``): spent and uncompacted alike;
+        its cost line (the summarizer calls since on its spent side)."""
+        spent, uncompacted = self._bill(session_id).add_as_sent(pricing, usage)
+        return CostLine(
+            session_id,
+            pricing.name,
+            usage.prompt_tokens,
+            usage.prompt_tokens,
+            usage.cache_read_tokens,
+            usage.cache_write_tokens,
+            False,
+            spent,
+            uncompacted,
+        )
+
     def charge_summarizer(self, session_id: str, pricing: CachePricing, input_tokens: int, output_tokens: int) -> None:
         """Bill summarizer calls (nothing to bill: no bill made)."""
         if input_tokens or output_tokens:

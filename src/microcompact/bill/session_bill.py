@@ -74,6 +74,19 @@ class SessionBill:
             self._summarizer_unbilled = 0.0
         return spent, uncompacted
 
+    def add_as_sent(self, pricing: CachePricing, report: UsageReport) -> tuple[float, float]:
+        """Bill a request that went up as the client sent it (``serve --audit``): what the provider reported
+        is both what was spent and what going without the proxy costs; returns the request's (spent,
+        uncompacted) dollars, its spent with the summarizer calls made since the last."""
+        cost = reported_prompt_cost(pricing, report)
+        with self._lock:
+            self._previous_full = report.prompt_tokens  # the client's prompt is what the cache holds
+            self.spent += cost
+            self.uncompacted += cost
+            spent = cost + self._summarizer_unbilled
+            self._summarizer_unbilled = 0.0
+        return spent, cost
+
     def add_summarizer(self, pricing: CachePricing, input_tokens: int, output_tokens: int) -> float:
         """Bill summarizer calls (counted in ``spent`` now, and in the next request's figure); their dollars."""
         return self._summarizer_dollars(pricing.summarizer_cost(max(0, input_tokens), max(0, output_tokens)))
