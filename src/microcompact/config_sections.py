@@ -202,3 +202,8 @@ class ProxyConfig(StrictSection):
     share_sessions_across_keys: StrictBool = Field(
         False, description="identical histories are one conversation whatever credential sends them (a shared key)"
     )
+    audit: StrictBool = Field(
+        False,
+        description="forward every request as the client sent it and measure what rewriting would have done "
+        "(serve --audit); one conversation is switched to rewriting with `microcompact sessions rewrite ID`",
+    )

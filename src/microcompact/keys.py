@@ -61,3 +61,4 @@ RECALL_META = "recall_conversation"  # the capability the recall tools (``microc
 SECRETS_META = "secret_memory"  # keyed digests and shapes of the values redacted so far (``secret_memory``)
 ROUTER_KEY_META = "key"  # a router branch: its conversation key
 BRANCHES_META = "branches"  # a router key's first branch: how many branches the key has
+REWRITE_META = "rewrite"  # ``serve --audit``: true when this conversation's compacted view goes up all the same

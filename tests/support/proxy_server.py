@@ -33,6 +33,7 @@ class ProxyServer:
         port: int = 0,
         share_sessions_across_keys: bool = False,
         salt_file: Path | None = None,
+        audit: bool = False,
     ) -> None:
         self.config = config or proxy_config(None, context_limit)
         self.store = open_store(db)
@@ -43,6 +44,7 @@ class ProxyServer:
             api_key=api_key,
             share_sessions_across_keys=share_sessions_across_keys,
             salt_file=salt_file or _salt_beside(db),
+            audit=audit,
         )
         self.proxy = Proxy(self.router, settings)
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

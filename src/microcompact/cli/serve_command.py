@@ -102,6 +102,16 @@ def serve_cmd(
     quiet: Annotated[
         bool, typer.Option("--quiet", help="No line per request on stderr (startup lines and warnings stay).")
     ] = False,
+    audit: Annotated[
+        bool | None,
+        typer.Option(
+            "--audit/--rewrite",
+            help="--audit: forward every request byte for byte as the client sent it, and say (headers, /metrics, "
+            "/ui) what rewriting would have sent, folded and cost; `microcompact sessions rewrite ID` turns "
+            "rewriting on for one conversation. Default: the config file's proxy.audit (off).",
+            show_default=False,
+        ),
+    ] = None,
     summarizer: Annotated[
         str | None,
         typer.Option(
@@ -153,6 +163,7 @@ def serve_cmd(
         summarizer=summarizer,
         quiet=quiet,
         log_path=log_file or default_log_path(),
+        audit=audit,
     )
     with logging_to(log_file):
         try:

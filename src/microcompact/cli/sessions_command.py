@@ -1,4 +1,5 @@
-"""``microcompact sessions``: what the store holds, read-only: list, show, search absorbed originals, export."""
+"""``microcompact sessions``: what the store holds, read-only (list, show, search absorbed originals, export),
+and ``rewrite``, the one write: ``serve --audit``'s switch that turns rewriting on for one conversation."""
 
 from __future__ import annotations
 
@@ -199,3 +200,25 @@ def sessions_export(
             fail(str(exc))
     for m in messages:
         sys.stdout.write(json.dumps(export_form(m), ensure_ascii=False) + "\n")
+
+
+@sessions_app.command("rewrite")
+def sessions_rewrite(
+    session_id: str,
+    db: DbOption = None,
+    off: Annotated[bool, typer.Option("--off", help="Back to audit: forwarded as the client sent it.")] = False,
+) -> None:
+    """Under `serve --audit`, forward this conversation's compacted view (rewriting on) from its next request,
+    in every serve on this store; --off: back to audit. Without --audit, serve rewrites every conversation."""
+    from ..server.ui.switch import switch_rewrite  # the proxy's switch (imported on use, as serve is)
+
+    with _store(db) as store:
+        session_id = _require_session(store, session_id)
+        try:
+            switch_rewrite(store, session_id, not off)
+        except KeyError:
+            fail(f"no session {session_id!r} in {store.describe()}")
+        except StoreError as exc:
+            fail(str(exc))
+    state = "audit (forwarded as the client sends it)" if off else "rewriting (its compacted view goes upstream)"
+    out.print(f"session {escape(session_id)}: {state} from its next request under serve --audit")

@@ -15,8 +15,8 @@ Routes (:mod:`.routes` holds the table; each path is matched to exactly one API,
   passed through to that provider's upstream, with only that provider's credential headers;
 - any other path: 404, forwarded nowhere; a request that came back to this proxy (:mod:`.hops`): 508.
 
-Every answer carries ``X-Microcompact-Mode``: ``compacted`` (the conversation is held and its compacted
-view forwarded) or ``passthrough; reason=...`` (forwarded as it came, or refused, and why).
+Every answer carries ``X-Microcompact-Mode``: ``compacted`` (its compacted view forwarded), ``passthrough;
+reason=...`` (forwarded as it came, or refused, and why) or ``audit`` (``serve --audit``: :mod:`.audit`).
 
 The event loop only forwards and copies bytes; parsing a compacted route's body and the engine work run on
 a worker thread, in one hand-off per request.
@@ -85,6 +85,7 @@ from .view import unchanged
 log = logging.getLogger("microcompact")
 
 Endpoint = Callable[[Request], Awaitable[Response]]
+Plan = ThinkingPlan | None  # None: audited, the client's bytes go up (server/audit.py)
 OPENAI = OpenAIFormat()
 ANTHROPIC = AnthropicFormat()
 RESPONSES_API = ResponsesFormat()
@@ -107,6 +108,7 @@ class ProxySettings:
     # salt file (None: $MICROCOMPACT_HOME/session-salt).
     share_sessions_across_keys: bool = False
     salt_file: FilePath | None = None
+    audit: bool = False  # serve --audit: every request goes up as it came, the view it would have been measured
 
 
 def upstream_url(settings: ProxySettings, route: Route, query: str) -> str:
@@ -146,7 +148,7 @@ class Proxy:
         self.request_lines = request_lines
         self.settings = settings
         self.metrics = metrics or Metrics()
-        self.compaction = Compaction(router, self.metrics)
+        self.compaction = Compaction(router, self.metrics, settings.audit)
         self.thinking = ThinkingGuard(router.config.thinking, self.metrics)
         self.hops = Hops()
         self.keys = SessionKeys(None if settings.share_sessions_across_keys else load_salt(settings.salt_file))
@@ -334,17 +336,20 @@ class Proxy:
             headers = {**step.headers, **self._passthrough(provider.name, step.reason, step.hint)}
             return await self._forward(request, provider, raw, started, None, headers)
         prepared, plan = step
+        if plan is None:  # serve --audit: the client's bytes go up; the headers say what rewriting would do
+            headers = self.compaction.audit.headers(provider.name, prepared, self.compaction.bills)
+            return await self._forward(request, provider, raw, started, prepared, headers)
         content = plan.first.content
         headers = self._report(prepared, len(raw), len(content))
         headers.update(self._mode_of(provider, prepared))
         ratio = full_ratio(len(raw), len(content))
         return await self._forward(request, provider, content, started, prepared, headers, plan, ratio)
 
-    def _engine_step(self, request: Request, provider: Provider, raw: bytes) -> _Aside | tuple[Prepared, ThinkingPlan]:
+    def _engine_step(self, request: Request, provider: Provider, raw: bytes) -> _Aside | tuple[Prepared, Plan]:
         """On a worker thread, in one hand-off (each hand-off waits for a thread to be scheduled, which on a
         loaded machine is a slice of the scheduler's): parse the body (tens of ms of interpreter time for a
         150K-token one, which on the loop would hold every other connection's bytes), then either why it
-        goes up as it came, or the engine's step and the thinking plan. Raises BadRequest."""
+        goes up as it came, or the engine's step and the thinking plan (None: audited). Raises BadRequest."""
         body, history = _parse(provider, raw)
         aside = self.thinking.aside(provider.name, body)
         if aside is not None:  # the provider compacts this conversation itself
@@ -354,6 +359,9 @@ class Proxy:
             return _Aside(reason, _conversation_hint(request, body))
         prepared = self.compaction.prepare(provider, body, self._key(request, provider, body), history)
         prepared.client = request.headers.get("user-agent")  # the conversation page names the client
+        prepared.audit = self.compaction.audit.step(provider, body, history, raw, prepared)
+        if prepared.audit is not None:
+            return prepared, None
         plan = self.thinking.plan(provider.name, prepared.key, body, history, prepared.messages, raw, provider.body)
         return prepared, plan
 

@@ -26,6 +26,7 @@ from typing import Any
 
 import orjson
 
+from ..bill.audit_bill import AuditLine
 from ..bill.cache_usage import UsageReport
 from ..bill.proxy_bills import ProxyBills
 from ..events import Outcome
@@ -36,6 +37,7 @@ from ..router import SessionRouter
 from ..session import Session
 from ..store import StoreError
 from ..telemetry import telemetry_log
+from .audit import Audit, AuditStep
 from .breakpoints import cache_stable_prefix
 from .errors import BadRequest
 from .fixed_blocks import FixedBlocks, client_order
@@ -68,6 +70,7 @@ class Prepared:
     api: str | None = None  # the provider's name ("anthropic", "openai"): which prices apply
     model: str | None = None  # the request's model, and the client's user agent (set by the app): the page
     client: str | None = None
+    audit: AuditStep | None = None  # serve --audit: the client's request went up, this is what it would have been
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,7 @@ class Answered:
     prompt_tokens: int | None  # the prompt size the upstream reported
     usage: UsageReport | None  # what the upstream reported about its cache
     full_ratio: float  # the client's request over the forwarded one, in bytes (the counterfactual's scale)
+    actual: UsageReport | None = None  # audited: the client's request's usage (``usage`` is the view's)
 
 
 def stable(history: list[Message]) -> list[Message]:
@@ -125,9 +129,10 @@ def larger(outgoing: Sequence[Message], history: Sequence[Message], client: int 
 
 
 class Compaction:
-    def __init__(self, router: SessionRouter, metrics: Metrics) -> None:
+    def __init__(self, router: SessionRouter, metrics: Metrics, audit: bool = False) -> None:
         self.router = router
         self.metrics = metrics
+        self.audit = Audit(audit, metrics)  # serve --audit (server/audit.py)
         # The session each key's last request went to, for count_tokens; weak, so a session the router
         # closed and let go of is not kept alive here.
         self._recent: weakref.WeakValueDictionary[str, Session] = weakref.WeakValueDictionary()
@@ -216,8 +221,17 @@ class Compaction:
         the client's request over the forwarded one, in bytes."""
         if prepared.session is None:
             return
+        actual = None
+        if prepared.audit is not None:  # the session goes by what its view would have been reported with
+            actual, full_ratio = usage, 1 / prepared.audit.ratio if prepared.audit.ratio > 0 else 1.0
+            try:
+                prompt_tokens, usage = self.audit.would_have(prepared.audit, prompt_tokens, usage)
+            except Exception as exc:  # the answer is on its way to the client: nothing raises here
+                self._failed("audit-error", prepared.key, exc)
+                actual = prompt_tokens = usage = None
+        answer = Answered(prepared, prompt_tokens, usage, full_ratio, actual)
         with self._pending_lock:
-            self._pending.setdefault(prepared.key, []).append(Answered(prepared, prompt_tokens, usage, full_ratio))
+            self._pending.setdefault(prepared.key, []).append(answer)
 
     def follow_up(self, key: str) -> None:
         """Run the queued follow-ups of ``key`` (unless its next request already did). Never raises."""
@@ -246,13 +260,13 @@ class Compaction:
                         cache_read_tokens=usage.cache_read_tokens if usage else None,
                         cache_write_tokens=usage.cache_write_tokens if usage else None,
                     )
-                self._bill(session, answer)
+                audited = self._bill(session, answer)
                 self._collected(session, prepared.api, session.drain(0))  # a pass done already: not next request's
                 if prepared.human:
                     self._collected(session, prepared.api, session.finalize_turn())
                 if usage is not None and usage.turn_over:
                     session.fold_ahead()  # an idle gap may follow: have the fold ready after it
-                self.recorder.record(session, answer, self.bills.get(session.session_id))
+                self.recorder.record(session, answer, self.bills.get(session.session_id), audited)
             except Exception:
                 log.exception("Proxy: the follow-up of a request to session %s failed", session.session_id)
 
@@ -268,7 +282,7 @@ class Compaction:
         when ``history`` continues it, then its newer messages as they are. Changes no session."""
         with self._recent_lock:
             session = self._recent.get(key)
-        if session is None:
+        if session is None or not self.audit.rewrites(session):  # audited: counted as it goes up
             return history
         view = session.transcript
         upto = covered(view)
@@ -293,16 +307,21 @@ class Compaction:
             self._shapes[key] = shape
         return previous is not None and shape[: len(previous)] != previous
 
-    def _bill(self, session: Session, answer: Answered) -> None:
-        """Price the answered request as the upstream reported it, against the uncompacted counterfactual."""
+    def _bill(self, session: Session, answer: Answered) -> AuditLine | None:
+        """Price the answered request as the upstream reported it, against the uncompacted counterfactual
+        (audited: the client's request as reported, and the view's counterfactual; its audit line)."""
         usage, prepared = answer.usage, answer.prepared
-        if usage is None:
-            return
         pricing = session.config.cache_pricing(prepared.api)
-        if pricing is not None:
+        if usage is None or pricing is None:
+            return None
+        audited = None
+        if answer.actual is not None:
+            line, audited = self.audit.charge(self.bills, session.session_id, pricing, answer.actual, usage)
+        else:
             line = self.bills.charge_request(session.session_id, pricing, usage, answer.full_ratio, prepared.folded)
             self.metrics.cost(line.spent, line.uncompacted)
-            telemetry_log.info("%s", line.text())
+        telemetry_log.info("%s", line.text())
+        return audited
 
     def _bill_summarizer(self, session: Session, api: str | None, results: Sequence[Any]) -> None:
         """Count the summarizer calls of ``results`` (passes just applied) in the session's spent figure, and

@@ -57,6 +57,10 @@ class Metrics:
         self.folds = 0
         self.cost_spent = 0.0
         self.cost_uncompacted = 0.0
+        # serve --audit: what rewriting would have done to the requests forwarded as they came.
+        self.would_have_tokens_saved = 0
+        self.would_have_folds = 0
+        self.cost_would_have = 0.0
 
     def request(self, api: str, status: int) -> None:
         with self._lock:
@@ -104,6 +108,30 @@ class Metrics:
         with self._lock:
             self.cost_spent += spent
             self.cost_uncompacted += uncompacted
+
+    def would_have(self, tokens_saved: int, folded: bool) -> None:
+        """An audited request: the tokens its view would have saved, and whether it would have folded."""
+        with self._lock:
+            self.would_have_tokens_saved += max(0, tokens_saved)
+            self.would_have_folds += int(folded)
+
+    def would_have_cost(self, dollars: float) -> None:
+        with self._lock:
+            self.cost_would_have += dollars
+
+    def _audit_lines(self) -> list[str]:
+        return [
+            "# HELP microcompact_would_have_tokens_saved_total Audit: prompt tokens rewriting would not have sent.",
+            "# TYPE microcompact_would_have_tokens_saved_total counter",
+            f"microcompact_would_have_tokens_saved_total {self.would_have_tokens_saved}",
+            "# HELP microcompact_would_have_folds_total Audit: requests whose view would have been folded.",
+            "# TYPE microcompact_would_have_folds_total counter",
+            f"microcompact_would_have_folds_total {self.would_have_folds}",
+            "# HELP microcompact_would_have_cost_dollars_total Audit: estimated dollars of the audited requests "
+            "had they been rewritten (their spent and uncompacted are in microcompact_cost_dollars_total).",
+            "# TYPE microcompact_would_have_cost_dollars_total counter",
+            f"microcompact_would_have_cost_dollars_total {self.cost_would_have:.6f}",
+        ]
 
     def _cache_lines(self) -> list[str]:
         return [
@@ -163,6 +191,7 @@ class Metrics:
                 "# TYPE microcompact_proxy_overhead_seconds histogram",
                 *self.overhead.lines("microcompact_proxy_overhead_seconds"),
                 *self._cache_lines(),
+                *self._audit_lines(),
             ]
         return "\n".join(lines) + "\n"
 

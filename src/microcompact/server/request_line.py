@@ -3,7 +3,8 @@ wants to see, from the figures the response headers carry (the same values, so t
 
 ``200 POST /v1/messages  claude-…@a1b2c3  compacted  occupancy 18.3%  folds 2  $0.1234 (uncompacted
 $0.4567)``: the status, the request, the conversation, the mode, and where the proxy carries them the
-occupancy, the folds so far and the dollars so far against going without the proxy. Never a key, never
+occupancy, the folds so far and the dollars so far against going without the proxy (``serve --audit``: the
+folds it would have made, and ``would have $0.0800 (saved $0.0367)``). Never a key, never
 content: only what the headers already tell the client.
 """
 
@@ -15,9 +16,13 @@ from collections.abc import Mapping
 _SHOWN = (
     ("x-microcompact-occupancy", "occupancy {}%"),
     ("x-microcompact-folds", "folds {}"),
+    ("x-microcompact-would-have-folds", "would-have folds {}"),  # serve --audit
     ("x-microcompact-cost", "${}"),
     ("x-microcompact-cost-uncompacted", "(uncompacted ${})"),
+    ("x-microcompact-would-have-cost", "would have ${}"),
+    ("x-microcompact-would-have-saved", "(saved ${})"),
 )
+DOLLARS = frozenset({"x-microcompact-would-have-cost", "x-microcompact-would-have-saved"})
 MAX_PATH_CHARS = 80
 
 
@@ -34,7 +39,7 @@ def request_line(status: int, method: str, path: str, headers: Mapping[str, str]
 
 def _money(name: str, value: str) -> str:
     """Dollars to four places (the headers carry six); other figures as they are."""
-    if not name.startswith("x-microcompact-cost"):
+    if not name.startswith("x-microcompact-cost") and name not in DOLLARS:
         return value
     try:
         return f"{float(value):.4f}"

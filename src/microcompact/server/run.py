@@ -30,6 +30,13 @@ SWITCH_INTERVAL_MS = 1.0
 SWITCH_INTERVAL_RANGE_MS = (0.05, 100.0)
 
 
+AUDIT_LINE = (
+    "audit mode: every request goes upstream as the client sent it; the headers, /metrics and /ui say what "
+    "rewriting would have sent, folded and cost (one conversation: microcompact sessions rewrite ID; all: "
+    "serve without --audit)\n"
+)
+
+
 class ServeError(ValueError):
     """A bad option or an unusable resource, phrased for the user (one line)."""
 
@@ -52,6 +59,7 @@ class ServeOptions:
     summarizer: str | None = None  # --summarizer: auxiliary.compression.provider over the config file's
     quiet: bool = False  # --quiet: no line per request on stderr (the startup lines and warnings stay)
     log_path: Path | None = None  # where the command logs (said at startup)
+    audit: bool | None = None  # --audit/--rewrite; None: the config file's proxy.audit
 
 
 def proxy_config(config_path: Path | None, context_limit: int | None, summarizer: str | None = None) -> Config:
@@ -169,7 +177,9 @@ def serve(options: ServeOptions, say: Callable[[str], None]) -> None:
         config = proxy_config(options.config, options.context_limit, options.summarizer)
         share = options.share_sessions_across_keys
         settings = replace(
-            settings, share_sessions_across_keys=config.proxy.share_sessions_across_keys if share is None else share
+            settings,
+            share_sessions_across_keys=config.proxy.share_sessions_across_keys if share is None else share,
+            audit=config.proxy.audit if options.audit is None else options.audit,
         )
         proxy_keys = keys_line(settings)
         store = open_store(options.db)
@@ -198,6 +208,7 @@ def serve(options: ServeOptions, say: Callable[[str], None]) -> None:
             + f"{proxy_keys}; "
             + f"{Windows(dict(config.models), config.model.context_length).describe()}\n"
             + f"{settings.limits.describe()}\n"
+            + (AUDIT_LINE if settings.audit else "")
             + (f"logs in {options.log_path}\n" if options.log_path is not None else "")
             + "routes:\n"
             + "\n".join(f"  {line}" for line in served())

@@ -7,6 +7,7 @@ read from the store, as HTML (no asset from outside the package, a strict CSP) a
     html    escaping, the document frame, the inline style and polling script
     pages   the list page and the conversation page (chart, passes, markers, requests, search)
     api     the routes, HTML and JSON
+    switch  serve --audit's switch of one conversation to rewriting (POST /ui/api/rewrite)
 """
 
 from __future__ import annotations

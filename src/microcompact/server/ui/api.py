@@ -3,7 +3,8 @@
 - ``GET /ui``: the conversations; ``GET /ui/{id}``: one (``?q=`` searches its absorbed originals,
   ``&open=ROW`` shows one in full); ``?key=`` once logs a browser in (:mod:`.access`);
 - ``GET /ui/api/conversations``, ``/ui/api/conversation?id=``, ``/ui/api/search?id=&q=``,
-  ``/ui/api/original?id=&row=``: the same figures as JSON, for scripts.
+  ``/ui/api/original?id=&row=``: the same figures as JSON, for scripts;
+- ``POST /ui/api/rewrite`` (JSON ``{"id": ..., "rewrite": true}``): ``serve --audit``'s switch (:mod:`.switch`).
 
 Every figure is read from the store (:mod:`.data`), so every ``serve`` on one database shows the same page.
 The store's reads run on Starlette's worker threads (the endpoints are plain functions).
@@ -24,6 +25,7 @@ from . import data
 from .access import SECURITY_HEADERS, Access, content_policy, new_nonce
 from .html import esc, page
 from .pages import conversation_page, list_page, signature
+from .switch import RewriteSwitch
 
 log = logging.getLogger("microcompact")
 
@@ -44,6 +46,7 @@ class ConversationPages:
             Route("/ui/api/conversation", self._gated(self.conversation_json, json=True), methods=["GET"]),
             Route("/ui/api/search", self._gated(self.search_json, json=True), methods=["GET"]),
             Route("/ui/api/original", self._gated(self.original_json, json=True), methods=["GET"]),
+            Route("/ui/api/rewrite", RewriteSwitch(self.store, self.access).endpoint, methods=["POST"]),
             Route("/ui/api/{rest:path}", self._gated(self.unknown_json, json=True), methods=["GET"]),
             Route("/ui/{session_id:path}", self._gated(self.conversation_html, json=False), methods=["GET"]),
         ]

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from ...config import home_dir
-from ...keys import ABSORBED_BY_KEY, ROW_KEY, SECRETS_META, STATE_KEY
+from ...keys import ABSORBED_BY_KEY, REWRITE_META, ROW_KEY, SECRETS_META, STATE_KEY
 from ...messages import Message, marker_kind
 from ...redact import redact_message, redact_text
 from ...render import message_text
@@ -51,6 +51,22 @@ def _totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "client": next((r["client"] for r in reversed(rows) if r.get("client")), None),
         "model": next((r["model"] for r in reversed(rows) if r.get("model")), None),
         "api": next((r["api"] for r in reversed(rows) if r.get("api")), None),
+        **_audit_totals(rows),
+    }
+
+
+def _audit_totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the audited requests (``serve --audit``) add up to: what rewriting would have sent and cost, and
+    so would have saved against what they cost as they went; the mode of the last request."""
+    audited = [r for r in rows if r.get("mode") == "audit"]
+    priced = [r for r in audited if isinstance(r.get("would_have"), int | float) and "uncompacted" in r]
+    return {
+        "mode": "audit" if rows and rows[-1].get("mode") == "audit" else "rewriting",
+        "audited_requests": len(audited),
+        "audited_prompt_tokens": sum(int(r.get("prompt_tokens") or 0) for r in audited),
+        "would_have_tokens": sum(int(r.get("would_have_tokens") or 0) for r in audited),
+        "would_have": round(sum(r["would_have"] for r in priced), 6) if priced else None,
+        "would_have_saved": round(sum(r["uncompacted"] - r["would_have"] for r in priced), 6) if priced else None,
     }
 
 
@@ -112,6 +128,7 @@ def conversation(store: _SQLStore, session_id: str) -> dict[str, Any] | None:
     return {
         "id": session_id,
         **_totals(rows),
+        "rewrite_switched": store.session_meta(session_id).get(REWRITE_META) is True,
         "messages": {
             "active": sum(1 for m in everything if m.get(STATE_KEY) == "active"),
             "absorbed": sum(1 for m in everything if m.get(STATE_KEY) == "absorbed"),
@@ -136,11 +153,11 @@ def folds(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         passes += row.get("passes") or []
         if not row.get("folded"):
             continue
-        before = rows[number - 2].get("prompt_tokens") if number > 1 else None
-        now = row.get("prompt_tokens")
+        before = _view(rows[number - 2], "prompt_tokens") if number > 1 else None
+        now = _view(row, "prompt_tokens")
         smaller = before - now if isinstance(before, int) and isinstance(now, int) else None
         read, premium = row.get("read_price"), row.get("rewrite_premium")
-        written = row.get("cache_write")
+        written = _view(row, "cache_write")
         rewrite_cost = written * premium / 1e6 if isinstance(written, int) and isinstance(premium, float) else None
         saving = smaller * read / 1e6 if smaller is not None and smaller > 0 and isinstance(read, float) else None
         out.append(
@@ -162,6 +179,13 @@ def folds(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         )
         passes = []
     return out
+
+
+def _view(row: dict[str, Any], name: str) -> Any:
+    """A figure of the view the request sent, or for an audited one the view it would have sent."""
+    if row.get("mode") != "audit":
+        return row.get(name)
+    return row.get({"prompt_tokens": "would_have_tokens", "cache_write": "would_have_cache_write"}[name])
 
 
 def _active_marker(message: Message) -> bool:

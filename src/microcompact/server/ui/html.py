@@ -29,8 +29,13 @@ form{margin:6px 0}input[type=search]{width:24em;padding:3px}
 """
 
 # Polls the page's JSON; when its figures moved, fetches the page again and swaps the live part in
-# (parsed as a document: no script in it runs, and the text was escaped by the server).
+# (parsed as a document: no script in it runs, and the text was escaped by the server). The audit's switch
+# button posts JSON (which no cross-site form can send) to /ui/api/rewrite.
 SCRIPT = """
+document.addEventListener('click',function(e){var t=e.target,id=t&&t.getAttribute&&t.getAttribute('data-rewrite-id');
+if(!id)return;fetch('/ui/api/rewrite',{method:'POST',credentials:'same-origin',headers:{'content-type':
+'application/json'},body:JSON.stringify({id:id,rewrite:t.getAttribute('data-rewrite')==='on'})}).then(function(){
+location.reload()})});
 (function(){var b=document.body,u=b.getAttribute('data-poll'),last=b.getAttribute('data-sig');
 if(!u)return;function sig(j){return JSON.stringify(j.signature)}
 setInterval(function(){fetch(u,{credentials:'same-origin'}).then(function(r){return r.json()}).then(function(j){

@@ -35,6 +35,8 @@ def list_page(conversations: list[dict[str, Any]], nonce: str) -> str:
         ("uncompacted tokens", ""),
         ("spent", ""),
         ("uncompacted", ""),
+        ("mode", "l"),
+        ("would have saved", ""),
         ("last activity", "l"),
     ]
     rows = [
@@ -52,6 +54,8 @@ def list_page(conversations: list[dict[str, Any]], nonce: str) -> str:
                 number(c["uncompacted_tokens"]),
                 dollars(c["spent"]),
                 dollars(c["uncompacted"]),
+                esc(c["mode"]),
+                dollars(c["would_have_saved"]),
                 when(c["last_at"]) if c["last_at"] else esc(c["updated_at"]),
             ],
         )
@@ -100,6 +104,8 @@ def chart(requests: list[dict[str, Any]]) -> str:
 
 
 def _requests_table(requests: list[dict[str, Any]]) -> str:
+    audited = any(r.get("mode") == "audit" for r in requests)
+    extra = [("would-have tokens", ""), ("would have", "")] if audited else []
     headers = [
         ("#", ""),
         ("answered", "l"),
@@ -110,6 +116,7 @@ def _requests_table(requests: list[dict[str, Any]]) -> str:
         ("cache written", ""),
         ("spent", ""),
         ("uncompacted", ""),
+        *extra,
         ("fold", "l"),
     ]
     rows = [
@@ -125,12 +132,41 @@ def _requests_table(requests: list[dict[str, Any]]) -> str:
                 number(r.get("cache_write")),
                 dollars(r.get("spent")),
                 dollars(r.get("uncompacted")),
-                "fold" if r.get("folded") else "",
+                *([number(r.get("would_have_tokens")), dollars(r.get("would_have"))] if audited else []),
+                _fold_cell(r),
             ],
         )
         for r in reversed(requests)
     ]
     return table(headers, rows)
+
+
+def _fold_cell(row: dict[str, Any]) -> str:
+    if not row.get("folded"):
+        return ""
+    return "would fold" if row.get("mode") == "audit" else "fold"
+
+
+def _audit(detail: dict[str, Any]) -> str:
+    """The audit's paragraph (``serve --audit``): what rewriting would have done, and the switch."""
+    if not detail.get("audited_requests") and not detail.get("rewrite_switched"):
+        return ""
+    sid = detail["id"]
+    if detail.get("rewrite_switched"):
+        state, button = "<b>rewriting</b> (switched on for this conversation)", ("off", "Back to audit")
+    elif detail.get("mode") == "audit":
+        state, button = "<b>audit</b>: forwarded as the client sent it", ("on", "Turn rewriting on")
+    else:
+        state, button = "<b>rewriting</b>", ("off", "Back to audit")
+    return (
+        f'<p class="summary audit">Mode: {state}. {number(detail["audited_requests"])} audited requests: '
+        f"{number(detail['would_have_tokens'])} prompt tokens it would have sent against "
+        f"{number(detail['audited_prompt_tokens'])} sent; would have cost {dollars(detail['would_have'])}, "
+        f"<b>would have saved {dollars(detail['would_have_saved'])}</b>; the folds below are the ones it would "
+        f'have made. <button type="button" data-rewrite-id="{esc(sid)}" data-rewrite="{button[0]}">'
+        f"{button[1]}</button> (or <code>microcompact sessions rewrite {esc(sid)}"
+        f"{' --off' if button[0] == 'off' else ''}</code>)</p>"
+    )
 
 
 def _folds_table(folds: list[dict[str, Any]]) -> str:
@@ -294,7 +330,7 @@ def conversation_page(
         f"{esc(detail['client'])} &middot; {esc(detail['model'])} ({esc(detail['api'])})</p>"
     )
     live = (
-        f'<div id="live">{summary}<h2>Occupancy per request</h2>{chart(requests)}'
+        f'<div id="live">{summary}{_audit(detail)}<h2>Occupancy per request</h2>{chart(requests)}'
         f"<h2>Folds</h2>{_folds_table(detail['folds_detail'])}"
         f"<h2>Passes (micro and batch, from the engine's telemetry)</h2>{_passes_table(detail['passes'])}"
         f"<h2>The markers as the model sees them now</h2>{_markers(detail)}"

@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from ...bill.audit_bill import AuditLine
 from ...bill.cache_usage import UsageReport
 from ...bill.pricing import CachePricing
 from ...bill.session_bill import uncompacted_prompt_tokens
@@ -104,8 +105,11 @@ class RequestRecorder:
             held.extend(kept)
             del held[:-MAX_PASSES]
 
-    def record(self, session: Session, answer: AnsweredRequest, bill: Bill | None) -> None:
-        """Write the row of the answered request ``answer`` (never raises: a figure lost is logged)."""
+    def record(
+        self, session: Session, answer: AnsweredRequest, bill: Bill | None, audited: AuditLine | None = None
+    ) -> None:
+        """Write the row of the answered request ``answer`` (never raises: a figure lost is logged);
+        ``audited``: it went up as the client sent it (``serve --audit``), and what its view would have been."""
         store = session.store
         if not isinstance(store, _SQLStore):
             return
@@ -138,10 +142,32 @@ class RequestRecorder:
         if bill is not None:
             figures["spent"] = round(bill.spent - before[0], 8)
             figures["uncompacted"] = round(bill.uncompacted - before[1], 8)
+        if audited is not None:
+            figures.update(_audited(audited, figures))
         try:
             RequestFigures(store).add(sid, usage.at if usage and usage.at else time.time(), figures)
         except (StoreError, ValueError) as exc:
             log.warning("Proxy: the figures of a request to session %s were not stored (%s)", sid, exc)
+
+
+def _audited(line: AuditLine, figures: dict[str, Any]) -> dict[str, Any]:
+    """An audited row: what went up (the client's request, as reported) and what its view would have been;
+    the would-have dollars count the summarizer calls since the previous row (the spent side has them)."""
+    actual, would = line.actual, line.would_have
+    out: dict[str, Any] = {
+        "mode": "audit",
+        "prompt_tokens": actual.prompt_tokens,
+        "uncompacted_tokens": actual.prompt_tokens,
+        "cache_read": actual.cache_read_tokens,
+        "cache_write": actual.cache_write_tokens,
+        "would_have_tokens": would.prompt_tokens,
+        "would_have_cache_read": would.cache_read_tokens,
+        "would_have_cache_write": would.cache_write_tokens,
+    }
+    spent, uncompacted = figures.get("spent"), figures.get("uncompacted")
+    if isinstance(spent, float) and isinstance(uncompacted, float):
+        out["would_have"] = round(line.would_have_cost + max(0.0, spent - uncompacted), 8)
+    return out
 
 
 def _uncompacted(answer: AnsweredRequest) -> int | None:
