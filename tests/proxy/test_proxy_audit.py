@@ -219,3 +219,37 @@ def test_a_responses_tool_loop_goes_up_as_it_came_and_would_have_folded(tmp_path
         assert [r.raw for r in upstream.responses_requests()] == sent and len(sent) == steps + 1
         assert int(answer.headers["x-microcompact-would-have-folds"]) >= 1
         assert float(answer.headers["x-microcompact-would-have-saved"]) > 0
+
+
+def test_a_gemini_tool_loop_and_its_counts_go_up_as_they_came(tmp_path: Path) -> None:
+    from support.gemini_server import GeminiUpstream, numbered_steps
+
+    key = {"x-goog-api-key": "gemini-test-key"}
+    steps = 8
+    contents: list[dict[str, Any]] = [{"role": "user", "parts": [{"text": "Run the steps."}]}]
+    tools = [{"functionDeclarations": [{"name": "run_step", "parameters": {"type": "object"}}]}]
+    model = "/v1beta/models/gemini-2.5-pro"
+    with (
+        GeminiUpstream(script=numbered_steps(steps, lines=400)) as upstream,
+        ProxyServer(
+            "http://127.0.0.1:9", tmp_path / "s.db", context_limit=16_384, audit=True, gemini_upstream=upstream.base_url
+        ) as proxy,
+        httpx.Client(base_url=proxy.base_url, timeout=60, headers=key) as client,
+    ):
+        for _ in range(steps + 1):
+            answer = client.post(f"{model}:generateContent", json={"contents": contents, "tools": tools})
+            assert answer.status_code == 200 and answer.headers["x-microcompact-mode"] == "audit", answer.text
+            reply = answer.json()["candidates"][0]["content"]
+            contents.append(reply)
+            calls = [p["functionCall"] for p in reply["parts"] if "functionCall" in p]
+            output = "\n".join(f"line {n} " + "y" * 40 for n in range(400))
+            contents += [
+                {"role": "user", "parts": [{"functionResponse": {"name": c["name"], "response": {"output": output}}}]}
+                for c in calls
+            ]
+            proxy.settle()
+        count = client.post(f"{model}:countTokens", json={"contents": contents})
+        assert count.status_code == 200
+        sent = [json.loads(body) for path, body in proxy.received if path.startswith(model)]
+        assert [e.body for e in upstream.exchanges] == sent and len(sent) == steps + 2
+        assert int(answer.headers["x-microcompact-would-have-folds"]) >= 1

@@ -34,6 +34,7 @@ class ProxyServer:
         share_sessions_across_keys: bool = False,
         salt_file: Path | None = None,
         audit: bool = False,
+        gemini_upstream: str | None = None,
     ) -> None:
         self.config = config or proxy_config(None, context_limit)
         self.store = open_store(db)
@@ -45,6 +46,7 @@ class ProxyServer:
             share_sessions_across_keys=share_sessions_across_keys,
             salt_file=salt_file or _salt_beside(db),
             audit=audit,
+            **({"gemini_upstream": gemini_upstream} if gemini_upstream else {}),
         )
         self.proxy = Proxy(self.router, settings)
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
