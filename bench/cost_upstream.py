@@ -193,3 +193,24 @@ class SummarizerUpstream(ScriptedUpstream):
         self.input_tokens += u.get("prompt_tokens", 0)
         self.output_tokens += u.get("completion_tokens", 0)
         return chunks
+
+
+OVERHEAD_BUCKET = re.compile(r'^microcompact_proxy_overhead_seconds_bucket\{le="([^"]+)"\} (\d+)$', re.MULTILINE)
+
+
+def proxy_waits(base_url: str, bounds: tuple[float, ...] = (0.5, 1.0)) -> dict[float, int] | None:
+    """Requests ``serve`` held longer than each bound before it forwarded them, from its ``/metrics``
+    histogram of proxy overhead (the time from a request's arrival to its upstream request, the conversation's
+    lock and any pass it waited for included). The proxy's own work on a request takes milliseconds, so with a
+    2 s summarizer a request over 0.5 s waited on it. None when the metrics cannot be read."""
+    import httpx
+
+    try:
+        page = httpx.get(f"{base_url}/metrics", timeout=10).text
+    except httpx.HTTPError:
+        return None
+    buckets = {le: int(n) for le, n in OVERHEAD_BUCKET.findall(page)}
+    total = buckets.get("+Inf")
+    if total is None:
+        return None
+    return {b: total - buckets.get(f"{b:g}", total) for b in bounds}
