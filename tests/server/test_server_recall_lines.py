@@ -81,7 +81,7 @@ def drive(tmp_path: Path, provider: Provider, messages: list[Message]) -> tuple[
     forwarded: dict[int, list[Message]] = {}
     for i in reply_indexes(messages):
         prepared = compaction.prepare(provider, body, "k", wire(provider, messages[:i]))
-        assert prepared.session is not None and prepared.degraded is None
+        assert prepared.session is not None and prepared.degraded in (None, "view-invalid")
         sid = prepared.session.session_id
         forwarded[i] = [part for m in prepared.messages for part in provider.convert(m)]
         compaction.answered(prepared, None)
@@ -113,3 +113,21 @@ def test_the_proxys_recall_is_recall_py_on_what_it_forwarded(tmp_path: Path, log
     assert len({r.session_id for r in lines}) == 1
     recall_text = "\n".join(line for line in logged.lines if "recall telemetry" in line)
     assert "value_of_step" not in recall_text, "counts only"
+
+
+class Refusing(OpenAIFormat):
+    """A format whose structural check refuses every compacted view: the client's messages go up whole."""
+
+    def view_problem(self, messages: list[dict[str, object]]) -> str | None:
+        return "messages.1: broken on purpose"
+
+
+@pytest.mark.slow
+def test_what_went_up_whole_held_every_target(tmp_path: Path, logged: Lines) -> None:
+    """The session the proxy keeps folds all the same (the agreement test above loses values on this very
+    loop), but what went up was the client's own list."""
+    messages = session()
+    drive(tmp_path, Refusing(), messages)
+    assert any("micro compaction telemetry" in line for line in logged.lines), "the session folded all the same"
+    lines = [r for r in map(recall_record, logged.lines) if r is not None]
+    assert len(lines) == STEPS - 1 and all(r.present == r.targets for r in lines)
