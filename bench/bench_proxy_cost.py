@@ -92,7 +92,7 @@ class Row:
     summarizer_calls: int = 0
     prices: str = "anthropic"
     agent: ReactiveStats | None = None  # the reactive agent's turns and re-fetches (its rows only)
-    waits: dict[float, int] | None = None  # requests serve held over 0.5 s / 1 s (its model-summarizer rows)
+    waits: dict[float, int] | None = None  # requests serve held over 0.5 s / 1 s (its rows)
 
     def cost(self) -> float:
         t = self.tally
@@ -204,7 +204,7 @@ def claude_row(task: str, steps: int, lines: int, route: str, work: Path) -> Row
                 )
         finally:
             if served is not None:
-                waits = proxy_waits(served.base_url) if model else None  # before it stops: its own counts
+                waits = proxy_waits(served.base_url)  # before it stops: its own counts
                 stop(served)
             if summarizer is not None:
                 summarizer.close()
