@@ -36,6 +36,9 @@ The slow rows (``--rows slow``; ``24k-reactive``, the 48-step task, direct and `
 summarizer and 1 s model answers) print, beside the cost and the peak, how many requests ``serve`` held over
 0.5 s and over 1 s before forwarding them (its ``/metrics`` histogram of proxy overhead, read before it
 stops): a request held that long waited on the summarizer, which a schedule that keeps ahead of it never does.
+From ``serve``'s log they also count its passes by who wrote the summary (the model, or the offline summary
+absorbing instead) and its batch prunes: a prune means the window came within reach of the batch
+threshold, the micro schedule having fallen behind.
 
 "steps seen" is min/mean of the tool results a request carried verbatim (after the first five requests):
 how much of the recent work the model still saw whole. Cost is the main model's prompt and output at
@@ -65,6 +68,7 @@ sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
 from cost_upstream import (  # noqa: E402  (this folder)
     TTL,
     CostSteps,
+    Folds,
     PricedUpstream,
     SummarizerUpstream,
     Tally,
@@ -93,6 +97,7 @@ class Row:
     prices: str = "anthropic"
     agent: ReactiveStats | None = None  # the reactive agent's turns and re-fetches (its rows only)
     waits: dict[float, int] | None = None  # requests serve held over 0.5 s / 1 s (its rows)
+    folds: Folds | None = None  # serve's passes by summary (model / offline) and batch prunes (its rows)
 
     def cost(self) -> float:
         t = self.tally
@@ -209,6 +214,7 @@ def claude_row(task: str, steps: int, lines: int, route: str, work: Path) -> Row
             if summarizer is not None:
                 summarizer.close()
     row = Row(task, route, tally, time.monotonic() - started, run.ok, waits=waits)
+    row.folds = Folds.of_log(home / "proxy.log") if route != "direct" else None
     if agent is not None:
         row.agent, tally.compactions = agent.stats, agent.stats.compactions
     if summarizer is not None:
@@ -377,15 +383,17 @@ def slow_table(rows: list[Row]) -> str:
     "waited" counts requests serve held over 0.5 s and over 1 s before forwarding them (its own /metrics):
     a request over 0.5 s waited on the summarizer, which the schedule should never make it do."""
     head = "task | route | steps | turns | re-fetches | of previous step | requests | peak % | summ calls"
-    head += " | waited >0.5 s | waited >1 s | cost $ | x direct | ok | s"
+    head += " | model passes | offline passes | prunes | waited >0.5 s | waited >1 s | cost $ | x direct | ok | s"
     direct = {(r.task, r.prices): r for r in rows if r.route == "direct"}
     lines = [head, " | ".join("---" for _ in head.split(" | "))]
     for r in rows:
         t, a, base = r.tally, r.agent or ReactiveStats(), direct.get((r.task, r.prices))
         waits = [str(r.waits[b]) if r.waits else "-" for b in (0.5, 1.0)]
+        f = r.folds
+        folds = [str(n) for n in (f.model, f.offline, f.prunes)] if f else ["-"] * 3
         cells = [
             r.task, r.route, str(a.steps or "-"), str(a.turns or "-"), str(a.refetches), str(a.previous),
-            str(t.requests), f"{100 * t.peak / WINDOW:.0f}", str(r.summarizer_calls), *waits, f"{r.cost():.2f}",
+            str(t.requests), f"{100 * t.peak / WINDOW:.0f}", str(r.summarizer_calls), *folds, *waits, f"{r.cost():.2f}",
             f"{r.cost() / base.cost():.2f}" if base else "-", "yes" if r.ok else "NO", f"{r.seconds:.0f}",
         ]  # fmt: skip
         lines.append(" | ".join(cells))

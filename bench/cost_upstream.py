@@ -214,3 +214,37 @@ def proxy_waits(base_url: str, bounds: tuple[float, ...] = (0.5, 1.0)) -> dict[f
     if total is None:
         return None
     return {b: total - buckets.get(f"{b:g}", total) for b in bounds}
+
+
+@dataclass
+class Folds:
+    """What ``serve``'s passes did, from its log: passes whose summary the model wrote, passes the offline
+    summary absorbed instead, and batch prunes (the window at risk: the micro schedule fell behind)."""
+
+    model: int = 0
+    offline: int = 0
+    prunes: int = 0
+
+    @classmethod
+    def of_log(cls, path: Any) -> Folds:
+        from microcompact.telemetry import parse_line
+
+        folds = cls()
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                lines = fh.readlines()
+        except OSError:
+            return folds
+        for line in lines:
+            parsed = parse_line(line)
+            if parsed is None:
+                continue
+            kind, record = parsed
+            if kind == "batch":
+                folds.prunes += record.get("outcome") == "pruned"
+            elif record.get("outcome") in ("absorbed", "model_rejected"):
+                if record.get("aux_model") in (None, "extractive") or record.get("outcome") == "model_rejected":
+                    folds.offline += 1
+                else:
+                    folds.model += 1
+        return folds
