@@ -22,7 +22,8 @@ from upstream import Reply, ScriptedUpstream, Text, ToolCall, text
 PREFIX = "2026-05-01 10:00:{:02d},000 INFO microcompact.telemetry: "
 
 
-def micro(second: int, sid: str, kept: int, kept_tokens: int) -> str:
+def micro(second: int, sid: str, kept: int | None, kept_tokens: int = 0) -> str:
+    """A pass line; ``kept`` None: a fold by age, which says nothing of what was in use."""
     record = {
         "event": "micro_compaction",
         "session_id": sid,
@@ -35,9 +36,9 @@ def micro(second: int, sid: str, kept: int, kept_tokens: int) -> str:
         "tokens_saved_total": 4000,
         "duration_ms": 20.0,
         "occupancy_pct": 40.0,
-        "kept_in_use_iterations": kept,
-        "kept_in_use_tokens": kept_tokens,
     }
+    if kept is not None:
+        record |= {"kept_in_use_iterations": kept, "kept_in_use_tokens": kept_tokens}
     return PREFIX.format(second) + format_line("micro", record)
 
 
@@ -112,9 +113,9 @@ def test_json_has_the_recall_totals_and_each_cost_its_recall(tmp_path: Path, pro
         "recall_pct": 75.0,
         "losing": 1,
     }
-    assert data["tokens"]["kept_in_use"] == {"passes": 2, "iterations": 3, "tokens": 3800}
+    assert data["tokens"]["kept_in_use"] == {"passes": 2, "iterations": 3, "tokens": 3800, "logged": 3}
     kept = {s["session_id"]: s["kept_in_use"] for s in data["per_session"]}
-    assert kept["beta2"] == {"passes": 1, "iterations": 1, "tokens": 800}
+    assert kept["beta2"] == {"passes": 1, "iterations": 1, "tokens": 800, "logged": 1}
     assert "kept_in_use" in data["definitions"] and "recall" in data["definitions"]
 
 
@@ -123,9 +124,15 @@ def test_a_library_log_says_nothing_of_recall(tmp_path: Path) -> None:
     shown = run_cli(tmp_path / "home", "report", str(log))
     assert shown.returncode == 0, shown.stderr
     assert "Recall" not in shown.stdout and "Cost against" not in shown.stdout
-    assert "nothing (no fold left a tool iteration in place because it was in use)" in shown.stdout
+    assert "nothing (1 fold(s) by use left no tool iteration in place)" in shown.stdout
     data = json.loads(run_cli(tmp_path / "home", "report", "--json", str(log)).stdout)
     assert "recall" not in data and "cost" not in data
+
+
+def test_passes_by_age_say_nothing_of_what_was_in_use(tmp_path: Path) -> None:
+    shown = run_cli(tmp_path / "home", "report", str(log_of(tmp_path, [micro(1, "aged", None)])))
+    assert shown.returncode == 0, shown.stderr
+    assert "not logged: the folds went by age (compression.micro_compact_fold_by_use is off)" in shown.stdout
 
 
 # ------------------------------------------------------------------ through a real serve

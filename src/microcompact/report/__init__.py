@@ -33,7 +33,8 @@ Definitions (also in the ``definitions`` entry of the report):
 * **percentiles**: medians are :func:`statistics.median` (mean of the two middle values for an even count);
   p95 is nearest-rank: the ``ceil(0.95 * n)``-th smallest value.
 * **kept in use**: ``kept_in_use_iterations`` / ``kept_in_use_tokens`` summed over committed passes (tool
-  iterations a fold left in place because the agent was still using them).
+  iterations a fold left in place because the agent was still using them); ``logged``: the committed passes
+  carrying them (folds by use).
 * **recall** (proxy sessions): ``proxy recall telemetry`` lines, one per reply that used an identifier a
   tool result showed first: present / targets pooled; ``losing``, replies whose prompt lacked one.
 * **ignored lines**: non-blank lines that are not telemetry: other log lines, telemetry whose JSON is
@@ -87,13 +88,13 @@ def build_report(paths: list[Path]) -> dict[str, Any]:
         tokens: {net_saved, counter_saved, exchanges_absorbed, partial_absorbs, mean_exchange_tokens,
                  marker_overhead: {sessions, median, max, total},          # over sessions with overhead > 0
                  payback: {median_pass, paid_back, not_paid_back, no_overhead, start_missing, no_absorb},
-                 kept_in_use: {passes, iterations, tokens}}                # what folds left in place in use
+                 kept_in_use: {passes, iterations, tokens, logged}}        # what folds left in place in use
         per_session: [{session_id, passes, committed_passes, absorbed, model_rejected, failures, outcomes,
                        tokens_saved,
                        counter_saved, occupancy_max, occupancy_series: [pct | null per pass],
                        batch_compactions, batch_pruned, batch_attempts, marker_overhead, payback_pass,
                        payback_status: paid_back | not_paid_back | no_overhead | start_missing | no_absorb,
-                       kept_in_use: {passes, iterations, tokens}}]
+                       kept_in_use: {passes, iterations, tokens, logged}}]
                      # most passes first, then by session id
         definitions: {name: text}
 

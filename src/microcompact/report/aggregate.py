@@ -38,7 +38,7 @@ DEFINITIONS = {
     "summarizer_share_pct": "sum of summarizer_ms / sum of duration_ms over micro lines having both",
     "ignored_lines": "non-blank lines that are not telemetry of logger microcompact.telemetry with valid JSON",
     "kept_in_use": "sums of kept_in_use_iterations / _tokens over committed passes: tool iterations a fold left "
-    "in place, verbatim, because the agent was still using them",
+    "in place, verbatim, because the agent was still using them; logged: passes carrying them (folds by use)",
     "recall": "proxy_recall lines (serve, one per reply using an identifier first seen in a tool result): "
     "present / targets pooled; losing = replies whose prompt lacked one",
 }

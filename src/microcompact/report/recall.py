@@ -9,7 +9,8 @@ whose prompt had lost at least one. Library sessions write no such line (``repla
 recall per policy there), and the logs tell nothing about a reply that used no tool identifier.
 
 **Kept in use** sums ``kept_in_use_iterations`` and ``kept_in_use_tokens`` of the pass lines: the tool
-iterations a fold left in place, verbatim, because the agent was still using them.
+iterations a fold left in place, verbatim, because the agent was still using them. Only a schedule that
+folds by use (``compression.micro_compact_fold_by_use``) writes them: ``logged`` counts the passes that did.
 """
 
 from __future__ import annotations
@@ -124,12 +125,16 @@ class KeptInUse:
     passes: int = 0  # committed passes that kept something
     iterations: int = 0
     tokens: Number = 0
+    logged: int = 0  # committed passes that say what they kept (only folds by use do)
 
     @classmethod
     def of(cls, micro: Iterable[TelemetryRecord]) -> KeptInUse:
         kept = cls()
         for r in micro:
-            if r.outcome in MICRO_COMMITTED and (r.kept_in_use_iterations or r.kept_in_use_tokens):
+            if r.outcome not in MICRO_COMMITTED:
+                continue
+            kept.logged += r.kept_in_use_iterations is not None or r.kept_in_use_tokens is not None
+            if r.kept_in_use_iterations or r.kept_in_use_tokens:
                 kept.passes += 1
                 kept.iterations += int(r.kept_in_use_iterations or 0)
                 kept.tokens += r.kept_in_use_tokens or 0

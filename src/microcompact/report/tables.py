@@ -152,8 +152,10 @@ def _tokens_table(tok: Tokens) -> Table:
             f"{kept.iterations:,} tool iteration(s), {_fmt(kept.tokens)} tokens, left in place by {kept.passes:,} "
             "fold(s) because the agent was still using them",
         )
+    elif kept.logged:
+        _row(t, "kept in use", f"nothing ({kept.logged:,} fold(s) by use left no tool iteration in place)")
     else:
-        _row(t, "kept in use", "nothing (no fold left a tool iteration in place because it was in use)")
+        _row(t, "kept in use", "not logged: the folds went by age (compression.micro_compact_fold_by_use is off)")
     return t
 
 
