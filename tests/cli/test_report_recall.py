@@ -132,7 +132,7 @@ def test_a_library_log_says_nothing_of_recall(tmp_path: Path) -> None:
 def test_passes_by_age_say_nothing_of_what_was_in_use(tmp_path: Path) -> None:
     shown = run_cli(tmp_path / "home", "report", str(log_of(tmp_path, [micro(1, "aged", None)])))
     assert shown.returncode == 0, shown.stderr
-    assert "not logged: the folds went by age (compression.micro_compact_fold_by_use is off)" in shown.stdout
+    assert "not logged: the folds went by age (only folds by use, micro_compact_fold_by_use, log it)" in shown.stdout
 
 
 # ------------------------------------------------------------------ through a real serve

@@ -155,7 +155,8 @@ def _tokens_table(tok: Tokens) -> Table:
     elif kept.logged:
         _row(t, "kept in use", f"nothing ({kept.logged:,} fold(s) by use left no tool iteration in place)")
     else:
-        _row(t, "kept in use", "not logged: the folds went by age (compression.micro_compact_fold_by_use is off)")
+        by_age = "not logged: the folds went by age (only folds by use, micro_compact_fold_by_use, log it)"
+        _row(t, "kept in use", by_age)
     return t
 
 
