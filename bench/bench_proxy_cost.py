@@ -5,6 +5,7 @@ through ``microcompact serve``, priced from what a scripted upstream with the re
     PYTHONPATH=src:tests python bench/bench_proxy_cost.py --rows sdk # only the SDK rows
     PYTHONPATH=src:tests python bench/bench_proxy_cost.py --rows sdk --sdk-routes direct,serve,serve-inline
     PYTHONPATH=src:tests python bench/bench_proxy_cost.py --rows reactive --reactive-tasks 24k-reactive,8k-reactive,sdk
+    PYTHONPATH=src:tests python bench/bench_proxy_cost.py --rows slow   # the 48-step task, 2 s summarizer, 1 s answers
 
 The upstream (tests/upstream, one per run) implements Anthropic's cache: breakpoints, a 20-block lookback,
 a 5-minute TTL refreshed on every hit, a 1,024-token minimum; reads are billed at 0.1x input and writes at
@@ -31,6 +32,14 @@ wait for the user), its re-fetches, those of the previous step's output (the one
 values it gave up on after three re-fetches in one step. Claude Code's own compaction summary, in the direct
 rows, keeps no value.
 
+The slow rows (``--rows slow``; ``24k-reactive``, the 48-step task, direct and ``serve-model2s``: a 2 s model
+summarizer and 1 s model answers) print, beside the cost and the peak, how many requests ``serve`` held over
+0.5 s and over 1 s before forwarding them (its ``/metrics`` histogram of proxy overhead, read before it
+stops): a request held that long waited on the summarizer, which a schedule that keeps ahead of it never does.
+From ``serve``'s log they also count its passes by who wrote the summary (the model, or the offline summary
+absorbing instead) and its batch prunes: a prune means the window came within reach of the batch
+threshold, the micro schedule having fallen behind.
+
 "steps seen" is min/mean of the tool results a request carried verbatim (after the first five requests):
 how much of the recent work the model still saw whole. Cost is the main model's prompt and output at
 Claude Sonnet / GPT-5 list prices, plus the summarizer's calls (a model summarizer at $0.80/$4 per
@@ -56,7 +65,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
 
-from cost_upstream import TTL, CostSteps, PricedUpstream, SummarizerUpstream, Tally  # noqa: E402  (this folder)
+from cost_upstream import (  # noqa: E402  (this folder)
+    TTL,
+    CostSteps,
+    Folds,
+    PricedUpstream,
+    SummarizerUpstream,
+    Tally,
+    proxy_waits,
+)
 from support.claude_code import run_claude, unavailable_reason  # noqa: E402
 from support.serve_process import ServeProcess  # noqa: E402
 from upstream.reactive import ReactiveStats, ReactiveSteps  # noqa: E402
@@ -79,6 +96,8 @@ class Row:
     summarizer_calls: int = 0
     prices: str = "anthropic"
     agent: ReactiveStats | None = None  # the reactive agent's turns and re-fetches (its rows only)
+    waits: dict[float, int] | None = None  # requests serve held over 0.5 s / 1 s (its rows)
+    folds: Folds | None = None  # serve's passes by summary (model / offline) and batch prunes (its rows)
 
     def cost(self) -> float:
         t = self.tally
@@ -155,6 +174,7 @@ def claude_row(task: str, steps: int, lines: int, route: str, work: Path) -> Row
     max_turns = 3 * steps + 20 if agent else (per_turn or steps) + 20
     summarizer = SummarizerUpstream(2.0) if model else None
     served: ServeProcess | None = None
+    waits: dict[float, int] | None = None
     home = work / f"{task}-{route}"
     home.mkdir(parents=True)
     started = time.monotonic()
@@ -189,10 +209,12 @@ def claude_row(task: str, steps: int, lines: int, route: str, work: Path) -> Row
                 )
         finally:
             if served is not None:
+                waits = proxy_waits(served.base_url)  # before it stops: its own counts
                 stop(served)
             if summarizer is not None:
                 summarizer.close()
-    row = Row(task, route, tally, time.monotonic() - started, run.ok)
+    row = Row(task, route, tally, time.monotonic() - started, run.ok, waits=waits)
+    row.folds = Folds.of_log(home / "proxy.log") if route != "direct" else None
     if agent is not None:
         row.agent, tally.compactions = agent.stats, agent.stats.compactions
     if summarizer is not None:
@@ -356,6 +378,28 @@ def reactive_table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def slow_table(rows: list[Row]) -> str:
+    """The slow-summarizer rows: a 2 s model summarizer and 1 s model answers through serve, against direct.
+    "waited" counts requests serve held over 0.5 s and over 1 s before forwarding them (its own /metrics):
+    a request over 0.5 s waited on the summarizer, which the schedule should never make it do."""
+    head = "task | route | steps | turns | re-fetches | of previous step | requests | peak % | summ calls"
+    head += " | model passes | offline passes | prunes | waited >0.5 s | waited >1 s | cost $ | x direct | ok | s"
+    direct = {(r.task, r.prices): r for r in rows if r.route == "direct"}
+    lines = [head, " | ".join("---" for _ in head.split(" | "))]
+    for r in rows:
+        t, a, base = r.tally, r.agent or ReactiveStats(), direct.get((r.task, r.prices))
+        waits = [str(r.waits[b]) if r.waits else "-" for b in (0.5, 1.0)]
+        f = r.folds
+        folds = [str(n) for n in (f.model, f.offline, f.prunes)] if f else ["-"] * 3
+        cells = [
+            r.task, r.route, str(a.steps or "-"), str(a.turns or "-"), str(a.refetches), str(a.previous),
+            str(t.requests), f"{100 * t.peak / WINDOW:.0f}", str(r.summarizer_calls), *folds, *waits, f"{r.cost():.2f}",
+            f"{r.cost() / base.cost():.2f}" if base else "-", "yes" if r.ok else "NO", f"{r.seconds:.0f}",
+        ]  # fmt: skip
+        lines.append(" | ".join(cells))
+    return "\n".join(lines)
+
+
 TASKS = {
     "24k": (50, 3000),
     "8k": (150, 1000),
@@ -371,6 +415,8 @@ SDK_STEPS = 48
 ROUTES = ("direct", "serve", "serve-inline", "serve-model2s")  # and serve-tail3, on request
 IDLE_ROUTES = ("direct", "serve")
 REACTIVE_TASKS = ("24k-reactive", "8k-reactive")
+SLOW_TASKS = ("24k-reactive",)  # the 48-step task, with a 2 s model summarizer and 1 s model answers
+SLOW_ROUTES = ("direct", "serve-model2s")
 # The idle tasks: IDLE_TURNS user turns, IDLE_GAP seconds apart, against a cache that lives IDLE_TTL
 # seconds (upstream and proxy alike): the 5-minute TTL scaled down so the gaps take seconds, not minutes.
 IDLE_TURNS = 3
@@ -395,7 +441,7 @@ def claude_rows(tasks: list[str], routes_of: dict[str, str], work: Path) -> list
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", default="claude,sdk,reactive", help="claude, sdk, reactive (comma-separated)")
+    parser.add_argument("--rows", default="claude,sdk,reactive", help="claude, sdk, reactive, slow (comma-separated)")
     parser.add_argument("--tasks", default="24k,8k,24k-idle,8k-idle")
     parser.add_argument("--routes", default=",".join(ROUTES), help="for the tasks without gaps (+ serve-tail3)")
     parser.add_argument("--idle-routes", default=",".join(IDLE_ROUTES), help="for the -idle tasks")
@@ -404,6 +450,8 @@ def main() -> None:
         "--reactive-tasks", default=",".join(REACTIVE_TASKS), help="+ smoke-reactive; sdk: the SDK loop"
     )
     parser.add_argument("--reactive-routes", default="direct,serve", help="for Claude Code's reactive tasks")
+    parser.add_argument("--slow-tasks", default=",".join(SLOW_TASKS), help="the slow rows' tasks (+ 24k, 8k)")
+    parser.add_argument("--slow-routes", default=",".join(SLOW_ROUTES), help="the slow rows' routes (+ -inline)")
     parser.add_argument("--sdk-steps", type=int, default=SDK_STEPS, help="steps of the SDK loops")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, stores)")
     args = parser.parse_args()
@@ -413,6 +461,7 @@ def main() -> None:
     routes_of = {"plain": args.routes, "idle": args.idle_routes, "reactive": args.reactive_routes}
     rows: list[Row] = []
     reactive: list[Row] = []
+    slow: list[Row] = []
     try:
         if "claude" in chosen:
             rows += claude_rows(args.tasks.split(","), routes_of, work)
@@ -423,10 +472,15 @@ def main() -> None:
             reactive += claude_rows([t for t in tasks if t != "sdk"], routes_of, work)
             if "sdk" in tasks:
                 reactive += sdk_rows(work, args.sdk_routes.split(","), args.sdk_steps, reactive=True)
+        if "slow" in chosen:
+            slow_routes = {kind: args.slow_routes for kind in ("plain", "reactive")}
+            slow += claude_rows(args.slow_tasks.split(","), slow_routes, work)
         if rows:
             print(table(rows))
         if reactive:
             print(reactive_table(reactive))
+        if slow:
+            print(slow_table(slow))
     finally:
         if args.keep:
             print(f"work folder: {work}")

@@ -193,3 +193,58 @@ class SummarizerUpstream(ScriptedUpstream):
         self.input_tokens += u.get("prompt_tokens", 0)
         self.output_tokens += u.get("completion_tokens", 0)
         return chunks
+
+
+OVERHEAD_BUCKET = re.compile(r'^microcompact_proxy_overhead_seconds_bucket\{le="([^"]+)"\} (\d+)$', re.MULTILINE)
+
+
+def proxy_waits(base_url: str, bounds: tuple[float, ...] = (0.5, 1.0)) -> dict[float, int] | None:
+    """Requests ``serve`` held longer than each bound before it forwarded them, from its ``/metrics``
+    histogram of proxy overhead (the time from a request's arrival to its upstream request, the conversation's
+    lock and any pass it waited for included). The proxy's own work on a request takes milliseconds, so with a
+    2 s summarizer a request over 0.5 s waited on it. None when the metrics cannot be read."""
+    import httpx
+
+    try:
+        page = httpx.get(f"{base_url}/metrics", timeout=10).text
+    except httpx.HTTPError:
+        return None
+    buckets = {le: int(n) for le, n in OVERHEAD_BUCKET.findall(page)}
+    total = buckets.get("+Inf")
+    if total is None:
+        return None
+    return {b: total - buckets.get(f"{b:g}", total) for b in bounds}
+
+
+@dataclass
+class Folds:
+    """What ``serve``'s passes did, from its log: passes whose summary the model wrote, passes the offline
+    summary absorbed instead, and batch prunes (the window at risk: the micro schedule fell behind)."""
+
+    model: int = 0
+    offline: int = 0
+    prunes: int = 0
+
+    @classmethod
+    def of_log(cls, path: Any) -> Folds:
+        from microcompact.telemetry import parse_line
+
+        folds = cls()
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                lines = fh.readlines()
+        except OSError:
+            return folds
+        for line in lines:
+            parsed = parse_line(line)
+            if parsed is None:
+                continue
+            kind, record = parsed
+            if kind == "batch":
+                folds.prunes += record.get("outcome") == "pruned"
+            elif record.get("outcome") in ("absorbed", "model_rejected"):
+                if record.get("aux_model") in (None, "extractive") or record.get("outcome") == "model_rejected":
+                    folds.offline += 1
+                else:
+                    folds.model += 1
+        return folds

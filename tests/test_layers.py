@@ -41,7 +41,7 @@ LAYERS: list[set[str]] = [
     {"micro", "batch"},
     {"background", "store", "carry"},
     {"session_store", "runners", "session", "aio", "recall_tools"},
-    {"replay", "report", "importers", "router", "recall", "stale"},
+    {"replay", "report", "importers", "router", "recall", "recall_watch", "stale"},
     {"integrations", "server", "launch"},
     {"compare"},
     {"cli", "__init__", "__main__"},  # cli/: every module of the command-line package sits on top

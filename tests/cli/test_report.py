@@ -367,10 +367,10 @@ def test_human_output(logs):
         for cells in (line.replace("│", " ").split() for line in table.splitlines())
         if cells and cells[0] in ("alpha", "beta", "gamma")
     }
-    # passes, absorbed, failures, tokens saved, occupancy max, batch compactions, payback pass
-    assert rows["alpha"] == ["5", "3", "1", "270", "68.0%", "1", "4"]
-    assert rows["beta"] == ["3", "3", "0", "35", "41.5%", "1", "3"]
-    assert rows["gamma"] == ["2", "1", "0", "-30", "—", "0", "not", "yet"]
+    # passes, absorbed, failures, tokens saved, occupancy max, batch compactions, payback pass, kept in use
+    assert rows["alpha"] == ["5", "3", "1", "270", "68.0%", "1", "4", "0"]
+    assert rows["beta"] == ["3", "3", "0", "35", "41.5%", "1", "3", "0"]
+    assert rows["gamma"] == ["2", "1", "0", "-30", "—", "0", "not", "yet", "0"]
 
 
 def test_per_session_table_only_when_asked(logs):

@@ -5,7 +5,8 @@ Every micro pass logs ``micro compaction telemetry: {json}`` and every batch att
 The package reads one or more log files (plain or ``.gz``) into typed records (``reading``), turns them
 into typed aggregates (``aggregate``: :class:`Report`; :func:`build_report` gives its JSON-able dict), which
 are rendered as Rich tables or JSON (``tables``) or drawn as occupancy per pass (``plot``, needs the
-optional ``matplotlib``); ``command`` is the command itself (exit codes, messages).
+optional ``matplotlib``); ``cost`` and ``recall`` sum the proxy's cost and recall lines per session;
+``command`` is the command itself (exit codes, messages).
 
 Definitions (also in the ``definitions`` entry of the report):
 
@@ -31,6 +32,11 @@ Definitions (also in the ``definitions`` entry of the report):
   of those lines, else are committed micro passes / batch compactions.
 * **percentiles**: medians are :func:`statistics.median` (mean of the two middle values for an even count);
   p95 is nearest-rank: the ``ceil(0.95 * n)``-th smallest value.
+* **kept in use**: ``kept_in_use_iterations`` / ``kept_in_use_tokens`` summed over committed passes (tool
+  iterations a fold left in place because the agent was still using them); ``logged``: the committed passes
+  carrying them (folds by use).
+* **recall** (proxy sessions): ``proxy recall telemetry`` lines, one per reply that used an identifier a
+  tool result showed first: present / targets pooled; ``losing``, replies whose prompt lacked one.
 * **ignored lines**: non-blank lines that are not telemetry: other log lines, telemetry whose JSON is
   broken or not an object (also counted as ``malformed``), telemetry whose event does not match its tag,
   and telemetry-looking lines logged by another logger than ``microcompact.telemetry``.
@@ -81,17 +87,20 @@ def build_report(paths: list[Path]) -> dict[str, Any]:
                    duration_ms: {median, p95, max}, summarizer_share_pct}
         tokens: {net_saved, counter_saved, exchanges_absorbed, partial_absorbs, mean_exchange_tokens,
                  marker_overhead: {sessions, median, max, total},          # over sessions with overhead > 0
-                 payback: {median_pass, paid_back, not_paid_back, no_overhead, start_missing, no_absorb}}
+                 payback: {median_pass, paid_back, not_paid_back, no_overhead, start_missing, no_absorb},
+                 kept_in_use: {passes, iterations, tokens, logged}}        # what folds left in place in use
         per_session: [{session_id, passes, committed_passes, absorbed, model_rejected, failures, outcomes,
                        tokens_saved,
                        counter_saved, occupancy_max, occupancy_series: [pct | null per pass],
                        batch_compactions, batch_pruned, batch_attempts, marker_overhead, payback_pass,
-                       payback_status: paid_back | not_paid_back | no_overhead | start_missing | no_absorb}]
+                       payback_status: paid_back | not_paid_back | no_overhead | start_missing | no_absorb,
+                       kept_in_use: {passes, iterations, tokens, logged}}]
                      # most passes first, then by session id
         definitions: {name: text}
 
     Outcome dicts are ordered by count (descending), then name. Unreadable files are listed in
-    ``files.skipped``, never raised.
+    ``files.skipped``, never raised. The command's ``--json`` adds, for ``serve``'s sessions, ``cost`` (per
+    session, each with its ``recall``) and ``recall`` (:mod:`.recall`), read from the proxy's own lines.
     """
     return report_of(read_telemetry(paths)).as_dict()
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..events import BATCH_COMPACTIONS, MICRO_COMMITTED, MICRO_FAILURES, Outcome
 from .reading import Files, LineCounts, Number, Telemetry, TelemetryRecord
+from .recall import KeptInUse
 
 REPORT_VERSION = 1
 
@@ -36,6 +37,10 @@ DEFINITIONS = {
     "p95": "nearest rank: the ceil(0.95 * n)-th smallest value",
     "summarizer_share_pct": "sum of summarizer_ms / sum of duration_ms over micro lines having both",
     "ignored_lines": "non-blank lines that are not telemetry of logger microcompact.telemetry with valid JSON",
+    "kept_in_use": "sums of kept_in_use_iterations / _tokens over committed passes: tool iterations a fold left "
+    "in place, verbatim, because the agent was still using them; logged: passes carrying them (folds by use)",
+    "recall": "proxy_recall lines (serve, one per reply using an identifier first seen in a tool result): "
+    "present / targets pooled; losing = replies whose prompt lacked one",
 }
 
 
@@ -108,6 +113,7 @@ class SessionSummary:
     marker_overhead: Number | None
     payback_pass: int | None
     payback_status: PaybackStatus
+    kept_in_use: KeptInUse
 
 
 @dataclass
@@ -200,6 +206,7 @@ class Tokens:
     mean_exchange_tokens: Number | None
     marker_overhead: MarkerOverhead
     payback: Payback
+    kept_in_use: KeptInUse
 
 
 @dataclass
@@ -255,6 +262,7 @@ class SessionTelemetry:
             marker_overhead=overhead,
             payback_pass=payback,
             payback_status=status,
+            kept_in_use=KeptInUse.of(self.micro),
         )
 
     def _payback(self) -> tuple[Number | None, int | None, PaybackStatus]:
@@ -403,6 +411,7 @@ def _tokens(per_session: list[SessionSummary], micro: list[TelemetryRecord]) -> 
         mean_exchange_tokens=_round(sum(exchange) / len(exchange), 1) if exchange else None,
         marker_overhead=_marker_overhead(per_session),
         payback=_payback(per_session),
+        kept_in_use=KeptInUse.of(micro),
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -14,6 +15,7 @@ from .aggregate import Report, report_of
 from .cost import costs_json, read_costs, render_costs
 from .plot import PLOT_INSTALL_HINT, matplotlib_available, plot_report
 from .reading import read_telemetry
+from .recall import read_recall, recall_json, render_recall
 from .tables import render_report, report_json
 
 
@@ -55,15 +57,19 @@ def run_report(
             reason = escape(str(getattr(exc, "strerror", None) or exc))
             err_console.print(f"[red]error:[/red] cannot write plot {escape(str(plot))}: {reason}", highlight=False)
             return 2
-    costs = read_costs(paths)
+    costs, recall = read_costs(paths), read_recall(paths)
     if as_json:
         text = report_json(report)
-        if costs:  # proxy sessions: what they spent against not compacting
-            text = json.dumps({**json.loads(text), "cost": costs_json(costs)}, indent=2)
+        extra: dict[str, Any] = {"cost": costs_json(costs, recall)} if costs else {}  # proxy sessions' bills
+        if recall:  # and whether what their agents used next was still in front of them
+            extra["recall"] = recall_json(recall)
+        if extra:
+            text = json.dumps({**json.loads(text), **extra}, indent=2)
         console.out(text, highlight=False)
     else:
         render_report(report, per_session, console)
-        render_costs(costs, console)
+        render_recall(recall, console)
+        render_costs(costs, console, recall)
     if plot is not None:
         err_console.print(f"occupancy plot written to {plot}", markup=False, highlight=False, soft_wrap=True)
     return 0

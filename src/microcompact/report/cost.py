@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import gzip
 from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
@@ -13,22 +12,15 @@ from rich.console import Console
 from rich.table import Table
 
 from ..bill.cost_line import SessionCost, cost_record
-
-
-def _lines(path: Path) -> Iterable[str]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    try:
-        with opener(path, "rt", encoding="utf-8", errors="replace") as fh:
-            yield from fh
-    except (OSError, EOFError):
-        return  # the telemetry reader already reported the file as skipped
+from .reading import log_lines
+from .recall import SessionRecall, recall_text
 
 
 def read_costs(paths: Iterable[Path]) -> list[SessionCost]:
     """The cost lines of ``paths``, summed per session (in order of first appearance); bad lines skipped."""
     sessions: dict[str, SessionCost] = {}
     for path in paths:
-        for line in _lines(path):
+        for line in log_lines(path):
             record = cost_record(line)
             if record is None:
                 continue
@@ -37,8 +29,18 @@ def read_costs(paths: Iterable[Path]) -> list[SessionCost]:
     return list(sessions.values())
 
 
-def costs_json(costs: list[SessionCost]) -> list[dict[str, Any]]:
-    return [{**asdict(c), "saved": round(c.saved, 6), "tokens_saved": c.tokens_saved} for c in costs]
+def costs_json(costs: list[SessionCost], recall: Iterable[SessionRecall] = ()) -> list[dict[str, Any]]:
+    """Each session's cost, and beside it its recall (null without recall lines)."""
+    by_id = {r.session_id: r for r in recall}
+    return [
+        {
+            **asdict(c),
+            "saved": round(c.saved, 6),
+            "tokens_saved": c.tokens_saved,
+            "recall": by_id[c.session_id].as_dict() if c.session_id in by_id else None,
+        }
+        for c in costs
+    ]
 
 
 SHORT_ID_CHARS = 16  # a session id is shown this long, longer where two would read the same
@@ -57,13 +59,15 @@ def short_ids(ids: list[str], shortest: int = SHORT_ID_CHARS) -> dict[str, str]:
     return shown
 
 
-def render_costs(costs: list[SessionCost], console: Console) -> None:
-    """Spent / saved per session, in dollars and tokens (nothing when no proxy cost line was read)."""
+def render_costs(costs: list[SessionCost], console: Console, recall: Iterable[SessionRecall] = ()) -> None:
+    """Spent / saved per session, in dollars and tokens, and the session's recall beside them (nothing when
+    no proxy cost line was read)."""
     if not costs:
         return
+    by_id = {r.session_id: r for r in recall}
     table = Table(title="Cost against not compacting (proxy sessions, as the upstream reported its cache)")
     for head in ("session", "prices", "requests", "folds", "prompt tok", "uncompacted tok", "cache read",
-                 "cache written", "spent $", "uncompacted $", "saved $"):  # fmt: skip
+                 "cache written", "spent $", "uncompacted $", "saved $", "recall"):  # fmt: skip
         table.add_column(head, justify="left" if head in ("session", "prices") else "right")
     shown = short_ids([c.session_id for c in costs])
     for c in costs:
@@ -79,6 +83,7 @@ def render_costs(costs: list[SessionCost], console: Console) -> None:
             f"{c.spent:.4f}",
             f"{c.uncompacted:.4f}",
             f"{c.saved:+.4f}",
+            recall_text(by_id.get(c.session_id)),
         )
     console.print(table)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import gzip
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal, NamedTuple
@@ -61,6 +61,8 @@ class TelemetryRecord:
     threshold_tokens: Number | None = None
     context_limit: Number | None = None
     micro_passes_since_last: Number | None = None
+    kept_in_use_iterations: Number | None = None  # what a fold left in place because it was in use
+    kept_in_use_tokens: Number | None = None
     partial: bool = False
     still_over_threshold: bool = False
     mode: str | None = None
@@ -82,6 +84,8 @@ class TelemetryRecord:
                 "threshold_tokens",
                 "context_limit",
                 "micro_passes_since_last",
+                "kept_in_use_iterations",
+                "kept_in_use_tokens",
             )
         }
         mode, rejected = data.get("mode"), data.get("rejected")
@@ -149,6 +153,16 @@ def _open_text(path: Path) -> IO[str]:
     if path.suffix == ".gz":
         return gzip.open(path, "rt", encoding="utf-8", errors="replace")
     return open(path, encoding="utf-8", errors="replace")
+
+
+def log_lines(path: Path) -> Iterator[str]:
+    """The lines of a log (plain or ``.gz``); nothing for one that cannot be read (the telemetry reader
+    reports it as skipped)."""
+    try:
+        with _open_text(path) as fh:
+            yield from fh
+    except (OSError, EOFError):
+        return
 
 
 def _entry(line: str, file_index: int, lineno: int, counts: LineCounts) -> _Entry | None:

@@ -144,6 +144,19 @@ def _tokens_table(tok: Tokens) -> Table:
         )
     else:
         _row(t, "first-pass marker overhead", "none (no first absorbed pass grew the transcript)")
+    kept = tok.kept_in_use
+    if kept.passes:
+        _row(
+            t,
+            "kept in use",
+            f"{kept.iterations:,} tool iteration(s), {_fmt(kept.tokens)} tokens, left in place by {kept.passes:,} "
+            "fold(s) because the agent was still using them",
+        )
+    elif kept.logged:
+        _row(t, "kept in use", f"nothing ({kept.logged:,} fold(s) by use left no tool iteration in place)")
+    else:
+        by_age = "not logged: the folds went by age (only folds by use, micro_compact_fold_by_use, log it)"
+        _row(t, "kept in use", by_age)
     return t
 
 
@@ -159,6 +172,7 @@ def _per_session_table(sessions: list[SessionSummary]) -> Table:
         "occupancy max",
         "batch compactions",
         "payback pass",
+        "kept in use tok",
     ):
         t.add_column(col, justify="left" if col == "session" else "right")
     for s in sessions:
@@ -177,5 +191,6 @@ def _per_session_table(sessions: list[SessionSummary]) -> Table:
             _fmt(s.occupancy_max, "%"),
             f"{s.batch_compactions:,}",
             payback,
+            _fmt(s.kept_in_use.tokens),
         )
     return t

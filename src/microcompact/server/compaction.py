@@ -33,6 +33,7 @@ from ..events import Outcome
 from ..identity import DIGEST_KEY, Forms, PrefixDigests, digest, digest_memo, hid_of
 from ..messages import Message, TranscriptError
 from ..recall_tools import RecallNotes
+from ..recall_watch import RecallLine, RecallWatches
 from ..router import SessionRouter
 from ..session import Session
 from ..store import StoreError
@@ -113,6 +114,11 @@ def outgoing(
     return cache_stable_prefix(body, messages) if provider.name == "anthropic" else messages
 
 
+def new_parts(view: Sequence[Message], matched: int) -> list[Message]:
+    """The messages of ``view`` that came with this request: those of client messages past ``matched``."""
+    return [m for m in view if (hid := hid_of(m)) is not None and hid >= matched]
+
+
 def _size(messages: Sequence[Message]) -> int | None:
     try:
         return len(orjson.dumps(list(messages)))
@@ -147,6 +153,7 @@ class Compaction:
         self.prefixes = PrefixDigests()  # each key's last history, hashed: a continuation digests its new part
         self.recall_notes = RecallNotes()  # markers name the recall tools when a request lists them
         self.recorder = RequestRecorder()  # each answered request's figures, in the store (server/ui)
+        self.recall = RecallWatches()  # each reply's recall of what tools showed, read in the follow-up
 
     def prepare(self, provider: Provider, body: dict[str, Any], key: str, history: list[Message]) -> Prepared:
         """Sync, compact and build the outgoing messages (raises BadRequest for a message the session
@@ -167,7 +174,7 @@ class Compaction:
                 self._run_pending(key)
                 config = self.windows.config_for(body, history)
                 routed = self.router.route(key, identity.reordered(order, incoming), provider.convert, config)
-                session = routed.session
+                session, matched = routed.session, routed.sync.matched
                 results = session.before_request()
                 self._bill_summarizer(session, provider.name, results)
                 view = self.recall_notes.annotate(body, session.store, session.session_id, session.transcript)
@@ -200,9 +207,12 @@ class Compaction:
         if problem is not None:
             self._failed("view-invalid", key, ValueError(problem))
             prepared.messages, prepared.degraded = list(history), "view-invalid"
+            self.recall.sent(session, view, new_parts(view, matched), whole=True)
             return prepared
-        if not unchanged(history, prepared.messages) and larger(prepared.messages, history, client_size):
+        whole = not unchanged(history, prepared.messages) and larger(prepared.messages, history, client_size)
+        if whole:
             prepared.messages = list(history)  # a pass never makes what is sent larger than what it replaces
+        self.recall.sent(session, view, new_parts(view, matched), whole)
         prepared.folded = self._view_changed(key, view) and prepared.messages is not history
         self._remember(key, session)
         if asked != key:  # a count sent under the key the client's request had finds this conversation too
@@ -261,6 +271,7 @@ class Compaction:
                         cache_write_tokens=usage.cache_write_tokens if usage else None,
                     )
                 audited = self._bill(session, answer)
+                self._measure_recall(prepared.session, session.session_id)
                 self._collected(session, prepared.api, session.drain(0))  # a pass done already: not next request's
                 if prepared.human:
                     self._collected(session, prepared.api, session.finalize_turn())
@@ -322,6 +333,12 @@ class Compaction:
             self.metrics.cost(line.spent, line.uncompacted)
         telemetry_log.info("%s", line.text())
         return audited
+
+    def _measure_recall(self, conversation: Session, session_id: str) -> None:
+        """Log the recall of each reply that used what a tool showed (its counts only)."""
+        for measured in self.recall.settle(conversation):
+            if measured.targets:
+                telemetry_log.info("%s", RecallLine.of(session_id, measured).text())
 
     def _bill_summarizer(self, session: Session, api: str | None, results: Sequence[Any]) -> None:
         """Count the summarizer calls of ``results`` (passes just applied) in the session's spent figure, and
