@@ -103,8 +103,9 @@ class CompressionConfig(StrictSection):
         None, ge=0, le=10_000_000, description="price policy: history a fold keeps verbatim; unset = derived"
     )
     # Price policy: keep the tool results the agent still uses verbatim inside a fold, the low-water mark
-    # following them (micro/in_use.py). Off by default for now: measured on the shared Claude Code sessions it
-    # lifts future-reference recall through serve from 85% to 96% but costs about 0.1x of direct more.
+    # following them (micro/in_use.py). Off by default for now: measured through serve it lifts future-reference
+    # recall on the shared Claude Code sessions from 85% to 94%, and costs up to 0.16x of direct more on the
+    # reactive agent (docs/cost-and-cache.md, "Fold by use").
     micro_compact_fold_by_use: bool = False
     proactive_prune_min_reclaim_tokens: int = Field(4096, ge=0, le=10_000_000)
     prune_min_tool_tokens: int = Field(200, ge=1, le=10_000_000)

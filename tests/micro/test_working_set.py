@@ -6,7 +6,14 @@ import json
 
 import pytest
 
-from microcompact.micro.working_set import RECENT_REPLIES, FactsCache, facts_of, iterations_of, working_set
+from microcompact.micro.working_set import (
+    ITEM_SHARE,
+    RECENT_REPLIES,
+    FactsCache,
+    facts_of,
+    iterations_of,
+    working_set,
+)
 from microcompact.summarizers.facts_extract import Call, tool_kind
 from microcompact.summarizers.facts_model import ToolKind
 from support.agent_steps import bash, edit, filler, read, reply, user
@@ -61,18 +68,19 @@ def test_what_a_user_said_makes_nothing_in_use() -> None:
 
 def test_keep_within_keeps_the_most_recently_used_first() -> None:
     msgs = [user("go"), *read("src/a_mod.py", "alpha_one"), *read("src/b_mod.py", "beta_two")]
-    msgs += [reply("alpha_one first"), *filler(2), reply("now beta_two")]
+    msgs += [*read("src/c_mod.py", "gamma_three"), reply("alpha_one first"), *filler(2), reply("now beta_two")]
+    msgs += [reply("and gamma_three")]
     tokens = [10] * len(msgs)
     ws = working_set(msgs)
-    assert ws.in_use == {1, 3}
-    assert ws.last_use[3] > ws.last_use[1]
-    assert ws.keep_within(tokens, 20) == {3}
-    assert ws.keep_within(tokens, 40) == {1, 3}
-    assert ws.keep_within(tokens, 40, before=3) == {1}
-    assert ws.tokens(tokens) == 40
-    assert ws.dropped({3}, tokens) == (1, 20)
+    assert ws.in_use == {1, 3, 5}
+    assert ws.last_use[5] > ws.last_use[3] > ws.last_use[1]
+    assert ws.keep_within(tokens, 40) == {3, 5}
+    assert ws.keep_within(tokens, 60) == {1, 3, 5}
+    assert ws.keep_within(tokens, 60, before=5) == {1, 3}
+    assert ws.tokens(tokens) == 60
+    assert ws.dropped({3, 5}, tokens) == (1, 20)
     assert ws.dropped(set(), tokens, before=3) == (1, 20)
-    assert ws.dropped({1, 3}, tokens) == (0, 0)
+    assert ws.dropped({1, 3, 5}, tokens) == (0, 0)
 
 
 def test_tool_kinds_are_the_ledgers() -> None:
@@ -138,3 +146,17 @@ def test_the_cache_forgets_what_folds_dropped_by_itself() -> None:
         msgs = [dict(m) for m in msgs[:10]] + filler(50, f"new{k}")
         working_set(msgs, facts=cache)
     assert len(cache) <= 2 * len(msgs) + 64 + len(msgs)
+
+
+def test_a_result_over_half_the_budget_is_not_kept_and_the_rest_is() -> None:
+    """One result may take at most ``ITEM_SHARE`` of the working set's budget: a huge output the agent
+    quoted one value from would otherwise be the whole set, rewritten at every fold."""
+    msgs = [user("go"), *bash("make dump", "noise " * 50 + "token_6e3cdee91"), *read("src/a_mod.py", "alpha_one")]
+    msgs += [reply("token_6e3cdee91 and alpha_one")]
+    tokens = [10, 10, 600, 10, 100, 10]
+    ws = working_set(msgs)
+    assert ws.in_use == {1, 3}
+    assert ws.keep_within(tokens, 1_300) == {1, 3}
+    budget = int((610 - 1) / ITEM_SHARE)  # the dump is just over the share
+    assert ws.keep_within(tokens, budget) == {3}
+    assert ws.dropped({3}, tokens) == (1, 610)

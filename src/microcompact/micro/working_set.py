@@ -38,6 +38,12 @@ from ..summarizers.facts_extract import parse_call, tool_kind
 from ..summarizers.facts_model import ToolKind
 
 RECENT_REPLIES = 8
+# The most of the working set's budget one iteration may take. A fold rewrites what it keeps (the cache writes
+# it again), so one large output the agent quoted a value from (a 24 KB log: ~12K tokens of a 16K budget)
+# would be the whole set, rewritten at every fold, and would put the fold off (the price rule sees a large
+# rewrite). Measured through serve (docs/cost-and-cache.md, "Fold by use"): the reactive agent's 48 x 24 KB
+# task went from 0.72x to 0.62x of direct with as many re-fetches, at two points of recall.
+ITEM_SHARE = 0.5
 _FIXED_ROLES = ("user", "system", "developer")
 
 
@@ -129,8 +135,8 @@ class WorkingSet:
 
     def keep_within(self, tokens: Sequence[int], budget: int, before: int | None = None) -> frozenset[int]:
         """The in-use iterations a fold keeps within ``budget`` tokens: the most recently used first (what
-        nobody referenced for a while goes first); only those starting before ``before`` count (the rest
-        sit in the tail, which no fold touches)."""
+        nobody referenced for a while goes first), none over :data:`ITEM_SHARE` of the budget; only those
+        starting before ``before`` count (the rest sit in the tail, which no fold touches)."""
         chosen: list[int] = []
         spent = 0
         ranked = sorted(
@@ -138,7 +144,7 @@ class WorkingSet:
         )
         for s in reversed(ranked):
             cost = sum(tokens[s : self.iterations[s]])
-            if spent + cost <= budget:
+            if cost <= ITEM_SHARE * budget and spent + cost <= budget:
                 chosen.append(s)
                 spent += cost
         return frozenset(chosen)
@@ -263,6 +269,7 @@ def _stale(iterations: Mapping[int, int], all_facts: Sequence[Facts], in_use: se
 
 
 __all__ = [
+    "ITEM_SHARE",
     "RECENT_REPLIES",
     "Call",
     "Facts",
