@@ -83,10 +83,13 @@ def test_claude_codes_summary_requests_ride_its_cache(tmp_path: Path):
     agent = [r for r in sent if not is_summary(r)]
     assert summaries, "no summary request went upstream"
     for summary in summaries:
-        earlier = [r for r in agent if r.number < summary.number][-2:]
+        # It continues the conversation's last request when its fold was planned; Claude Code's side requests
+        # (titles, checks) and, on a loaded machine, further steps may go up before it is sent, so any earlier
+        # request counts, and the upstream's cache below says whether that prefix was still cached.
+        earlier = [r for r in agent if r.number < summary.number]
         prefix = orjson.dumps(summary.body["messages"][:-1])
         matching = [r for r in earlier if orjson.dumps(r.body["messages"]) == prefix]
-        assert matching, f"summary request {summary.number} continues none of the two requests before it"
+        assert matching, f"summary request {summary.number} continues no request that went up before it"
         last = matching[-1]
         for key in ("system", "tools", "model", "thinking", "tool_choice", "metadata"):
             assert orjson.dumps(summary.body.get(key)) == orjson.dumps(last.body.get(key)), key
