@@ -47,6 +47,7 @@ from starlette.routing import Route as Path
 from ..bill.cache_usage import UsageReport
 from ..bill.session_bill import full_ratio, tokens_saved
 from ..router import SessionRouter
+from ..wire import Upstream
 from .anthropic_format import AnthropicFormat
 from .compaction import Compaction, Prepared
 from .errors import BadRequest, error_response
@@ -114,7 +115,7 @@ def upstream_url(settings: ProxySettings, route: Route, query: str) -> str:
     ``/v1``; Anthropic's and Gemini's are the host), plus the route's path. A ``key`` query parameter is
     Gemini's key: kept toward Gemini, never sent to another provider."""
     bases = {ANTHROPIC_API: settings.anthropic_upstream, GEMINI_API: settings.gemini_upstream}
-    url = bases.get(route.api or "", settings.openai_upstream).rstrip("/") + route.upstream_path
+    url = bases.get(route.api or Upstream.OPENAI, settings.openai_upstream).rstrip("/") + route.upstream_path
     if route.api != GEMINI_API:
         query = "&".join(pair for pair in query.split("&") if pair and pair.split("=", 1)[0] != "key")
     return f"{url}?{query}" if query else url
@@ -197,7 +198,9 @@ class Proxy:
             except Exception as exc:
                 log.error("Proxy: %s %s failed (%s: %s)", request.method, request.url.path, type(exc).__name__, exc)
                 return self._answer(
-                    route_of(request).api or "openai", 500, f"microcompact: internal error ({type(exc).__name__})"
+                    route_of(request).api or Upstream.OPENAI,
+                    500,
+                    f"microcompact: internal error ({type(exc).__name__})",
                 )
 
         return guarded
@@ -208,7 +211,7 @@ class Proxy:
         return PlainTextResponse("ok\n")
 
     async def metrics_page(self, request: Request) -> Response:
-        refused = self._refused(request, "openai")
+        refused = self._refused(request, Upstream.OPENAI)
         if refused is not None:
             return refused
         return PlainTextResponse(self.metrics.render(), media_type="text/plain; version=0.0.4")
@@ -242,7 +245,7 @@ class Proxy:
 
     async def count_tokens(self, request: Request) -> Response:
         started = time.perf_counter()
-        refused = self._refused(request, "anthropic")
+        refused = self._refused(request, ANTHROPIC.name)
         if refused is not None:
             return refused
         raw = await request.body()
@@ -254,7 +257,7 @@ class Proxy:
         messages = await anyio.to_thread.run_sync(self.compaction.view_for_count, ANTHROPIC, body, key, history)
         plan = await anyio.to_thread.run_sync(
             functools.partial(
-                self.thinking.plan, ANTHROPIC.name, key, body, history, messages, raw, ANTHROPIC.body, count=True
+                self.thinking.plan, ANTHROPIC, key, body, history, messages, raw, ANTHROPIC.body, count=True
             )
         )
         return await self._forward(
@@ -263,7 +266,7 @@ class Proxy:
 
     async def passthrough(self, request: Request) -> Response:
         started = time.perf_counter()
-        api = route_of(request).api or "openai"
+        api = route_of(request).api or Upstream.OPENAI
         refused = self._refused(request, api)
         if refused is not None:
             return refused
@@ -346,7 +349,7 @@ class Proxy:
         150K-token one, which on the loop would hold every other connection's bytes), then either why it
         goes up as it came, or the engine's step and the thinking plan. Raises BadRequest."""
         body, history = _parse(provider, raw)
-        aside = self.thinking.aside(provider.name, body)
+        aside = self.thinking.aside(provider, body)
         if aside is not None:  # the provider compacts this conversation itself
             return _Aside("provider_compaction", _conversation_hint(request, body), aside)
         reason = provider.passthrough_reason(body)
@@ -354,7 +357,7 @@ class Proxy:
             return _Aside(reason, _conversation_hint(request, body))
         prepared = self.compaction.prepare(provider, body, self._key(request, provider, body), history)
         prepared.client = request.headers.get("user-agent")  # the conversation page names the client
-        plan = self.thinking.plan(provider.name, prepared.key, body, history, prepared.messages, raw, provider.body)
+        plan = self.thinking.plan(provider, prepared.key, body, history, prepared.messages, raw, provider.body)
         return prepared, plan
 
     def _mode_of(self, provider: Provider, prepared: Prepared) -> dict[str, str]:
@@ -451,7 +454,7 @@ class Proxy:
         self.metrics.request(provider.name, response.status_code)
         if self.request_lines is not None:
             self.request_lines(request_line(response.status_code, request.method, request.url.path, headers))
-        tap = UsageTap(response.headers.get("content-type", ""), provider.prompt_tokens, api=provider.name)
+        tap = UsageTap(response.headers.get("content-type", ""), provider)
 
         def done(tap: UsageTap, complete: bool) -> None:
             if prepared is not None:
@@ -550,7 +553,7 @@ class Proxy:
         return len(self._follow_ups)
 
 
-_PROVIDERS: dict[str, Provider] = {"openai": OPENAI, "anthropic": ANTHROPIC, "gemini": GEMINI}
+_PROVIDERS: dict[Upstream, Provider] = {p.name: p for p in (OPENAI, ANTHROPIC, GEMINI)}  # forwards, by upstream
 
 
 @dataclass(frozen=True)

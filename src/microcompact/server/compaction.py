@@ -36,7 +36,7 @@ from ..router import SessionRouter
 from ..session import Session
 from ..store import StoreError
 from ..telemetry import telemetry_log
-from .breakpoints import cache_stable_prefix
+from ..wire import Upstream, WireApi
 from .errors import BadRequest
 from .fixed_blocks import FixedBlocks, client_order
 from .metrics import Metrics
@@ -65,7 +65,8 @@ class Prepared:
     degraded: str | None = None
     outcomes: list[str] = field(default_factory=list)
     folded: bool = False  # the view changed before its end since this key's last request (a fold)
-    api: str | None = None  # the provider's name ("anthropic", "openai"): which prices apply
+    api: Upstream | None = None  # the provider's upstream: which prices apply
+    wire: WireApi | None = None  # its request format: which summary wire (upstream_summary)
     model: str | None = None  # the request's model, and the client's user agent (set by the app): the page
     client: str | None = None
 
@@ -106,7 +107,7 @@ def outgoing(
     own messages, in the client's order; for Anthropic with a breakpoint at the end of the stable part."""
     canonical = [history[i] for i in order]
     messages = provider.normalize(body, client_order(spelled_runs(provider, canonical, view), order))
-    return cache_stable_prefix(body, messages) if provider.name == "anthropic" else messages
+    return provider.with_breakpoints(body, messages)
 
 
 def _size(messages: Sequence[Message]) -> int | None:
@@ -160,7 +161,7 @@ class Compaction:
             key, order = self.fixed_blocks.resolve(key, incoming, owner)  # the conversation it continues
             with self.router.lock(key):
                 self._run_pending(key)
-                config = self.windows.config_for(body, history)
+                config = self.windows.config_for(provider.fixed_fields, body, history)
                 routed = self.router.route(key, identity.reordered(order, incoming), provider.convert, config)
                 session = routed.session
                 results = session.before_request()
@@ -175,6 +176,7 @@ class Compaction:
                     occupancy_pct=session.occupancy_pct(),
                     outcomes=[str(r.outcome) for r in results],
                     api=provider.name,
+                    wire=provider.wire,
                     model=body.get("model") if isinstance(body.get("model"), str) else None,
                 )
                 if not session.flush():

@@ -14,7 +14,6 @@ from typing import Any
 
 from ..identity import hid_of
 from ..messages import Message
-from .breakpoints import cache_stable_prefix
 from .provider import Provider, rewritten
 
 
@@ -24,7 +23,7 @@ def outgoing_messages(
     """The messages to forward for ``view`` (a session transcript, with metadata) of ``history``; for
     Anthropic with a breakpoint at the end of the stable part, so the next request reads it (``breakpoints``)."""
     outgoing = provider.normalize(body, spelled(provider, history, view))
-    return cache_stable_prefix(body, outgoing) if provider.name == "anthropic" else outgoing
+    return provider.with_breakpoints(body, outgoing)
 
 
 def spelled(provider: Provider, history: Sequence[Message], view: Sequence[Message]) -> list[Message]:

@@ -24,13 +24,13 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, assert_never
 
 from ..messages import MARKER_END, MARKER_PREFIX, Message
 from ..redact import redact_text
+from ..wire import WireApi
 from .prompts import render
 from .sections import Section, clip, parse_sections, render_sections
-from .upstream_wire import ANTHROPIC, GEMINI, OPENAI_RESPONSES
 
 MAX_EXCHANGES = 16  # assistant turns one summary request asks notes for
 NOTE_TOKENS = 120  # the output bound each note adds, on top of the configured bound's floor
@@ -120,18 +120,20 @@ def session_keys(exchange: Sequence[Message]) -> list[str]:
     return keys
 
 
-def request_turns(api: str, body: dict[str, Any]) -> list[Turn]:
+def request_turns(api: WireApi, body: dict[str, Any]) -> list[Turn]:
     """The assistant turns of a request as it went upstream, in order."""
-    if api == OPENAI_RESPONSES:
+    if api is WireApi.RESPONSES:
         return _responses_turns(body.get("input"))
-    if api == GEMINI:
+    if api is WireApi.GEMINI:
         return _gemini_turns(body.get("contents"))
+    if api is not WireApi.CHAT and api is not WireApi.MESSAGES:
+        assert_never(api)
     turns = []
     for message in body.get("messages") or []:
         if not isinstance(message, dict) or message.get("role") != "assistant":
             continue
         content = message.get("content")
-        if api == ANTHROPIC:
+        if api is WireApi.MESSAGES:
             blocks = content if isinstance(content, list) else []
             calls = [
                 (b.get("id"), b.get("name"), b.get("input"))

@@ -28,17 +28,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, assert_never
 
+from ..wire import WireApi
 from .base import Rejection, SummarizerBadOutput, SummaryRejected
 from .sections import clip
 from .validation import completion_summary
 
-ANTHROPIC = "anthropic"
-OPENAI_CHAT = "openai-chat"
-OPENAI_RESPONSES = "openai-responses"
-GEMINI = "gemini"
-APIS = (ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES, GEMINI)
+# The summary wire of each compacted route is its own request format (``WireApi``): every function below
+# handles each member (``assert_never`` makes mypy say so when one is added).
+ANTHROPIC, OPENAI_CHAT = WireApi.MESSAGES, WireApi.CHAT
+OPENAI_RESPONSES, GEMINI = WireApi.RESPONSES, WireApi.GEMINI
+APIS = tuple(WireApi)
 # Why an answer stopped that leaves it usable as a summary.
 FINISHED = {"end_turn", "stop_sequence", "stop"}
 # Output tokens added to a Gemini summary request's bound when the client's thinking budget is not a
@@ -57,23 +58,25 @@ class Answer:
     output_tokens: int
 
 
-def summary_body(api: str, body: dict[str, Any], instruction: str, max_output_tokens: int) -> dict[str, Any]:
+def summary_body(api: WireApi, body: dict[str, Any], instruction: str, max_output_tokens: int) -> dict[str, Any]:
     """The summary request: ``body`` (the client's request as it went upstream) with ``instruction`` as one
     more user message at the end, no stream and a bounded output. Raises ValueError for a body that holds
     no conversation."""
-    if api == OPENAI_RESPONSES:
+    if api is WireApi.RESPONSES:
         return _responses_body(body, instruction, max_output_tokens)
-    if api == GEMINI:
+    if api is WireApi.GEMINI:
         return _gemini_body(body, instruction, max_output_tokens)
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise ValueError("the request holds no messages")
     out = dict(body)  # key order kept: the cached parts serialize as they did
     out["stream"] = False
-    if api == ANTHROPIC:
+    if api is WireApi.MESSAGES:
         out["messages"] = [*messages, {"role": "user", "content": [{"type": "text", "text": instruction}]}]
         out["max_tokens"] = max_output_tokens + _thinking_budget(body)
         return out
+    if api is not WireApi.CHAT:
+        assert_never(api)
     out["messages"] = [*messages, {"role": "user", "content": instruction}]
     out.pop("stream_options", None)
     out.pop("n", None)
@@ -136,19 +139,21 @@ def _thinking_budget(body: dict[str, Any]) -> int:
     return 0
 
 
-def read_answer(api: str, payload: Any, name: str) -> Answer:
+def read_answer(api: WireApi, payload: Any, name: str) -> Answer:
     """The summary in the upstream's JSON answer; :class:`SummarizerBadOutput` for an answer that is not
     one (a tool call, a refusal, no text), :class:`SummaryRejected` for one cut off at the bound."""
     if not isinstance(payload, dict):
         raise SummarizerBadOutput(f"{name}: the answer is not a JSON object")
-    if api == ANTHROPIC:
+    if api is WireApi.MESSAGES:
         text, stop = _anthropic_text(payload, name)
-    elif api == GEMINI:
+    elif api is WireApi.GEMINI:
         text, stop = _gemini_text(payload, name)
-    elif api == OPENAI_RESPONSES:
+    elif api is WireApi.RESPONSES:
         text, stop = _responses_text(payload, name)
-    else:
+    elif api is WireApi.CHAT:
         text, stop = _openai_text(payload, name)
+    else:
+        assert_never(api)
     if stop == "max_tokens":
         stop = "length"
     if stop not in FINISHED and stop != "length":
@@ -156,7 +161,7 @@ def read_answer(api: str, payload: Any, name: str) -> Answer:
     if stop == "length" and not text.strip():
         raise SummaryRejected(Rejection("cut_off", f"{name}: output was cut off at max_output_tokens"))
     completion = SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(content=text), finish_reason=stop)])
-    field = "usageMetadata" if api == GEMINI else "usage"
+    field = "usageMetadata" if api is WireApi.GEMINI else "usage"
     usage = payload.get(field) if isinstance(payload.get(field), dict) else {}
     assert isinstance(usage, dict)
     return Answer(completion_summary(completion, name), *_usage(api, usage))
@@ -242,19 +247,21 @@ def _count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
-def _usage(api: str, usage: dict[str, Any]) -> tuple[int, int | None, int | None, int]:
+def _usage(api: WireApi, usage: dict[str, Any]) -> tuple[int, int | None, int | None, int]:
     """(prompt tokens, cache read, cache written, output tokens) of an answer's ``usage``."""
-    if api == GEMINI:  # the prompt count includes the cached part; thinking is billed as output
+    if api is WireApi.GEMINI:  # the prompt count includes the cached part; thinking is billed as output
         prompt = _count(usage.get("promptTokenCount")) or 0
         read = _count(usage.get("cachedContentTokenCount"))
         output = (_count(usage.get("candidatesTokenCount")) or 0) + (_count(usage.get("thoughtsTokenCount")) or 0)
         return prompt, min(read or 0, prompt), 0, output
-    if api == ANTHROPIC:
+    if api is WireApi.MESSAGES:
         read = _count(usage.get("cache_read_input_tokens"))
         written = _count(usage.get("cache_creation_input_tokens"))
         prompt = (_count(usage.get("input_tokens")) or 0) + (read or 0) + (written or 0)
         return prompt, read, written, _count(usage.get("output_tokens")) or 0
-    chat = api == OPENAI_CHAT
+    if api is not WireApi.CHAT and api is not WireApi.RESPONSES:
+        assert_never(api)
+    chat = api is WireApi.CHAT
     details = usage.get("prompt_tokens_details" if chat else "input_tokens_details")
     read = _count(details.get("cached_tokens")) if isinstance(details, dict) else None
     prompt = _count(usage.get("prompt_tokens" if chat else "input_tokens")) or 0
