@@ -76,7 +76,7 @@ from .routes import (
     model_method,
 )
 from .routes import GEMINI as GEMINI_API
-from .session_key import SessionKeys, load_salt
+from .session_key import QUERY_KEY, SessionKeys, load_salt
 from .thinking import ThinkingGuard, ThinkingPlan, is_binding_refusal
 from .ui import ConversationPages
 from .upstream_summary import remember as remember_for_summary
@@ -116,7 +116,7 @@ def upstream_url(settings: ProxySettings, route: Route, query: str) -> str:
     Gemini's key: kept toward Gemini, never sent to another provider."""
     bases = {ANTHROPIC_API: settings.anthropic_upstream, GEMINI_API: settings.gemini_upstream}
     url = bases.get(route.api or Upstream.OPENAI, settings.openai_upstream).rstrip("/") + route.upstream_path
-    if route.api != GEMINI_API:
+    if route.api not in QUERY_KEY:
         query = "&".join(pair for pair in query.split("&") if pair and pair.split("=", 1)[0] != "key")
     return f"{url}?{query}" if query else url
 

@@ -22,9 +22,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, assert_never
+from typing import Any
 
 from ..messages import MARKER_END, MARKER_PREFIX, Message
 from ..redact import redact_text
@@ -122,18 +122,17 @@ def session_keys(exchange: Sequence[Message]) -> list[str]:
 
 def request_turns(api: WireApi, body: dict[str, Any]) -> list[Turn]:
     """The assistant turns of a request as it went upstream, in order."""
-    if api is WireApi.RESPONSES:
-        return _responses_turns(body.get("input"))
-    if api is WireApi.GEMINI:
-        return _gemini_turns(body.get("contents"))
-    if api is not WireApi.CHAT and api is not WireApi.MESSAGES:
-        assert_never(api)
+    return _TURNS[api](body)
+
+
+def _message_turns(body: dict[str, Any], anthropic: bool) -> list[Turn]:
+    """The turns of a ``messages`` body: Anthropic's calls are ``tool_use`` blocks, Chat's ``tool_calls``."""
     turns = []
     for message in body.get("messages") or []:
         if not isinstance(message, dict) or message.get("role") != "assistant":
             continue
         content = message.get("content")
-        if api is WireApi.MESSAGES:
+        if anthropic:
             blocks = content if isinstance(content, list) else []
             calls = [
                 (b.get("id"), b.get("name"), b.get("input"))
@@ -276,3 +275,12 @@ def assemble(previous_prose: str, notes: Sequence[Note], goal: str) -> str:
             items = [notes[-1].next] if notes else items
         out.append(Section(f"### {heading}", items or ["none"]))
     return render_sections(out)
+
+
+# Each wire API's assistant turns (the summary wire: upstream_wire.WIRES).
+_TURNS: dict[WireApi, Callable[[dict[str, Any]], list[Turn]]] = {
+    WireApi.CHAT: lambda body: _message_turns(body, anthropic=False),
+    WireApi.RESPONSES: lambda body: _responses_turns(body.get("input")),
+    WireApi.MESSAGES: lambda body: _message_turns(body, anthropic=True),
+    WireApi.GEMINI: lambda body: _gemini_turns(body.get("contents")),
+}
