@@ -38,13 +38,13 @@ from ..store import StoreError
 from ..telemetry import telemetry_log
 from ..wire import Upstream, WireApi
 from .errors import BadRequest
-from .fixed_blocks import FixedBlocks, client_order
+from .fixed_blocks import FixedBlocks
 from .metrics import Metrics
 from .model_windows import ModelWindows
 from .provider import Provider, identity_form
 from .session_key import fingerprint_of
 from .ui.record import RequestRecorder
-from .view import covered, spelled, spelled_runs, unchanged
+from .view import covered, outgoing_messages, spelled, unchanged
 
 log = logging.getLogger("microcompact")
 
@@ -98,16 +98,6 @@ def _trimmed(message: Any) -> Any:
         if text != text.strip():
             return {**message, "content": text.strip()}
     return message
-
-
-def outgoing(
-    provider: Provider, body: dict[str, Any], history: list[Message], order: list[int], view: list[Message]
-) -> list[Message]:
-    """The messages to forward: ``view`` (of the history in canonical ``order``) spelled with the client's
-    own messages, in the client's order; for Anthropic with a breakpoint at the end of the stable part."""
-    canonical = [history[i] for i in order]
-    messages = provider.normalize(body, client_order(spelled_runs(provider, canonical, view), order))
-    return provider.with_breakpoints(body, messages)
 
 
 def _size(messages: Sequence[Message]) -> int | None:
@@ -190,7 +180,7 @@ class Compaction:
         if prepared.degraded is None and any(o in SUMMARIZER_FAILURES for o in prepared.outcomes):
             prepared.degraded = "summarizer-failed"
         try:
-            prepared.messages = outgoing(provider, body, history, order, view)
+            prepared.messages = outgoing_messages(provider, body, history, view, order)
         except Exception as exc:
             return self._fall_back(key, history, "engine-error", exc)
         problem = None if unchanged(history, prepared.messages) else provider.view_problem(prepared.messages)
