@@ -47,7 +47,7 @@ from starlette.routing import Route as Path
 from ..bill.cache_usage import UsageReport
 from ..bill.session_bill import full_ratio, tokens_saved
 from ..router import SessionRouter
-from ..wire import Upstream
+from ..wire import Upstream, WireApi
 from .anthropic_format import AnthropicFormat
 from .compaction import Compaction, Prepared
 from .errors import BadRequest, error_response
@@ -553,6 +553,7 @@ class Proxy:
         return len(self._follow_ups)
 
 
+FORMATS: dict[WireApi, Provider] = {p.wire: p for p in (OPENAI, RESPONSES_API, ANTHROPIC, GEMINI)}
 _PROVIDERS: dict[Upstream, Provider] = {p.name: p for p in (OPENAI, ANTHROPIC, GEMINI)}  # forwards, by upstream
 
 
