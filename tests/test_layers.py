@@ -34,6 +34,7 @@ LAYERS: list[set[str]] = [
         "bill",
         "fold_price",
         "windows",
+        "wire",
     },
     {"events", "tokens"},
     {"window", "properties", "contract"},

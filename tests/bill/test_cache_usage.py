@@ -28,7 +28,7 @@ ANTHROPIC, OPENAI, GEMINI = AnthropicFormat(), OpenAIFormat(), GeminiFormat()
 
 def tap_of(api: str, content_type: str, chunks: list[bytes]) -> UsageReport | None:
     provider = {"anthropic": ANTHROPIC, "gemini": GEMINI}.get(api, OPENAI)
-    tap = UsageTap(content_type, provider.prompt_tokens, api=api)
+    tap = UsageTap(content_type, provider)
     for chunk in chunks:
         for i in range(0, len(chunk), 7):  # split events across reads, as a network does
             tap.feed(chunk[i : i + 7])

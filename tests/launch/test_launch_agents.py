@@ -100,10 +100,10 @@ def test_aider_reaches_the_proxy_for_both_apis_and_keeps_its_history_whole(tmp_p
 
 def test_each_agent_says_what_it_speaks_and_where_to_get_it() -> None:
     assert [SPECS[a].api for a in Agent] == [
-        WireApi.ANTHROPIC,
-        WireApi.OPENAI_RESPONSES,
+        WireApi.MESSAGES,
+        WireApi.RESPONSES,
         WireApi.GEMINI,
-        WireApi.OPENAI_CHAT,
+        WireApi.CHAT,
     ]
     assert [SPECS[a].binary_env for a in Agent] == [
         "MICROCOMPACT_CLAUDE_BIN",

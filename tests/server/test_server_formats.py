@@ -169,24 +169,24 @@ def test_stream_usage_is_read_whatever_the_chunking(size: int) -> None:
     }
     delta = {"type": "content_block_delta", "delta": {"type": "text_delta", "text": "usage"}}
     stream = sse(start, delta, {"type": "message_delta", "usage": {"output_tokens": 5}}, {"type": "message_stop"})
-    tap = UsageTap("text/event-stream; charset=utf-8", A.prompt_tokens)
+    tap = UsageTap("text/event-stream; charset=utf-8", A)
     for i in range(0, len(stream), size):
         tap.feed(stream[i : i + size])
     assert tap.finish() == 1000
 
 
 def test_openai_usage_from_the_final_chunk_or_the_json_body() -> None:
-    tap = UsageTap("text/event-stream", OA.prompt_tokens)
+    tap = UsageTap("text/event-stream", OA)
     tap.feed(
         b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n'
         b'data: {"choices":[],"usage":{"prompt_tokens":42}}\n\ndata: [DONE]\n\n'
     )
     assert tap.finish() == 42
-    body = UsageTap("application/json", OA.prompt_tokens)
+    body = UsageTap("application/json", OA)
     body.feed(b'{"usage": {"prompt_tokens"')
     body.feed(b": 7}}")
     assert body.finish() == 7
-    assert UsageTap("application/json", OA.prompt_tokens).finish() is None
+    assert UsageTap("application/json", OA).finish() is None
 
 
 def test_the_key_survives_moving_breakpoints_and_headers_win() -> None:

@@ -41,6 +41,8 @@ from enum import StrEnum
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from ..wire import WireApi
+
 
 class Agent(StrEnum):
     """The agents ``microcompact AGENT`` starts."""
@@ -49,15 +51,6 @@ class Agent(StrEnum):
     CODEX = "codex"
     GEMINI = "gemini"
     AIDER = "aider"
-
-
-class WireApi(StrEnum):
-    """The API an agent speaks to the proxy."""
-
-    ANTHROPIC = "anthropic"
-    OPENAI_RESPONSES = "openai-responses"
-    OPENAI_CHAT = "openai-chat"  # aider: Chat Completions, or Anthropic Messages for an Anthropic model
-    GEMINI = "gemini"
 
 
 @dataclass(frozen=True)
@@ -171,7 +164,7 @@ class AgentSpec:
 
     agent: Agent
     command: str
-    api: WireApi
+    api: WireApi  # aider: Chat Completions, or Anthropic Messages for an Anthropic model
     install: str
     build: Callable[[LaunchRequest], Launch]
 
@@ -192,10 +185,10 @@ class AgentSpec:
 SPECS: dict[Agent, AgentSpec] = {
     spec.agent: spec
     for spec in (
-        AgentSpec(Agent.CLAUDE, "claude", WireApi.ANTHROPIC, "npm install -g @anthropic-ai/claude-code", claude_launch),
-        AgentSpec(Agent.CODEX, "codex", WireApi.OPENAI_RESPONSES, "npm install -g @openai/codex", codex_launch),
+        AgentSpec(Agent.CLAUDE, "claude", WireApi.MESSAGES, "npm install -g @anthropic-ai/claude-code", claude_launch),
+        AgentSpec(Agent.CODEX, "codex", WireApi.RESPONSES, "npm install -g @openai/codex", codex_launch),
         AgentSpec(Agent.GEMINI, "gemini", WireApi.GEMINI, "npm install -g @google/gemini-cli", gemini_launch),
-        AgentSpec(Agent.AIDER, "aider", WireApi.OPENAI_CHAT, "pipx install aider-chat", aider_launch),
+        AgentSpec(Agent.AIDER, "aider", WireApi.CHAT, "pipx install aider-chat", aider_launch),
     )
 }
 

@@ -20,8 +20,11 @@ from typing import Any
 
 from ..messages import Message
 from ..render import content_text
+from ..wire import Upstream, WireApi
+from .breakpoints import cache_stable_prefix
 from .errors import BadRequest
 from .provider import dumps, identity_form, rewritten
+from .usage_tap import anthropic_cache_fields
 
 ROLES = ("user", "assistant", "system")
 THINKING_BLOCKS = ("thinking", "redacted_thinking")
@@ -41,7 +44,10 @@ def _is_tool_result(block: Any) -> bool:
 
 
 class AnthropicFormat:
-    name = "anthropic"
+    name: Upstream = Upstream.ANTHROPIC
+    wire: WireApi = WireApi.MESSAGES
+    binds_thinking: bool = True
+    fixed_fields: tuple[str, ...] = ("tools", "system")
 
     # ------------------------------------------------------------------ client -> session
 
@@ -147,6 +153,12 @@ class AnthropicFormat:
         messages = body.get("messages") or []
         first_user = next((m for m in messages if isinstance(m, dict) and m.get("role") == "user"), None)
         return [body.get("system"), identity_form(first_user)]
+
+    def cache_fields(self, usage: dict[str, Any]) -> tuple[Any, Any]:
+        return anthropic_cache_fields(usage)
+
+    def with_breakpoints(self, body: dict[str, Any], messages: list[Message]) -> list[Message]:
+        return cache_stable_prefix(body, messages)
 
     def prompt_tokens(self, response: Any) -> int | None:
         """input + cache creation + cache read tokens: the whole prompt, however much of it was cached.

@@ -32,7 +32,6 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from pathlib import Path as FilePath
 from typing import Any
 
 import anyio.to_thread
@@ -47,6 +46,7 @@ from starlette.routing import Route as Path
 from ..bill.cache_usage import UsageReport
 from ..bill.session_bill import full_ratio, tokens_saved
 from ..router import SessionRouter
+from ..wire import Upstream, WireApi
 from .anthropic_format import AnthropicFormat
 from .compaction import Compaction, Prepared
 from .errors import BadRequest, error_response
@@ -54,13 +54,12 @@ from .forward import Passthrough, unless_client_leaves, upstream_failure, upstre
 from .gc_pace import CollectionPacing
 from .gemini_format import GeminiFormat
 from .hops import Hops
-from .limits import BodyLimit, Limits, parse_json
+from .limits import BodyLimit, parse_json
 from .metrics import Metrics
 from .openai_format import OpenAIFormat
 from .provider import Provider, dumps, stripped
 from .request_line import request_line
 from .responses_format import ResponsesFormat
-from .routes import ANTHROPIC as ANTHROPIC_API
 from .routes import (
     CHAT,
     COUNT_TOKENS,
@@ -74,8 +73,8 @@ from .routes import (
     match,
     model_method,
 )
-from .routes import GEMINI as GEMINI_API
 from .session_key import SessionKeys, load_salt
+from .settings import ProxySettings, upstream_url
 from .thinking import ThinkingGuard, ThinkingPlan, is_binding_refusal
 from .ui import ConversationPages
 from .upstream_summary import remember as remember_for_summary
@@ -95,31 +94,6 @@ MODE_HEADER = "x-microcompact-mode"
 UNCOMPACTED = frozenset({"store-unavailable", "engine-error", "view-invalid"})
 MAX_LOGGED_PASSTHROUGHS = 10_000  # conversations whose passthrough was logged, remembered to log it once
 PROXY_KEY_HEADER = "x-microcompact-key"
-
-
-@dataclass(frozen=True)
-class ProxySettings:
-    openai_upstream: str = "https://api.openai.com/v1"
-    anthropic_upstream: str = "https://api.anthropic.com"
-    gemini_upstream: str = "https://generativelanguage.googleapis.com"
-    api_key: str | None = None  # when set, every request but /healthz needs it in X-Microcompact-Key
-    limits: Limits = field(default_factory=Limits)  # body size and pace, upstream timeouts (server/limits.py)
-    # Conversations of different credentials kept apart (session_key.py) unless shared on purpose; the
-    # salt file (None: $MICROCOMPACT_HOME/session-salt).
-    share_sessions_across_keys: bool = False
-    salt_file: FilePath | None = None
-    audit: bool = False  # serve --audit: every request goes up as it came, the view it would have been measured
-
-
-def upstream_url(settings: ProxySettings, route: Route, query: str) -> str:
-    """Where a request on ``route`` goes: its provider's base URL as the SDKs take it (OpenAI's holds
-    ``/v1``; Anthropic's and Gemini's are the host), plus the route's path. A ``key`` query parameter is
-    Gemini's key: kept toward Gemini, never sent to another provider."""
-    bases = {ANTHROPIC_API: settings.anthropic_upstream, GEMINI_API: settings.gemini_upstream}
-    url = bases.get(route.api or "", settings.openai_upstream).rstrip("/") + route.upstream_path
-    if route.api != GEMINI_API:
-        query = "&".join(pair for pair in query.split("&") if pair and pair.split("=", 1)[0] != "key")
-    return f"{url}?{query}" if query else url
 
 
 def route_of(request: Request) -> Route:
@@ -199,7 +173,9 @@ class Proxy:
             except Exception as exc:
                 log.error("Proxy: %s %s failed (%s: %s)", request.method, request.url.path, type(exc).__name__, exc)
                 return self._answer(
-                    route_of(request).api or "openai", 500, f"microcompact: internal error ({type(exc).__name__})"
+                    route_of(request).api or Upstream.OPENAI,
+                    500,
+                    f"microcompact: internal error ({type(exc).__name__})",
                 )
 
         return guarded
@@ -210,7 +186,7 @@ class Proxy:
         return PlainTextResponse("ok\n")
 
     async def metrics_page(self, request: Request) -> Response:
-        refused = self._refused(request, "openai")
+        refused = self._refused(request, Upstream.OPENAI)
         if refused is not None:
             return refused
         return PlainTextResponse(self.metrics.render(), media_type="text/plain; version=0.0.4")
@@ -244,7 +220,7 @@ class Proxy:
 
     async def count_tokens(self, request: Request) -> Response:
         started = time.perf_counter()
-        refused = self._refused(request, "anthropic")
+        refused = self._refused(request, ANTHROPIC.name)
         if refused is not None:
             return refused
         raw = await request.body()
@@ -256,7 +232,7 @@ class Proxy:
         messages = await anyio.to_thread.run_sync(self.compaction.view_for_count, ANTHROPIC, body, key, history)
         plan = await anyio.to_thread.run_sync(
             functools.partial(
-                self.thinking.plan, ANTHROPIC.name, key, body, history, messages, raw, ANTHROPIC.body, count=True
+                self.thinking.plan, ANTHROPIC, key, body, history, messages, raw, ANTHROPIC.body, count=True
             )
         )
         return await self._forward(
@@ -265,7 +241,7 @@ class Proxy:
 
     async def passthrough(self, request: Request) -> Response:
         started = time.perf_counter()
-        api = route_of(request).api or "openai"
+        api = route_of(request).api or Upstream.OPENAI
         refused = self._refused(request, api)
         if refused is not None:
             return refused
@@ -351,7 +327,7 @@ class Proxy:
         150K-token one, which on the loop would hold every other connection's bytes), then either why it
         goes up as it came, or the engine's step and the thinking plan (None: audited). Raises BadRequest."""
         body, history = _parse(provider, raw)
-        aside = self.thinking.aside(provider.name, body)
+        aside = self.thinking.aside(provider, body)
         if aside is not None:  # the provider compacts this conversation itself
             return _Aside("provider_compaction", _conversation_hint(request, body), aside)
         reason = provider.passthrough_reason(body)
@@ -362,7 +338,7 @@ class Proxy:
         prepared.audit = self.compaction.audit.step(provider, body, history, raw, prepared)
         if prepared.audit is not None:
             return prepared, None
-        plan = self.thinking.plan(provider.name, prepared.key, body, history, prepared.messages, raw, provider.body)
+        plan = self.thinking.plan(provider, prepared.key, body, history, prepared.messages, raw, provider.body)
         return prepared, plan
 
     def _mode_of(self, provider: Provider, prepared: Prepared) -> dict[str, str]:
@@ -459,7 +435,7 @@ class Proxy:
         self.metrics.request(provider.name, response.status_code)
         if self.request_lines is not None:
             self.request_lines(request_line(response.status_code, request.method, request.url.path, headers))
-        tap = UsageTap(response.headers.get("content-type", ""), provider.prompt_tokens, api=provider.name)
+        tap = UsageTap(response.headers.get("content-type", ""), provider)
 
         def done(tap: UsageTap, complete: bool) -> None:
             if prepared is not None:
@@ -558,7 +534,8 @@ class Proxy:
         return len(self._follow_ups)
 
 
-_PROVIDERS: dict[str, Provider] = {"openai": OPENAI, "anthropic": ANTHROPIC, "gemini": GEMINI}
+FORMATS: dict[WireApi, Provider] = {p.wire: p for p in (OPENAI, RESPONSES_API, ANTHROPIC, GEMINI)}
+_PROVIDERS: dict[Upstream, Provider] = {p.name: p for p in (OPENAI, ANTHROPIC, GEMINI)}  # forwards, by upstream
 
 
 @dataclass(frozen=True)

@@ -38,16 +38,16 @@ from ..router import SessionRouter
 from ..session import Session
 from ..store import StoreError
 from ..telemetry import telemetry_log
+from ..wire import Upstream, WireApi
 from .audit import Audit, AuditStep
-from .breakpoints import cache_stable_prefix
 from .errors import BadRequest
-from .fixed_blocks import FixedBlocks, client_order
+from .fixed_blocks import FixedBlocks
 from .metrics import Metrics
 from .model_windows import ModelWindows
 from .provider import Provider, identity_form
 from .session_key import fingerprint_of
 from .ui.record import RequestRecorder
-from .view import covered, spelled, spelled_runs, unchanged
+from .view import covered, outgoing_messages, spelled, unchanged
 
 log = logging.getLogger("microcompact")
 
@@ -68,7 +68,8 @@ class Prepared:
     degraded: str | None = None
     outcomes: list[str] = field(default_factory=list)
     folded: bool = False  # the view changed before its end since this key's last request (a fold)
-    api: str | None = None  # the provider's name ("anthropic", "openai"): which prices apply
+    api: Upstream | None = None  # the provider's upstream: which prices apply
+    wire: WireApi | None = None  # its request format: which summary wire (upstream_summary)
     model: str | None = None  # the request's model, and the client's user agent (set by the app): the page
     client: str | None = None
     audit: AuditStep | None = None  # serve --audit: the client's request went up, this is what it would have been
@@ -102,16 +103,6 @@ def _trimmed(message: Any) -> Any:
         if text != text.strip():
             return {**message, "content": text.strip()}
     return message
-
-
-def outgoing(
-    provider: Provider, body: dict[str, Any], history: list[Message], order: list[int], view: list[Message]
-) -> list[Message]:
-    """The messages to forward: ``view`` (of the history in canonical ``order``) spelled with the client's
-    own messages, in the client's order; for Anthropic with a breakpoint at the end of the stable part."""
-    canonical = [history[i] for i in order]
-    messages = provider.normalize(body, client_order(spelled_runs(provider, canonical, view), order))
-    return cache_stable_prefix(body, messages) if provider.name == "anthropic" else messages
 
 
 def new_parts(view: Sequence[Message], matched: int) -> list[Message]:
@@ -172,7 +163,7 @@ class Compaction:
             key, order = self.fixed_blocks.resolve(key, incoming, owner)  # the conversation it continues
             with self.router.lock(key):
                 self._run_pending(key)
-                config = self.windows.config_for(body, history)
+                config = self.windows.config_for(provider.fixed_fields, body, history)
                 routed = self.router.route(key, identity.reordered(order, incoming), provider.convert, config)
                 session, matched = routed.session, routed.sync.matched
                 results = session.before_request()
@@ -187,6 +178,7 @@ class Compaction:
                     occupancy_pct=session.occupancy_pct(),
                     outcomes=[str(r.outcome) for r in results],
                     api=provider.name,
+                    wire=provider.wire,
                     model=body.get("model") if isinstance(body.get("model"), str) else None,
                 )
                 if not session.flush():
@@ -200,7 +192,7 @@ class Compaction:
         if prepared.degraded is None and any(o in SUMMARIZER_FAILURES for o in prepared.outcomes):
             prepared.degraded = "summarizer-failed"
         try:
-            prepared.messages = outgoing(provider, body, history, order, view)
+            prepared.messages = outgoing_messages(provider, body, history, view, order)
         except Exception as exc:
             return self._fall_back(key, history, "engine-error", exc)
         problem = None if unchanged(history, prepared.messages) else provider.view_problem(prepared.messages)

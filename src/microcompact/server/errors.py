@@ -3,10 +3,13 @@ a neutral shape, readable by all three, when the request matched no provider).""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 from starlette.responses import Response
+
+from ..wire import Upstream
 
 OPENAI_TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 404: "invalid_request_error"}
 ANTHROPIC_TYPES = {
@@ -45,17 +48,34 @@ class BadRequest(ValueError):
 
 
 def error_body(api: str | None, status: int, message: str) -> dict[str, Any]:
-    """The provider's error JSON for ``status`` (``api`` is "anthropic", "openai", "gemini", or None: no
-    provider, a shape whose ``error.message`` every SDK reads)."""
+    """The provider's error JSON for ``status`` (``api`` is an :class:`Upstream`, or None: no provider, a
+    shape whose ``error.message`` every SDK reads; any other name gets OpenAI's)."""
     if api is None:
         kind, code = NEUTRAL.get(status, ("invalid_request_error" if status < 500 else "api_error", "proxy_error"))
         return {"type": "error", "error": {"type": kind, "code": code, "message": message}}
-    if api == "gemini":
-        return {"error": {"code": status, "message": message, "status": GEMINI_STATUS.get(status, "INTERNAL")}}
-    if api == "anthropic":
-        return {"type": "error", "error": {"type": ANTHROPIC_TYPES.get(status, "api_error"), "message": message}}
+    return ERROR_SHAPES.get(api, _openai_error)(status, message)
+
+
+def _openai_error(status: int, message: str) -> dict[str, Any]:
     kind = OPENAI_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
     return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+
+
+def _anthropic_error(status: int, message: str) -> dict[str, Any]:
+    return {"type": "error", "error": {"type": ANTHROPIC_TYPES.get(status, "api_error"), "message": message}}
+
+
+def _gemini_error(status: int, message: str) -> dict[str, Any]:
+    return {"error": {"code": status, "message": message, "status": GEMINI_STATUS.get(status, "INTERNAL")}}
+
+
+# Each upstream's error shape (Chat and Responses share OpenAI's): keyed by upstream, not by wire API,
+# because the proxy answers errors on routes of no wire API too (a forward, a refusal before the body).
+ERROR_SHAPES: dict[str, Callable[[int, str], dict[str, Any]]] = {
+    Upstream.OPENAI: _openai_error,
+    Upstream.ANTHROPIC: _anthropic_error,
+    Upstream.GEMINI: _gemini_error,
+}
 
 
 def error_response(api: str | None, status: int, message: str, headers: dict[str, str] | None = None) -> Response:

@@ -27,6 +27,7 @@ from starlette.responses import Response
 from starlette.types import Message as ASGIMessage
 from starlette.types import Receive, Scope, Send
 
+from ..wire import Upstream
 from .routes import CREDENTIALS
 from .usage_tap import UsageTap
 
@@ -59,13 +60,13 @@ def _hop_by_hop(headers: list[tuple[str, str]]) -> frozenset[str]:
     return HOP_BY_HOP | named
 
 
-def foreign_credentials(api: str) -> frozenset[str]:
+def foreign_credentials(api: Upstream) -> frozenset[str]:
     """The credential headers of every provider but ``api`` that ``api`` does not take itself."""
     others = frozenset().union(*(names for name, names in CREDENTIALS.items() if name != api))
     return others - CREDENTIALS.get(api, frozenset())
 
 
-def upstream_headers(headers: Iterable[tuple[str, str]], api: str | None = None) -> list[tuple[str, str]]:
+def upstream_headers(headers: Iterable[tuple[str, str]], api: Upstream | None = None) -> list[tuple[str, str]]:
     """The headers to send toward ``api``'s upstream (None: every credential kept, for callers that
     route on their own)."""
     items = list(headers)

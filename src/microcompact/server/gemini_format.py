@@ -45,8 +45,10 @@ from typing import Any
 
 from ..messages import Message
 from ..render import content_text
+from ..wire import Upstream, WireApi
 from .errors import BadRequest
 from .provider import dumps, identity_form, rewritten
+from .usage_tap import gemini_cache_fields
 
 # On the history's copies: the session ids of a content's calls or responses. Not a ``_`` key: the library
 # drops those from client messages (a client may plant no metadata), and the ids must reach ``convert``.
@@ -161,7 +163,10 @@ class _Pairing:
 
 
 class GeminiFormat:
-    name = "gemini"
+    name: Upstream = Upstream.GEMINI
+    wire: WireApi = WireApi.GEMINI
+    binds_thinking: bool = False
+    fixed_fields: tuple[str, ...] = ("tools", "systemInstruction")
 
     # ------------------------------------------------------------------ client -> session
 
@@ -283,6 +288,12 @@ class GeminiFormat:
             None,
         )
         return identity_form(_plain(first) if isinstance(first, dict) else first)
+
+    def cache_fields(self, usage: dict[str, Any]) -> tuple[Any, Any]:
+        return gemini_cache_fields(usage)
+
+    def with_breakpoints(self, body: dict[str, Any], messages: list[Message]) -> list[Message]:
+        return messages
 
     def prompt_tokens(self, response: Any) -> int | None:
         """``usageMetadata.promptTokenCount`` (which includes ``cachedContentTokenCount``): of a response,

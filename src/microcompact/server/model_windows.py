@@ -28,11 +28,11 @@ log = logging.getLogger("microcompact")
 SYSTEM_ROLES = ("system", "developer")
 
 
-def fixed_text(body: dict[str, Any], history: Sequence[Message]) -> str:
+def fixed_text(fields: Sequence[str], body: dict[str, Any], history: Sequence[Message]) -> str:
     """What every request of a conversation repeats and no compaction changes: tool schemas, the system
-    prompt (a field of the body: Anthropic's ``system``, Responses' ``instructions``, Gemini's
-    ``systemInstruction``; or the system messages of the history)."""
-    fixed = [body.get(k) for k in ("tools", "system", "instructions", "systemInstruction") if body.get(k)]
+    prompt (``fields`` of the body, the provider's ``fixed_fields``: Anthropic's ``system``, Responses'
+    ``instructions``, Gemini's ``systemInstruction``; or the system messages of the history)."""
+    fixed = [body.get(k) for k in fields if body.get(k)]
     fixed += [m for m in history if isinstance(m, dict) and m.get("role") in SYSTEM_ROLES]
     if not fixed:
         return ""
@@ -65,12 +65,13 @@ class ModelWindows:
         self._counted: dict[str, int] = {}  # fixed text -> its tokens (an agent repeats the same one)
         self._lock = threading.Lock()
 
-    def config_for(self, body: dict[str, Any], history: Sequence[Message]) -> Config:
-        """The config a new session of this request's conversation gets."""
+    def config_for(self, fields: Sequence[str], body: dict[str, Any], history: Sequence[Message]) -> Config:
+        """The config a new session of this request's conversation gets (``fields``: the provider's
+        ``fixed_fields``)."""
         model = body.get("model") if isinstance(body.get("model"), str) else None
         window = self.windows.window(model)
         share = self.base.compression.threshold
-        fixed = self._fixed_tokens(fixed_text(body, history))
+        fixed = self._fixed_tokens(fixed_text(fields, body, history))
         adjusted = reachable_threshold(share, window, fixed)
         if adjusted != share:
             self._report(model or "(no model)", window, fixed, share)

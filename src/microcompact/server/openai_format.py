@@ -11,12 +11,17 @@ from typing import Any
 
 from ..messages import Message, TranscriptError, message_shape_errors, to_api, validate_message
 from ..properties import tool_pairing_errors
+from ..wire import Upstream, WireApi
 from .errors import BadRequest
 from .provider import dumps, identity_form
+from .usage_tap import openai_cache_fields
 
 
 class OpenAIFormat:
-    name = "openai"
+    name: Upstream = Upstream.OPENAI
+    wire: WireApi = WireApi.CHAT
+    binds_thinking: bool = False
+    fixed_fields: tuple[str, ...] = ("tools",)
 
     def history(self, body: Any) -> list[Message]:
         if not isinstance(body, dict):
@@ -65,6 +70,12 @@ class OpenAIFormat:
         system = [m for m in messages if isinstance(m, dict) and m.get("role") in ("system", "developer")]
         first_user = next((m for m in messages if isinstance(m, dict) and m.get("role") == "user"), None)
         return [[identity_form(m) for m in system], identity_form(first_user)]
+
+    def cache_fields(self, usage: dict[str, Any]) -> tuple[Any, Any]:
+        return openai_cache_fields(usage)
+
+    def with_breakpoints(self, body: dict[str, Any], messages: list[Message]) -> list[Message]:
+        return messages
 
     def prompt_tokens(self, response: Any) -> int | None:
         usage = response.get("usage") if isinstance(response, dict) else None

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import orjson
 
 from ..messages import META_KEY, Message
+from ..wire import Upstream, WireApi
 
 # What batch compaction's prune and last resort do to a message they keep (the content is no longer the
 # client's): see batch/prune.py.
@@ -85,7 +86,13 @@ def dumps(outgoing: dict[str, Any]) -> bytes:
 class Provider(Protocol):
     """One API's request format (see ``openai_format``, ``anthropic_format`` and ``gemini_format``)."""
 
-    name: str  # "openai", "anthropic" or "gemini": metrics labels, error shapes (the Responses API is "openai" too)
+    name: Upstream  # whose API: metrics labels, prices, credentials, error shapes (Responses is OpenAI's too)
+    wire: WireApi  # which request format: one per compacted route, and the summary wire (upstream_summary)
+    # Thinking blocks valid only while their prefix is what the upstream saw, and provider-side compaction
+    # blocks (thinking.py): Anthropic Messages'.
+    binds_thinking: bool
+    # The body's fields every request repeats and no compaction shortens (model_windows.fixed_text).
+    fixed_fields: tuple[str, ...]
 
     def history(self, body: Any) -> list[Message]:
         """The request's messages, checked (raises BadRequest naming the problem)."""
@@ -131,4 +138,14 @@ class Provider(Protocol):
 
     def prompt_tokens(self, response: Any) -> int | None:
         """The prompt size a JSON response (or one parsed SSE event) reports, if it does."""
+        ...
+
+    def cache_fields(self, usage: dict[str, Any]) -> tuple[Any, Any]:
+        """The raw (read, written) cache figures a response's ``usage`` carries, ``usage_tap.MISSING`` where
+        it has none (read by :class:`~.usage_tap.UsageTap`)."""
+        ...
+
+    def with_breakpoints(self, body: dict[str, Any], messages: list[Message]) -> list[Message]:
+        """The outgoing ``messages`` with the cache breakpoints a fold needs (``breakpoints``), where the
+        API places them in the request; the list itself where it does not."""
         ...

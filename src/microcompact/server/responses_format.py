@@ -36,8 +36,10 @@ import orjson
 
 from ..messages import Message
 from ..render import content_text
+from ..wire import Upstream, WireApi
 from .errors import BadRequest
 from .provider import dumps, identity_form, rewritten
+from .usage_tap import openai_cache_fields
 
 GROUP = "microcompact.group"  # a run of model-produced items held as one client message (never sent)
 MESSAGE_ROLES = ("user", "assistant", "system", "developer")
@@ -210,7 +212,10 @@ def _output_text(item: dict[str, Any]) -> Any:
 
 
 class ResponsesFormat:
-    name = "openai"
+    name: Upstream = Upstream.OPENAI
+    wire: WireApi = WireApi.RESPONSES
+    binds_thinking: bool = False
+    fixed_fields: tuple[str, ...] = ("tools", "instructions")
 
     # ------------------------------------------------------------------ client -> session
 
@@ -312,6 +317,12 @@ class ResponsesFormat:
         system = [m for m in items if kind_of(m) == "system"]
         first_user = next((m for m in items if kind_of(m) == "user"), None)
         return [body.get("instructions"), [identity_form(m) for m in system], identity_form(first_user)]
+
+    def cache_fields(self, usage: dict[str, Any]) -> tuple[Any, Any]:
+        return openai_cache_fields(usage)
+
+    def with_breakpoints(self, body: dict[str, Any], messages: list[Message]) -> list[Message]:
+        return messages
 
     def prompt_tokens(self, response: Any) -> int | None:
         """``usage.input_tokens`` (cached ones included) of a response, or of a stream event carrying the

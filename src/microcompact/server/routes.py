@@ -17,13 +17,43 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 
-OPENAI, ANTHROPIC, GEMINI = "openai", "anthropic", "gemini"
+from ..wire import Upstream, WireApi
 
-# Route kinds: the compacted endpoints, a plain forward, and the refusal.
-CHAT, RESPONSES, MESSAGES, COUNT_TOKENS = "chat", "responses", "messages", "count_tokens"
-GENERATE_CONTENT, GEMINI_COUNT_TOKENS = "generate_content", "gemini_count_tokens"
-FORWARD, UNKNOWN = "forward", "unknown"
+OPENAI, ANTHROPIC, GEMINI = Upstream.OPENAI, Upstream.ANTHROPIC, Upstream.GEMINI
+
+
+class RouteKind(StrEnum):
+    """What the proxy does with a request: the compacted endpoints, a plain forward, and the refusal."""
+
+    CHAT = "chat"
+    RESPONSES = "responses"
+    MESSAGES = "messages"
+    COUNT_TOKENS = "count_tokens"
+    GENERATE_CONTENT = "generate_content"
+    GEMINI_COUNT_TOKENS = "gemini_count_tokens"
+    FORWARD = "forward"
+    UNKNOWN = "unknown"
+
+
+CHAT, RESPONSES, MESSAGES, COUNT_TOKENS = (
+    RouteKind.CHAT,
+    RouteKind.RESPONSES,
+    RouteKind.MESSAGES,
+    RouteKind.COUNT_TOKENS,
+)
+GENERATE_CONTENT, GEMINI_COUNT_TOKENS = RouteKind.GENERATE_CONTENT, RouteKind.GEMINI_COUNT_TOKENS
+FORWARD, UNKNOWN = RouteKind.FORWARD, RouteKind.UNKNOWN
+# The wire API of each compacted kind (a count is counted in its generating route's format).
+WIRE_OF: dict[RouteKind, WireApi] = {
+    CHAT: WireApi.CHAT,
+    RESPONSES: WireApi.RESPONSES,
+    MESSAGES: WireApi.MESSAGES,
+    COUNT_TOKENS: WireApi.MESSAGES,
+    GENERATE_CONTENT: WireApi.GEMINI,
+    GEMINI_COUNT_TOKENS: WireApi.GEMINI,
+}
 
 # The first path segment after /v1 of each provider's public API.
 OPENAI_RESOURCES = frozenset(
@@ -80,18 +110,18 @@ GEMINI_MODEL_METHODS = frozenset(
         "streamGenerateContent",
     }
 )
-GEMINI_COMPACTED = {
+GEMINI_COMPACTED: dict[str, RouteKind] = {
     "generateContent": GENERATE_CONTENT,
     "streamGenerateContent": GENERATE_CONTENT,
     "countTokens": GEMINI_COUNT_TOKENS,
 }
 
 # The POST endpoints compacted by the proxy: (resource path after /v1, kind).
-COMPACTED = {"/chat/completions": CHAT, "/responses": RESPONSES, "/messages": MESSAGES}
+COMPACTED: dict[str, RouteKind] = {"/chat/completions": CHAT, "/responses": RESPONSES, "/messages": MESSAGES}
 COUNTED = {"/messages/count_tokens": COUNT_TOKENS}
 
 # Each provider's credential headers. Toward one provider, the others' are dropped (forward.py).
-CREDENTIALS: dict[str, frozenset[str]] = {
+CREDENTIALS: dict[Upstream, frozenset[str]] = {
     OPENAI: frozenset({"authorization", "openai-organization", "openai-project", "api-key"}),
     ANTHROPIC: frozenset({"authorization", "x-api-key"}),
     GEMINI: frozenset({"authorization", "x-goog-api-key", "x-goog-user-project"}),
@@ -103,16 +133,21 @@ class Route:
     """Where one request goes: its API, what the proxy does with it, and the path to append to that
     provider's base URL (OpenAI's base URL holds ``/v1``, Anthropic's does not)."""
 
-    api: str | None  # None: no provider (an unknown route)
-    kind: str
+    api: Upstream | None  # None: no provider (an unknown route)
+    kind: RouteKind
     upstream_path: str = ""
 
     @property
+    def wire(self) -> WireApi | None:
+        """The wire API of a compacted route (None: a forward or a refusal, which have none)."""
+        return WIRE_OF.get(self.kind)
+
+    @property
     def compacted(self) -> bool:
-        return self.kind in (CHAT, RESPONSES, MESSAGES, COUNT_TOKENS, GENERATE_CONTENT, GEMINI_COUNT_TOKENS)
+        return self.wire is not None
 
 
-def _by_credentials(headers: Mapping[str, str], query: str) -> str:
+def _by_credentials(headers: Mapping[str, str], query: str) -> Upstream:
     """The provider a request on a shared resource is for, by the credential it carries (OpenAI's
     bearer key when no other provider's header is there)."""
     if "anthropic-version" in headers or "x-api-key" in headers:
@@ -167,7 +202,7 @@ def match(method: str, path: str, headers: Mapping[str, str], query: str = "") -
     resource = rest.lstrip("/").split("/", 1)[0]
     if method == "POST" and rest in COMPACTED:
         kind = COMPACTED[rest]
-        return Route(ANTHROPIC if kind == MESSAGES else OPENAI, kind, _upstream_path(kind, rest))
+        return Route(WIRE_OF[kind].upstream, kind, _upstream_path(kind, rest))
     if method == "POST" and rest in COUNTED:
         return Route(ANTHROPIC, COUNTED[rest], "/v1" + rest)
     if resource in SHARED_RESOURCES:
@@ -183,7 +218,7 @@ def match(method: str, path: str, headers: Mapping[str, str], query: str = "") -
     return Route(api, FORWARD, rest if api == OPENAI else "/v1" + rest)
 
 
-def _upstream_path(kind: str, rest: str) -> str:
+def _upstream_path(kind: RouteKind, rest: str) -> str:
     return "/v1" + rest if kind == MESSAGES else rest
 
 
@@ -207,4 +242,4 @@ def served() -> list[str]:
     ]
 
 
-__all__ = ["CREDENTIALS", "Route", "match", "model_method", "served"]
+__all__ = ["CREDENTIALS", "WIRE_OF", "Route", "RouteKind", "match", "model_method", "served"]

@@ -42,6 +42,7 @@ from urllib.parse import parse_qsl
 
 from ..config import home_dir
 from ..identity import digest
+from ..wire import Upstream
 from .errors import BadRequest
 
 SESSION_HEADERS = ("x-microcompact-session", "x-claude-code-session-id")
@@ -51,16 +52,18 @@ SALT_BYTES = 32
 FINGERPRINT_CHARS = 16
 NO_CREDENTIAL = "nokey"  # the fingerprint of a request that carries no credential
 # Each provider's credential, in the order its upstream reads it (every one present is part of it).
-CREDENTIAL_HEADERS: dict[str, tuple[str, ...]] = {
-    "openai": ("authorization", "api-key"),
-    "anthropic": ("x-api-key", "authorization"),
-    "gemini": ("x-goog-api-key", "authorization"),
+CREDENTIAL_HEADERS: dict[Upstream, tuple[str, ...]] = {
+    Upstream.OPENAI: ("authorization", "api-key"),
+    Upstream.ANTHROPIC: ("x-api-key", "authorization"),
+    Upstream.GEMINI: ("x-goog-api-key", "authorization"),
 }
+# The upstreams that also read a key from the query string (Gemini's ``key`` parameter).
+QUERY_KEY = frozenset({Upstream.GEMINI})
 _SALT_TEXT = re.compile(r"[0-9a-f]{64}")
 NAMED_SEPARATOR = "@"  # between a session id the client names and its credential's fingerprint
 _FINGERPRINT = rf"[0-9a-f]{{{FINGERPRINT_CHARS}}}|{NO_CREDENTIAL}"
 # API-FINGERPRINT-DIGEST and ID@FINGERPRINT (a branch adds ~N): the keys of a credential, and its fingerprint.
-DERIVED_KEY = re.compile(rf"(?:openai|anthropic|gemini)-({_FINGERPRINT})-[0-9a-f]{{20}}(?:~\d+)?")
+DERIVED_KEY = re.compile(rf"(?:{'|'.join(Upstream)})-({_FINGERPRINT})-[0-9a-f]{{20}}(?:~\d+)?")
 NAMED_KEY = re.compile(rf".+{NAMED_SEPARATOR}({_FINGERPRINT})(?:~\d+)?", re.DOTALL)
 
 
@@ -120,7 +123,7 @@ def salt_id(salt: bytes) -> str:
     return hashlib.sha256(b"microcompact session salt id\0" + salt).hexdigest()[:8]
 
 
-def credential_parts(api: str, headers: Mapping[str, str], query: str = "") -> list[bytes]:
+def credential_parts(api: Upstream, headers: Mapping[str, str], query: str = "") -> list[bytes]:
     """The credential a request carries for ``api``: the values of its provider's credential headers present
     (OpenAI: ``Authorization``, Azure's ``api-key``; Anthropic: ``x-api-key``, ``Authorization``; Gemini:
     ``x-goog-api-key``, ``Authorization``, the ``key`` query parameter), distinct and sorted.
@@ -129,7 +132,7 @@ def credential_parts(api: str, headers: Mapping[str, str], query: str = "") -> l
     ``anthropic`` SDK sends its ``api_key`` as a bearer token, curl and Claude Code as ``x-api-key``), so
     a count, a retry or a second client of one key all name the conversation its requests built."""
     values = {_token(headers[name]) for name in CREDENTIAL_HEADERS.get(api, ()) if headers.get(name)}
-    if api == "gemini":
+    if api in QUERY_KEY:
         values |= {value.strip() for name, value in parse_qsl(query, keep_blank_values=True) if name == "key"}
     return sorted(v.encode("utf-8", "surrogateescape") for v in values if v)
 
@@ -151,7 +154,7 @@ class SessionKeys:
     def shared(self) -> bool:
         return self.salt is None
 
-    def fingerprint(self, api: str, headers: Mapping[str, str], query: str = "") -> str | None:
+    def fingerprint(self, api: Upstream, headers: Mapping[str, str], query: str = "") -> str | None:
         """The salted fingerprint of the request's credential (:data:`NO_CREDENTIAL` without one), None
         when keys share conversations."""
         if self.salt is None:
@@ -161,7 +164,7 @@ class SessionKeys:
             return NO_CREDENTIAL
         return hmac.new(self.salt, b"\0".join(parts), hashlib.sha256).hexdigest()[:FINGERPRINT_CHARS]
 
-    def key(self, api: str, headers: Mapping[str, str], query: str, key_material: Any) -> str:
+    def key(self, api: Upstream, headers: Mapping[str, str], query: str, key_material: Any) -> str:
         """The conversation key of a request (raises BadRequest for a session header it cannot use)."""
         named = client_session(headers)
         fingerprint = self.fingerprint(api, headers, query)
@@ -198,7 +201,7 @@ def fingerprint_of(session_id: str) -> str | None:
     return found.group(1) if found else None
 
 
-def session_key(headers: Mapping[str, str], api: str, key_material: Any) -> str:
+def session_key(headers: Mapping[str, str], api: Upstream, key_material: Any) -> str:
     """The key of earlier versions (no fingerprint): what ``--share-sessions-across-keys`` derives."""
     return SessionKeys(None).key(api, headers, "", key_material)
 

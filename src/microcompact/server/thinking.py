@@ -50,7 +50,7 @@ from ..messages import Message
 from ..telemetry import emit
 from .anthropic_format import THINKING_BLOCKS, AnthropicFormat
 from .metrics import Metrics
-from .provider import stripped
+from .provider import Provider, stripped
 
 log = logging.getLogger("microcompact")
 
@@ -245,10 +245,10 @@ class ThinkingGuard:
 
     # ------------------------------------------------------------------ provider-side compaction
 
-    def aside(self, api: str, body: dict[str, Any]) -> dict[str, str] | None:
+    def aside(self, provider: Provider, body: dict[str, Any]) -> dict[str, str] | None:
         """The response headers of a request left to the provider's own compaction (a ``compaction`` block
         in ``messages``: the provider manages that history; it is forwarded as it came), else None."""
-        if api != "anthropic":
+        if not provider.binds_thinking:
             return None
         for message in body.get("messages") or []:
             content = message.get("content") if isinstance(message, dict) else None
@@ -263,7 +263,7 @@ class ThinkingGuard:
 
     def plan(
         self,
-        api: str,
+        provider: Provider,
         key: str,
         body: dict[str, Any],
         history: list[Message],
@@ -276,11 +276,11 @@ class ThinkingGuard:
         the proxy changed nothing); ``count``: a count_tokens request (the same blocks go, nothing counted)."""
         if _same(history, outgoing):
             return ThinkingPlan(self, key, body, history, raw, Attempt("first", raw, history), None, dump, count)
-        mode = self.mode_for(body.get("model")) if api == "anthropic" else "keep"
+        mode = self.mode_for(body.get("model")) if provider.binds_thinking else "keep"
         changed = first_change(history, outgoing)
         stale = self._stale(body, history, outgoing, changed) if mode != "keep" else []
         first = self._first(mode, body, outgoing, stale, dump)
-        changed_from = changed if api == "anthropic" else None
+        changed_from = changed if provider.binds_thinking else None
         return ThinkingPlan(self, key, body, history, raw, first, changed_from, dump, count)
 
     def _stale(self, body: dict[str, Any], history: list[Message], outgoing: list[Message], changed: int) -> list[int]:

@@ -28,27 +28,15 @@ from ..bill.cache_usage import UsageReport
 from ..bill.proxy_bills import ProxyBills
 from ..config import Config
 from ..summarizers.upstream import UpstreamRequest, upstream_link
-from ..summarizers.upstream_wire import ANTHROPIC, GEMINI, OPENAI_CHAT, OPENAI_RESPONSES, Answer
+from ..summarizers.upstream_wire import Answer
+from ..wire import WireApi
 from .compaction import Prepared
 
 
-def wire_api(api: str | None, url: httpx.URL) -> str | None:
-    """The summary wire of a request of ``api`` to ``url``, or None when its route has none."""
-    if api == "anthropic" and url.path.endswith("/messages"):
-        return ANTHROPIC
-    if api == "openai" and url.path.endswith("/chat/completions"):
-        return OPENAI_CHAT
-    if api == "openai" and url.path.endswith("/responses"):
-        return OPENAI_RESPONSES
-    if api == "gemini" and url.path.endswith((":generateContent", ":streamGenerateContent")):
-        return GEMINI
-    return None
-
-
-def summary_url(api: str, url: httpx.URL) -> str:
+def summary_url(api: WireApi, url: httpx.URL) -> str:
     """Where ``api``'s summary requests go: ``url`` itself, or for Gemini its ``:generateContent`` (a
     streamed request's method and its ``alt`` parameter replaced; the rest of the query byte for byte)."""
-    if api != GEMINI or not url.path.endswith(":streamGenerateContent"):
+    if api is not WireApi.GEMINI or not url.path.endswith(":streamGenerateContent"):
         return str(url)
     path = url.raw_path.split(b"?", 1)[0].removesuffix(b":streamGenerateContent") + b":generateContent"
     query = b"&".join(pair for pair in url.query.split(b"&") if pair and pair.split(b"=", 1)[0] != b"alt")
@@ -80,8 +68,8 @@ def remember(prepared: Prepared, request: httpx.Request, bills: ProxyBills) -> N
     if session is None:
         return
     link = upstream_link(session.summarizer)
-    api = wire_api(prepared.api, request.url)
-    if link is None or api is None or (api == GEMINI and structured(request.content)):
+    api = prepared.wire  # the summary wire is the route's own request format
+    if link is None or api is None or (api is WireApi.GEMINI and structured(request.content)):
         return
     session_id, config, priced_as = session.session_id, session.config, prepared.api
 

@@ -22,12 +22,12 @@ the answer means the turn goes on.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
 from ..bill.cache_usage import UsageReport, checked_report
+from ..wire import Upstream
 
 MAX_JSON_BYTES = 16 * 1024 * 1024
 MAX_PENDING_EVENT_BYTES = 4 * 1024 * 1024
@@ -47,7 +47,7 @@ ANTHROPIC_CACHE_FIELDS = ("cache_read_input_tokens", "cache_creation_input_token
 OPENAI_DETAILS = "prompt_tokens_details"
 OPENAI_CACHED = "cached_tokens"
 GEMINI_USAGE, GEMINI_PROMPT, GEMINI_CACHED = "usageMetadata", "promptTokenCount", "cachedContentTokenCount"
-_MISSING = object()
+MISSING = object()  # a figure the usage does not carry
 
 
 def usage_of(parsed: Any) -> dict[str, Any] | None:
@@ -63,41 +63,57 @@ def usage_of(parsed: Any) -> dict[str, Any] | None:
     return usage if isinstance(usage, dict) else None
 
 
-def cache_fields(api: str | None, usage: dict[str, Any]) -> tuple[Any, Any]:
-    """The raw (read, written) cache figures a ``usage`` object carries, ``_MISSING`` where it has none."""
-    if api == "anthropic":
-        return usage.get(ANTHROPIC_CACHE_FIELDS[0], _MISSING), usage.get(ANTHROPIC_CACHE_FIELDS[1], _MISSING)
-    if api == "openai":
-        details = usage.get(OPENAI_DETAILS)
-        read = details.get(OPENAI_CACHED, _MISSING) if isinstance(details, dict) else _MISSING
-        return read, _MISSING
-    if api == "gemini":
-        return usage.get(GEMINI_CACHED, 0 if GEMINI_PROMPT in usage else _MISSING), _MISSING
-    return _MISSING, _MISSING
+def anthropic_cache_fields(usage: dict[str, Any]) -> tuple[Any, Any]:
+    """The raw (read, written) cache figures of an Anthropic ``usage``, ``MISSING`` where it has none."""
+    return usage.get(ANTHROPIC_CACHE_FIELDS[0], MISSING), usage.get(ANTHROPIC_CACHE_FIELDS[1], MISSING)
+
+
+def openai_cache_fields(usage: dict[str, Any]) -> tuple[Any, Any]:
+    """OpenAI's read figure (nested); it reports no write."""
+    details = usage.get(OPENAI_DETAILS)
+    read = details.get(OPENAI_CACHED, MISSING) if isinstance(details, dict) else MISSING
+    return read, MISSING
+
+
+def gemini_cache_fields(usage: dict[str, Any]) -> tuple[Any, Any]:
+    """Gemini's read figure (a zero left out when the prompt count is there); it reports no write."""
+    return usage.get(GEMINI_CACHED, 0 if GEMINI_PROMPT in usage else MISSING), MISSING
 
 
 def _larger(kept: Any, new: Any) -> Any:
     """Of two raw figures, the one to keep: a count beats a missing field, the larger count wins (a stream's
     ``message_delta`` may repeat ``message_start``'s figures, or carry cumulative ones); anything else that
     is present is kept so the check names it."""
-    if new is _MISSING:
+    if new is MISSING:
         return kept
-    if kept is _MISSING:
+    if kept is MISSING:
         return new
     both = all(isinstance(v, int) and not isinstance(v, bool) for v in (kept, new))
     return max(kept, new) if both else (kept if not isinstance(new, int) else new)
 
 
+class UsageReader(Protocol):
+    """What the tap reads a response with: the provider's own readers (``provider.Provider`` is one)."""
+
+    @property
+    def name(self) -> Upstream: ...
+
+    def prompt_tokens(self, response: Any) -> int | None: ...
+
+    def cache_fields(self, usage: dict[str, Any]) -> tuple[Any, Any]: ...
+
+
 class UsageTap:
-    def __init__(self, content_type: str, read_usage: Callable[[Any], int | None], api: str | None = None) -> None:
+    def __init__(self, content_type: str, provider: UsageReader) -> None:
         self.streaming = content_type.startswith("text/event-stream")
         self.json = "json" in content_type
-        self._read_usage = read_usage
-        self._api = api
+        self._read_usage = provider.prompt_tokens
+        self._cache_fields = provider.cache_fields
+        self._api = provider.name
         self._buffer = bytearray()
         self.prompt_tokens: int | None = None
-        self._cache_read: Any = _MISSING
-        self._cache_write: Any = _MISSING
+        self._cache_read: Any = MISSING
+        self._cache_write: Any = MISSING
         self.turn_over: bool | None = None  # None: the response did not say why it stopped
         self._called = False  # a Gemini functionCall was seen: its STOP does not end the turn
 
@@ -118,9 +134,9 @@ class UsageTap:
     def report(self, at: float = 0.0) -> UsageReport | None:
         """What the response reported (call after :meth:`finish`): the prompt size and the cache figures,
         checked; None without a usable prompt size."""
-        read = None if self._cache_read is _MISSING else self._cache_read
-        written = None if self._cache_write is _MISSING else self._cache_write
-        report = checked_report(self.prompt_tokens, read, written, at=at, where=f"{self._api or 'upstream'} response")
+        read = None if self._cache_read is MISSING else self._cache_read
+        written = None if self._cache_write is MISSING else self._cache_write
+        report = checked_report(self.prompt_tokens, read, written, at=at, where=f"{self._api} response")
         return dataclasses.replace(report, turn_over=self.turn_over) if report is not None else None
 
     def _events(self) -> None:
@@ -151,7 +167,7 @@ class UsageTap:
             self.prompt_tokens = max(tokens, self.prompt_tokens or 0)
         usage = usage_of(parsed)
         if usage is not None:
-            read, written = cache_fields(self._api, usage)
+            read, written = self._cache_fields(usage)
             self._cache_read = _larger(self._cache_read, read)
             self._cache_write = _larger(self._cache_write, written)
 

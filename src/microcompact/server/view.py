@@ -14,17 +14,26 @@ from typing import Any
 
 from ..identity import hid_of
 from ..messages import Message
-from .breakpoints import cache_stable_prefix
+from .fixed_blocks import client_order
 from .provider import Provider, rewritten
 
 
 def outgoing_messages(
-    provider: Provider, body: dict[str, Any], history: Sequence[Message], view: Sequence[Message]
+    provider: Provider,
+    body: dict[str, Any],
+    history: Sequence[Message],
+    view: Sequence[Message],
+    order: Sequence[int] | None = None,
 ) -> list[Message]:
-    """The messages to forward for ``view`` (a session transcript, with metadata) of ``history``; for
-    Anthropic with a breakpoint at the end of the stable part, so the next request reads it (``breakpoints``)."""
-    outgoing = provider.normalize(body, spelled(provider, history, view))
-    return cache_stable_prefix(body, outgoing) if provider.name == "anthropic" else outgoing
+    """The messages to forward for ``view`` (a session transcript, with metadata) of ``history`` in canonical
+    ``order`` (``fixed_blocks``; None: the client's own): spelled with the client's own messages, in the
+    client's order, made acceptable to the API, with the breakpoints a fold needs (for Anthropic one at the
+    end of the stable part, so the next request reads it: ``breakpoints``). The proxy's and the tests' one
+    path."""
+    canonical = history if order is None else [history[i] for i in order]
+    runs = spelled_runs(provider, canonical, view)
+    spelled_in_order = [m for _, m in runs] if order is None else client_order(runs, order)
+    return provider.with_breakpoints(body, provider.normalize(body, spelled_in_order))
 
 
 def spelled(provider: Provider, history: Sequence[Message], view: Sequence[Message]) -> list[Message]:

@@ -38,6 +38,7 @@ from ..messages import Message
 from ..redact import redact_text
 from ..render import exchange_text as render_exchange
 from ..tokens import EstimateCounter
+from ..wire import WireApi
 from .base import (
     CountText,
     Summarizer,
@@ -93,7 +94,7 @@ class UpstreamDown(SummarizerUnavailable):
 class UpstreamRequest:
     """The last request of a conversation that went upstream and was answered, as it was sent."""
 
-    api: str  # one of upstream_wire.APIS
+    api: WireApi  # the request's format: which summary wire (upstream_wire)
     url: str
     headers: tuple[tuple[str, str], ...]
     body: bytes
@@ -101,7 +102,7 @@ class UpstreamRequest:
     bill: Callable[[Answer], None] | None = None
 
     def __repr__(self) -> str:  # never the headers (credentials) or the body
-        return f"UpstreamRequest(api={self.api!r}, url=<{len(self.url)} chars>, body=<{len(self.body)} bytes>)"
+        return f"UpstreamRequest(api={str(self.api)!r}, url=<{len(self.url)} chars>, body=<{len(self.body)} bytes>)"
 
 
 class UpstreamSummarizer:

@@ -22,15 +22,15 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..messages import MARKER_END, MARKER_PREFIX, Message
 from ..redact import redact_text
+from ..wire import WireApi
 from .prompts import render
 from .sections import Section, clip, parse_sections, render_sections
-from .upstream_wire import ANTHROPIC, GEMINI, OPENAI_RESPONSES
 
 MAX_EXCHANGES = 16  # assistant turns one summary request asks notes for
 NOTE_TOKENS = 120  # the output bound each note adds, on top of the configured bound's floor
@@ -120,18 +120,19 @@ def session_keys(exchange: Sequence[Message]) -> list[str]:
     return keys
 
 
-def request_turns(api: str, body: dict[str, Any]) -> list[Turn]:
+def request_turns(api: WireApi, body: dict[str, Any]) -> list[Turn]:
     """The assistant turns of a request as it went upstream, in order."""
-    if api == OPENAI_RESPONSES:
-        return _responses_turns(body.get("input"))
-    if api == GEMINI:
-        return _gemini_turns(body.get("contents"))
+    return _TURNS[api](body)
+
+
+def _message_turns(body: dict[str, Any], anthropic: bool) -> list[Turn]:
+    """The turns of a ``messages`` body: Anthropic's calls are ``tool_use`` blocks, Chat's ``tool_calls``."""
     turns = []
     for message in body.get("messages") or []:
         if not isinstance(message, dict) or message.get("role") != "assistant":
             continue
         content = message.get("content")
-        if api == ANTHROPIC:
+        if anthropic:
             blocks = content if isinstance(content, list) else []
             calls = [
                 (b.get("id"), b.get("name"), b.get("input"))
@@ -274,3 +275,12 @@ def assemble(previous_prose: str, notes: Sequence[Note], goal: str) -> str:
             items = [notes[-1].next] if notes else items
         out.append(Section(f"### {heading}", items or ["none"]))
     return render_sections(out)
+
+
+# Each wire API's assistant turns (the summary wire: upstream_wire.WIRES).
+_TURNS: dict[WireApi, Callable[[dict[str, Any]], list[Turn]]] = {
+    WireApi.CHAT: lambda body: _message_turns(body, anthropic=False),
+    WireApi.RESPONSES: lambda body: _responses_turns(body.get("input")),
+    WireApi.MESSAGES: lambda body: _message_turns(body, anthropic=True),
+    WireApi.GEMINI: lambda body: _gemini_turns(body.get("contents")),
+}

@@ -26,19 +26,19 @@ nothing is reported written (what was not read is plain input).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
+from ..wire import WireApi
 from .base import Rejection, SummarizerBadOutput, SummaryRejected
 from .sections import clip
 from .validation import completion_summary
 
-ANTHROPIC = "anthropic"
-OPENAI_CHAT = "openai-chat"
-OPENAI_RESPONSES = "openai-responses"
-GEMINI = "gemini"
-APIS = (ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES, GEMINI)
+# The summary wire of each compacted route is its own request format (``WireApi``): ``WIRES`` below.
+ANTHROPIC, OPENAI_CHAT = WireApi.MESSAGES, WireApi.CHAT
+OPENAI_RESPONSES, GEMINI = WireApi.RESPONSES, WireApi.GEMINI
 # Why an answer stopped that leaves it usable as a summary.
 FINISHED = {"end_turn", "stop_sequence", "stop"}
 # Output tokens added to a Gemini summary request's bound when the client's thinking budget is not a
@@ -57,23 +57,33 @@ class Answer:
     output_tokens: int
 
 
-def summary_body(api: str, body: dict[str, Any], instruction: str, max_output_tokens: int) -> dict[str, Any]:
+def summary_body(api: WireApi, body: dict[str, Any], instruction: str, max_output_tokens: int) -> dict[str, Any]:
     """The summary request: ``body`` (the client's request as it went upstream) with ``instruction`` as one
     more user message at the end, no stream and a bounded output. Raises ValueError for a body that holds
     no conversation."""
-    if api == OPENAI_RESPONSES:
-        return _responses_body(body, instruction, max_output_tokens)
-    if api == GEMINI:
-        return _gemini_body(body, instruction, max_output_tokens)
+    return WIRES[api].body(body, instruction, max_output_tokens)
+
+
+def _unstreamed(body: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+    """A messages body's conversation, and the body to change (key order kept: the cached parts serialize
+    as they did) with its stream off."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise ValueError("the request holds no messages")
-    out = dict(body)  # key order kept: the cached parts serialize as they did
+    out = dict(body)
     out["stream"] = False
-    if api == ANTHROPIC:
-        out["messages"] = [*messages, {"role": "user", "content": [{"type": "text", "text": instruction}]}]
-        out["max_tokens"] = max_output_tokens + _thinking_budget(body)
-        return out
+    return messages, out
+
+
+def _anthropic_body(body: dict[str, Any], instruction: str, max_output_tokens: int) -> dict[str, Any]:
+    messages, out = _unstreamed(body)
+    out["messages"] = [*messages, {"role": "user", "content": [{"type": "text", "text": instruction}]}]
+    out["max_tokens"] = max_output_tokens + _thinking_budget(body)
+    return out
+
+
+def _chat_body(body: dict[str, Any], instruction: str, max_output_tokens: int) -> dict[str, Any]:
+    messages, out = _unstreamed(body)
     out["messages"] = [*messages, {"role": "user", "content": instruction}]
     out.pop("stream_options", None)
     out.pop("n", None)
@@ -136,19 +146,13 @@ def _thinking_budget(body: dict[str, Any]) -> int:
     return 0
 
 
-def read_answer(api: str, payload: Any, name: str) -> Answer:
+def read_answer(api: WireApi, payload: Any, name: str) -> Answer:
     """The summary in the upstream's JSON answer; :class:`SummarizerBadOutput` for an answer that is not
     one (a tool call, a refusal, no text), :class:`SummaryRejected` for one cut off at the bound."""
     if not isinstance(payload, dict):
         raise SummarizerBadOutput(f"{name}: the answer is not a JSON object")
-    if api == ANTHROPIC:
-        text, stop = _anthropic_text(payload, name)
-    elif api == GEMINI:
-        text, stop = _gemini_text(payload, name)
-    elif api == OPENAI_RESPONSES:
-        text, stop = _responses_text(payload, name)
-    else:
-        text, stop = _openai_text(payload, name)
+    wire = WIRES[api]
+    text, stop = wire.text(payload, name)
     if stop == "max_tokens":
         stop = "length"
     if stop not in FINISHED and stop != "length":
@@ -156,10 +160,8 @@ def read_answer(api: str, payload: Any, name: str) -> Answer:
     if stop == "length" and not text.strip():
         raise SummaryRejected(Rejection("cut_off", f"{name}: output was cut off at max_output_tokens"))
     completion = SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(content=text), finish_reason=stop)])
-    field = "usageMetadata" if api == GEMINI else "usage"
-    usage = payload.get(field) if isinstance(payload.get(field), dict) else {}
-    assert isinstance(usage, dict)
-    return Answer(completion_summary(completion, name), *_usage(api, usage))
+    usage = payload.get(wire.usage_field)
+    return Answer(completion_summary(completion, name), *wire.usage(usage if isinstance(usage, dict) else {}))
 
 
 def _anthropic_text(payload: dict[str, Any], name: str) -> tuple[str, Any]:
@@ -242,21 +244,55 @@ def _count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
-def _usage(api: str, usage: dict[str, Any]) -> tuple[int, int | None, int | None, int]:
-    """(prompt tokens, cache read, cache written, output tokens) of an answer's ``usage``."""
-    if api == GEMINI:  # the prompt count includes the cached part; thinking is billed as output
-        prompt = _count(usage.get("promptTokenCount")) or 0
-        read = _count(usage.get("cachedContentTokenCount"))
-        output = (_count(usage.get("candidatesTokenCount")) or 0) + (_count(usage.get("thoughtsTokenCount")) or 0)
-        return prompt, min(read or 0, prompt), 0, output
-    if api == ANTHROPIC:
-        read = _count(usage.get("cache_read_input_tokens"))
-        written = _count(usage.get("cache_creation_input_tokens"))
-        prompt = (_count(usage.get("input_tokens")) or 0) + (read or 0) + (written or 0)
-        return prompt, read, written, _count(usage.get("output_tokens")) or 0
-    chat = api == OPENAI_CHAT
+Usage = tuple[int, int | None, int | None, int]  # prompt tokens, cache read, cache written, output tokens
+
+
+def _gemini_usage(usage: dict[str, Any]) -> Usage:
+    """The prompt count includes the cached part; thinking is billed as output."""
+    prompt = _count(usage.get("promptTokenCount")) or 0
+    read = _count(usage.get("cachedContentTokenCount"))
+    output = (_count(usage.get("candidatesTokenCount")) or 0) + (_count(usage.get("thoughtsTokenCount")) or 0)
+    return prompt, min(read or 0, prompt), 0, output
+
+
+def _anthropic_usage(usage: dict[str, Any]) -> Usage:
+    read = _count(usage.get("cache_read_input_tokens"))
+    written = _count(usage.get("cache_creation_input_tokens"))
+    prompt = (_count(usage.get("input_tokens")) or 0) + (read or 0) + (written or 0)
+    return prompt, read, written, _count(usage.get("output_tokens")) or 0
+
+
+def _chat_usage(usage: dict[str, Any]) -> Usage:
+    return _openai_usage(usage, chat=True)
+
+
+def _responses_usage(usage: dict[str, Any]) -> Usage:
+    return _openai_usage(usage, chat=False)
+
+
+def _openai_usage(usage: dict[str, Any], chat: bool) -> Usage:
     details = usage.get("prompt_tokens_details" if chat else "input_tokens_details")
     read = _count(details.get("cached_tokens")) if isinstance(details, dict) else None
     prompt = _count(usage.get("prompt_tokens" if chat else "input_tokens")) or 0
     output = _count(usage.get("completion_tokens" if chat else "output_tokens")) or 0
     return prompt, min(read, prompt) if read is not None else None, None, output
+
+
+@dataclass(frozen=True)
+class SummaryWire:
+    """One wire API's summary request and answer: the request built, the answer's text and why it stopped,
+    and its usage (in the answer's ``usage_field``)."""
+
+    body: Callable[[dict[str, Any], str, int], dict[str, Any]]
+    text: Callable[[dict[str, Any], str], tuple[str, Any]]
+    usage: Callable[[dict[str, Any]], Usage]
+    usage_field: str = "usage"
+
+
+WIRES: dict[WireApi, SummaryWire] = {
+    WireApi.CHAT: SummaryWire(_chat_body, _openai_text, _chat_usage),
+    WireApi.RESPONSES: SummaryWire(_responses_body, _responses_text, _responses_usage),
+    WireApi.MESSAGES: SummaryWire(_anthropic_body, _anthropic_text, _anthropic_usage),
+    WireApi.GEMINI: SummaryWire(_gemini_body, _gemini_text, _gemini_usage, "usageMetadata"),
+}
+APIS = tuple(WIRES)

@@ -57,7 +57,9 @@ class PassReport(Protocol):
 class PreparedRequest(Protocol):
     """What the recorder reads of a prepared request (``server.compaction.Prepared`` is one)."""
 
-    api: str | None
+    @property
+    def api(self) -> str | None: ...  # the upstream (an ``Upstream``): which prices apply
+
     model: str | None
     client: str | None
     occupancy_pct: float | None
