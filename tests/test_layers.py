@@ -154,30 +154,15 @@ def _module_name(path: Path, package: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _load_time_nodes(tree: ast.AST) -> list[ast.AST]:
-    """Every node that runs when the module is imported or type-checked: module and class bodies and the
-    ``if TYPE_CHECKING:`` blocks in them, not function bodies (an import inside a function is deferred on
-    purpose, a factory choosing an implementation, and cannot make a circle at import time)."""
-    found: list[ast.AST] = []
-    todo = [tree]
-    while todo:
-        node = todo.pop()
-        found.append(node)
-        todo.extend(
-            child
-            for child in ast.iter_child_nodes(node)
-            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
-        )
-    return found
-
-
 def _module_imports(path: Path, modules: set[str], package: Path) -> set[str]:
-    """The package's modules that ``path`` imports at load time (a name imported from a package counts as
-    its submodule when there is one, else as the package)."""
+    """The package's modules that ``path`` imports anywhere: at load time, under ``if TYPE_CHECKING:`` and
+    inside functions (a deferred import still ties the two modules together, it only hides the circle
+    from the interpreter). A name imported from a package counts as its submodule when there is one, else
+    as the package."""
     name = _module_name(path, package)
     here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
     found: set[str] = set()
-    for node in _load_time_nodes(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom):
             base = ".".join([*here[: len(here) - node.level + 1], node.module or ""]) if node.level else node.module
             base = (base or "").rstrip(".")
@@ -238,8 +223,8 @@ def test_no_import_circle_anywhere_in_the_package() -> None:
 
 
 def test_the_circle_check_finds_a_circle(tmp_path: Path) -> None:
-    """The check itself, on a made-up package: a circle through a ``TYPE_CHECKING`` import is found, a
-    deferred import inside a function is not one, and a package ``__init__`` re-exporting is no circle."""
+    """The check itself, on a made-up package: a circle through a ``TYPE_CHECKING`` import is found, and
+    one through an import deferred into a function, and a package ``__init__`` re-exporting is no circle."""
     pkg = tmp_path / "microcompact"
     (pkg / "sub").mkdir(parents=True)
     (pkg / "__init__.py").write_text("from .a import x\n", encoding="utf-8")
@@ -251,7 +236,7 @@ def test_the_circle_check_finds_a_circle(tmp_path: Path) -> None:
     (pkg / "d.py").write_text("from .c import f\n", encoding="utf-8")
     (pkg / "sub" / "__init__.py").write_text("from .e import w\n", encoding="utf-8")
     (pkg / "sub" / "e.py").write_text("from ..a import x\n", encoding="utf-8")
-    assert _import_circles(pkg) == [["microcompact.a", "microcompact.b"]]
+    assert _import_circles(pkg) == [["microcompact.a", "microcompact.b"], ["microcompact.c", "microcompact.d"]]
 
 
 MAX_SOURCE_LINES = 600

@@ -19,6 +19,7 @@ from ..replay import ReplayStats, default_session_id, read_transcript, resume_st
 from ..session import Session
 from ..store import StoreError, check_location, open_store
 from ..telemetry import default_log_path
+from . import runs
 from .base import (
     ConfigOption,
     ContextLimitOption,
@@ -334,8 +335,6 @@ def _replay_session(req: ReplayRequest, cfg: Config, messages: list[Message]) ->
 
 def _drive(messages: list[Message], session: Session, start: int) -> ReplayStats:
     """The replay itself, with a progress bar on a terminal for long transcripts."""
-    from . import replay  # the package's name, looked up per call, so a test can stand in for the long run
-
     with Progress(
         TextColumn("replaying"),
         BarColumn(),
@@ -346,7 +345,7 @@ def _drive(messages: list[Message], session: Session, start: int) -> ReplayStats
         disable=len(messages) < 200 or not err.is_terminal,
     ) as progress:
         task = progress.add_task("replay", total=len(messages), completed=start)
-        return replay(messages, session, on_message=lambda i: progress.update(task, completed=i + 1), start=start)
+        return runs.replay(messages, session, on_message=lambda i: progress.update(task, completed=i + 1), start=start)
 
 
 def _write_out(path: Path, session: Session, messages: list[Message]) -> None:
