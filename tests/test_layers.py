@@ -25,6 +25,8 @@ LAYERS: list[set[str]] = [
         "redact",
         "redact_patterns",
         "redact_commands",
+        "redact_tokens",
+        "redact_context",
         "secret_memory",
         "telemetry",
         "config",
