@@ -42,7 +42,7 @@ LAYERS: list[set[str]] = [
     {"summarizers"},
     {"micro", "batch"},
     {"background", "store", "carry"},
-    {"session_store", "runners", "session", "aio", "recall_tools"},
+    {"session_store", "session_history", "session_engines", "runners", "session", "aio", "recall_tools"},
     {"replay", "report", "importers", "router", "recall", "stale"},
     {"integrations", "server", "launch"},
     {"compare"},
