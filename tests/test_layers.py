@@ -241,26 +241,46 @@ def test_the_circle_check_finds_a_circle(tmp_path: Path) -> None:
     assert _import_circles(pkg) == [["microcompact.a", "microcompact.b"], ["microcompact.c", "microcompact.d"]]
 
 
-MAX_SOURCE_LINES = 600
+MAX_SOURCE_LINES = 450
+# Files allowed past MAX_SOURCE_LINES for now, each with its own cap, never above the hard 600. server/app.py
+# (about 590 lines) waits for its split until the audit hooks and the wire-API enum that are being added to
+# it have landed; splitting it under them would collide. Remove its entry with that split.
+LONG_FILE_ALLOWANCE = {"server/app.py": 600}
+HARD_CAP = 600
 
 
-def _long_files(package: Path, limit: int = MAX_SOURCE_LINES) -> list[str]:
-    """Every source file under ``package`` longer than ``limit`` lines, with its length."""
+def _long_files(package: Path, limit: int = MAX_SOURCE_LINES, allowed: dict[str, int] | None = None) -> list[str]:
+    """Every source file under ``package`` longer than ``limit`` lines (or than its allowance), with its length."""
+    allowed = allowed or {}
     out = []
     for path in sorted(package.rglob("*.py")):
         n = len(path.read_text(encoding="utf-8").splitlines())
-        if n > limit:
-            out.append(f"{path.relative_to(package)}: {n} lines")
+        name = path.relative_to(package).as_posix()
+        if n > min(allowed.get(name, limit), HARD_CAP):
+            out.append(f"{name}: {n} lines")
     return out
 
 
-def test_no_source_file_is_over_600_lines() -> None:
-    """A file past 600 lines mixes jobs; split it along them (as redact.py's pattern table was)."""
-    assert _long_files(PACKAGE) == []
+def test_no_source_file_is_over_450_lines() -> None:
+    """A file past 450 lines mixes jobs; split it along them (as redact.py's rules and session.py's full
+    history, engines and store moments were)."""
+    assert _long_files(PACKAGE, allowed=LONG_FILE_ALLOWANCE) == []
+
+
+def test_the_allowance_names_only_files_still_over_the_limit() -> None:
+    """An allowance outlives its reason once the file is split: then it must go."""
+    lengths = {name: len((PACKAGE / name).read_text(encoding="utf-8").splitlines()) for name in LONG_FILE_ALLOWANCE}
+    assert {name for name, n in lengths.items() if n <= MAX_SOURCE_LINES} == set()
 
 
 def test_the_length_check_finds_a_long_file(tmp_path: Path) -> None:
     (tmp_path / "short.py").write_text("x = 1\n" * MAX_SOURCE_LINES)
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "long.py").write_text("x = 1\n" * (MAX_SOURCE_LINES + 1))
-    assert _long_files(tmp_path) == [f"sub/long.py: {MAX_SOURCE_LINES + 1} lines"]
+    (tmp_path / "sub" / "allowed.py").write_text("x = 1\n" * (MAX_SOURCE_LINES + 50))
+    (tmp_path / "sub" / "too_long.py").write_text("x = 1\n" * (HARD_CAP + 1))
+    allowed = {"sub/allowed.py": HARD_CAP, "sub/too_long.py": 1000}
+    assert _long_files(tmp_path, allowed=allowed) == [
+        f"sub/long.py: {MAX_SOURCE_LINES + 1} lines",
+        f"sub/too_long.py: {HARD_CAP + 1} lines",
+    ]
