@@ -272,12 +272,9 @@ def _load(req: ReplayRequest, opts: CompareOptions) -> tuple[Config, list[Messag
 
 def configure(req: ReplayRequest) -> Config:
     """The config for a replay: explicit flags > the config file > defaults (replay's default is micro on)."""
-    config = load_config(req.config)
-    micro = req.micro
-    if micro is None:
-        # The library's default is off; replay's is on, unless the config file says micro_compact itself.
-        micro = config.compression.micro_compact if "micro_compact" in config.compression.model_fields_set else True
-    compression = {"micro_compact": micro, "micro_compact_every_n_turns": req.every}
+    # The library's default is off; replay's is on, unless the config file (or --micro) says otherwise.
+    config = load_config(req.config).with_defaults(source="replay's defaults", compression={"micro_compact": True})
+    compression = {"micro_compact": req.micro, "micro_compact_every_n_turns": req.every}
     aux = {
         "model": req.model,
         "base_url": req.base_url,
