@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from .events import Event
 from .keys import (
@@ -337,55 +337,29 @@ class StoreWriter:
             log.warning("Session store: could not record where fork %s came from (%s)", self.session_id, exc)
 
 
-class SessionWrites(Protocol):
-    """What a session writes at each of its moments: a :class:`StoreWriter`, or :class:`NoStore`."""
-
-    finalized_row: int | None
-
-    def write_later(self, messages: Sequence[Message]) -> None: ...
-    def save(self, transcript: Sequence[Message], secrets: SecretMemory) -> bool: ...
-    def end_turn(self, transcript: Sequence[Message], skipped: set[str], turns: int) -> None: ...
-    def hand_over(
-        self,
-        transcript: Sequence[Message],
-        secrets: SecretMemory,
-        skipped: set[str],
-        carried: Callable[[], dict[str, Any]],
-    ) -> bool: ...
-    def close(self, transcript: Sequence[Message], secrets: SecretMemory, skipped: set[str]) -> None: ...
-    def take_lease(self) -> None: ...
-    def client_rows(self) -> tuple[list[Message], list[str]]: ...
-    def record_fork(self, parent_id: str, at: int, prefix: list[str]) -> None: ...
-
-
 class NoStore:
-    """A session without a store: nothing is written, no lease is held, and the client messages it holds
-    are its transcript (``transcript``: the session's, read when asked)."""
+    """A session without a store: it takes what a :class:`StoreWriter` takes at each moment and writes
+    nothing, holds no lease, and the client messages it holds are its transcript (``transcript``: the
+    session's, read when asked)."""
 
     finalized_row: int | None = None
 
     def __init__(self, transcript: Callable[[], Sequence[Message]]) -> None:
         self._transcript = transcript
 
-    def write_later(self, messages: Sequence[Message]) -> None:
+    def write_later(self, *_: object) -> None:
         pass
 
-    def save(self, transcript: Sequence[Message], secrets: SecretMemory) -> bool:
+    def save(self, *_: object) -> bool:
         return True
 
-    def end_turn(self, transcript: Sequence[Message], skipped: set[str], turns: int) -> None:
+    def end_turn(self, *_: object) -> None:
         pass
 
-    def hand_over(
-        self,
-        transcript: Sequence[Message],
-        secrets: SecretMemory,
-        skipped: set[str],
-        carried: Callable[[], dict[str, Any]],
-    ) -> bool:
-        return True  # the engine memory is never computed: nobody could read it
+    def hand_over(self, *_: object) -> bool:
+        return True  # the engine memory (its last argument) is never computed: nobody could read it
 
-    def close(self, transcript: Sequence[Message], secrets: SecretMemory, skipped: set[str]) -> None:
+    def close(self, *_: object) -> None:
         pass
 
     def take_lease(self) -> None:
@@ -394,5 +368,9 @@ class NoStore:
     def client_rows(self) -> tuple[list[Message], list[str]]:
         return list(self._transcript()), []
 
-    def record_fork(self, parent_id: str, at: int, prefix: list[str]) -> None:
+    def record_fork(self, *_: object) -> None:
         pass
+
+
+# What a session writes at each of its moments: to its store, or nothing.
+SessionWrites = StoreWriter | NoStore
