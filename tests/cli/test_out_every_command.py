@@ -217,17 +217,31 @@ def test_report_plot_replaces_a_regular_file_by_a_rename(
     replaced_by_a_png(plot, lambda: run_cli(home, "report", str(telemetry), "--plot", str(plot)))
 
 
-def test_compare_plot_replaces_a_regular_file_by_a_rename(run_cli: Cli, home: Path, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def first_turn(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The demo's first turn (106 messages, up to its second user message): what a plot is written from
+    matters here, not how long the five replays of --compare take."""
+    path = tmp_path_factory.mktemp("first-turn") / "first-turn.jsonl"
+    lines = Path(DEMO).read_text(encoding="utf-8").splitlines(keepends=True)
+    path.write_text("".join(lines[:106]), encoding="utf-8")
+    return str(path)
+
+
+def test_compare_plot_replaces_a_regular_file_by_a_rename(
+    run_cli: Cli, home: Path, tmp_path: Path, first_turn: str
+) -> None:
     pytest.importorskip("matplotlib")
     plot = tmp_path / "compare.png"
-    compare = ("replay", DEMO, "--context-limit", "50000", "--compare")
+    compare = ("replay", first_turn, "--context-limit", "50000", "--compare")
     replaced_by_a_png(plot, lambda: run_cli(home, *compare, "--plot", str(plot)))
 
 
-def test_compare_plot_without_a_suffix_is_written_at_that_path(run_cli: Cli, home: Path, tmp_path: Path) -> None:
+def test_compare_plot_without_a_suffix_is_written_at_that_path(
+    run_cli: Cli, home: Path, tmp_path: Path, first_turn: str
+) -> None:
     pytest.importorskip("matplotlib")
     plot = tmp_path / "occupancy"
-    result = run_cli(home, "replay", DEMO, "--context-limit", "50000", "--compare", "--plot", str(plot))
+    result = run_cli(home, "replay", first_turn, "--context-limit", "50000", "--compare", "--plot", str(plot))
     assert result.returncode == 0, result.stderr
     assert plot.read_bytes().startswith(b"\x89PNG")
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != "mchome") == ["occupancy"]  # not occupancy.png
