@@ -19,7 +19,7 @@ demo: $(STAMP)
 	$(BIN)/microcompact replay $(DEMO) --context-limit 200000 --compare
 
 # The fast suite: every contract, without the long replays, kill loops and multi-process races, and with a
-# quarter of the property-test examples (the "fast" hypothesis profile, tests/conftest.py), on two workers.
+# tenth of the property-test examples (the "fast" hypothesis profile, tests/conftest.py), on two workers.
 test: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow" --hypothesis-profile=fast -n 2
 

@@ -18,12 +18,12 @@ from support.stores import FreshPgDatabase, StoreFactory
 from upstream import ScriptedUpstream
 
 # Property tests run the examples their decorators name (strategies.examples) under "ci", the default and
-# what `make test-all` and CI run; `make test` passes --hypothesis-profile=fast for a quarter of them.
+# what `make test-all` and CI run; `make test` passes --hypothesis-profile=fast for a tenth of them.
 # Timing is the benchmarks' business (bench/), never a property test's: how fast examples are drawn or run
 # depends on what else the machine is doing, so neither the deadline nor the too_slow check can fail a run.
 _UNTIMED = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow]}
 settings.register_profile("ci", max_examples=100, **_UNTIMED)
-settings.register_profile("fast", max_examples=25, **_UNTIMED)
+settings.register_profile("fast", max_examples=10, **_UNTIMED)
 settings.load_profile("ci")
 
 # Transitional, while the branches written before tests/support existed merge: their files (and

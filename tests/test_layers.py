@@ -25,6 +25,8 @@ LAYERS: list[set[str]] = [
         "redact",
         "redact_patterns",
         "redact_commands",
+        "redact_tokens",
+        "redact_context",
         "secret_memory",
         "telemetry",
         "config",
@@ -41,7 +43,7 @@ LAYERS: list[set[str]] = [
     {"summarizers"},
     {"micro", "batch"},
     {"background", "store", "carry"},
-    {"session_store", "runners", "session", "aio", "recall_tools"},
+    {"session_store", "session_history", "session_engines", "runners", "session", "aio", "recall_tools"},
     {"replay", "report", "importers", "router", "recall", "recall_watch", "stale"},
     {"integrations", "server", "launch"},
     {"compare"},
@@ -155,30 +157,15 @@ def _module_name(path: Path, package: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _load_time_nodes(tree: ast.AST) -> list[ast.AST]:
-    """Every node that runs when the module is imported or type-checked: module and class bodies and the
-    ``if TYPE_CHECKING:`` blocks in them, not function bodies (an import inside a function is deferred on
-    purpose, a factory choosing an implementation, and cannot make a circle at import time)."""
-    found: list[ast.AST] = []
-    todo = [tree]
-    while todo:
-        node = todo.pop()
-        found.append(node)
-        todo.extend(
-            child
-            for child in ast.iter_child_nodes(node)
-            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
-        )
-    return found
-
-
 def _module_imports(path: Path, modules: set[str], package: Path) -> set[str]:
-    """The package's modules that ``path`` imports at load time (a name imported from a package counts as
-    its submodule when there is one, else as the package)."""
+    """The package's modules that ``path`` imports anywhere: at load time, under ``if TYPE_CHECKING:`` and
+    inside functions (a deferred import still ties the two modules together, it only hides the circle
+    from the interpreter). A name imported from a package counts as its submodule when there is one, else
+    as the package."""
     name = _module_name(path, package)
     here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
     found: set[str] = set()
-    for node in _load_time_nodes(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom):
             base = ".".join([*here[: len(here) - node.level + 1], node.module or ""]) if node.level else node.module
             base = (base or "").rstrip(".")
@@ -239,8 +226,8 @@ def test_no_import_circle_anywhere_in_the_package() -> None:
 
 
 def test_the_circle_check_finds_a_circle(tmp_path: Path) -> None:
-    """The check itself, on a made-up package: a circle through a ``TYPE_CHECKING`` import is found, a
-    deferred import inside a function is not one, and a package ``__init__`` re-exporting is no circle."""
+    """The check itself, on a made-up package: a circle through a ``TYPE_CHECKING`` import is found, and
+    one through an import deferred into a function, and a package ``__init__`` re-exporting is no circle."""
     pkg = tmp_path / "microcompact"
     (pkg / "sub").mkdir(parents=True)
     (pkg / "__init__.py").write_text("from .a import x\n", encoding="utf-8")
@@ -252,29 +239,49 @@ def test_the_circle_check_finds_a_circle(tmp_path: Path) -> None:
     (pkg / "d.py").write_text("from .c import f\n", encoding="utf-8")
     (pkg / "sub" / "__init__.py").write_text("from .e import w\n", encoding="utf-8")
     (pkg / "sub" / "e.py").write_text("from ..a import x\n", encoding="utf-8")
-    assert _import_circles(pkg) == [["microcompact.a", "microcompact.b"]]
+    assert _import_circles(pkg) == [["microcompact.a", "microcompact.b"], ["microcompact.c", "microcompact.d"]]
 
 
-MAX_SOURCE_LINES = 600
+MAX_SOURCE_LINES = 450
+# Files allowed past MAX_SOURCE_LINES for now, each with its own cap, never above the hard 600. server/app.py
+# (about 590 lines) waits for its split until the audit hooks and the wire-API enum that are being added to
+# it have landed; splitting it under them would collide. Remove its entry with that split.
+LONG_FILE_ALLOWANCE = {"server/app.py": 600}
+HARD_CAP = 600
 
 
-def _long_files(package: Path, limit: int = MAX_SOURCE_LINES) -> list[str]:
-    """Every source file under ``package`` longer than ``limit`` lines, with its length."""
+def _long_files(package: Path, limit: int = MAX_SOURCE_LINES, allowed: dict[str, int] | None = None) -> list[str]:
+    """Every source file under ``package`` longer than ``limit`` lines (or than its allowance), with its length."""
+    allowed = allowed or {}
     out = []
     for path in sorted(package.rglob("*.py")):
         n = len(path.read_text(encoding="utf-8").splitlines())
-        if n > limit:
-            out.append(f"{path.relative_to(package)}: {n} lines")
+        name = path.relative_to(package).as_posix()
+        if n > min(allowed.get(name, limit), HARD_CAP):
+            out.append(f"{name}: {n} lines")
     return out
 
 
-def test_no_source_file_is_over_600_lines() -> None:
-    """A file past 600 lines mixes jobs; split it along them (as redact.py's pattern table was)."""
-    assert _long_files(PACKAGE) == []
+def test_no_source_file_is_over_450_lines() -> None:
+    """A file past 450 lines mixes jobs; split it along them (as redact.py's rules and session.py's full
+    history, engines and store moments were)."""
+    assert _long_files(PACKAGE, allowed=LONG_FILE_ALLOWANCE) == []
+
+
+def test_the_allowance_names_only_files_still_over_the_limit() -> None:
+    """An allowance outlives its reason once the file is split: then it must go."""
+    lengths = {name: len((PACKAGE / name).read_text(encoding="utf-8").splitlines()) for name in LONG_FILE_ALLOWANCE}
+    assert {name for name, n in lengths.items() if n <= MAX_SOURCE_LINES} == set()
 
 
 def test_the_length_check_finds_a_long_file(tmp_path: Path) -> None:
     (tmp_path / "short.py").write_text("x = 1\n" * MAX_SOURCE_LINES)
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "long.py").write_text("x = 1\n" * (MAX_SOURCE_LINES + 1))
-    assert _long_files(tmp_path) == [f"sub/long.py: {MAX_SOURCE_LINES + 1} lines"]
+    (tmp_path / "sub" / "allowed.py").write_text("x = 1\n" * (MAX_SOURCE_LINES + 50))
+    (tmp_path / "sub" / "too_long.py").write_text("x = 1\n" * (HARD_CAP + 1))
+    allowed = {"sub/allowed.py": HARD_CAP, "sub/too_long.py": 1000}
+    assert _long_files(tmp_path, allowed=allowed) == [
+        f"sub/long.py: {MAX_SOURCE_LINES + 1} lines",
+        f"sub/too_long.py: {HARD_CAP + 1} lines",
+    ]

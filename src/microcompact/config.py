@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -83,7 +84,10 @@ class CompressionConfig(StrictSection):
         None, ge=0, le=100_000_000, description="head budget; unset = head_share of the threshold"
     )
     tokenizer: Literal["o200k_base", "cl100k_base", "estimate"] = "o200k_base"
-    micro_compact: bool = False
+    # Settings whose default depends on the front end are None until one is chosen ("derive"), so a config
+    # says the same after a round trip through its dump: a library Session reads None as off (inline, not
+    # cache-aware), ``replay`` and ``serve`` put their own defaults in with Config.with_defaults.
+    micro_compact: bool | None = Field(None, description="unset: off in a library Session, on in replay and serve")
     micro_compact_every_n_turns: int = Field(
         1, ge=1, le=10_000, description="turn-end passes every N turns; 0 means 1 (Hermes), negative is an error"
     )
@@ -93,11 +97,15 @@ class CompressionConfig(StrictSection):
         None, ge=256, le=10_000_000, description="tokens one micro pass may absorb; unset = derived (at most 8,000)"
     )
     micro_compact_max_failures: int = Field(3, ge=1, le=100)
-    micro_compact_background: bool = False
-    micro_compact_cache_ttl_seconds: float | None = Field(None, gt=0, le=86_400)
+    micro_compact_background: bool | None = Field(None, description="unset: inline in a Session, background in serve")
+    micro_compact_cache_ttl_seconds: float | None = Field(
+        None, ge=0, le=86_400, description="cache-aware scheduling's cache TTL; 0: off; unset: off, 300 in serve"
+    )
     micro_compact_max_occupancy_pct: float = Field(60.0, gt=0, le=100)
     micro_compact_schedule: Literal["auto", "cadence", "price"] = Field(
-        "auto", description="price: fold when it pays (microcompact.fold_price); auto: price when one is known"
+        "auto",
+        description="price: fold when it pays (microcompact.fold_price); auto: price when one is known "
+        "(serve always knows its API's: price there)",
     )
     micro_compact_low_water_tokens: int | None = Field(
         None, ge=0, le=10_000_000, description="price policy: history a fold keeps verbatim; unset = derived"
@@ -239,13 +247,22 @@ class Config(StrictSection):
         return max(SUMMARIZER_OUTPUT_TOKENS, self.compression.micro_compact_defrag_threshold_tokens)
 
     def with_overrides(self, source: str = "overrides", **sections: dict[str, Any]) -> Config:
-        # Only what was set: ``serve`` and ``replay`` give their own defaults to what a config file leaves out.
-        data = self.model_dump(exclude_unset=True)
+        """This config with the values of ``sections`` (``"compression"``, ``"auxiliary.compression"``: a
+        dict of settings each) over its own; a None value changes nothing (an option not given)."""
+        return self._merged(source, sections, lambda current, new: new is not None)
+
+    def with_defaults(self, source: str = "defaults", **sections: dict[str, Any]) -> Config:
+        """This config with the values of ``sections`` where it leaves a setting to be derived (None): how
+        ``serve`` and ``replay`` give their own defaults while what a file says stays."""
+        return self._merged(source, sections, lambda current, new: current is None and new is not None)
+
+    def _merged(self, source: str, sections: dict[str, dict[str, Any]], takes: Callable[[Any, Any], bool]) -> Config:
+        data = self.model_dump()
         for section, values in sections.items():
             target = data
             for part in section.split("."):
                 target = target.setdefault(part, {})
-            target.update({k: v for k, v in values.items() if v is not None})
+            target.update({k: v for k, v in values.items() if takes(target.get(k), v)})
         return parse_config(data, source=source)
 
 

@@ -30,10 +30,11 @@ IDENTITY_KEYS = (HID_KEY, DIGEST_KEY, PARTS_KEY)
 # Bookkeeping: keys whose value holds only where it was set, so a message carried anywhere else (an
 # exported transcript, another session) leaves them behind. One list, read two ways:
 #
-# - ``STORE_KEYS``: what the store (and the ledger's count) put on the rows it hands out. ``session.py``
-#   drops these from a caller's message, else a message copied from another session's transcript would pass
-#   for one already stored. ``_src`` must not be dropped there: ``replay`` appends each recorded message with
-#   its ``_src`` on purpose, through the same ``append``, so the store keeps it and ``replay --db`` resumes.
+# - ``STORE_KEYS``: what the store (and the ledger's count) put on the rows it hands out. A session
+#   drops these from a caller's message (``messages.caller_message``), else a message copied from another
+#   session's transcript would pass for one already stored. ``_src`` must not be dropped there: ``replay``
+#   appends each recorded message with its ``_src`` on purpose, through the same ``append``, so the store
+#   keeps it and ``replay --db`` resumes.
 # - ``BOOKKEEPING_KEYS``: ``STORE_KEYS`` plus ``_src``, what an exported transcript leaves out (``cli.py``):
 #   a replay's pointer into the recording it read means nothing in a file of messages.
 #

@@ -17,7 +17,7 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
-from .keys import META_KEY
+from .keys import META_KEY, STORE_KEYS
 from .render import content_text
 
 __all__ = [
@@ -182,6 +182,15 @@ def disown_marker_text(message: Message) -> Message:
     if not isinstance(message, dict) or META_KEY in message or not looks_like_marker(message):
         return message
     return {**message, META_KEY: {"not_marker": True}}
+
+
+def caller_message(message: Message) -> Message:
+    """A caller's message as a session takes it: without store bookkeeping (a message copied from another
+    session's transcript would otherwise pass for one already stored), and not a marker by its text alone
+    (:func:`disown_marker_text`). ``message`` itself when neither applies; the caller's dict is never changed."""
+    if any(k in message for k in STORE_KEYS):
+        message = {k: v for k, v in message.items() if k not in STORE_KEYS}
+    return disown_marker_text(message)
 
 
 def is_marker(message: Message) -> bool:

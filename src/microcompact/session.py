@@ -23,23 +23,21 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import carry
-from .batch import BatchCompactor, BatchResult
-from .bill.cache_usage import CacheObservations, CacheTotals, checked_report
+from .batch import BatchResult
+from .bill.cache_usage import CacheTotals
 from .config import Config, home_dir
-from .events import Outcome
-from .identity import Divergence, common_prefix, digests, fork_prefix, is_human, known_digests, tagged_parts
-from .keys import HID_KEY, ROW_KEY, STORE_KEYS
-from .messages import Message, disown_marker_text, to_api, validate_message
-from .micro import CommitHook, MicroCompactor, PassResult
-from .micro.price import policy_for
+from .identity import digests
+from .keys import ROW_KEY
+from .messages import Message, caller_message, to_api, validate_message
+from .micro import CommitHook, PassResult
 from .redact import remember_secrets
-from .runners import PassRunner, runner_for
+from .runners import PassRunner
 from .secret_memory import SecretMemory, hides_secrets
-from .session_store import StoreWriter
+from .session_engines import SessionEngines
+from .session_history import ClientHistory, Convert, HistoryDiverged, HistorySync, as_is, fork_messages
+from .session_store import NoStore, SessionWrites, StoreWriter
 from .store import StoreConflict
 from .summarizers import Summarizer, summarizer_for
 from .telemetry import occupancy_pct
@@ -49,53 +47,9 @@ if TYPE_CHECKING:
     from .background import BackgroundPasses
     from .store import SessionStore
 
+__all__ = ["Convert", "HistoryDiverged", "HistorySync", "Session"]
+
 log = logging.getLogger("microcompact")
-
-
-def _own(message: Message) -> Message:
-    """The caller's message without store bookkeeping (a message copied from another session's transcript
-    would otherwise pass for one already stored)."""
-    if not any(k in message for k in STORE_KEYS):
-        return message
-    return {k: v for k, v in message.items() if k not in STORE_KEYS}
-
-
-# Turns one client message into the session messages that stand for it (a provider format's message may
-# become several: an Anthropic user message of tool results becomes one tool message per result).
-Convert = Callable[[Message], list[Message]]
-
-
-def _as_is(message: Message) -> list[Message]:
-    return [message]
-
-
-@dataclass(frozen=True)
-class HistorySync:
-    """What :meth:`Session.sync_history` did with a client's full history."""
-
-    matched: int  # client messages the session already held
-    appended: int  # client messages new in this history (appended, in order)
-    human: bool  # the new ones include a message a person wrote: the previous turn has ended
-    diverged: Divergence | None = None  # set when nothing was appended: the history is not the session's
-
-    @property
-    def ok(self) -> bool:
-        return self.diverged is None
-
-    @property
-    def ends_turn(self) -> bool:
-        """A person spoke after messages the session already held: the previous turn has ended, so it is
-        finalized before the next request (the one rule :meth:`Session.compacted`, the framework adapters
-        and the proxy follow)."""
-        return self.human and self.matched > 0
-
-
-class HistoryDiverged(ValueError):
-    """The caller's history is not a continuation of the session's: fork it (``Session.fork``)."""
-
-    def __init__(self, session_id: str, divergence: Divergence) -> None:
-        super().__init__(f"session {session_id!r}: {divergence.describe()}; fork a new session from the common prefix")
-        self.divergence = divergence
 
 
 class Session:
@@ -135,7 +89,7 @@ class Session:
         def begin() -> tuple[list[Message], StoreWriter | None]:
             # The caller's messages are written as new (and, like append, a caller's text that starts like a
             # marker does not become one); a store that already holds the id is refused before any write.
-            initial = [disown_marker_text(_own(m)) for m in messages]
+            initial = [caller_message(m) for m in messages]
             for i, m in enumerate(initial):
                 validate_message(m, f"message {i}")
             return initial, StoreWriter.start(store, sid) if store is not None else None
@@ -168,28 +122,25 @@ class Session:
         self.counter = counter or TokenCounter(make_text_counter(self.config.compression.tokenizer))
         self.secrets = SecretMemory(home_dir() if store is not None else None)  # values redacted so far
         self.summarizer = summarizer or summarizer_for(self.config, self.counter)
-        initial, self._writer = begin()
+        initial, writer = begin()
+        # What the session writes at each moment: to its store, or nothing (one path for both).
+        self._writer: SessionWrites = writer if writer is not None else NoStore(lambda: self.ledger.messages)
         self.ledger = Ledger(self.counter, initial)
-        self.cache = CacheObservations()  # what the provider's cache did, as its responses reported (record_usage)
-        self.micro = MicroCompactor(
+        self._engines = SessionEngines(
             self.config,
             self.summarizer,
             self.counter,
-            session_id=self.session_id,
+            session_id=session_id,
             commit=commit,
-            wall_clock=clock,
-            policy=policy_for(self.config, self.cache),
+            clock=clock,
+            lock=self._lock,
+            ledger=lambda: self.ledger,
         )
-        self.batch = BatchCompactor(
-            self.config, self.summarizer, self.counter, session_id=self.session_id, commit=commit
-        )
-        self._micro_passes_at_last_batch = 0
-        background = self.config.compression.micro_compact_background
-        self._runner: PassRunner = runner_for(self.micro, background, self._lock, lambda: self.ledger)
-        if self._writer is not None:  # what the store does not hold yet (a new session's messages)
-            self._writer.pending = [m for m in self.ledger.messages if ROW_KEY not in m]
-        # Digests of the client messages this session holds, in client order (sync_history); None: not loaded.
-        self._known: list[str] | None = None
+        # The engines' parts, by the names callers read them under (never reassigned).
+        self.micro, self.batch, self.cache = self._engines.micro, self._engines.batch, self._engines.cache
+        self._runner: PassRunner = self._engines.runner
+        self._writer.write_later([m for m in self.ledger.messages if ROW_KEY not in m])  # a new session's
+        self._history = ClientHistory(self._writer.client_rows)  # the client messages held, by digest (sync_history)
         if not self.micro.active and not self.config.threshold_tokens():
             log.warning(
                 "Session %s: compaction is inactive (compression.micro_compact is off and "
@@ -216,22 +167,12 @@ class Session:
         writer = StoreWriter.resume(store, session_id)
         session = cls.__new__(cls)
         try:
-            stored = store.load_active(session_id)
-
-            def begin() -> tuple[list[Message], StoreWriter | None]:
-                # Stored rows are the store's own: their bookkeeping is kept, and they are checked as they are.
-                for i, m in enumerate(stored):
-                    validate_message(m, f"message {i}")
-                return stored, writer
-
-            session._build(config, summarizer, session_id, store, begin, **kwargs)
+            session._build(config, summarizer, session_id, store, lambda: (writer.load(), writer), **kwargs)
             saved = writer.saved()
-            session.micro.state.skipped |= saved.skipped
         except BaseException:
             writer.abandon()
             raise
-        session.micro.state.turns = saved.turns  # the every-N-turns cadence goes on
-        carry.restore(saved.carried, session.ledger, session.counter, session.micro, session.batch)
+        session._engines.resume(saved, session.ledger)
         if not session.secrets.restore(saved.secrets):  # stored before the memory existed: learn it now
             remember_secrets(session.secrets, session.ledger.messages)
         return session
@@ -246,7 +187,7 @@ class Session:
     def finalized_row(self) -> int | None:
         """Row of the last message when finalize_turn last completed (restored by open): tells a resumed
         replay whether the turn that ends the stored transcript was finalized before the interruption."""
-        return self._writer.finalized_row if self._writer is not None else None
+        return self._writer.finalized_row
 
     # ------------------------------------------------------------------ the transcript
 
@@ -259,28 +200,21 @@ class Session:
 
     def _take(self, message: Message) -> None:
         """Append a message already validated (under the lock)."""
-        owned = self.ledger.append(disown_marker_text(_own(message)))
+        owned = self.ledger.append(caller_message(message))
         remember_secrets(self.secrets, [owned])
-        if self._writer is not None:
-            self._writer.pending.append(owned)
+        self._writer.write_later([owned])
 
     def flush(self) -> bool:
         """Write appended messages to the store (append-only; each once). False when the store failed:
         they stay pending and are retried at the next flush, and the session goes on."""
         with self._lock:
-            return self._flush()
-
-    def _flush(self) -> bool:
-        if self._writer is None:
-            return True
-        self._writer.save_secrets(self.secrets)
-        return self._writer.flush(self.ledger.messages)
+            return self._writer.save(self.ledger.messages, self.secrets)
 
     def _commit_to_store(self, event: Any, messages: list[Message]) -> None:
         """The engines' commit hook: flush first, then write the event in one transaction (raises on failure,
         so the engine rolls the pass back in memory and reports ``store_failed``)."""
         with self._lock:
-            assert self._writer is not None
+            assert isinstance(self._writer, StoreWriter)  # the hook is the store's only
             try:
                 self._writer.commit(event, messages, self.ledger.messages)
             except StoreConflict:
@@ -290,14 +224,10 @@ class Session:
     def _resync(self) -> None:
         """Memory disagrees with the store: adopt the stored transcript plus what is pending; recover the
         engine's cursor and summary."""
-        assert self._writer is not None
+        assert isinstance(self._writer, StoreWriter)
         self.ledger = self._writer.reload(self.counter)
-        self._known = None  # reloaded from the store at the next sync_history
+        self._history.forget()  # reloaded from the store at the next sync_history
         self.micro.recover(self.ledger.messages)
-
-    def _save_skips(self) -> None:
-        if self._writer is not None:
-            self._writer.save_skips(self.micro.state.skipped)
 
     def extend(self, messages: Iterable[Message]) -> None:
         """Append several messages, kept together (no other thread's message lands between them)."""
@@ -344,18 +274,10 @@ class Session:
         A figure that is not a count or exceeds the prompt is ignored with one log line."""
         if not prompt_tokens:
             return
+        where = f"session {self.session_id} record_usage"
         with self._lock:
             counted = self.ledger.total if counted_tokens is None else counted_tokens
-            self.counter.calibrate(counted, int(prompt_tokens))
-        report = checked_report(
-            int(prompt_tokens),
-            cache_read_tokens,
-            cache_write_tokens,
-            at=self.micro.wall_clock(),
-            where=f"session {self.session_id} record_usage",
-        )
-        if report is not None:
-            self.cache.record(report)
+            self._engines.record_usage(counted, int(prompt_tokens), cache_read_tokens, cache_write_tokens, where)
 
     def note_fold(self) -> None:
         """The view the provider caches was just switched (a fold): call before that request's
@@ -373,43 +295,15 @@ class Session:
 
     # ------------------------------------------------------------------ full history in, compacted view out
 
-    def _known_digests(self) -> list[str] | None:
-        """The client digests this session holds (loaded once: every stored row, absorbed ones included)."""
-        if self._known is None:
-            if self._writer is not None:
-                rows, prefix = self._writer.client_rows()
-            else:
-                rows, prefix = list(self.ledger.messages), []
-            self._known = known_digests(rows, prefix)
-        return self._known
-
     def sync_history(self, history: Sequence[Message], convert: Convert | None = None) -> HistorySync:
-        """Take the caller's *full*, uncompacted history (what frameworks and proxies hold): the messages this
-        session already has are recognised by a digest each, in order, and only the new suffix is appended.
-        Send ``messages`` (or read ``transcript``) afterwards for the compacted view.
-
-        When the history does not continue this session's (the caller compacted on its own, edited or
-        dropped a message, retried with other content), nothing is appended and the result's ``diverged``
-        says where: :meth:`fork` starts a new session from the common prefix, so no view mixes two
-        histories. ``convert`` turns one client message into the session messages that stand for it
-        (default: the message itself). Raises TranscriptError for an invalid new message (nothing appended).
-        O(history) digests per call; the stored digests are read once per session."""
-        convert = convert or _as_is
+        """Take the caller's *full*, uncompacted history (what frameworks and proxies hold) and append only
+        what is new; send ``messages`` afterwards for the compacted view. A history that does not continue
+        this session's appends nothing, and the result's ``diverged`` says where (:meth:`fork` it; see
+        :mod:`microcompact.session_history`). ``convert`` turns one client message into the session messages
+        that stand for it (default: itself). Raises TranscriptError for an invalid new message."""
         incoming = digests(history)
         with self._lock:
-            known = self._known_digests()
-            if known is None:
-                return HistorySync(0, 0, False, Divergence(0, len(self.ledger), len(incoming)))
-            matched = common_prefix(known, incoming)
-            if matched < len(known):
-                return HistorySync(matched, 0, False, Divergence(matched, len(known), len(incoming)))
-            new = [m for i in range(matched, len(history)) for m in tagged_parts(history[i], i, incoming[i], convert)]
-            for j, m in enumerate(new):
-                validate_message(m, f"client message {m[HID_KEY]} (part {j})")
-            for m in new:  # all valid: none is appended unless all are, and none is checked twice
-                self._take(m)
-            known.extend(incoming[matched:])
-            return HistorySync(matched, len(history) - matched, any(is_human(m) for m in new))
+            return self._history.sync(history, incoming, convert or as_is, len(self.ledger), self._take)
 
     def compacted(self, history: Sequence[Message], convert: Convert | None = None) -> list[Message]:
         """The one call a framework hook needs: take the full history (:meth:`sync_history`), end the
@@ -437,22 +331,16 @@ class Session:
         message (an edited last message, a retry), else from the client's raw messages (compacted anew),
         and then takes the rest of ``history``. The fork gets the same config and summarizer; with a store
         (this session's by default) it is written there, its metadata naming where it came from."""
-        convert = convert or _as_is
         incoming = digests(history)
         store = store if store is not None else self.store
         with self._lock:
-            known = self._known_digests()
-            if known is not None:  # never past what the two histories share, whatever the caller says
-                at = min(at, common_prefix(known, incoming))
-            prefix = fork_prefix(self.ledger.messages, len(known), at) if known is not None else None
+            at, prefix = self._history.fork_start(self.ledger.messages, incoming, at)
         start = at if prefix is not None else 0
-        messages = list(prefix or [])
-        messages += [m for i in range(start, len(history)) for m in tagged_parts(history[i], i, incoming[i], convert)]
+        messages = fork_messages(history, incoming, start, prefix or [], convert or as_is)
         child = Session(self.config, self.summarizer, session_id=session_id, messages=messages, store=store)
-        child._known = list(incoming)
+        child._history.adopt(incoming)
         child.secrets.restore(self.secrets.export(), stored=False)  # what the parent saw before the fork point
-        if child._writer is not None:
-            child._writer.record_fork(self.session_id, at, incoming[:start])
+        child._writer.record_fork(self.session_id, at, incoming[:start])
         return child
 
     # ------------------------------------------------------------------ hooks
@@ -469,17 +357,8 @@ class Session:
         results: list[PassResult | BatchResult] = []
         with self._lock:
             try:
-                self._flush()
-                results += self._runner.collect(self.ledger)
-                due = functools.partial(self.batch.should_compress, self.ledger)
-                landed, prompt_tokens = self._runner.land_held(self.ledger, prompt_tokens, due)
-                results += landed
-                if self.batch.should_compress(self.ledger, prompt_tokens):
-                    results.append(self._batch(reason="threshold", prompt_tokens=prompt_tokens))
-                results += self._runner.request_passes(self.ledger)
-                cut = self.batch.last_resort(self.ledger)  # still over the window: cut what is oversized
-                if cut is not None:
-                    results.append(cut)
+                self._writer.save(self.ledger.messages, self.secrets)
+                results += self._engines.before_request(self.ledger, prompt_tokens)
             except Exception:
                 log.exception("before_request failed unexpectedly; the session goes on uncompacted")
         return results
@@ -499,17 +378,7 @@ class Session:
     def compact(self, focus: str | None = None) -> BatchResult:
         """Batch compaction on demand (``force``), optionally favouring ``focus`` in the summary."""
         with self._lock:
-            return self._batch(reason="on_demand", force=True, focus=focus)
-
-    def _batch(self, **kwargs: Any) -> BatchResult:
-        since = self.micro.state.passes_total - self._micro_passes_at_last_batch
-        result = self.batch.compact(self.ledger, micro_passes_since_last=since if self.micro.active else None, **kwargs)
-        if result.changed:
-            # Micro state continues from the new marker; the old rolling summary went into the batch one.
-            self.micro.recover(self.ledger.messages)
-            if result.outcome != Outcome.PRUNED:  # a prune is not a batch compaction: keep counting micro passes
-                self._micro_passes_at_last_batch = self.micro.state.passes_total
-        return result
+            return self._engines.compact(self.ledger, reason="on_demand", force=True, focus=focus)
 
     @hides_secrets
     def finalize_turn(self, completed: bool = True) -> list[PassResult]:
@@ -521,11 +390,9 @@ class Session:
         results: list[PassResult] = []
         with self._lock:
             try:
-                self._flush()
+                self._writer.save(self.ledger.messages, self.secrets)
                 results = self._runner.turn_passes(self.ledger, completed)
-                self._save_skips()
-                if self._writer is not None:
-                    self._writer.save_progress(self.ledger.messages, self.micro.state.turns)
+                self._writer.end_turn(self.ledger.messages, self.micro.state.skipped, self.micro.state.turns)
             except Exception:
                 log.exception("finalize_turn failed unexpectedly; the session goes on uncompacted")
         return results
@@ -550,36 +417,21 @@ class Session:
             self._runner.drain(wait)
         with self._lock:
             self._runner.collect(self.ledger)
-            written = self._flush()
-            self._save_skips()
-            written = self._save_carried() and written
-            self._give_back()
-            return written
+            carried = functools.partial(self._engines.carried, self.ledger)
+            return self._writer.hand_over(self.ledger.messages, self.secrets, self.micro.state.skipped, carried)
 
     def take_lease(self) -> None:
         """Become the session's writer again after :meth:`hand_over` (raises SessionBusy while another
         writer holds it)."""
         with self._lock:
-            if self._writer is not None:
-                self._writer.take_lease()
-
-    def _save_carried(self) -> bool:
-        if self._writer is None:
-            return True
-        return self._writer.save_carried(carry.snapshot(self.ledger, self.counter, self.micro, self.batch))
-
-    def _give_back(self) -> None:
-        if self._writer is not None:
-            self._writer.release()
+            self._writer.take_lease()
 
     def close(self) -> None:
         """Finish background work, write what is pending and give up the store's writer lease (the store
         itself stays open: the caller owns it)."""
         self._runner.finish()
         with self._lock:
-            self._flush()
-            self._save_skips()
-            self._give_back()
+            self._writer.close(self.ledger.messages, self.secrets, self.micro.state.skipped)
 
     def abandon(self) -> None:
         """Drop this object without writing: a background pass still running is stopped and never applied

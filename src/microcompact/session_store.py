@@ -9,13 +9,14 @@ write did commit (its acknowledgement was lost) take their stored rows instead o
 
 The writer knows the store, never the engines: the session hands it the transcript and the engine values
 to save, and applies what it reads back. It is not thread-safe on its own: the session calls it under its
-lock.
+lock. A session without a store has a :class:`NoStore` instead, with the same moments (a turn ended, a
+hand-over, a close) and nothing written, so the session's hooks are one path for both.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +32,7 @@ from .keys import (
     ROW_KEY,
     SECRETS_META,
 )
-from .messages import Message, to_api
+from .messages import Message, to_api, validate_message
 from .secret_memory import SecretMemory
 from .store import StoreError, StoreReadOnly
 from .tokens import Ledger, TokenCounter
@@ -117,6 +118,14 @@ class StoreWriter:
             log.warning("Session store is read-only: session %s is loaded, but nothing will be written", session_id)
         return cls(store, session_id, _take_lease(store, session_id))
 
+    def load(self) -> list[Message]:
+        """The session's active rows, to open it with: the store's own (their bookkeeping kept), checked as
+        they are."""
+        stored = self.store.load_active(self.session_id)
+        for i, m in enumerate(stored):
+            validate_message(m, f"message {i}")
+        return stored
+
     def saved(self) -> Saved:
         """What the store keeps beside the transcript (the skips read count as saved already)."""
         skipped = self.store.skipped(self.session_id)
@@ -151,6 +160,43 @@ class StoreWriter:
         """Give the lease back after a failed open (errors propagate: the open is failing anyway)."""
         lease, self.lease = self.lease, None
         _give_back_lease(self.store, self.session_id, lease)
+
+    # ------------------------------------------------------------------ the session's moments
+
+    def write_later(self, messages: Sequence[Message]) -> None:
+        """Messages the store does not hold yet, written (each once, in order) at the next :meth:`save`."""
+        self.pending.extend(messages)
+
+    def save(self, transcript: Sequence[Message], secrets: SecretMemory) -> bool:
+        """The secret memory, then the pending messages (see :meth:`flush`); False when a write failed."""
+        self.save_secrets(secrets)
+        return self.flush(transcript)
+
+    def end_turn(self, transcript: Sequence[Message], skipped: set[str], turns: int) -> None:
+        """A turn was finalized: newly skipped exchanges, the turn counter and the row it ended at."""
+        self.save_skips(skipped)
+        self.save_progress(transcript, turns)
+
+    def hand_over(
+        self,
+        transcript: Sequence[Message],
+        secrets: SecretMemory,
+        skipped: set[str],
+        carried: Callable[[], dict[str, Any]],
+    ) -> bool:
+        """Everything another process needs to continue (``carried``: the engine memory), then the lease
+        given back; False when a write failed."""
+        written = self.save(transcript, secrets)
+        self.save_skips(skipped)
+        written = self.save_carried(carried()) and written
+        self.release()
+        return written
+
+    def close(self, transcript: Sequence[Message], secrets: SecretMemory, skipped: set[str]) -> None:
+        """What is pending written and the lease given back (the store stays open: the caller owns it)."""
+        self.save(transcript, secrets)
+        self.save_skips(skipped)
+        self.release()
 
     # ------------------------------------------------------------------ the transcript
 
@@ -289,3 +335,42 @@ class StoreWriter:
             self.store.update_meta(self.session_id, meta)
         except Exception as exc:
             log.warning("Session store: could not record where fork %s came from (%s)", self.session_id, exc)
+
+
+class NoStore:
+    """A session without a store: it takes what a :class:`StoreWriter` takes at each moment and writes
+    nothing, holds no lease, and the client messages it holds are its transcript (``transcript``: the
+    session's, read when asked)."""
+
+    finalized_row: int | None = None
+
+    def __init__(self, transcript: Callable[[], Sequence[Message]]) -> None:
+        self._transcript = transcript
+
+    def write_later(self, *_: object) -> None:
+        pass
+
+    def save(self, *_: object) -> bool:
+        return True
+
+    def end_turn(self, *_: object) -> None:
+        pass
+
+    def hand_over(self, *_: object) -> bool:
+        return True  # the engine memory (its last argument) is never computed: nobody could read it
+
+    def close(self, *_: object) -> None:
+        pass
+
+    def take_lease(self) -> None:
+        pass
+
+    def client_rows(self) -> tuple[list[Message], list[str]]:
+        return list(self._transcript()), []
+
+    def record_fork(self, *_: object) -> None:
+        pass
+
+
+# What a session writes at each of its moments: to its store, or nothing.
+SessionWrites = StoreWriter | NoStore

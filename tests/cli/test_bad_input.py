@@ -21,8 +21,7 @@ import pytest
 from typer.testing import CliRunner
 
 import microcompact
-from microcompact import cli
-from microcompact.cli import app
+from microcompact.cli import app, runs
 from microcompact.compare import POLICIES
 from support.chat_server import ChatServer
 
@@ -113,7 +112,7 @@ def test_lone_surrogate_is_caught_before_the_replay_runs(
     def no_replay(*_: Any, **__: Any) -> None:
         raise AssertionError("the replay ran on a transcript that cannot be written")
 
-    monkeypatch.setattr(cli, "replay", no_replay)
+    monkeypatch.setattr(runs, "replay", no_replay)
     p = write(tmp_path / "s.jsonl", USER, '{"role": "assistant", "content": "x \\udc80 y"}')
     out = tmp_path / "out.jsonl"
     assert_one_line_error(invoke("replay", p, "--out", out), f"{p}:2:", "surrogate")
@@ -147,7 +146,7 @@ def test_plot_into_a_missing_folder_fails_before_the_replay(
     def no_compare(*_: Any, **__: Any) -> None:
         raise AssertionError("the long replay ran before the plot path was checked")
 
-    monkeypatch.setattr(cli, "compare", no_compare)
+    monkeypatch.setattr(runs, "compare", no_compare)
     target = tmp_path / "no" / "such" / "folder" / "p.png"
     assert_one_line_error(
         invoke("replay", DEMO, "--compare", "--context-limit", 50000, "--plot", target), "--plot", "does not exist"
@@ -434,8 +433,8 @@ def test_output_into_a_missing_folder_fails_before_the_replay(
     def no_replay(*_: Any, **__: Any) -> None:
         raise AssertionError("the replay ran before the output path was checked")
 
-    monkeypatch.setattr(cli, "replay", no_replay)
-    monkeypatch.setattr(cli, "compare", no_replay)
+    monkeypatch.setattr(runs, "replay", no_replay)
+    monkeypatch.setattr(runs, "compare", no_replay)
     compare = ["--compare"] if flag == "--plot" else []
     target = tmp_path / "missing" / "f.out"
     assert_one_line_error(

@@ -13,7 +13,7 @@ from microcompact.config import Config, ConfigError, load_config, parse_config
 def test_defaults():
     c = Config()
     assert c.compression.threshold == 0.5 and c.compression.target_ratio == 0.2
-    assert c.compression.protect_first_n == 3 and c.compression.micro_compact is False
+    assert c.compression.protect_first_n == 3 and c.compression.micro_compact is None  # None: off in a Session
     assert c.compression.micro_compact_defrag_threshold_tokens == 2000
     assert c.compression.micro_compact_max_exchange_tokens is None and c.piece_budget_tokens() == 8000
     assert c.compression.micro_compact_min_reclaim_tokens == 0

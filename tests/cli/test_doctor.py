@@ -1,6 +1,6 @@
 """``microcompact doctor`` (issue 28): each mistake a new user made gets its own one-line finding, against
-real HTTP servers on 127.0.0.1: a provider stand-in that checks keys the way the providers do, and a real
-``serve`` for the loop."""
+real HTTP servers on 127.0.0.1: a provider stand-in that checks keys the way the providers do, and serve's
+app for the loop; the command in-process, and as a real process in the slow suite."""
 
 from __future__ import annotations
 
@@ -10,12 +10,14 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from microcompact.config import Config
 from microcompact.server.upstream_check import Status, run_checks
-from support.serve_process import ServeProcess, run_cli
+from support.cli_runs import RUNNERS, CliRun
+from support.proxy_server import ProxyServer
 
 GOOD = "good-key"
 # path -> the header that must carry GOOD (value as sent)
@@ -120,12 +122,8 @@ def test_an_upstream_at_serves_own_port_is_a_loop(provider: str) -> None:
 
 
 def test_an_upstream_that_is_a_microcompact_proxy_is_a_loop(provider: str, tmp_path: Path) -> None:
-    served = ServeProcess(tmp_path / "home", "--db", str(tmp_path / "s.db"), "--openai-upstream", f"{provider}/v1")
-    served.start()
-    try:
+    with ProxyServer(provider, tmp_path / "s.db") as served:  # serve's app on 127.0.0.1, in this process
         status, detail = _findings(provider, ALL_KEYS, openai=f"{served.base_url}/v1")["OpenAI"]
-    finally:
-        served.kill()
     assert status is Status.FAILED and "answers as a microcompact proxy" in detail
 
 
@@ -142,12 +140,17 @@ def test_a_summarizer_without_its_key_is_flagged() -> None:
     assert finding.status is Status.SKIPPED
 
 
+@pytest.mark.parametrize("run", RUNNERS)
 def test_the_command_prints_a_table_and_exits_1_on_a_failure(
-    provider: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    provider: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run: CliRun
 ) -> None:
     for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY"):
-        monkeypatch.delenv(name, raising=False)  # the subprocess inherits the environment
+        monkeypatch.delenv(name, raising=False)  # the command (a subprocess too) reads the environment
     home = tmp_path / "home"
+
+    def run_cli(home: Path, *args: str) -> Any:
+        return run(tmp_path, home, *args)
+
     ok = run_cli(home, "doctor", "--openai-upstream", f"{provider}/v1", "--anthropic-upstream", provider,
                  "--gemini-upstream", provider)  # fmt: skip
     assert ok.returncode == 0 and "skipped" in ok.stdout, ok.stdout + ok.stderr  # no keys: URLs checked only

@@ -1,7 +1,7 @@
-"""``--out`` and ``--plot`` never land on a file the command uses for something else (real processes):
-``replay --db s.db --out s.db`` replaced the session store with JSONL and exited 0, ``report --plot LOG``
-would replace the log it reads. Each is one line and exit 2, the file left as it was. And
-``--db sqlite:///REL.db`` is the relative file it says (it opened /REL.db at the root)."""
+"""``--out`` and ``--plot`` never land on a file the command uses for something else (in-process, and as
+real processes in the slow suite): ``replay --db s.db --out s.db`` replaced the session store with JSONL
+and exited 0, ``report --plot LOG`` would replace the log it reads. Each is one line and exit 2, the file
+left as it was. And ``--db sqlite:///REL.db`` is the relative file it says (it opened /REL.db at the root)."""
 
 from __future__ import annotations
 
@@ -9,20 +9,30 @@ import os
 import sqlite3
 import subprocess
 import uuid
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
 import pytest
 
 from microcompact.store import sqlite_path
-from support.serve_process import CLI, cli_env
+from support.cli_runs import RUNNERS
 
 DEMO = str(resources.files("microcompact") / "data" / "demo_transcript.jsonl")
 
 
-def cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = cli_env(cwd / "home")
-    return subprocess.run([*CLI, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=120, check=False)
+Cli = Callable[..., "subprocess.CompletedProcess[str]"]
+
+
+@pytest.fixture(params=RUNNERS)
+def cli(request: pytest.FixtureRequest) -> Cli:
+    """``microcompact ARGS`` from a folder, its home inside it: in-process (fast suite) or a real process."""
+    runner = request.param
+
+    def run(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+        return runner(cwd, cwd / "home", *args)  # type: ignore[no-any-return]
+
+    return run
 
 
 def one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
@@ -33,7 +43,7 @@ def one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) ->
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Path:
+def store(tmp_path: Path, cli: Cli) -> Path:
     result = cli(tmp_path, "replay", DEMO, "--context-limit", "20000", "--db", "s.db", "--session", "A")
     assert result.returncode == 0, result.stderr[-1500:]
     return tmp_path / "s.db"
@@ -55,7 +65,7 @@ def sessions_in(db: Path) -> int:
     ids=["same", "dot-slash", "wal", "symlink"],
 )
 def test_out_on_the_store_is_refused_and_the_store_kept(
-    tmp_path: Path, store: Path, db: str, out: str, says: str
+    tmp_path: Path, cli: Cli, store: Path, db: str, out: str, says: str
 ) -> None:
     (tmp_path / "link-to-store").symlink_to(store)
     before = store.read_bytes()
@@ -64,7 +74,7 @@ def test_out_on_the_store_is_refused_and_the_store_kept(
     assert store.read_bytes() == before and sessions_in(store) == 1
 
 
-def test_out_on_the_log_or_the_plot_is_refused(tmp_path: Path) -> None:
+def test_out_on_the_log_or_the_plot_is_refused(tmp_path: Path, cli: Cli) -> None:
     log = tmp_path / "run.log"
     log.write_text("kept\n", encoding="utf-8")
     result = cli(tmp_path, "replay", DEMO, "--context-limit", "20000", "--log", "run.log", "--out", "run.log")
@@ -78,7 +88,7 @@ def test_out_on_the_log_or_the_plot_is_refused(tmp_path: Path) -> None:
     one_line_error(result, "--out p.png", "is also the --plot file")
 
 
-def test_out_may_replace_the_transcript_it_replays(tmp_path: Path) -> None:
+def test_out_may_replace_the_transcript_it_replays(tmp_path: Path, cli: Cli) -> None:
     transcript = tmp_path / "t.jsonl"
     transcript.write_bytes(Path(DEMO).read_bytes())
     result = cli(tmp_path, "replay", "t.jsonl", "--context-limit", "20000", "--out", "t.jsonl")
@@ -86,7 +96,7 @@ def test_out_may_replace_the_transcript_it_replays(tmp_path: Path) -> None:
     assert transcript.read_bytes() != Path(DEMO).read_bytes()  # the replay's transcript, compacted
 
 
-def test_report_plot_on_a_log_it_reads_is_refused(tmp_path: Path) -> None:
+def test_report_plot_on_a_log_it_reads_is_refused(tmp_path: Path, cli: Cli) -> None:
     log = tmp_path / "agent.log"
     assert cli(tmp_path, "replay", DEMO, "--context-limit", "20000", "--log", str(log)).returncode == 0
     before = log.read_bytes()
@@ -99,7 +109,7 @@ def test_report_plot_on_a_log_it_reads_is_refused(tmp_path: Path) -> None:
     assert default_log.read_bytes() == before
 
 
-def test_a_sqlite_url_names_the_relative_file(tmp_path: Path) -> None:
+def test_a_sqlite_url_names_the_relative_file(tmp_path: Path, cli: Cli) -> None:
     assert sqlite_path("sqlite:///s.db") == "s.db" and sqlite_path("sqlite:////abs/s.db") == "/abs/s.db"
     assert sqlite_path("plain.db") == "plain.db" and sqlite_path("postgresql://h/d") is None
     name = f"mc-relative-{uuid.uuid4().hex[:12]}.db"

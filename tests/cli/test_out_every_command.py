@@ -10,6 +10,7 @@ import json
 import os
 import socket
 import stat
+import subprocess
 from collections.abc import Callable, Iterator
 from importlib import resources
 from pathlib import Path
@@ -18,10 +19,24 @@ import pytest
 
 from microcompact.importers import write_jsonl
 from microcompact.outfile import NotAFile
-from support.serve_process import run_cli
+from support.cli_runs import RUNNERS, in_process
 
 DEMO = str(resources.files("microcompact") / "data" / "demo_transcript.jsonl")
 IMPORT = ("import", DEMO, "--from", "openai")
+
+
+Cli = Callable[..., "subprocess.CompletedProcess[str]"]
+
+
+@pytest.fixture(params=RUNNERS)
+def run_cli(request: pytest.FixtureRequest) -> Cli:
+    """``microcompact ARGS`` with a home: in-process (the fast suite) or as a real process (the slow one)."""
+    runner = request.param
+
+    def run(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+        return runner(Path.cwd(), home, *args)  # type: ignore[no-any-return]
+
+    return run
 
 
 @pytest.fixture
@@ -82,14 +97,14 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> str:
     """What import --out holds when it is a plain new file."""
     tmp = tmp_path_factory.mktemp("import-reference")
     out = tmp / "reference.jsonl"
-    result = run_cli(tmp / "home", *IMPORT, "--out", str(out))
+    result = in_process(tmp, tmp / "home", *IMPORT, "--out", str(out))
     assert result.returncode == 0, result.stderr
     return out.read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize(("make", "says", "kind"), [case[1:] for case in NOT_FILES], ids=[c[0] for c in NOT_FILES])
 def test_import_out_refuses_what_is_not_a_regular_file(
-    home: Path, tmp_path: Path, make: Make, says: str, kind: Callable[[int], bool]
+    run_cli: Cli, home: Path, tmp_path: Path, make: Make, says: str, kind: Callable[[int], bool]
 ) -> None:
     target = make(tmp_path)
     result = run_cli(home, *IMPORT, "--out", str(target))
@@ -99,12 +114,14 @@ def test_import_out_refuses_what_is_not_a_regular_file(
     assert not [p for p in tmp_path.iterdir() if ".tmp" in p.name]
 
 
-def test_import_out_refuses_a_socket(home: Path, unix_socket: Path) -> None:
+def test_import_out_refuses_a_socket(run_cli: Cli, home: Path, unix_socket: Path) -> None:
     one_line_error(run_cli(home, *IMPORT, "--out", str(unix_socket)), f"--out {unix_socket}: is a socket")
     assert stat.S_ISSOCK(os.stat(unix_socket).st_mode)
 
 
-def test_import_out_through_a_symlink_writes_its_target_and_says_so(home: Path, tmp_path: Path, reference: str) -> None:
+def test_import_out_through_a_symlink_writes_its_target_and_says_so(
+    run_cli: Cli, home: Path, tmp_path: Path, reference: str
+) -> None:
     (tmp_path / "real").mkdir()
     target = tmp_path / "real" / "imported.jsonl"
     target.write_text("old\n", encoding="utf-8")
@@ -117,7 +134,9 @@ def test_import_out_through_a_symlink_writes_its_target_and_says_so(home: Path, 
     assert all(json.loads(line) for line in reference.splitlines())
 
 
-def test_import_out_through_a_dangling_symlink_creates_its_target(home: Path, tmp_path: Path, reference: str) -> None:
+def test_import_out_through_a_dangling_symlink_creates_its_target(
+    run_cli: Cli, home: Path, tmp_path: Path, reference: str
+) -> None:
     target = tmp_path / "not-yet.jsonl"
     link = link_to(target, tmp_path)
     result = run_cli(home, *IMPORT, "--out", str(link))
@@ -126,7 +145,7 @@ def test_import_out_through_a_dangling_symlink_creates_its_target(home: Path, tm
 
 
 def test_import_out_replaces_a_regular_file_by_a_rename_keeping_its_mode(
-    home: Path, tmp_path: Path, reference: str
+    run_cli: Cli, home: Path, tmp_path: Path, reference: str
 ) -> None:
     out = tmp_path / "out.jsonl"
     out.write_text("old\n", encoding="utf-8")
@@ -143,7 +162,7 @@ def test_import_out_replaces_a_regular_file_by_a_rename_keeping_its_mode(
 
 
 def test_import_out_still_creates_a_missing_folder_and_dash_is_stdout(
-    home: Path, tmp_path: Path, reference: str
+    run_cli: Cli, home: Path, tmp_path: Path, reference: str
 ) -> None:
     nested = tmp_path / "new" / "deeper" / "t.jsonl"
     result = run_cli(home, *IMPORT, "--out", str(nested))
@@ -173,7 +192,7 @@ def test_write_jsonl_to_a_path_is_file_only_when_it_writes(tmp_path: Path) -> No
 def telemetry(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("telemetry")
     log = tmp / "agent.log"
-    result = run_cli(tmp / "home", "replay", DEMO, "--context-limit", "20000", "--log", str(log))
+    result = in_process(tmp, tmp / "home", "replay", DEMO, "--context-limit", "20000", "--log", str(log))
     assert result.returncode == 0, result.stderr
     return log
 
@@ -190,23 +209,39 @@ def replaced_by_a_png(path: Path, run: Callable[[], object]) -> None:
     assert not [p for p in path.parent.iterdir() if ".tmp" in p.name]
 
 
-def test_report_plot_replaces_a_regular_file_by_a_rename(home: Path, tmp_path: Path, telemetry: Path) -> None:
+def test_report_plot_replaces_a_regular_file_by_a_rename(
+    run_cli: Cli, home: Path, tmp_path: Path, telemetry: Path
+) -> None:
     pytest.importorskip("matplotlib")
     plot = tmp_path / "occupancy.png"
     replaced_by_a_png(plot, lambda: run_cli(home, "report", str(telemetry), "--plot", str(plot)))
 
 
-def test_compare_plot_replaces_a_regular_file_by_a_rename(home: Path, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def first_turn(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The demo's first turn (106 messages, up to its second user message): what a plot is written from
+    matters here, not how long the five replays of --compare take."""
+    path = tmp_path_factory.mktemp("first-turn") / "first-turn.jsonl"
+    lines = Path(DEMO).read_text(encoding="utf-8").splitlines(keepends=True)
+    path.write_text("".join(lines[:106]), encoding="utf-8")
+    return str(path)
+
+
+def test_compare_plot_replaces_a_regular_file_by_a_rename(
+    run_cli: Cli, home: Path, tmp_path: Path, first_turn: str
+) -> None:
     pytest.importorskip("matplotlib")
     plot = tmp_path / "compare.png"
-    compare = ("replay", DEMO, "--context-limit", "50000", "--compare")
+    compare = ("replay", first_turn, "--context-limit", "50000", "--compare")
     replaced_by_a_png(plot, lambda: run_cli(home, *compare, "--plot", str(plot)))
 
 
-def test_compare_plot_without_a_suffix_is_written_at_that_path(home: Path, tmp_path: Path) -> None:
+def test_compare_plot_without_a_suffix_is_written_at_that_path(
+    run_cli: Cli, home: Path, tmp_path: Path, first_turn: str
+) -> None:
     pytest.importorskip("matplotlib")
     plot = tmp_path / "occupancy"
-    result = run_cli(home, "replay", DEMO, "--context-limit", "50000", "--compare", "--plot", str(plot))
+    result = run_cli(home, "replay", first_turn, "--context-limit", "50000", "--compare", "--plot", str(plot))
     assert result.returncode == 0, result.stderr
     assert plot.read_bytes().startswith(b"\x89PNG")
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != "mchome") == ["occupancy"]  # not occupancy.png

@@ -1,7 +1,8 @@
 """``--out`` (replay) and ``--plot`` (replay --compare, report) write files and nothing else, as a user runs
-them (real ``microcompact`` processes): a device, a FIFO, a socket or a folder at the path is refused with
-one line and a non-zero exit, and left as it was; a symlink is written through to its target (the link
-stays, the command says so); a regular file is still replaced by an atomic rename."""
+them (in-process, and as real ``microcompact`` processes in the slow suite): a device, a FIFO, a socket or
+a folder at the path is refused with one line and a non-zero exit, and left as it was; a symlink is written
+through to its target (the link stays, the command says so); a regular file is still replaced by an atomic
+rename."""
 
 from __future__ import annotations
 
@@ -16,10 +17,25 @@ from pathlib import Path
 
 import pytest
 
-from support.serve_process import CLI, cli_env, run_cli
+from support.cli_runs import RUNNERS, in_process
+from support.serve_process import CLI, cli_env
 
 DEMO = str(resources.files("microcompact") / "data" / "demo_transcript.jsonl")
 REPLAY = ("replay", DEMO, "--context-limit", "200000")
+
+
+Cli = Callable[..., "subprocess.CompletedProcess[str]"]
+
+
+@pytest.fixture(params=RUNNERS)
+def run_cli(request: pytest.FixtureRequest) -> Cli:
+    """``microcompact ARGS`` with a home: in-process (the fast suite) or as a real process (the slow one)."""
+    runner = request.param
+
+    def run(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+        return runner(Path.cwd(), home, *args)  # type: ignore[no-any-return]
+
+    return run
 
 
 @pytest.fixture
@@ -77,7 +93,7 @@ NOT_FILES: list[tuple[str, Make, str, Callable[[int], bool]]] = [
 
 @pytest.mark.parametrize(("make", "says", "kind"), [case[1:] for case in NOT_FILES], ids=[c[0] for c in NOT_FILES])
 def test_out_refuses_what_is_not_a_regular_file(
-    home: Path, tmp_path: Path, make: Make, says: str, kind: Callable[[int], bool]
+    run_cli: Cli, home: Path, tmp_path: Path, make: Make, says: str, kind: Callable[[int], bool]
 ) -> None:
     target = make(tmp_path)
     result = run_cli(home, *REPLAY, "--out", str(target))
@@ -86,7 +102,7 @@ def test_out_refuses_what_is_not_a_regular_file(
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 
-def test_out_refuses_a_socket(home: Path, unix_socket: Path) -> None:
+def test_out_refuses_a_socket(run_cli: Cli, home: Path, unix_socket: Path) -> None:
     one_line_error(run_cli(home, *REPLAY, "--out", str(unix_socket)), "is a socket")
     assert stat.S_ISSOCK(os.stat(unix_socket).st_mode)
 
@@ -96,11 +112,13 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> str:
     """What --out holds when it is a plain new file."""
     tmp = tmp_path_factory.mktemp("reference")
     out = tmp / "reference.jsonl"
-    assert run_cli(tmp / "home", *REPLAY, "--out", str(out)).returncode == 0
+    assert in_process(tmp, tmp / "home", *REPLAY, "--out", str(out)).returncode == 0
     return out.read_text(encoding="utf-8")
 
 
-def test_out_through_a_symlink_writes_its_target_and_says_so(home: Path, tmp_path: Path, reference: str) -> None:
+def test_out_through_a_symlink_writes_its_target_and_says_so(
+    run_cli: Cli, home: Path, tmp_path: Path, reference: str
+) -> None:
     (tmp_path / "real").mkdir()
     target = tmp_path / "real" / "final.jsonl"
     target.write_text("old\n", encoding="utf-8")
@@ -113,7 +131,7 @@ def test_out_through_a_symlink_writes_its_target_and_says_so(home: Path, tmp_pat
     assert all(json.loads(line) for line in target.read_text(encoding="utf-8").splitlines())
 
 
-def test_out_through_a_dangling_symlink_creates_its_target(home: Path, tmp_path: Path) -> None:
+def test_out_through_a_dangling_symlink_creates_its_target(run_cli: Cli, home: Path, tmp_path: Path) -> None:
     target = tmp_path / "not-yet.jsonl"
     link = link_to(target, tmp_path)
     result = run_cli(home, *REPLAY, "--out", str(link))
@@ -121,12 +139,14 @@ def test_out_through_a_dangling_symlink_creates_its_target(home: Path, tmp_path:
     assert link.is_symlink() and target.is_file() and target.read_text(encoding="utf-8")
 
 
-def test_out_through_a_symlink_into_a_missing_folder_fails_before_the_replay(home: Path, tmp_path: Path) -> None:
+def test_out_through_a_symlink_into_a_missing_folder_fails_before_the_replay(
+    run_cli: Cli, home: Path, tmp_path: Path
+) -> None:
     link = link_to(tmp_path / "gone" / "x.jsonl", tmp_path)
     one_line_error(run_cli(home, *REPLAY, "--out", str(link)), f"folder {tmp_path / 'gone'} does not exist")
 
 
-def test_a_regular_out_file_is_replaced_by_a_rename(home: Path, tmp_path: Path, reference: str) -> None:
+def test_a_regular_out_file_is_replaced_by_a_rename(run_cli: Cli, home: Path, tmp_path: Path, reference: str) -> None:
     out = tmp_path / "out.jsonl"
     out.write_text("old\n", encoding="utf-8")
     before = os.stat(out).st_ino
@@ -145,7 +165,7 @@ def test_a_regular_out_file_is_replaced_by_a_rename(home: Path, tmp_path: Path, 
 def telemetry(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("telemetry")
     log = tmp / "agent.log"
-    result = run_cli(tmp / "home", "replay", DEMO, "--context-limit", "20000", "--log", str(log))
+    result = in_process(tmp, tmp / "home", "replay", DEMO, "--context-limit", "20000", "--log", str(log))
     assert result.returncode == 0, result.stderr
     assert "micro" in log.read_text(encoding="utf-8")
     return log
@@ -153,14 +173,16 @@ def telemetry(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.parametrize(("make", "says", "kind"), [case[1:] for case in NOT_FILES], ids=[c[0] for c in NOT_FILES])
 def test_report_plot_refuses_what_is_not_a_regular_file(
-    home: Path, tmp_path: Path, telemetry: Path, make: Make, says: str, kind: Callable[[int], bool]
+    run_cli: Cli, home: Path, tmp_path: Path, telemetry: Path, make: Make, says: str, kind: Callable[[int], bool]
 ) -> None:
     target = make(tmp_path)
     one_line_error(run_cli(home, "report", str(telemetry), "--plot", str(target)), f"--plot {target}: ", says)
     assert kind(os.stat(target).st_mode)
 
 
-def test_report_plot_through_a_symlink_writes_a_png_at_its_target(home: Path, tmp_path: Path, telemetry: Path) -> None:
+def test_report_plot_through_a_symlink_writes_a_png_at_its_target(
+    run_cli: Cli, home: Path, tmp_path: Path, telemetry: Path
+) -> None:
     pytest.importorskip("matplotlib")
     target = tmp_path / "occupancy.png"
     link = link_to(target, tmp_path)
@@ -170,7 +192,7 @@ def test_report_plot_through_a_symlink_writes_a_png_at_its_target(home: Path, tm
     assert link.is_symlink() and target.read_bytes().startswith(b"\x89PNG")
 
 
-def test_compare_plot_refuses_a_fifo_before_the_replays(home: Path, tmp_path: Path) -> None:
+def test_compare_plot_refuses_a_fifo_before_the_replays(run_cli: Cli, home: Path, tmp_path: Path) -> None:
     target = fifo(tmp_path)
     result = run_cli(home, "replay", DEMO, "--context-limit", "50000", "--compare", "--plot", str(target))
     one_line_error(result, f"--plot {target}: is a FIFO")

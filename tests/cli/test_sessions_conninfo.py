@@ -1,6 +1,7 @@
 """``sessions`` reads a libpq ``host=... password=...`` DSN as PostgreSQL, as ``replay`` and ``serve`` do: it
 used to take it for a SQLite file name and print it back whole, password included ("no session store at
-host=... password=..."). Real processes against a closed loopback port: one line, non-zero, no password."""
+host=... password=..."). Against a closed loopback port (in-process, and as real processes in the slow
+suite): one line, non-zero, no password."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from microcompact.store import is_postgres
-from support.serve_process import run_cli
+from support.cli_runs import RUNNERS, CliRun
 
 PASSWORD = "PgConninfoSecret42"
 
@@ -21,14 +22,17 @@ def closed_port() -> int:
         return int(sock.getsockname()[1])
 
 
+@pytest.mark.parametrize("run", RUNNERS)
 @pytest.mark.parametrize(
     "command",
     [["list"], ["show", "some-session"], ["export", "some-session"], ["search", "some-session", "word"]],
     ids=["list", "show", "export", "search"],
 )
-def test_a_conninfo_dsn_is_postgresql_and_its_password_never_printed(tmp_path: Path, command: list[str]) -> None:
+def test_a_conninfo_dsn_is_postgresql_and_its_password_never_printed(
+    tmp_path: Path, command: list[str], run: CliRun
+) -> None:
     dsn = f"host=127.0.0.1 port={closed_port()} dbname=x user=admin password={PASSWORD}"
-    result = run_cli(tmp_path / "home", "sessions", *command, "--db", dsn)
+    result = run(tmp_path, tmp_path / "home", "sessions", *command, "--db", dsn)
     assert result.returncode != 0
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr

@@ -216,7 +216,10 @@ def test_refused_with_one_line(
 def test_closed_summarizer_port_is_refused_before_the_replay(home: Path, tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{closed_port()}/v1"
     result = invoke("replay", transcript(tmp_path, U, A), "--summarizer", "openai", "--model", "m", "--base-url", url)
-    assert_one_line_error(result, f"the summarizer at {url} cannot be reached", "--base-url")
+    assert assert_one_line_error(result, f"the summarizer at {url} cannot be reached", "--base-url") == (
+        f"error: the summarizer at {url} cannot be reached (Connection refused); start it, fix --base-url "
+        "(or auxiliary.compression.base_url), or replay with --summarizer extractive"
+    )
     secret = f"http://user:pw-secret@127.0.0.1:{closed_port()}/v1"
     result = invoke(
         "replay", transcript(tmp_path, U, A), "--summarizer", "openai", "--model", "m", "--base-url", secret
@@ -232,6 +235,7 @@ def test_closed_summarizer_port_is_refused_before_the_replay(home: Path, tmp_pat
         if i in ("--session newline", "cadence -5", "_tokens", "_ts a string", "name 5", "--db ''")
     ],
 )
+@pytest.mark.slow  # test_refused_with_one_line has every case in-process; these show no real process tracebacks
 def test_refused_in_a_real_process(
     home: Path, tmp_path: Path, make: Callable[[Path], list[Any]], fragments: tuple[str, ...]
 ) -> None:
@@ -242,6 +246,7 @@ def test_refused_in_a_real_process(
     assert all(f in lines[0] for f in fragments), (fragments, lines[0])
 
 
+@pytest.mark.slow  # test_closed_summarizer_port_is_refused_before_the_replay says the same in-process
 def test_closed_summarizer_port_in_a_real_process(home: Path, tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{closed_port()}/v1"
     proc = subprocess_run(

@@ -19,8 +19,8 @@ KEY_LITERAL = re.compile(r"^_[a-z][a-z_]*$")
 NOT_KEYS = {
     ("compare.py", "_occupancy_series"),
     ("integrations/pydantic_ai.py", "_merge_consecutive_messages"),
-    ("redact.py", "_live_"),
-    ("redact.py", "_test_"),
+    ("redact_tokens.py", "_live_"),
+    ("redact_tokens.py", "_test_"),
     ("server/responses_format.py", "_call"),
     ("server/responses_format.py", "_call_output"),
     ("summarizers/upstream_notes.py", "_output"),

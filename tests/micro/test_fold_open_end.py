@@ -89,9 +89,12 @@ class Loop:
             {"role": "tool", "tool_call_id": call, "content": "\n".join(str(n * 10**6 + i) for i in range(lines))}
         )
 
-    def request(self, gap: float = 10.0, answer: bool = True, **kwargs: Any) -> tuple[list[Any], list[dict[str, Any]]]:
+    def request(
+        self, gap: float = 10.0, answer: bool = True, settle: bool = True, **kwargs: Any
+    ) -> tuple[list[Any], list[dict[str, Any]]]:
         """One model request: its results and the view forwarded (``messages``, checked against the
-        contract); then the answer, and the worker's job finishes before the next request."""
+        contract); then the answer, and the worker's job finishes before the next request (``settle``;
+        False when the test holds the summarizer's gate, so the job cannot finish yet)."""
         self.now[0] += gap
         results = self.s.before_request(**kwargs)
         view = self.s.messages
@@ -100,7 +103,8 @@ class Loop:
         if answer:
             answered(self.s)
         assert self.s.background is not None
-        self.s.background.wait(60)
+        if settle:
+            self.s.background.wait(60)
         return results, view
 
 
@@ -212,7 +216,7 @@ def test_a_fold_due_while_it_runs_lands_held_at_a_retry_not_adopted_nor_lost():
     answered(s)
     before = [dict(m) for m in s.ledger.messages]
     # The same request again after the cache went cold: the fold is due, the worker still runs it.
-    results, view = loop.request(gap=TTL + 60)
+    results, view = loop.request(gap=TTL + 60, settle=False)  # the gate holds the worker: waiting is 60 s lost
     assert policy(s).last is not None and policy(s).last.verdict in FOLDS and s.background.busy
     assert absorbed(results) == 0 and view == to_api(before)
     notes.gate.set()

@@ -34,11 +34,14 @@ def config_for(context_limit: int, background: bool) -> Any:
     assumed gap) and the proxy from real time, so the two would schedule passes differently by design.
     The same holds for folding by price (the proxy's default), which also reads the upstream's usage, which
     a replay never sees: the cadence schedule is compared."""
-    config = proxy_config(None, context_limit).with_overrides(
-        source="test", compression={"micro_compact_background": background, "micro_compact_schedule": "cadence"}
+    return proxy_config(None, context_limit).with_overrides(
+        source="test",
+        compression={
+            "micro_compact_background": background,
+            "micro_compact_schedule": "cadence",
+            "micro_compact_cache_ttl_seconds": 0,  # not cache-aware
+        },
     )
-    compression = config.compression.model_copy(update={"micro_compact_cache_ttl_seconds": None})
-    return config.model_copy(update={"compression": compression})
 
 
 def replay_peak(name: str, context_limit: int) -> float:

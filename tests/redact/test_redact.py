@@ -14,6 +14,7 @@ from microcompact.redact import REDACTED, redact_message, redact_text
 from support.paths import NORMALIZED
 from support.secrets_table import NOT_SECRETS as TABLE_NOT_SECRETS
 from support.secrets_table import SECRET_FORMATS
+from support.strategies import examples
 
 TRANSCRIPT = NORMALIZED / "cc_fa812bfe.jsonl"
 
@@ -231,7 +232,7 @@ def test_deterministic_and_idempotent(text: str) -> None:
     assert redact_text(once) == once
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.text(alphabet=st.sampled_from(list("password=token:_apikey\"' \n-sk3Bx[]{}()/@.\\")), max_size=80))
 def test_never_fails_and_is_stable_on_assignment_soup(text: str) -> None:
     once = redact_text(text)

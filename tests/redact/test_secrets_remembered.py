@@ -167,31 +167,44 @@ def test_a_model_that_echoes_a_remembered_value_bare_gets_it_hidden(chat_server:
 
 # --------------------------------------------------------------------------- across a restart (SQLite file)
 
-FIRST_HALF = """
-import sys
-from microcompact.config import parse_config
-from microcompact.session import Session
-from microcompact.store import SQLiteStore
-from test_secrets_end_to_end import MICRO, counter, planted_turn
-context = sys.argv[2]
-with SQLiteStore(sys.argv[1]) as store:
-    s = Session(parse_config(MICRO), counter=counter(), store=store, session_id="stored")
-    s.append({"role": "system", "content": "be brief"})
-    for n, text in enumerate([context] + ["nothing to see"] * 12):
-        s.extend(planted_turn(n, text))
-        s.finalize_turn()
-    active = [m for m in s.transcript if m["role"] != "user"]
-    assert not any(context in str(m) for m in active), "the planted exchange should have been absorbed"
-    s.close()
-"""
+
+def first_half(db: Path | str, context: str) -> None:
+    """A stored session that learns ``context``'s secret and absorbs the exchange, then closes."""
+    with SQLiteStore(db) as store:
+        s = Session(parse_config(MICRO), counter=counter(), store=store, session_id="stored")
+        s.append({"role": "system", "content": "be brief"})
+        for n, text in enumerate([context] + ["nothing to see"] * 12):
+            s.extend(planted_turn(n, text))
+            s.finalize_turn()
+        active = [m for m in s.transcript if m["role"] != "user"]
+        assert not any(context in str(m) for m in active), "the planted exchange should have been absorbed"
+        s.close()
+
+
+FIRST_HALF = "import sys\nfrom test_secrets_remembered import first_half\nfirst_half(sys.argv[1], sys.argv[2])\n"
 
 
 def first_half_in_another_process(db: Path, home: Path, context: str) -> None:
+    """The first half in a process of its own: nothing of it is in this process's memory afterwards."""
     env = {**os.environ, "MICROCOMPACT_HOME": str(home), "PYTHONPATH": os.pathsep.join([SRC, TESTS, TESTS + "/redact"])}
     done = subprocess.run(
         [sys.executable, "-c", FIRST_HALF, str(db), context], env=env, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr
+
+
+def first_half_here(db: Path, home: Path, context: str) -> None:
+    """The first half in this process (``home`` is already $MICROCOMPACT_HOME): the session is closed and
+    dropped, so the second half reads only what the store and the home hold."""
+    assert os.environ["MICROCOMPACT_HOME"] == str(home)
+    first_half(db, context)
+
+
+# The restart: in this process in the fast suite, a real second process in the slow one.
+FIRST_HALVES = [
+    pytest.param(first_half_here, id="same-process"),
+    pytest.param(first_half_in_another_process, id="other-process", marks=pytest.mark.slow),
+]
 
 
 def second_half(db: Path, bare: str) -> str:
@@ -203,31 +216,34 @@ def second_half(db: Path, bare: str) -> str:
     return "\n".join(markers)
 
 
+@pytest.mark.parametrize("first_half_of", FIRST_HALVES)
 @pytest.mark.parametrize("row", [REMENTIONS[0], REMENTIONS[1], REMENTIONS[6]], ids=[IDS[0], IDS[1], IDS[6]])
-def test_the_memory_survives_a_restart_of_a_stored_session(row, tmp_path: Path, monkeypatch) -> None:
+def test_the_memory_survives_a_restart_of_a_stored_session(row, tmp_path: Path, monkeypatch, first_half_of) -> None:
     home = tmp_path / "home"
     monkeypatch.setenv("MICROCOMPACT_HOME", str(home))
     db = tmp_path / "sessions.db"
-    first_half_in_another_process(db, home, row[1])
+    first_half_of(db, home, row[1])
     assert (home / KEY_FILE).stat().st_mode & 0o777 == 0o600
     assert leaked(second_half(db, row[2]), [row]) == []
 
 
-def test_after_a_restart_without_the_memory_the_bare_mention_leaks(tmp_path: Path, monkeypatch) -> None:
+@pytest.mark.parametrize("first_half_of", FIRST_HALVES)
+def test_after_a_restart_without_the_memory_the_bare_mention_leaks(tmp_path: Path, monkeypatch, first_half_of) -> None:
     home = tmp_path / "home"
     monkeypatch.setenv("MICROCOMPACT_HOME", str(home))
     db = tmp_path / "sessions.db"
     row = REMENTIONS[0]
-    first_half_in_another_process(db, home, row[1])
+    first_half_of(db, home, row[1])
     memory_off(monkeypatch)
     assert leaked(second_half(db, row[2]), [row]) == [row[0]]
 
 
-def test_another_install_key_cannot_match_but_keeps_the_digests(tmp_path: Path, monkeypatch) -> None:
+@pytest.mark.parametrize("first_half_of", FIRST_HALVES)
+def test_another_install_key_cannot_match_but_keeps_the_digests(tmp_path: Path, monkeypatch, first_half_of) -> None:
     """A store shared by two installs: the other key's digests are kept, never matched, never lost."""
     monkeypatch.setenv("MICROCOMPACT_HOME", str(tmp_path / "home"))
     db = tmp_path / "sessions.db"
-    first_half_in_another_process(db, tmp_path / "home", REMENTIONS[0][1])
+    first_half_of(db, tmp_path / "home", REMENTIONS[0][1])
     monkeypatch.setenv("MICROCOMPACT_HOME", str(tmp_path / "other-home"))
     second_half(db, f"and {URL_PW} via postgres://u:{URL_PW}@h/db")  # learns a value under its own key
     with SQLiteStore(db) as store:

@@ -17,6 +17,7 @@ from microcompact.server.metrics import Metrics
 from microcompact.server.openai_format import OpenAIFormat
 from microcompact.server.run import proxy_config
 from microcompact.store import open_store
+from support.strategies import examples
 
 OA = OpenAIFormat()
 SYSTEM = {"role": "system", "content": "Act as an expert software developer."}
@@ -98,7 +99,7 @@ def fixed_block_histories(draw: st.DrawFn) -> tuple[list[list[dict[str, Any]]], 
     return requests, len(block) + len(trailing)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(fixed_block_histories())
 def test_property_a_fixed_block_never_forks_and_the_client_order_comes_back(
     case: tuple[list[list[dict[str, Any]]], int],
@@ -116,7 +117,7 @@ def test_property_a_fixed_block_never_forks_and_the_client_order_comes_back(
         previous = now
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(fixed_block_histories(), st.data())
 def test_property_an_edited_message_is_still_a_divergence(
     case: tuple[list[list[dict[str, Any]]], int], data: st.DataObject

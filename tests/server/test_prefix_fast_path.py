@@ -17,6 +17,7 @@ from microcompact.server.compaction import Compaction
 from microcompact.server.metrics import Metrics
 from microcompact.server.run import proxy_config
 from microcompact.store import open_store
+from support.strategies import examples
 
 AN = AnthropicFormat()
 
@@ -76,7 +77,7 @@ def _run(tmp: Path, slow: bool, requests: list[list[dict[str, Any]]]) -> list[An
     return seen
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(2, 6), st.data())
 def test_an_edit_anywhere_routes_as_the_slow_path(rounds: int, data: Any) -> None:
     first = _history(rounds)

@@ -26,6 +26,7 @@ from microcompact.server import ProxySettings
 from microcompact.server.routes import GEMINI, match
 from support.proxy_server import ProxyServer
 from support.recording_upstream import Received, RecordingUpstream
+from support.strategies import examples
 
 TOKEN = "ya29.OAUTH-ROUTING-TOKEN"  # what a Google OAuth access token looks like
 BEARER = {"authorization": f"Bearer {TOKEN}"}
@@ -127,7 +128,7 @@ SEGMENTS = st.sampled_from(
 )  # fmt: skip
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     method=st.sampled_from(["GET", "POST", "DELETE"]),
     segments=st.lists(SEGMENTS, min_size=1, max_size=4),

@@ -20,6 +20,7 @@ from microcompact.server import ProxySettings
 from microcompact.server.routes import CREDENTIALS, GEMINI_COMPACTED
 from support.proxy_server import ProxyServer
 from support.recording_upstream import Received, RecordingUpstream
+from support.strategies import examples
 
 OPENAI_KEY, ANTHROPIC_KEY, GOOGLE_KEY = "sk-openai-ROUTING", "sk-ant-ROUTING", "goog-ROUTING"
 BEARER = {"authorization": f"Bearer {OPENAI_KEY}"}
@@ -246,7 +247,7 @@ CREDENTIAL_HEADERS = sorted(frozenset().union(*CREDENTIALS.values()) | {"anthrop
 
 
 @example(method="GET", segments=["", "v1beta"], sent={"x-goog-api-key"}, key_param=False)
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     method=st.sampled_from(["GET", "POST", "DELETE", "PUT"]),
     segments=st.lists(SEGMENTS, min_size=0, max_size=4),

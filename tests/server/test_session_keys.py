@@ -312,6 +312,7 @@ def salt_of(process: ServeProcess) -> str:
     return found.group(1)
 
 
+@pytest.mark.slow  # processes racing to start; test_every_process_on_one_home_reads_one_salt is the fast part
 def test_processes_on_one_store_share_the_salt(tmp: Path, one_store: str) -> None:
     """Two processes started together on a fresh home and one store (shared): one salt (the first to link
     its file wins), so a conversation continues on the other process, and still only for its own key."""
@@ -343,6 +344,7 @@ def test_processes_on_one_store_share_the_salt(tmp: Path, one_store: str) -> Non
         restarted.stop()
 
 
+@pytest.mark.slow  # three processes; test_another_home_keys_apart_until_the_salt_is_copied is the fast part
 def test_another_machines_home_needs_the_salt_copied(tmp: Path, one_store: str) -> None:
     """A process with a home of its own (another machine on one PostgreSQL store) makes its own salt: it
     continues none of the first process's conversations (nothing crosses, even for one key) until the salt
@@ -366,6 +368,43 @@ def test_another_machines_home_needs_the_salt_copied(tmp: Path, one_store: str) 
             copied.stop()
     finally:
         first.stop()
+
+
+def test_every_process_on_one_home_reads_one_salt(tmp_path: Path) -> None:
+    """Starters racing on a fresh home (threads here, processes in the slow test above): one salt, the
+    first linked into place, no temporary file left, and so one key per conversation and credential."""
+    path = tmp_path / "home" / "session-salt"
+    salts: list[bytes] = []
+    ready = threading.Barrier(4)
+
+    def start() -> None:
+        ready.wait()
+        salts.append(load_salt(path))
+
+    threads = [threading.Thread(target=start) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(salts) == 4 and len(set(salts)) == 1
+    assert [p.name for p in path.parent.iterdir()] == ["session-salt"], "no temporary salt left behind"
+    material = ["system", "first user message"]
+    first, second = SessionKeys(salts[0]), SessionKeys(load_salt(path))
+    for api, header in (("openai", "authorization"), ("anthropic", "x-api-key"), ("gemini", "x-goog-api-key")):
+        alice = first.key(api, {header: KEY_A}, "", material)
+        assert second.key(api, {header: KEY_A}, "", material) == alice, f"{api}: continued on the other process"
+        assert second.key(api, {header: KEY_B}, "", material) != alice, f"{api}: still only for its own key"
+
+
+def test_another_home_keys_apart_until_the_salt_is_copied(tmp_path: Path) -> None:
+    """Another machine's home makes its own salt: no conversation key crosses, even for one credential,
+    until the salt file is copied into that home."""
+    here, there = tmp_path / "here" / "session-salt", tmp_path / "there" / "session-salt"
+    material = ["system", "first user message"]
+    alice = SessionKeys(load_salt(here)).key("anthropic", {"x-api-key": KEY_A}, "", material)
+    assert SessionKeys(load_salt(there)).key("anthropic", {"x-api-key": KEY_A}, "", material) != alice
+    there.write_bytes(here.read_bytes())
+    assert SessionKeys(load_salt(there)).key("anthropic", {"x-api-key": KEY_A}, "", material) == alice
 
 
 def test_a_damaged_salt_file_stops_serve_with_one_line(tmp: Path) -> None:

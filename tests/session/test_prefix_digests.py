@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import microcompact.identity as identity
 from microcompact.identity import Forms, PrefixDigests, digest_memo, digests
 from microcompact.server.compaction import stable
+from support.strategies import examples
 
 scalars = (
     st.none()
@@ -54,7 +55,7 @@ def _changed(value: Any, data: st.DataObject) -> Any:
     return data.draw(scalars | st.sampled_from([1, 1.0, True, 0, 0.0, -0.0, False, "", None, "1"]))
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(histories, st.data())
 def test_a_continuation_with_one_change_anywhere_digests_as_the_slow_path(first: list[Any], data: Any) -> None:
     cache = PrefixDigests()

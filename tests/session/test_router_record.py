@@ -19,6 +19,7 @@ from microcompact.router import SessionRouter, branch_id
 from microcompact.session import Session
 from microcompact.session_store import SessionExists
 from microcompact.store import open_store
+from support.strategies import examples
 
 
 def _history(key: str, turns: int) -> list[dict[str, str]]:
@@ -106,7 +107,7 @@ def test_eviction_leaves_no_partial_record(tmp_path: Path) -> None:
         assert all(not r.sessions and not r.versions for r in router._conversations.values())
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(15), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     steps=st.lists(st.tuples(st.sampled_from("abc"), st.integers(1, 3), st.booleans()), min_size=1, max_size=8),
     max_open=st.integers(1, 3),

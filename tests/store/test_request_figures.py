@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from microcompact.store import SCHEMA_VERSION
 from microcompact.store.request_figures import RequestFigures
+from support.strategies import examples
 
 SID = "conversation-a"
 
@@ -31,7 +32,7 @@ def test_rows_come_back_per_session_oldest_first(store: Any) -> None:
     assert figures.of("nobody") == []
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(st.dictionaries(st.text(max_size=20), st.one_of(st.none(), st.integers(), st.text(max_size=200)), max_size=6))
 def test_any_json_object_round_trips(tmp_path_factory: Any, figures: dict[str, Any]) -> None:
     from microcompact.store import open_store

@@ -15,6 +15,7 @@ from microcompact.summarizers.facts_extract import parse_call, tool_kind
 from microcompact.summarizers.facts_model import Facts, FileFact, ItemKind, Lesson, ToolKind
 from microcompact.summarizers.facts_taught import compress_lessons, parse_lesson, render_lesson, render_lessons
 from microcompact.tokens import EstimateCounter
+from support.strategies import examples
 
 estimate = EstimateCounter().count
 
@@ -165,7 +166,7 @@ def test_hostile_error_lines_are_quoted_with_their_source() -> None:
 lesson_values = st.lists(st.from_regex(r"[A-Za-z_][\w./:-]{2,20}", fullmatch=True), min_size=1, max_size=4)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     kind=st.sampled_from([k for k in ToolKind if k is not ToolKind.EDIT]),
     subject=st.from_regex(r"[\w./ -]{1,30}", fullmatch=True).map(str.strip).filter(bool),
@@ -207,7 +208,7 @@ def test_a_tight_budget_keeps_by_value_not_by_order() -> None:
     assert [x.subject for x in kept] == ["/w/lib/registry.ex", "mix test", "Task explore"]  # order kept
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(budget=st.integers(0, 400), seed_lessons=st.lists(st.tuples(st.sampled_from(list(ItemKind)), lesson_values)))
 def test_the_ranked_section_never_exceeds_its_budget(
     budget: int, seed_lessons: list[tuple[ItemKind, list[str]]]

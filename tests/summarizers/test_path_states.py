@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from microcompact.summarizers.facts import CHANGED, extract_facts, facts_block, parse_facts
 from microcompact.summarizers.facts_model import FileFact
+from support.strategies import examples
 
 PATHS = ("/w/app/a.py", "/w/app/b.py", "/w/app/lib/c.py", "/w/app/lib/d.py")
 
@@ -73,7 +74,7 @@ ops = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(ops=ops, cuts=st.lists(st.integers(1, 13), max_size=4))
 def test_the_ledger_states_each_path_in_its_last_state_only(ops: list[Op], cuts: list[int]) -> None:
     spans = [0, *sorted({c for c in cuts if c < len(ops)}), len(ops)]
@@ -93,7 +94,7 @@ def test_the_ledger_states_each_path_in_its_last_state_only(ops: list[Op], cuts:
             assert lesson.status == "moved since"
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(ops=ops)
 def test_under_a_tight_budget_changed_paths_stay_and_none_is_stale(ops: list[Op]) -> None:
     messages = [m for n, op in enumerate(ops) for m in messages_of(n, op)]

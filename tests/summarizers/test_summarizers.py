@@ -34,6 +34,7 @@ from microcompact.summarizers import (
 from microcompact.tokens import EstimateCounter, make_text_counter
 from support.chat_server import ChatServer, notes
 from support.paths import NORMALIZED
+from support.strategies import examples
 
 TRANSCRIPT = NORMALIZED / "cc_fa812bfe.jsonl"
 ROOT = "/home/USER/projects/spotter-worktrees/spotter-a0y"
@@ -237,7 +238,7 @@ def test_batch_focus_keeps_matching_bullets_when_capped() -> None:
     assert completed == ["Ran `make payments`", "Ran `make misc8`", "Ran `make misc9`"]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     sections=st.lists(
         st.tuples(

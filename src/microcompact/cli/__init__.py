@@ -3,7 +3,7 @@
 The package is assembled here, in the order ``--help`` lists the commands; each command lives in its own
 module (``replay_command`` with ``compare_command`` for ``--compare``, ``sessions_command``,
 ``report_command``, ``import_command``, ``serve_command``), the shared consoles and options in ``base``,
-the files written in ``output`` and the printed tables in ``tables``.
+the files written in ``output``, the printed tables in ``tables`` and the long runs they start in ``runs``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import sys
 
 import typer
 
-# The long runs, by these names: the commands look them up here per call, so a test can stand in for them.
 from ..compare import compare
 from ..replay import replay
 from .doctor_command import doctor_cmd

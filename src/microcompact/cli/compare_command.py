@@ -15,6 +15,7 @@ from ..bill.replay_cost import Pricing
 from ..compare import POLICIES, plot_compare
 from ..config import Config
 from ..messages import Message
+from . import runs
 from .base import err, fail, logging_to, out
 from .output import check_writable_target, replacing
 from .tables import print_compare
@@ -103,13 +104,11 @@ def run_compare(
         )
     if cfg.model.context_length is None:
         fail("--compare needs the model's context window: --context-limit N (or model.context_length)")
-    from . import compare  # the package's name, looked up per call, so a test can stand in for the long run
-
     busy: contextlib.AbstractContextManager[object] = (
         err.status("replaying under 5 policies...", spinner="dots") if err.is_terminal else contextlib.nullcontext()
     )
     with logging_to(log_file), busy:
-        result = compare(
+        result = runs.compare(
             messages,
             cfg,
             prices,

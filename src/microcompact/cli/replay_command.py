@@ -19,6 +19,7 @@ from ..replay import ReplayStats, default_session_id, read_transcript, resume_st
 from ..session import Session
 from ..store import StoreError, check_location, open_store
 from ..telemetry import default_log_path
+from . import runs
 from .base import (
     ConfigOption,
     ContextLimitOption,
@@ -271,12 +272,9 @@ def _load(req: ReplayRequest, opts: CompareOptions) -> tuple[Config, list[Messag
 
 def configure(req: ReplayRequest) -> Config:
     """The config for a replay: explicit flags > the config file > defaults (replay's default is micro on)."""
-    config = load_config(req.config)
-    micro = req.micro
-    if micro is None:
-        # The library's default is off; replay's is on, unless the config file says micro_compact itself.
-        micro = config.compression.micro_compact if "micro_compact" in config.compression.model_fields_set else True
-    compression = {"micro_compact": micro, "micro_compact_every_n_turns": req.every}
+    # The library's default is off; replay's is on, unless the config file (or --micro) says otherwise.
+    config = load_config(req.config).with_defaults(source="replay's defaults", compression={"micro_compact": True})
+    compression = {"micro_compact": req.micro, "micro_compact_every_n_turns": req.every}
     aux = {
         "model": req.model,
         "base_url": req.base_url,
@@ -334,8 +332,6 @@ def _replay_session(req: ReplayRequest, cfg: Config, messages: list[Message]) ->
 
 def _drive(messages: list[Message], session: Session, start: int) -> ReplayStats:
     """The replay itself, with a progress bar on a terminal for long transcripts."""
-    from . import replay  # the package's name, looked up per call, so a test can stand in for the long run
-
     with Progress(
         TextColumn("replaying"),
         BarColumn(),
@@ -346,7 +342,7 @@ def _drive(messages: list[Message], session: Session, start: int) -> ReplayStats
         disable=len(messages) < 200 or not err.is_terminal,
     ) as progress:
         task = progress.add_task("replay", total=len(messages), completed=start)
-        return replay(messages, session, on_message=lambda i: progress.update(task, completed=i + 1), start=start)
+        return runs.replay(messages, session, on_message=lambda i: progress.update(task, completed=i + 1), start=start)
 
 
 def _write_out(path: Path, session: Session, messages: list[Message]) -> None:

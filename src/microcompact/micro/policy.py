@@ -177,7 +177,7 @@ class CadencePolicy:
 
     @property
     def cache_aware(self) -> bool:
-        return self.cfg.micro_compact_cache_ttl_seconds is not None
+        return bool(self.cfg.micro_compact_cache_ttl_seconds)  # unset (None) or 0: off
 
     def turn_ended(self, moment: Moment, completed: bool) -> bool:
         if not completed or moment.turns % max(1, self.cfg.micro_compact_every_n_turns):
@@ -249,7 +249,7 @@ class CadencePolicy:
     def _cache_warm(self, now: float) -> bool:
         """True while the provider's prompt cache still holds the last request (within the TTL)."""
         ttl = self.cfg.micro_compact_cache_ttl_seconds
-        return ttl is not None and self.last_request_at is not None and now - self.last_request_at <= ttl
+        return ttl is not None and ttl > 0 and self.last_request_at is not None and now - self.last_request_at <= ttl
 
     def _worth_a_cache_break(self, moment: Moment) -> bool:
         """Occupancy past ``micro_compact_max_occupancy_pct``, or a pending span that meets the reclaim gate."""

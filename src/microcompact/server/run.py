@@ -62,23 +62,26 @@ class ServeOptions:
     audit: bool | None = None  # --audit/--rewrite; None: the config file's proxy.audit
 
 
+# serve's defaults for the settings a config leaves to be derived (None; "auto" for the schedule): micro-
+# compaction on, its passes in the background (a request waits on a summarizer only when the hard limit forces
+# a batch), cache-aware (a pass waits while the provider's prompt cache is warm, up to the occupancy cap:
+# measured with Claude Code's cache breakpoints, passes at every request cost about twice the cached full
+# history), and folding by price (serve knows each API's prices, so "auto" is price here).
+SERVE_DEFAULTS: dict[str, bool | float] = {
+    "micro_compact": True,
+    "micro_compact_background": True,
+    "micro_compact_cache_ttl_seconds": 300.0,
+}
+
+
 def proxy_config(config_path: Path | None, context_limit: int | None, summarizer: str | None = None) -> Config:
-    """The config file (or the defaults) with the proxy's defaults on top: micro-compaction on, its passes in
-    the background (so a request waits on a summarizer only when the hard limit forces a batch), and
-    cache-aware (a pass waits while the provider's prompt cache is warm, up to the occupancy cap: measured
-    with Claude Code's cache breakpoints, passes at every request cost about twice the cached full history),
-    unless the file says otherwise; ``--context-limit`` and ``--summarizer`` beat the file."""
-    config = load_config(config_path)
-    chosen = config.compression.model_fields_set
-    compression = {
-        "micro_compact": None if "micro_compact" in chosen else True,
-        "micro_compact_background": None if "micro_compact_background" in chosen else True,
-        "micro_compact_cache_ttl_seconds": None if "micro_compact_cache_ttl_seconds" in chosen else 300.0,
-        "micro_compact_schedule": None if "micro_compact_schedule" in chosen else "price",
-    }
+    """The config file (or the defaults) with serve's defaults where it leaves a setting to be derived
+    (:data:`SERVE_DEFAULTS`); ``--context-limit`` and ``--summarizer`` beat the file."""
+    config = load_config(config_path).with_defaults(source="serve's defaults", compression=SERVE_DEFAULTS)
+    schedule = "price" if config.compression.micro_compact_schedule == "auto" else None
     return config.with_overrides(
         source="command-line options (--context-limit, --summarizer)",
-        compression=compression,
+        compression={"micro_compact_schedule": schedule},
         model={"context_length": context_limit},
         **{"auxiliary.compression": {"provider": summarizer}},
     )

@@ -6,10 +6,9 @@ Anthropic client, sync or async, or a callable) and :class:`FallbackChain` (the 
 succeeds). What a summarizer reads is bounded and redacted by :func:`prepare_exchange`; what comes back
 from a model is redacted again.
 
-One module per job; each imports only those listed before it (make_summarizer imports the two
-implementations when called)::
+One module per job; each imports only those listed before it::
 
-    base        the protocol, its errors, the section names, make_summarizer
+    base        the protocol, its errors, the section names
     sections    a summary's shape: ### headings and bullets, parsed and rendered
     facts       the file ledger, failing commands, test runs and what tools showed (facts_*)
     findings    findings, not narration: the sentences of prose worth keeping
@@ -24,7 +23,7 @@ implementations when called)::
     backends    request and answer shapes of caller-owned clients (OpenAI, Anthropic, callables), their errors
     clients     summarizer_from: a caller-owned client as a summarizer
     chain       the fallback chain
-    configured  summarizer_for: the summarizer a config describes
+    configured  summarizer_for: the summarizer a config describes; make_summarizer, one by kind
 """
 
 from ..render import exchange_text as render_exchange
@@ -42,12 +41,11 @@ from .base import (
     SummarizerTimeout,
     SummarizerUnavailable,
     SummaryRejected,
-    make_summarizer,
 )
 from .chain import FallbackChain
 from .checks import CheckInput, check_summary
 from .clients import ClientSummarizer, summarizer_from
-from .configured import summarizer_for
+from .configured import make_summarizer, summarizer_for
 from .eventloop import bind_event_loop
 from .extractive import ExtractiveSummarizer, describe_tool_result
 from .facts import facts_block, ledger_budget, with_facts

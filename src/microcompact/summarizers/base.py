@@ -97,17 +97,3 @@ BATCH_SECTIONS = (
 # The sections a model's notes fill in (merge and condense); the facts beside them are kept by code.
 PROSE_SECTIONS = ("Goal", "Work done", "Findings", "Next")
 MICRO_SECTIONS = ("Requirements", "Findings", "Open questions", "Commands and results", "Answers")
-
-
-def make_summarizer(kind: str, **options: Any) -> Summarizer:
-    """``"extractive"`` or ``"openai"``, constructed with ``options``."""
-    # Imported here: both implementations import this module for the protocol and the errors.
-    if kind == "extractive":
-        from .extractive import ExtractiveSummarizer
-
-        return ExtractiveSummarizer(**options)
-    if kind == "openai":
-        from .http import OpenAISummarizer
-
-        return OpenAISummarizer(**options)
-    raise ValueError(f"unknown summarizer kind {kind!r} (expected 'extractive' or 'openai')")

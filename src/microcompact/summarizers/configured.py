@@ -5,13 +5,26 @@ client's own model behind ``serve``, over its cached conversation, with the extr
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from ..config import Config, ConfigError
 from ..tokens import TokenCounter
-from .base import Summarizer, make_summarizer
+from .base import Summarizer
+from .extractive import ExtractiveSummarizer
 from .facts import facts_block, ledger_budget
+from .http import OpenAISummarizer
 
 log = logging.getLogger("microcompact")
+
+
+def make_summarizer(kind: str, **options: Any) -> Summarizer:
+    """``"extractive"`` or ``"openai"``, constructed with ``options``. It lives here, above both
+    implementations, because both import ``base`` for the protocol and the errors."""
+    if kind == "extractive":
+        return ExtractiveSummarizer(**options)
+    if kind == "openai":
+        return OpenAISummarizer(**options)
+    raise ValueError(f"unknown summarizer kind {kind!r} (expected 'extractive' or 'openai')")
 
 
 def summarizer_for(config: Config, counter: TokenCounter | None = None) -> Summarizer:
