@@ -27,6 +27,9 @@ from typing import Any
 import orjson
 
 from ..bill.cache_usage import UsageReport
+from ..bill.cost_line import CostLine
+from ..bill.model_prices import unpriced
+from ..bill.pricing import CachePricing
 from ..bill.proxy_bills import ProxyBills
 from ..events import Outcome
 from ..identity import DIGEST_KEY, Forms, PrefixDigests, digest, digest_memo, hid_of
@@ -68,6 +71,7 @@ class Prepared:
     api: str | None = None  # the provider's name ("anthropic", "openai"): which prices apply
     model: str | None = None  # the request's model, and the client's user agent (set by the app): the page
     client: str | None = None
+    streamed: bool = False  # the answer is a stream (its usage comes after its headers; set by the app)
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,7 @@ class Answered:
     prompt_tokens: int | None  # the prompt size the upstream reported
     usage: UsageReport | None  # what the upstream reported about its cache
     full_ratio: float  # the client's request over the forwarded one, in bytes (the counterfactual's scale)
+    line: CostLine | None = None  # its figures, as billed when its response ended
 
 
 def stable(history: list[Message]) -> list[Message]:
@@ -143,15 +148,22 @@ class Compaction:
         self.recall_notes = RecallNotes()  # markers name the recall tools when a request lists them
         self.recorder = RequestRecorder()  # each answered request's figures, in the store (server/ui)
 
-    def prepare(self, provider: Provider, body: dict[str, Any], key: str, history: list[Message]) -> Prepared:
+    def prepare(
+        self, provider: Provider, body: dict[str, Any], key: str, history: list[Message], model: str | None = None
+    ) -> Prepared:
         """Sync, compact and build the outgoing messages (raises BadRequest for a message the session
-        refuses; any other failure forwards the client's messages with a degraded reason)."""
+        refuses; any other failure forwards the client's messages with a degraded reason). ``model``: the
+        request's model where the body does not name it (Gemini's is in the path)."""
         if not history:  # nothing to compact; the upstream says what it thinks of an empty conversation
             return Prepared(key, [])
+        if model is None and isinstance(body.get("model"), str):
+            model = body["model"]
         with digest_memo():  # the key's digests and the sync's are of the same objects: computed once
-            return self._prepare(provider, body, key, history)
+            return self._prepare(provider, body, key, history, model)
 
-    def _prepare(self, provider: Provider, body: dict[str, Any], key: str, history: list[Message]) -> Prepared:
+    def _prepare(
+        self, provider: Provider, body: dict[str, Any], key: str, history: list[Message], model: str | None
+    ) -> Prepared:
         try:
             identity = Forms(history, _stable)  # each made when read: a continued history's known part is not
             asked = key
@@ -164,7 +176,7 @@ class Compaction:
                 routed = self.router.route(key, identity.reordered(order, incoming), provider.convert, config)
                 session = routed.session
                 results = session.before_request()
-                self._bill_summarizer(session, provider.name, results)
+                self._bill_summarizer(session, provider.name, model, results)
                 view = self.recall_notes.annotate(body, session.store, session.session_id, session.transcript)
                 prepared = Prepared(
                     key,
@@ -175,7 +187,7 @@ class Compaction:
                     occupancy_pct=session.occupancy_pct(),
                     outcomes=[str(r.outcome) for r in results],
                     api=provider.name,
-                    model=body.get("model") if isinstance(body.get("model"), str) else None,
+                    model=model,
                 )
                 if not session.flush():
                     prepared.degraded = "store-write-failed"
@@ -211,13 +223,36 @@ class Compaction:
         prompt_tokens: int | None,
         usage: UsageReport | None = None,
         full_ratio: float = 1.0,
-    ) -> None:
-        """The response to ``prepared`` is over: queue its follow-up (cheap; call it at once). ``full_ratio``:
-        the client's request over the forwarded one, in bytes."""
+    ) -> CostLine | None:
+        """The response to ``prepared`` is over: bill it (its figures count from now on: the headers of a
+        response read whole before they go out carry them) and queue its follow-up (cheap; call it at once).
+        ``full_ratio``: the client's request over the forwarded one, in bytes. Its cost line."""
         if prepared.session is None:
-            return
+            return None
+        line = self._charge(prepared, usage, full_ratio)
         with self._pending_lock:
-            self._pending.setdefault(prepared.key, []).append(Answered(prepared, prompt_tokens, usage, full_ratio))
+            self._pending.setdefault(prepared.key, []).append(
+                Answered(prepared, prompt_tokens, usage, full_ratio, line)
+            )
+        return line
+
+    def pricing(self, prepared: Prepared) -> tuple[CachePricing | None, str]:
+        """The prices of the request's model (None: unknown) and what names them."""
+        assert prepared.session is not None
+        pricing = prepared.session.config.cache_pricing(prepared.api, prepared.model)
+        return pricing, pricing.name if pricing is not None else unpriced(prepared.model)
+
+    def _charge(self, prepared: Prepared, usage: UsageReport | None, full_ratio: float) -> CostLine:
+        """Price the answered request as the upstream reported it, against the uncompacted counterfactual;
+        one cost line, logged, and counted in the metrics."""
+        assert prepared.session is not None
+        pricing, label = self.pricing(prepared)
+        line = self.bills.charge_request(
+            prepared.session.session_id, pricing, label, usage, full_ratio, prepared.folded, prepared.occupancy_pct
+        )
+        self.metrics.figures(line)
+        telemetry_log.info("%s", line.text())
+        return line
 
     def follow_up(self, key: str) -> None:
         """Run the queued follow-ups of ``key`` (unless its next request already did). Never raises."""
@@ -246,19 +281,18 @@ class Compaction:
                         cache_read_tokens=usage.cache_read_tokens if usage else None,
                         cache_write_tokens=usage.cache_write_tokens if usage else None,
                     )
-                self._bill(session, answer)
-                self._collected(session, prepared.api, session.drain(0))  # a pass done already: not next request's
+                self._collected(session, prepared, session.drain(0))  # a pass done already: not next request's
                 if prepared.human:
-                    self._collected(session, prepared.api, session.finalize_turn())
+                    self._collected(session, prepared, session.finalize_turn())
                 if usage is not None and usage.turn_over:
                     session.fold_ahead()  # an idle gap may follow: have the fold ready after it
-                self.recorder.record(session, answer, self.bills.get(session.session_id))
+                self.recorder.record(session, answer)
             except Exception:
                 log.exception("Proxy: the follow-up of a request to session %s failed", session.session_id)
 
-    def _collected(self, session: Session, api: str | None, results: Sequence[Any]) -> None:
+    def _collected(self, session: Session, prepared: Prepared, results: Sequence[Any]) -> None:
         """Count passes a follow-up applied (their summarizer calls billed)."""
-        self._bill_summarizer(session, api, results)
+        self._bill_summarizer(session, prepared.api, prepared.model, results)
         self.metrics.passes_done([str(r.outcome) for r in results])
 
     def view_for_count(
@@ -293,28 +327,17 @@ class Compaction:
             self._shapes[key] = shape
         return previous is not None and shape[: len(previous)] != previous
 
-    def _bill(self, session: Session, answer: Answered) -> None:
-        """Price the answered request as the upstream reported it, against the uncompacted counterfactual."""
-        usage, prepared = answer.usage, answer.prepared
-        if usage is None:
-            return
-        pricing = session.config.cache_pricing(prepared.api)
-        if pricing is not None:
-            line = self.bills.charge_request(session.session_id, pricing, usage, answer.full_ratio, prepared.folded)
-            self.metrics.cost(line.spent, line.uncompacted)
-            telemetry_log.info("%s", line.text())
-
-    def _bill_summarizer(self, session: Session, api: str | None, results: Sequence[Any]) -> None:
+    def _bill_summarizer(self, session: Session, api: str | None, model: str | None, results: Sequence[Any]) -> None:
         """Count the summarizer calls of ``results`` (passes just applied) in the session's spent figure, and
         those of background folds discarded since (made all the same)."""
-        self.recorder.passes(session, api, results)  # the applied ones, for the request's figures
+        self.recorder.passes(session, api, model, results)  # the applied ones, for the request's figures
         results = [*results, *session.take_spent()]
         records = [getattr(r, "record", None) or {} for r in results]
         tokens_in = sum(int(r.get("summarizer_input_tokens") or 0) for r in records)
         tokens_out = sum(int(r.get("summarizer_output_tokens") or 0) for r in records)
         if not tokens_in and not tokens_out:
             return
-        pricing = session.config.cache_pricing(api)
+        pricing = session.config.cache_pricing(api, model)
         if pricing is not None:
             self.bills.charge_summarizer(session.session_id, pricing, tokens_in, tokens_out)
 
