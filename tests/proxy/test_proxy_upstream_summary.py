@@ -169,9 +169,7 @@ def test_the_summary_rides_the_cache_and_is_billed_as_the_clients_model(tmp_path
     summaries = [r for r in sent if is_summary(r)]
     assert summaries, "no summary request went upstream"
     # One request writes the notes of several exchanges: a fold reads the cached prefix once, not per exchange.
-    # Timing-dependent: a run where each fold's pass comes alone merges one exchange per request (seen in 1
-    # run of 3 once requests are billed as their responses end); every run sends one request per merge at most.
-    assert summarizer.calls == len(summaries) and summarizer.merged >= len(summaries), (
+    assert summarizer.calls == len(summaries) and summarizer.merged > len(summaries), (
         summarizer.calls,
         summarizer.merged,
     )

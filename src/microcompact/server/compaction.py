@@ -31,6 +31,7 @@ from ..bill.cost_line import CostLine
 from ..bill.model_prices import unpriced
 from ..bill.pricing import CachePricing
 from ..bill.proxy_bills import ProxyBills
+from ..config import Config
 from ..events import Outcome
 from ..identity import DIGEST_KEY, Forms, PrefixDigests, digest, digest_memo, hid_of
 from ..messages import Message, TranscriptError
@@ -142,6 +143,7 @@ class Compaction:
         self._pending_lock = threading.Lock()
         self._shapes: dict[str, list[str]] = {}  # each key's last view, one digest per message (fold detection)
         self.bills = ProxyBills()  # spent and uncompacted cost, by session id
+        self._prices: dict[tuple[int, str | None, str | None], tuple[Config, CachePricing | None, str]] = {}
         self.windows = ModelWindows(router.config)
         self.fixed_blocks = FixedBlocks()
         self.prefixes = PrefixDigests()  # each key's last history, hashed: a continuation digests its new part
@@ -237,10 +239,20 @@ class Compaction:
         return line
 
     def pricing(self, prepared: Prepared) -> tuple[CachePricing | None, str]:
-        """The prices of the request's model (None: unknown) and what names them."""
+        """The prices of the request's model (None: unknown) and what names them; looked up once per config,
+        API and model (this runs on the event loop, twice a request)."""
         assert prepared.session is not None
-        pricing = prepared.session.config.cache_pricing(prepared.api, prepared.model)
-        return pricing, pricing.name if pricing is not None else unpriced(prepared.model)
+        config = prepared.session.config
+        key = (id(config), prepared.api, prepared.model)
+        known = self._prices.get(key)
+        if known is not None and known[0] is config:
+            return known[1], known[2]
+        pricing = config.cache_pricing(prepared.api, prepared.model)
+        label = pricing.name if pricing is not None else unpriced(prepared.model)
+        if len(self._prices) >= MAX_SHAPES:
+            self._prices.clear()
+        self._prices[key] = (config, pricing, label)
+        return pricing, label
 
     def _charge(self, prepared: Prepared, usage: UsageReport | None, full_ratio: float) -> CostLine:
         """Price the answered request as the upstream reported it, against the uncompacted counterfactual;
