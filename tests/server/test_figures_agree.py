@@ -99,13 +99,21 @@ def test_every_surface_gives_the_same_figures(tmp_path: Path) -> None:
 
 def test_a_model_without_a_price_says_so(upstream: ScriptedUpstream, tmp_path: Path) -> None:
     home = tmp_path / "home"
-    served = ServeProcess(home, "--db", str(home / "s.db"), "--openai-upstream", upstream.openai_base_url).start()
+    log = home / "proxy.log"
+    served = ServeProcess(
+        home, "--db", str(home / "s.db"), "--log", str(log), "--openai-upstream", upstream.openai_base_url
+    ).start()
     try:
         body = {"model": "gpt-unheard-of", "messages": [{"role": "user", "content": "hello"}]}
         first = httpx.post(f"{served.base_url}/v1/chat/completions", json=body)
         second = httpx.post(f"{served.base_url}/v1/chat/completions", json=body)
         assert wait_for(lambda: sum("unpriced: gpt-unheard-of" in line for line in served.stderr) >= 2, timeout=30)
         metrics = httpx.get(f"{served.base_url}/metrics").text
+        sid = second.headers["x-microcompact-session"]
+        api = f"{served.base_url}/ui/api/conversation"
+        assert wait_for(lambda: httpx.get(api, params={"id": sid}).json().get("requests") == 2, timeout=30)
+        page = httpx.get(api, params={"id": sid}).json()
+        html = httpx.get(f"{served.base_url}/ui/{sid}").text
     finally:
         served.kill()
     for answer in (first, second):
@@ -113,6 +121,16 @@ def test_a_model_without_a_price_says_so(upstream: ScriptedUpstream, tmp_path: P
         assert "x-microcompact-cost" not in answer.headers
     assert second.headers["x-microcompact-requests"] == "2"  # through itself: it was read whole
     assert _metric(metrics, "microcompact_unpriced_requests_total") == 2
+    assert page["spent"] is None and page["unpriced"] == "gpt-unheard-of"
+    assert "unpriced: gpt-unheard-of" in html
+    from rich.console import Console
+
+    from microcompact.report.cost import read_costs, render_costs
+
+    (cost,) = read_costs([log])
+    console = Console(record=True, width=400)
+    render_costs([cost], console)
+    assert "unpriced: gpt-unheard-of" in console.export_text() and cost.priced == 0
 
 
 def test_a_stream_says_its_totals_run_through_the_previous_request(upstream: ScriptedUpstream, tmp_path: Path) -> None:
