@@ -3,6 +3,7 @@ through ``microcompact serve``, priced from what a scripted upstream with the re
 
     PYTHONPATH=src:tests python bench/bench_proxy_cost.py            # every row (about 20-40 min on 2 busy cores)
     PYTHONPATH=src:tests python bench/bench_proxy_cost.py --rows sdk # only the SDK rows
+    PYTHONPATH=src:tests python bench/bench_proxy_cost.py --rows gemini  # the Gemini loop, 2.5 Pro and Flash
     PYTHONPATH=src:tests python bench/bench_proxy_cost.py --rows sdk --sdk-routes direct,serve,serve-inline
     PYTHONPATH=src:tests python bench/bench_proxy_cost.py --rows reactive --reactive-tasks 24k-reactive,8k-reactive,sdk
     PYTHONPATH=src:tests python bench/bench_proxy_cost.py --rows slow   # the 48-step task, 2 s summarizer, 1 s answers
@@ -65,6 +66,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
 
+from cost_gemini import GEMINI_MODELS, GEMINI_WINDOW, gemini_cost, gemini_run  # noqa: E402  (this folder)
 from cost_upstream import (  # noqa: E402  (this folder)
     TTL,
     CostSteps,
@@ -101,6 +103,8 @@ class Row:
 
     def cost(self) -> float:
         t = self.tally
+        if self.prices.startswith("gemini"):  # implicit caching: reads at the read price, the rest plain input
+            return gemini_cost(t, self.prices) + self.summarizer_cost
         if self.prices == "anthropic":
             p = ANTHROPIC
             main = t.read * p["read"] + t.write * p["write"] + t.uncached * p["input"] + t.output * p["output"]
@@ -312,6 +316,21 @@ def sdk_rows(work: Path, routes: list[str], steps: int = 48, reactive: bool = Fa
     return rows
 
 
+def gemini_rows(work: Path, routes: list[str], steps: int = 48) -> list[Row]:
+    """The Gemini generateContent loop by each route, once per model (each run priced at its model's list
+    prices; the proxy prices each request by its model too: its own dollars are printed beside)."""
+    rows = []
+    for model in GEMINI_MODELS:
+        for route in routes:
+            tally, seconds, ok, headers = gemini_run(work, route, model, steps)
+            rows.append(Row("gemini-24k", route, tally, seconds, ok, prices=model))
+            said = (
+                f", proxy says ${float(headers['x-microcompact-cost']):.2f}" if "x-microcompact-cost" in headers else ""
+            )
+            print(f"  gemini-24k {route} {model}: ${rows[-1].cost():.2f}{said} in {seconds:.0f} s", flush=True)
+    return rows
+
+
 def seen(counts: list[int]) -> str:
     """``min/mean`` tool results a request carried verbatim, past the first five requests (the session's
     start, before anything could be folded)."""
@@ -343,9 +362,9 @@ def table(rows: list[Row]) -> str:
     lines = [" | ".join(head), " | ".join("---" for _ in head)]
     for r in rows:
         t = r.tally
-        window = SDK_WINDOW if r.task.startswith("sdk") else WINDOW
+        window = SDK_WINDOW if r.task.startswith("sdk") else GEMINI_WINDOW if r.task.startswith("gemini") else WINDOW
         base = direct.get((r.task, r.prices))
-        written = t.write if r.prices == "anthropic" else t.prompt - t.read
+        written = t.write if r.prices == "anthropic" else t.prompt - t.read  # Gemini: the rest, plain input
         cells = [
             r.task, r.route, r.prices, str(t.requests), f"{t.prompt / 1e6:.2f}", f"{t.read / 1e6:.2f}",
             f"{written / 1e6:.2f}", f"{100 * t.peak / window:.0f}", seen(t.steps_seen), str(t.refused),
@@ -441,7 +460,10 @@ def claude_rows(tasks: list[str], routes_of: dict[str, str], work: Path) -> list
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", default="claude,sdk,reactive", help="claude, sdk, reactive, slow (comma-separated)")
+    parser.add_argument(
+        "--rows", default="claude,sdk,reactive", help="claude, sdk, reactive, slow, gemini (comma-separated)"
+    )
+    parser.add_argument("--gemini-routes", default="direct,serve", help="for the Gemini loop")
     parser.add_argument("--tasks", default="24k,8k,24k-idle,8k-idle")
     parser.add_argument("--routes", default=",".join(ROUTES), help="for the tasks without gaps (+ serve-tail3)")
     parser.add_argument("--idle-routes", default=",".join(IDLE_ROUTES), help="for the -idle tasks")
@@ -467,6 +489,8 @@ def main() -> None:
             rows += claude_rows(args.tasks.split(","), routes_of, work)
         if "sdk" in chosen:
             rows += sdk_rows(work, args.sdk_routes.split(","), args.sdk_steps)
+        if "gemini" in chosen:
+            rows += gemini_rows(work, args.gemini_routes.split(","), args.sdk_steps)
         if "reactive" in chosen:
             tasks = args.reactive_tasks.split(",")
             reactive += claude_rows([t for t in tasks if t != "sdk"], routes_of, work)

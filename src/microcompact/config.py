@@ -37,6 +37,7 @@ from pydantic import (
     field_validator,
 )
 
+from .bill.model_prices import model_pricing
 from .bill.pricing import CachePricing
 from .config_sections import (
     LOCAL_TIMEOUT_SECONDS,
@@ -159,14 +160,18 @@ class Config(StrictSection):
     pricing: PricingConfig = PricingConfig()
     proxy: ProxyConfig = ProxyConfig()
 
-    def cache_pricing(self, api: str | None = None) -> CachePricing | None:
-        """The prices scheduling goes by: the configured ones, else ``api``'s preset when an API is named
-        (the proxy), else None (a library session with no price known)."""
-        if not self.pricing.configured and api is None:
-            return None
+    def cache_pricing(self, api: str | None = None, model: str | None = None) -> CachePricing | None:
+        """The prices a request is billed (and scheduling goes) by: the configured ones whenever the config
+        names any; else, for a request of ``api`` (the proxy), the list prices of its ``model``'s family
+        (bill/model_prices.py); None for a model the table does not know (unpriced: no other model's prices
+        are borrowed) and for a library session with no price configured."""
         # The upstream summarizer's calls are billed from their own usage (read, written, output at the
         # client's model's prices: server/upstream_summary.py), not per pass at a summarizer price.
-        return self.pricing.resolve(api, summarizer_free=self.auxiliary.compression.kind in ("extractive", "upstream"))
+        free = self.auxiliary.compression.kind in ("extractive", "upstream")
+        listed = model_pricing(api, model) if api is not None else None
+        if self.pricing.configured:  # a preset named wins; fields alone go over the model's (or API's) prices
+            return self.pricing.resolve(api, summarizer_free=free, base=listed)
+        return None if listed is None else self.pricing.resolve(api, summarizer_free=free, base=listed)
 
     def threshold_tokens(self) -> int | None:
         limit = self.model.context_length

@@ -142,15 +142,18 @@ class PricingConfig(StrictSection):
         """True when the config names a price at all (a preset or any field)."""
         return any(getattr(self, k) is not None for k in type(self).model_fields)
 
-    def resolve(self, api: str | None = None, summarizer_free: bool = False) -> CachePricing:
-        """The prices in force: the preset (else ``api``'s default), with the fields set here over it. An
-        offline summarizer (``summarizer_free``) costs nothing unless its prices are set."""
-        base = PRESETS[self.preset] if self.preset else for_api(api or "")
+    def resolve(
+        self, api: str | None = None, summarizer_free: bool = False, base: CachePricing | None = None
+    ) -> CachePricing:
+        """The prices in force: the preset (else ``base``, else ``api``'s default), with the fields set here
+        over it, labelled "(configured)" when the user set any of it. An offline summarizer
+        (``summarizer_free``) costs nothing unless its prices are set."""
+        base = PRESETS[self.preset] if self.preset else base or for_api(api or "")
         overrides = {
             k: getattr(self, k) for k in type(self).model_fields if k != "preset" and getattr(self, k) is not None
         }
         data = {**base.model_dump(), **overrides}
-        if overrides:  # what the user set, not the free summarizer below: that is no configuration of theirs
+        if self.configured:  # what the user set, not the free summarizer below: that is no configuration of theirs
             data["name"] = f"{base.name} (configured)"
         if summarizer_free:  # an offline summarizer costs nothing unless its prices are set
             data["summarizer_input"] = overrides.get("summarizer_input", 0.0)

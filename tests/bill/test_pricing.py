@@ -83,16 +83,18 @@ def test_pricing_section_preset_and_overrides():
     assert p.summarizer_output == 0.0  # the offline summarizer costs nothing unless priced
 
 
-def test_no_pricing_section_means_no_price_for_a_library_session_and_the_api_preset_for_the_proxy():
+def test_no_pricing_section_means_no_price_for_a_library_session_and_the_model_s_prices_for_the_proxy():
     cfg = parse_config({})
     assert cfg.cache_pricing() is None
-    p = cfg.cache_pricing("anthropic")
-    assert p is not None and p.cache_write == PRESETS["anthropic"].cache_write
+    p = cfg.cache_pricing("anthropic", "claude-sonnet-4-5-20250929")
+    assert p is not None and p.name == "claude-sonnet-4-5" and p.cache_write == PRESETS["anthropic"].cache_write
+    assert cfg.cache_pricing("anthropic") is None  # no model, no price: none is borrowed
+    assert cfg.cache_pricing("openai", "gpt-9-turbo") is None
 
 
 def test_a_model_summarizer_is_priced_at_the_main_model_price_unless_set():
     cfg = parse_config({"auxiliary": {"compression": {"provider": "openai", "model": "m", "base_url": "http://h/v1"}}})
-    p = cfg.cache_pricing("anthropic")
+    p = cfg.cache_pricing("anthropic", "claude-haiku-4-5")
     assert p is not None and p.summarizer_input is None
 
 
@@ -121,13 +123,18 @@ def test_a_bad_pricing_file_is_one_line_naming_the_key(tmp_path, section, key):
 
 def test_a_preset_nobody_configured_is_not_labelled_configured():
     """Issue 28: gpt-4o traffic was labelled "openai (configured)" though nothing was configured: the free
-    offline summarizer's zero prices counted as the user's settings."""
+    offline summarizer's zero prices counted as the user's settings, and the API's preset was borrowed."""
     from microcompact.config import Config
 
     untouched = Config()
-    assert untouched.cache_pricing("openai").name == "openai"
-    assert untouched.cache_pricing("openai").summarizer_input == 0.0
+    priced = untouched.cache_pricing("openai", "gpt-4o")
+    assert priced is not None and priced.name == "gpt-4o" and priced.input == 2.50
+    assert priced.summarizer_input == 0.0
     set_by_user = Config.model_validate({"pricing": {"input": 2.0}})
-    assert set_by_user.cache_pricing("openai").name == "openai (configured)"
+    assert set_by_user.cache_pricing("openai", "gpt-4o").name == "gpt-4o (configured)"
+    assert set_by_user.cache_pricing("openai", "gpt-4o").input == 2.0
+    preset_named = Config.model_validate({"pricing": {"preset": "openai"}})
+    assert preset_named.cache_pricing("openai", "gpt-4o").name == "openai (configured)"  # the preset wins
+    assert preset_named.cache_pricing("openai", "gpt-9").name == "openai (configured)"
     own_summarizer = Config.model_validate({"pricing": {"summarizer_input": 0.8}})
-    assert own_summarizer.cache_pricing("anthropic").summarizer_input == 0.8
+    assert own_summarizer.cache_pricing("anthropic", "claude-opus-4-1").summarizer_input == 0.8

@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from microcompact.bill.cache_usage import CacheTotals, UsageReport
+from microcompact.bill.cache_usage import UsageReport
 from microcompact.bill.cost_line import CostLine, SessionCost, cost_record
 from microcompact.bill.pricing import PRESETS
-from microcompact.bill.proxy_bills import ProxyBills
+from microcompact.bill.proxy_bills import TOTALS_THROUGH, ProxyBills, Through
 from microcompact.bill.session_bill import SessionBill, reported_prompt_cost, uncompacted_prompt_tokens
 
 PRICINGS = st.sampled_from(sorted(PRESETS))
@@ -51,12 +51,12 @@ def test_the_request_line_carries_the_counterfactual_and_the_summarizer_calls_si
     bills = ProxyBills()
     bills.charge_summarizer("s", pricing, 10_000, 1_000)
     usage = UsageReport(20_000, 15_000, 5_000)
-    line = bills.charge_request("s", pricing, usage, 2.5, folded=True)
+    line = bills.charge_request("s", pricing, "unused", usage, 2.5, folded=True)
     assert line.uncompacted_tokens == uncompacted_prompt_tokens(20_000, 2.5) == 50_000
     summarizer = pricing.summarizer_cost(10_000, 1_000)
     assert line.spent == pytest.approx(reported_prompt_cost(pricing, usage) + summarizer)
     assert line.uncompacted == pytest.approx(pricing.prompt_cost(0, 50_000))  # no earlier full prompt to read
-    assert bills["s"].spent == pytest.approx(line.spent)
+    assert bills["s"].spent == pytest.approx(line.spent) and line.pricing == "anthropic"
     assert uncompacted_prompt_tokens(20_000, 0.5) == 20_000, "never below what was forwarded"
 
 
@@ -73,16 +73,43 @@ def test_a_cost_line_reads_back_as_it_was_written() -> None:
     assert cost_record(line.text()[:-2]) is None
 
 
-def test_the_headers_show_the_cache_and_the_bill_once_there_is_one() -> None:
+def test_the_headers_are_the_conversation_s_figures_through_the_request_they_name() -> None:
     bills = ProxyBills()
-    totals = CacheTotals(read=7, written=3, folds=2)
-    assert bills.headers("s", totals, folded=True) == {
-        "x-microcompact-cache-read": "7",
-        "x-microcompact-cache-write": "3",
-        "x-microcompact-folds": "3",
+    assert bills.headers("s", Through.PREVIOUS) == {
+        TOTALS_THROUGH: "previous-request",
+        "x-microcompact-requests": "0",
+        "x-microcompact-tokens-saved": "0",
+        "x-microcompact-cache-read": "0",
+        "x-microcompact-cache-write": "0",
+        "x-microcompact-folds": "0",
     }
-    bills.charge_request("s", PRESETS["openai"], UsageReport(10_000, 8_000, None), 1.0, folded=False)
-    headers = bills.headers("s", totals, folded=False)
-    assert headers["x-microcompact-folds"] == "2"
-    assert float(headers["x-microcompact-cost"]) == pytest.approx(bills["s"].spent, abs=1e-6)
-    assert float(headers["x-microcompact-cost-uncompacted"]) == pytest.approx(bills["s"].uncompacted, abs=1e-6)
+    bills.charge_request("s", PRESETS["openai"], "openai", UsageReport(10_000, 8_000, None), 1.5, False, 12.34)
+    bills.charge_request("s", PRESETS["openai"], "openai", UsageReport(6_000, 0, None), 2.0, True, 8.0)
+    headers = bills.headers("s", Through.THIS)
+    assert headers[TOTALS_THROUGH] == "this-request"
+    assert (headers["x-microcompact-requests"], headers["x-microcompact-folds"]) == ("2", "1")
+    assert headers["x-microcompact-tokens-saved"] == str(5_000 + 6_000)
+    assert headers["x-microcompact-cache-read"] == "8000"
+    figures = bills.figures("s")
+    assert figures is not None and figures.occupancy_peak == 12.3 and figures.occupancy_pct == 8.0
+    assert float(headers["x-microcompact-cost"]) == pytest.approx(bills["s"].spent, abs=2e-6)
+    assert float(headers["x-microcompact-cost-uncompacted"]) == pytest.approx(bills["s"].uncompacted, abs=2e-6)
+
+
+def test_an_unpriced_model_counts_its_tokens_and_no_dollars() -> None:
+    bills = ProxyBills()
+    line = bills.charge_request("s", None, "unpriced: gpt-9", UsageReport(10_000, 2_000, None), 2.0, False, 5.0)
+    assert line.pricing == "unpriced: gpt-9" and line.spent is None and line.tokens_saved == 10_000
+    headers = bills.headers("s", Through.THIS)
+    assert "x-microcompact-cost" not in headers and headers["x-microcompact-tokens-saved"] == "10000"
+    figures = bills.figures("s")
+    assert figures is not None and figures.dollars(figures.spent) == "unpriced: gpt-9"
+    assert "s" not in bills  # no dollars, no bill
+
+
+def test_a_request_without_usage_is_counted_with_no_figures() -> None:
+    bills = ProxyBills()
+    line = bills.charge_request("s", PRESETS["anthropic"], "anthropic", None, 3.0, True, 40.0)
+    assert (line.prompt_tokens, line.spent, line.tokens_saved) == (None, None, 0)
+    figures = bills.figures("s")
+    assert figures is not None and (figures.requests, figures.folds, figures.tokens_saved) == (1, 1, 0)

@@ -169,7 +169,7 @@ def run_loop(proxy: ProxyServer, upstream: ScriptedUpstream, steps: int) -> list
         for n in range(steps + 1):
             last = messages[-1]
             marked = {**last, "content": [*last["content"][:-1], {**last["content"][-1], "cache_control": EPHEMERAL}]}
-            body = {"model": "m", "max_tokens": 100, "tools": TOOLS, **body_of(*messages[:-1], marked)}
+            body = {"model": "claude-sonnet-4-5", "max_tokens": 100, "tools": TOOLS, **body_of(*messages[:-1], marked)}
             answer = client.post("/v1/messages", json=body, headers={"x-session-id": "cache-loop"})
             assert answer.status_code == 200, answer.text
             answers.append(answer)

@@ -88,7 +88,7 @@ def anthropic_loop(proxy: ProxyServer, key: str, opening: str = "Run the steps."
             last = messages[-1]
             marked = {**last, "content": [*last["content"][:-1], {**last["content"][-1], "cache_control": EPHEMERAL}]}
             body = {
-                "model": "claude-test",
+                "model": "claude-sonnet-4-5",
                 "max_tokens": 300,
                 "tools": TOOLS,
                 "system": [{"type": "text", "text": "system prompt " * 400, "cache_control": EPHEMERAL}],
@@ -117,7 +117,7 @@ def openai_loop(proxy: ProxyServer, key: str) -> list[httpx.Response]:
     answers = []
     with httpx.Client(base_url=proxy.base_url, timeout=60) as client:
         for _ in range(STEPS + 1):
-            body = {"model": "gpt-test", "max_tokens": 300, "tools": OPENAI_TOOLS, "messages": messages}
+            body = {"model": "gpt-5", "max_tokens": 300, "tools": OPENAI_TOOLS, "messages": messages}
             answer = client.post("/v1/chat/completions", json=body, headers={"authorization": f"Bearer {key}"})
             assert answer.status_code == 200, answer.text
             answers.append(answer)
@@ -162,7 +162,7 @@ def test_the_summary_rides_the_cache_and_is_billed_as_the_clients_model(tmp_path
         answers = anthropic_loop(proxy, "sk-ant-one")
         proxy.settle()
         bills = dict(proxy.proxy.compaction.bills)
-        pricing = proxy.config.cache_pricing("anthropic")
+        pricing = proxy.config.cache_pricing("anthropic", "claude-sonnet-4-5")
         (session,) = proxy.router.sessions()
         summarizer = session.summarizer
     sent = upstream.generation_requests()
@@ -199,7 +199,7 @@ def test_the_summary_rides_the_cache_and_is_billed_as_the_clients_model(tmp_path
     (bill,) = bills.values()
     assert bill.summarizer == pytest.approx(expected)
     assert bill.spent > bill.summarizer > 0
-    assert 0 < float(answers[-1].headers["x-microcompact-cost"]) <= bill.spent
+    assert 0 < float(answers[-1].headers["x-microcompact-cost"]) <= bill.spent + 1e-6 * len(answers)  # lines rounded
 
 
 @pytest.mark.parametrize(
@@ -269,7 +269,7 @@ def test_openai_chat_summary_reuses_the_prefix_and_reads_cached_tokens(tmp_path:
         openai_loop(proxy, "sk-openai-three")
         proxy.settle()
         bills = dict(proxy.proxy.compaction.bills)
-        pricing = proxy.config.cache_pricing("openai")
+        pricing = proxy.config.cache_pricing("openai", "gpt-5")
     sent = upstream.generation_requests()
     summaries = [r for r in sent if is_summary(r)]
     assert summaries
@@ -315,7 +315,7 @@ def responses_loop(proxy: ProxyServer, key: str) -> list[httpx.Response]:
     with httpx.Client(base_url=proxy.base_url, timeout=60) as client:
         for _ in range(STEPS + 1):
             body = {
-                "model": "gpt-test",
+                "model": "gpt-5",
                 "instructions": "system prompt " * 400,
                 "input": items,
                 "tools": RESPONSES_TOOLS,

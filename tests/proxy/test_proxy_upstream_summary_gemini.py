@@ -226,7 +226,7 @@ def test_the_gemini_summary_rides_the_cache_and_is_billed_as_the_clients_model(
     (bill,) = bills.values()
     assert bill.summarizer == pytest.approx(expected) and expected > 0
     assert bill.spent > bill.summarizer
-    assert 0 < float(answers[-1].headers["x-microcompact-cost"]) <= bill.spent
+    assert 0 < float(answers[-1].headers["x-microcompact-cost"]) <= bill.spent + 1e-6 * len(answers)  # lines rounded
 
 
 # ------------------------------------------------------------------ failures

@@ -349,7 +349,7 @@ def test_the_config_builds_the_upstream_summarizer_with_the_extractive_behind_it
     summarizer = summarizer_for(cfg)
     assert isinstance(summarizer, UpstreamSummarizer) and summarizer.fallback.name == "extractive"
     assert summarizer.max_output_tokens == cfg.summarizer_output_tokens()
-    pricing = cfg.cache_pricing("anthropic")
+    pricing = cfg.cache_pricing("anthropic", "claude-sonnet-4-5")
     assert pricing is not None and pricing.summarizer_input == 0.0  # its calls are billed from their usage
 
 

@@ -10,30 +10,46 @@ uncompacted prompt read from the cache up to the previous uncompacted prompt, th
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 # The proxy logs one line per answered request on the telemetry logger: this, then the record as JSON.
 COST_TAG = "proxy cost telemetry: "
+UNPRICED = "unpriced: "  # a model with no known price: bill/model_prices.unpriced
+
+
+def figure_pct(value: float | None) -> float | None:
+    """An occupancy as every surface shows it: a percentage to one decimal place."""
+    return None if value is None else round(value, 1)
 
 
 @dataclass(frozen=True)
 class CostLine:
-    """One answered request's bill (the ``proxy_cost`` record)."""
+    """One answered request's figures (the ``proxy_cost`` record): every surface reads these, or sums them
+    with :class:`SessionCost`. Token and cache figures are None when the upstream reported no usage;
+    dollars are None then too, and for a model with no known price (``pricing`` says ``unpriced: MODEL``)."""
 
     session_id: str
-    pricing: str
-    prompt_tokens: int
-    uncompacted_tokens: int  # the counterfactual prompt: the client's request had it gone up whole
+    pricing: str  # the price family, "PRESET (configured)", or "unpriced: MODEL"
+    prompt_tokens: int | None  # the prompt as the upstream reported it
+    uncompacted_tokens: int | None  # the counterfactual prompt: the client's request had it gone up whole
     cache_read_tokens: int | None
     cache_write_tokens: int | None
     folded: bool
-    spent: float  # dollars, the summarizer calls made since the previous request included
-    uncompacted: float  # dollars the uncompacted prompt would have cost
+    spent: float | None  # dollars, the summarizer calls made since the previous request included
+    uncompacted: float | None  # dollars the uncompacted prompt would have cost
+    occupancy_pct: float | None = None  # the forwarded view, % of the batch threshold (as the header said)
 
-    def text(self) -> str:
-        """The line's text after the logger's own prefix: the tag, then the record as JSON."""
-        record = {
+    @property
+    def tokens_saved(self) -> int:
+        """The request's tokens saved: its uncompacted prompt less its reported one (0 without usage)."""
+        if self.prompt_tokens is None or self.uncompacted_tokens is None:
+            return 0
+        return max(0, self.uncompacted_tokens - self.prompt_tokens)
+
+    def record(self) -> dict[str, Any]:
+        """The record as logged (and stored for the page)."""
+        return {
             "event": "proxy_cost",
             "session_id": self.session_id,
             "pricing": self.pricing,
@@ -42,10 +58,14 @@ class CostLine:
             "cache_read_tokens": self.cache_read_tokens,
             "cache_write_tokens": self.cache_write_tokens,
             "folded": self.folded,
-            "spent": round(self.spent, 6),
-            "uncompacted": round(self.uncompacted, 6),
+            "occupancy_pct": figure_pct(self.occupancy_pct),
+            "spent": None if self.spent is None else round(self.spent, 6),
+            "uncompacted": None if self.uncompacted is None else round(self.uncompacted, 6),
         }
-        return COST_TAG + json.dumps(record, sort_keys=True, separators=(", ", ": "))
+
+    def text(self) -> str:
+        """The line's text after the logger's own prefix: the tag, then the record as JSON."""
+        return COST_TAG + json.dumps(self.record(), sort_keys=True, separators=(", ", ": "))
 
 
 def cost_record(line: str) -> dict[str, Any] | None:
@@ -64,7 +84,14 @@ def cost_record(line: str) -> dict[str, Any] | None:
 
 @dataclass
 class SessionCost:
-    """One session's cost lines summed: spent against the uncompacted counterfactual."""
+    """One conversation's figures: its requests' cost lines summed, the one definition every surface uses
+    (response headers, ``/metrics``, ``report``, the page; docs/cost-and-cache.md, "The figures").
+
+    - ``requests``: answered requests; ``folds``: those whose view rewrote the cached prefix;
+    - ``tokens_saved``: the sum over requests of the uncompacted prompt less the reported one;
+    - ``occupancy_pct`` / ``occupancy_peak``: the last and the largest request's occupancy;
+    - ``spent`` / ``uncompacted`` / ``saved``: dollars over the priced requests (``priced`` of them);
+      ``unpriced`` names the model of the last request that had no price."""
 
     session_id: str
     pricing: str = ""
@@ -76,6 +103,10 @@ class SessionCost:
     cache_write_tokens: int = 0
     spent: float = 0.0
     uncompacted: float = 0.0
+    priced: int = 0
+    unpriced: str = ""
+    occupancy_pct: float | None = None
+    occupancy_peak: float | None = None
 
     @property
     def saved(self) -> float:
@@ -89,12 +120,35 @@ class SessionCost:
         self.pricing = str(record.get("pricing") or self.pricing)
         self.requests += 1
         self.folds += int(bool(record.get("folded")))
-        self.prompt_tokens += _count(record.get("prompt_tokens"))
-        self.uncompacted_tokens += _count(record.get("uncompacted_tokens"))
+        prompt, full = _count(record.get("prompt_tokens")), _count(record.get("uncompacted_tokens"))
+        if full >= prompt:  # a request without usage adds neither
+            self.prompt_tokens += prompt
+            self.uncompacted_tokens += full
         self.cache_read_tokens += _count(record.get("cache_read_tokens"))
         self.cache_write_tokens += _count(record.get("cache_write_tokens"))
-        self.spent += _dollars(record.get("spent"))
-        self.uncompacted += _dollars(record.get("uncompacted"))
+        occupancy = record.get("occupancy_pct")
+        if isinstance(occupancy, int | float) and not isinstance(occupancy, bool):
+            self.occupancy_pct = figure_pct(float(occupancy))
+            self.occupancy_peak = max(self.occupancy_peak or 0.0, self.occupancy_pct or 0.0)
+        if self.pricing.startswith(UNPRICED):
+            self.unpriced = self.pricing.removeprefix(UNPRICED)
+        if isinstance(record.get("spent"), int | float) and isinstance(record.get("uncompacted"), int | float):
+            self.priced += 1
+            self.spent += _dollars(record.get("spent"))
+            self.uncompacted += _dollars(record.get("uncompacted"))
+
+    def dollars(self, value: float) -> str:
+        """``value`` to four places, or what the conversation's model is when none of it was priced."""
+        return f"{value:.4f}" if self.priced else f"{UNPRICED}{self.unpriced}" if self.unpriced else "-"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            **asdict(self),
+            "spent": round(self.spent, 6),
+            "uncompacted": round(self.uncompacted, 6),
+            "saved": round(self.saved, 6),
+            "tokens_saved": self.tokens_saved,
+        }
 
 
 def _count(value: Any) -> int:
@@ -105,4 +159,4 @@ def _dollars(value: Any) -> float:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0 else 0.0
 
 
-__all__ = ["COST_TAG", "CostLine", "SessionCost", "cost_record"]
+__all__ = ["COST_TAG", "UNPRICED", "CostLine", "SessionCost", "cost_record", "figure_pct"]

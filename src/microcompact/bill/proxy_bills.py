@@ -4,18 +4,30 @@ The proxy charges three things: each answered request against its uncompacted co
 line each), the summarizer calls of the passes it applied (or discarded), and the summary requests
 ``summarizer: upstream`` sends as the client's own model. The bills outlive the session objects (a shared
 router reopens a session another process wrote; its bill goes on), so they are kept here, by id, and the
-cost headers read them from here.
+cost headers read them from here, with each conversation's figures (its cost lines summed:
+:class:`~.cost_line.SessionCost`, the one definition of every figure).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
+from enum import Enum
 
-from .cache_usage import CacheTotals, UsageReport
-from .cost_line import CostLine
+from .cache_usage import UsageReport
+from .cost_line import CostLine, SessionCost
 from .pricing import CachePricing
 from .session_bill import SessionBill, uncompacted_prompt_tokens
+
+TOTALS_THROUGH = "x-microcompact-totals-through"
+
+
+class Through(Enum):
+    """Which request a response's total figures run through."""
+
+    THIS = "this-request"  # the answer was read before its headers were sent (not streamed)
+    PREVIOUS = "previous-request"  # a stream: its own usage comes after its headers
 
 
 class ProxyBills(Mapping[str, SessionBill]):
@@ -23,6 +35,7 @@ class ProxyBills(Mapping[str, SessionBill]):
 
     def __init__(self) -> None:
         self._bills: dict[str, SessionBill] = {}
+        self._figures: dict[str, SessionCost] = {}  # each conversation's cost lines summed
         self._lock = threading.Lock()
 
     def __getitem__(self, session_id: str) -> SessionBill:
@@ -39,29 +52,56 @@ class ProxyBills(Mapping[str, SessionBill]):
             return self._bills.setdefault(session_id, SessionBill())
 
     def charge_request(
-        self, session_id: str, pricing: CachePricing, usage: UsageReport, full_ratio: float, folded: bool
+        self,
+        session_id: str,
+        pricing: CachePricing | None,
+        label: str,
+        usage: UsageReport | None,
+        full_ratio: float,
+        folded: bool,
+        occupancy_pct: float | None = None,
     ) -> CostLine:
         """Bill an answered request (``full_ratio``: the client's request over the forwarded one, in bytes,
-        which scales the reported prompt to the uncompacted counterfactual); its cost line."""
-        full = uncompacted_prompt_tokens(usage.prompt_tokens, full_ratio)
-        spent, uncompacted = self._bill(session_id).add(pricing, usage, full)
-        return CostLine(
-            session_id,
-            pricing.name,
-            usage.prompt_tokens,
-            full,
-            usage.cache_read_tokens,
-            usage.cache_write_tokens,
-            folded,
-            spent,
-            uncompacted,
-        )
+        which scales the reported prompt to the uncompacted counterfactual; ``pricing`` None: its model has
+        no known price, ``label`` says which); its cost line, added to the conversation's figures."""
+        if usage is None:  # no usage reported (an error, a client that left): counted, nothing billed
+            line = CostLine(session_id, label, None, None, None, None, folded, None, None, occupancy_pct)
+        else:
+            full = uncompacted_prompt_tokens(usage.prompt_tokens, full_ratio)
+            spent: float | None = None
+            uncompacted: float | None = None
+            if pricing is not None:
+                spent, uncompacted = self._bill(session_id).add(pricing, usage, full)
+                label = pricing.name
+            line = CostLine(
+                session_id,
+                label,
+                usage.prompt_tokens,
+                full,
+                usage.cache_read_tokens,
+                usage.cache_write_tokens,
+                folded,
+                spent,
+                uncompacted,
+                occupancy_pct,
+            )
+        with self._lock:
+            self._figures.setdefault(session_id, SessionCost(session_id)).add(line.record())
+        return line
 
-    def charge_as_sent(self, session_id: str, pricing: CachePricing, usage: UsageReport) -> CostLine:
+    def figures(self, session_id: str) -> SessionCost | None:
+        """The conversation's figures through its last answered request (a copy)."""
+        with self._lock:
+            found = self._figures.get(session_id)
+            return None if found is None else replace(found)
+
+    def charge_as_sent(
+        self, session_id: str, pricing: CachePricing, usage: UsageReport, occupancy_pct: float | None = None
+    ) -> CostLine:
         """Bill a request forwarded as the client sent it (``serve --audit``): spent and uncompacted alike;
-        its cost line (the summarizer calls since on its spent side)."""
+        its cost line (the summarizer calls since on its spent side), added to the conversation's figures."""
         spent, uncompacted = self._bill(session_id).add_as_sent(pricing, usage)
-        return CostLine(
+        line = CostLine(
             session_id,
             pricing.name,
             usage.prompt_tokens,
@@ -71,7 +111,11 @@ class ProxyBills(Mapping[str, SessionBill]):
             False,
             spent,
             uncompacted,
+            occupancy_pct,
         )
+        with self._lock:
+            self._figures.setdefault(session_id, SessionCost(session_id)).add(line.record())
+        return line
 
     def charge_summarizer(self, session_id: str, pricing: CachePricing, input_tokens: int, output_tokens: int) -> None:
         """Bill summarizer calls (nothing to bill: no bill made)."""
@@ -86,20 +130,23 @@ class ProxyBills(Mapping[str, SessionBill]):
             return 0.0
         return self._bill(session_id).add_summary_request(pricing, report, output_tokens)
 
-    def headers(self, session_id: str, cache: CacheTotals, folded: bool) -> dict[str, str]:
-        """The cost headers of a response: what the provider's cache did for the session so far (as its
-        responses reported, up to the previous one: this response's figures come after its headers; a
-        fold of this request counted), and the session's cost against not compacting, in dollars."""
+    def headers(self, session_id: str, through: Through) -> dict[str, str]:
+        """The conversation's figures as response headers: its totals through the request ``through``
+        names (this one, when the answer was read before its headers went out; the previous one for a
+        stream, whose usage comes at its end), and ``x-microcompact-totals-through`` saying which."""
+        figures = self.figures(session_id) or SessionCost(session_id)
         headers = {
-            "x-microcompact-cache-read": str(cache.read),
-            "x-microcompact-cache-write": str(cache.written),
-            "x-microcompact-folds": str(cache.folds + int(folded)),
+            TOTALS_THROUGH: through.value,
+            "x-microcompact-requests": str(figures.requests),
+            "x-microcompact-tokens-saved": str(figures.tokens_saved),
+            "x-microcompact-cache-read": str(figures.cache_read_tokens),
+            "x-microcompact-cache-write": str(figures.cache_write_tokens),
+            "x-microcompact-folds": str(figures.folds),
         }
-        bill = self.get(session_id)
-        if bill is not None:
-            headers["x-microcompact-cost"] = f"{bill.spent:.6f}"
-            headers["x-microcompact-cost-uncompacted"] = f"{bill.uncompacted:.6f}"
+        if figures.priced:
+            headers["x-microcompact-cost"] = f"{figures.spent:.6f}"
+            headers["x-microcompact-cost-uncompacted"] = f"{figures.uncompacted:.6f}"
         return headers
 
 
-__all__ = ["ProxyBills"]
+__all__ = ["TOTALS_THROUGH", "ProxyBills", "Through"]

@@ -30,14 +30,6 @@ def full_ratio(sent_by_client: int, forwarded: int) -> float:
     return sent_by_client / forwarded if forwarded > 0 else 1.0
 
 
-def tokens_saved(counted_tokens: int, sent_by_client: int, forwarded: int) -> int:
-    """Tokens the client's request would have cost more than the forwarded one: the bytes saved, at the
-    bytes-per-token rate of the forwarded view (an estimate, like any count made before the provider's)."""
-    if forwarded <= 0 or counted_tokens <= 0 or sent_by_client <= forwarded:
-        return 0
-    return round((sent_by_client - forwarded) * counted_tokens / forwarded)
-
-
 def uncompacted_prompt_tokens(prompt_tokens: int, full_ratio: float) -> int:
     """The counterfactual prompt: the forwarded one scaled by the client's request over the forwarded one
     (in bytes; never below the forwarded size)."""
@@ -106,4 +98,4 @@ class SessionBill:
         return dollars
 
 
-__all__ = ["SessionBill", "full_ratio", "reported_prompt_cost", "tokens_saved", "uncompacted_prompt_tokens"]
+__all__ = ["SessionBill", "full_ratio", "reported_prompt_cost", "uncompacted_prompt_tokens"]

@@ -24,7 +24,8 @@ DEFINITIONS = {
     "the transcript)",
     "model_rejected": "passes whose model summary failed the checks; the deterministic summary absorbed the "
     "exchange (rejections: how many per check)",
-    "net_saved": "sum of -tokens_delta over committed passes in the files read",
+    "net_saved": "tokens removed from transcripts: sum of -tokens_delta over committed passes in the files "
+    "read (not the proxy's tokens saved, which is per request: cost[].tokens_saved)",
     "counter_saved": "sum over sessions of the last tokens_saved_total seen (the engine's running counter)",
     "failures": "outcomes summarize_failed, exchange_skipped, defrag_failed, store_failed",
     "marker_overhead": "tokens_delta of a session's first absorbed pass when positive, else 0; null when the "
@@ -32,7 +33,8 @@ DEFINITIONS = {
     "payback_pass": "first pass index after the first absorbed one at which the session's cumulative "
     "-tokens_delta is >= 0; only for sessions with a positive marker overhead",
     "batch_compactions": "batch lines with outcome compacted, user_floor_exceeded or fallback (pruned apart)",
-    "occupancy": "occupancy_pct of micro lines (% of the batch threshold after the pass), nulls left out",
+    "occupancy": "occupancy_pct of micro lines (% of the batch threshold after the pass), nulls left out; the "
+    "proxy's per-request occupancy is cost[].occupancy_pct / occupancy_peak",
     "median": "statistics.median (mean of the two middle values for an even count)",
     "p95": "nearest rank: the ceil(0.95 * n)-th smallest value",
     "summarizer_share_pct": "sum of summarizer_ms / sum of duration_ms over micro lines having both",

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -32,15 +31,7 @@ def read_costs(paths: Iterable[Path]) -> list[SessionCost]:
 def costs_json(costs: list[SessionCost], recall: Iterable[SessionRecall] = ()) -> list[dict[str, Any]]:
     """Each session's cost, and beside it its recall (null without recall lines)."""
     by_id = {r.session_id: r for r in recall}
-    return [
-        {
-            **asdict(c),
-            "saved": round(c.saved, 6),
-            "tokens_saved": c.tokens_saved,
-            "recall": by_id[c.session_id].as_dict() if c.session_id in by_id else None,
-        }
-        for c in costs
-    ]
+    return [{**c.as_dict(), "recall": by_id[c.session_id].as_dict() if c.session_id in by_id else None} for c in costs]
 
 
 SHORT_ID_CHARS = 16  # a session id is shown this long, longer where two would read the same
@@ -66,8 +57,9 @@ def render_costs(costs: list[SessionCost], console: Console, recall: Iterable[Se
         return
     by_id = {r.session_id: r for r in recall}
     table = Table(title="Cost against not compacting (proxy sessions, as the upstream reported its cache)")
-    for head in ("session", "prices", "requests", "folds", "prompt tok", "uncompacted tok", "cache read",
-                 "cache written", "spent $", "uncompacted $", "saved $", "recall"):  # fmt: skip
+    for head in ("session", "prices", "requests", "occupancy now", "peak", "folds", "prompt tok",
+                 "uncompacted tok", "tokens saved", "cache read", "cache written", "spent $", "uncompacted $",
+                 "saved $", "recall"):  # fmt: skip
         table.add_column(head, justify="left" if head in ("session", "prices") else "right")
     shown = short_ids([c.session_id for c in costs])
     for c in costs:
@@ -75,17 +67,24 @@ def render_costs(costs: list[SessionCost], console: Console, recall: Iterable[Se
             shown[c.session_id],
             c.pricing,
             str(c.requests),
+            _pct(c.occupancy_pct),
+            _pct(c.occupancy_peak),
             str(c.folds),
             f"{c.prompt_tokens:,}",
             f"{c.uncompacted_tokens:,}",
+            f"{c.tokens_saved:,}",
             f"{c.cache_read_tokens:,}",
             f"{c.cache_write_tokens:,}",
-            f"{c.spent:.4f}",
-            f"{c.uncompacted:.4f}",
-            f"{c.saved:+.4f}",
+            c.dollars(c.spent),
+            c.dollars(c.uncompacted),
+            f"{c.saved:+.4f}" if c.priced else c.dollars(0.0),
             recall_text(by_id.get(c.session_id)),
         )
     console.print(table)
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}%"
 
 
 __all__ = ["costs_json", "read_costs", "render_costs", "short_ids"]

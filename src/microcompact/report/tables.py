@@ -72,11 +72,12 @@ def _headroom_table(head: Headroom) -> Table:
         extra = f"; {occ.unknown} unknown" if occ.unknown else ""
         _row(
             t,
-            "occupancy % of threshold",
+            "occupancy after each pass, % of threshold",
             f"min {_fmt(occ.min)}  median {_fmt(occ.median)}  max {_fmt(occ.max)}  ({occ.samples} passes{extra})",
         )
     else:
-        _row(t, "occupancy % of threshold", "unknown: no pass knew the context limit (set model.context_length)")
+        unknown = "unknown: no pass knew the context limit (set model.context_length)"
+        _row(t, "occupancy after each pass, % of threshold", unknown)
     if head.threshold_tokens:
         _row(t, "batch threshold", ", ".join(f"{v:,}" for v in head.threshold_tokens) + " tokens")
     b = head.batch
@@ -123,7 +124,12 @@ def _tokens_table(tok: Tokens) -> Table:
         if counter == tok.net_saved
         else (f"the engine's counters say {_fmt(counter)}: some session began before these logs or was resumed")
     )
-    _row(t, "net tokens saved", f"{tok.net_saved:,} (sum of -tokens_delta over committed passes; {agree})")
+    _row(
+        t,
+        "tokens removed from transcripts",
+        f"{tok.net_saved:,} (sum of -tokens_delta over committed passes; {agree}; tokens saved per request: the "
+        "cost table)",
+    )
     partial = f", {tok.partial_absorbs} partial" if tok.partial_absorbs else ""
     _row(
         t,
@@ -168,8 +174,8 @@ def _per_session_table(sessions: list[SessionSummary]) -> Table:
         "passes",
         "absorbed",
         "failures",
-        "tokens saved",
-        "occupancy max",
+        "transcript tokens removed",
+        "occupancy after pass, max",
         "batch compactions",
         "payback pass",
         "kept in use tok",

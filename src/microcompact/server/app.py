@@ -44,7 +44,9 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route as Path
 
 from ..bill.cache_usage import UsageReport
-from ..bill.session_bill import full_ratio, tokens_saved
+from ..bill.cost_line import figure_pct
+from ..bill.proxy_bills import Through
+from ..bill.session_bill import full_ratio
 from ..router import SessionRouter
 from ..wire import Upstream, WireApi
 from .anthropic_format import AnthropicFormat
@@ -316,7 +318,7 @@ class Proxy:
             headers = self.compaction.audit.headers(provider.name, prepared, self.compaction.bills)
             return await self._forward(request, provider, raw, started, prepared, headers)
         content = plan.first.content
-        headers = self._report(prepared, len(raw), len(content))
+        headers = self._report(prepared)
         headers.update(self._mode_of(provider, prepared))
         ratio = full_ratio(len(raw), len(content))
         return await self._forward(request, provider, content, started, prepared, headers, plan, ratio)
@@ -333,8 +335,11 @@ class Proxy:
         reason = provider.passthrough_reason(body)
         if reason is not None:
             return _Aside(reason, _conversation_hint(request, body))
-        prepared = self.compaction.prepare(provider, body, self._key(request, provider, body), history)
+        target = model_method(request.url.path) if provider is GEMINI else None  # Gemini's model is in the path
+        key = self._key(request, provider, body)
+        prepared = self.compaction.prepare(provider, body, key, history, target[0] if target else None)
         prepared.client = request.headers.get("user-agent")  # the conversation page names the client
+        prepared.streamed = body.get("stream") is True or (target is not None and target[1].startswith("stream"))
         prepared.audit = self.compaction.audit.step(provider, body, history, raw, prepared)
         if prepared.audit is not None:
             return prepared, None
@@ -370,26 +375,22 @@ class Proxy:
                 log.warning("Proxy: passing %s through uncompacted (%s)", conversation or f"an {api} request", reason)
         return {MODE_HEADER: mode(reason)}
 
-    def _report(self, prepared: Prepared, sent_by_client: int, forwarded: int) -> dict[str, str]:
-        """The X-Microcompact-* response headers; records the request's metrics."""
+    def _report(self, prepared: Prepared) -> dict[str, str]:
+        """The X-Microcompact-* response headers as known before the upstream answers: this request's
+        occupancy and prices, the conversation's totals through its previous request (a response read
+        whole before it goes out gets them through itself: :meth:`_forward`)."""
         headers: dict[str, str] = {}
-        saved = 0
         if prepared.session is not None:
             headers["x-microcompact-session"] = prepared.session.session_id
-            if prepared.occupancy_pct is not None:
-                headers["x-microcompact-occupancy"] = f"{prepared.occupancy_pct:.1f}"
-            saved = tokens_saved(prepared.counted_tokens, sent_by_client, forwarded)
-            headers["x-microcompact-tokens-saved"] = str(saved)
+            occupancy = figure_pct(prepared.occupancy_pct)
+            if occupancy is not None:
+                headers["x-microcompact-occupancy"] = f"{occupancy:.1f}"
+            headers["x-microcompact-pricing"] = self.compaction.pricing(prepared)[1]
+            headers.update(self.compaction.bills.headers(prepared.session.session_id, Through.PREVIOUS))
         if prepared.degraded:
             headers["x-microcompact-degraded"] = prepared.degraded
             self.metrics.degrade(prepared.degraded)
         self.metrics.passes_done(prepared.outcomes)
-        self.metrics.compacted(prepared.occupancy_pct, saved)
-        if prepared.session is not None:
-            bills = self.compaction.bills
-            headers.update(bills.headers(prepared.session.session_id, prepared.session.cache_totals(), prepared.folded))
-            if prepared.folded:
-                self.metrics.fold()
         return headers
 
     # ------------------------------------------------------------------ forwarding
@@ -433,8 +434,6 @@ class Proxy:
             return Response(status_code=499)  # written to nobody
         response = answer
         self.metrics.request(provider.name, response.status_code)
-        if self.request_lines is not None:
-            self.request_lines(request_line(response.status_code, request.method, request.url.path, headers))
         tap = UsageTap(response.headers.get("content-type", ""), provider)
 
         def done(tap: UsageTap, complete: bool) -> None:
@@ -444,10 +443,16 @@ class Proxy:
                 usage = tap.report(time.time()) if prompt_tokens else None
                 if ok:  # the prefix of the conversation's next summary request (summarizer: upstream)
                     remember_for_summary(prepared, response.request, self.compaction.bills)
-                self.metrics.cache_usage(usage)
                 self._follow_up(prepared, prompt_tokens, usage, full_ratio)
+                if prepared.session is not None and prepared.audit is None:  # held back: they go out with these
+                    headers.update(self.compaction.bills.headers(prepared.session.session_id, Through.THIS))
+            if self.request_lines is not None:  # this request's own figures, streamed or not
+                self.request_lines(request_line(response.status_code, request.method, request.url.path, headers))
 
-        return Passthrough(response, tap, headers, done)
+        hold = (
+            prepared is not None and prepared.session is not None and prepared.audit is None and not prepared.streamed
+        )
+        return Passthrough(response, tap, headers, done, hold=hold)
 
     async def _send(
         self, outgoing: httpx.Request, sent: list[tuple[str, str]], headers: dict[str, str], plan: ThinkingPlan | None

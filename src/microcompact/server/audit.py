@@ -29,8 +29,7 @@ from ..bill.audit_bill import AuditBills, AuditLine, TokenRate, would_have_usage
 from ..bill.cache_usage import UsageReport
 from ..bill.cost_line import CostLine
 from ..bill.pricing import CachePricing
-from ..bill.proxy_bills import ProxyBills
-from ..bill.session_bill import tokens_saved
+from ..bill.proxy_bills import TOTALS_THROUGH, ProxyBills, Through
 from ..messages import Message
 from ..session import Session
 from ..store import StoreError
@@ -179,20 +178,26 @@ class Audit:
         return would.prompt_tokens, (would if usage is not None else None)
 
     def charge(
-        self, bills: ProxyBills, session_id: str, pricing: CachePricing, actual: UsageReport, would: UsageReport
+        self,
+        bills: ProxyBills,
+        session_id: str,
+        pricing: CachePricing,
+        actual: UsageReport,
+        would: UsageReport,
+        occupancy_pct: float | None = None,
     ) -> tuple[CostLine, AuditLine]:
-        """Bill an audited request: the client's as it went (``bills``), the view as it would have."""
-        line = bills.charge_as_sent(session_id, pricing, actual)
+        """Bill an audited request: the client's as it went (``bills``; its cost line, which the caller
+        counts), the view as it would have."""
+        line = bills.charge_as_sent(session_id, pricing, actual, occupancy_pct)
         audit = self.bills.charge(session_id, pricing, actual, would)
-        self.metrics.cost(line.spent, line.uncompacted)
-        self.metrics.would_have_cost(audit.would_have_cost + line.spent - line.uncompacted)
+        self.metrics.would_have_cost(audit.would_have_cost + (line.spent or 0.0) - (line.uncompacted or 0.0))
         return line, audit
 
     def headers(self, api: str, prepared: PreparedView, bills: ProxyBills) -> dict[str, str]:
         """The X-Microcompact-* headers of an audited request; counts it in the metrics."""
         step = prepared.audit
         assert step is not None, "an audited request has its step"
-        headers = {"x-microcompact-mode": AUDIT_MODE}
+        headers = {"x-microcompact-mode": AUDIT_MODE, TOTALS_THROUGH: Through.PREVIOUS.value}
         self.metrics.mode(api, AUDIT_MODE, "")
         if prepared.degraded:
             headers["x-microcompact-degraded"] = prepared.degraded
@@ -201,8 +206,7 @@ class Audit:
         session = prepared.session
         if session is None:
             return headers
-        saved = tokens_saved(prepared.counted_tokens, step.client_bytes, step.would_bytes)
-        self.metrics.compacted(prepared.occupancy_pct, 0)
+        saved = _would_save(prepared.counted_tokens, step.client_bytes, step.would_bytes)
         self.metrics.would_have(saved, prepared.folded)
         sid = session.session_id
         headers["x-microcompact-session"] = sid
@@ -222,6 +226,14 @@ class Audit:
             headers["x-microcompact-would-have-cost"] = f"{would:.6f}"
             headers["x-microcompact-would-have-saved"] = f"{totals.actual_cost - would:.6f}"
         return headers
+
+
+def _would_save(counted_tokens: int, client_bytes: int, would_bytes: int) -> int:
+    """The tokens the view would have left out, before the upstream answers: the bytes it leaves out at the
+    view's own bytes-per-token rate (an estimate; the would-have usage after the answer is the measure)."""
+    if would_bytes <= 0 or counted_tokens <= 0 or client_bytes <= would_bytes:
+        return 0
+    return round((client_bytes - would_bytes) * counted_tokens / would_bytes)
 
 
 __all__ = ["AUDIT_MODE", "Audit", "AuditStep", "ViewPrefixes"]

@@ -28,7 +28,11 @@ import orjson
 
 from ..bill.audit_bill import AuditLine
 from ..bill.cache_usage import UsageReport
+from ..bill.cost_line import CostLine
+from ..bill.model_prices import unpriced
+from ..bill.pricing import CachePricing
 from ..bill.proxy_bills import ProxyBills
+from ..config import Config
 from ..events import Outcome
 from ..identity import DIGEST_KEY, Forms, PrefixDigests, digest, digest_memo, hid_of
 from ..messages import Message, TranscriptError
@@ -73,6 +77,7 @@ class Prepared:
     model: str | None = None  # the request's model, and the client's user agent (set by the app): the page
     client: str | None = None
     audit: AuditStep | None = None  # serve --audit: the client's request went up, this is what it would have been
+    streamed: bool = False  # the answer is a stream (its usage comes after its headers; set by the app)
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,8 @@ class Answered:
     usage: UsageReport | None  # what the upstream reported about its cache
     full_ratio: float  # the client's request over the forwarded one, in bytes (the counterfactual's scale)
     actual: UsageReport | None = None  # audited: the client's request's usage (``usage`` is the view's)
+    line: CostLine | None = None  # its figures, as billed when its response ended
+    audited: AuditLine | None = None  # audited: what went up and what its view would have been, billed
 
 
 def stable(history: list[Message]) -> list[Message]:
@@ -139,6 +146,7 @@ class Compaction:
         self._pending_lock = threading.Lock()
         self._shapes: dict[str, list[str]] = {}  # each key's last view, one digest per message (fold detection)
         self.bills = ProxyBills()  # spent and uncompacted cost, by session id
+        self._prices: dict[tuple[int, str | None, str | None], tuple[Config, CachePricing | None, str]] = {}
         self.windows = ModelWindows(router.config)
         self.fixed_blocks = FixedBlocks()
         self.prefixes = PrefixDigests()  # each key's last history, hashed: a continuation digests its new part
@@ -146,15 +154,22 @@ class Compaction:
         self.recorder = RequestRecorder()  # each answered request's figures, in the store (server/ui)
         self.recall = RecallWatches()  # each reply's recall of what tools showed, read in the follow-up
 
-    def prepare(self, provider: Provider, body: dict[str, Any], key: str, history: list[Message]) -> Prepared:
+    def prepare(
+        self, provider: Provider, body: dict[str, Any], key: str, history: list[Message], model: str | None = None
+    ) -> Prepared:
         """Sync, compact and build the outgoing messages (raises BadRequest for a message the session
-        refuses; any other failure forwards the client's messages with a degraded reason)."""
+        refuses; any other failure forwards the client's messages with a degraded reason). ``model``: the
+        request's model where the body does not name it (Gemini's is in the path)."""
         if not history:  # nothing to compact; the upstream says what it thinks of an empty conversation
             return Prepared(key, [])
+        if model is None and isinstance(body.get("model"), str):
+            model = body["model"]
         with digest_memo():  # the key's digests and the sync's are of the same objects: computed once
-            return self._prepare(provider, body, key, history)
+            return self._prepare(provider, body, key, history, model)
 
-    def _prepare(self, provider: Provider, body: dict[str, Any], key: str, history: list[Message]) -> Prepared:
+    def _prepare(
+        self, provider: Provider, body: dict[str, Any], key: str, history: list[Message], model: str | None
+    ) -> Prepared:
         try:
             identity = Forms(history, _stable)  # each made when read: a continued history's known part is not
             asked = key
@@ -167,7 +182,7 @@ class Compaction:
                 routed = self.router.route(key, identity.reordered(order, incoming), provider.convert, config)
                 session, matched = routed.session, routed.sync.matched
                 results = session.before_request()
-                self._bill_summarizer(session, provider.name, results)
+                self._bill_summarizer(session, provider.name, model, results)
                 view = self.recall_notes.annotate(body, session.store, session.session_id, session.transcript)
                 prepared = Prepared(
                     key,
@@ -179,7 +194,7 @@ class Compaction:
                     outcomes=[str(r.outcome) for r in results],
                     api=provider.name,
                     wire=provider.wire,
-                    model=body.get("model") if isinstance(body.get("model"), str) else None,
+                    model=model,
                 )
                 if not session.flush():
                     prepared.degraded = "store-write-failed"
@@ -218,11 +233,12 @@ class Compaction:
         prompt_tokens: int | None,
         usage: UsageReport | None = None,
         full_ratio: float = 1.0,
-    ) -> None:
-        """The response to ``prepared`` is over: queue its follow-up (cheap; call it at once). ``full_ratio``:
-        the client's request over the forwarded one, in bytes."""
+    ) -> CostLine | None:
+        """The response to ``prepared`` is over: bill it (its figures count from now on: the headers of a
+        response read whole before they go out carry them) and queue its follow-up (cheap; call it at once).
+        ``full_ratio``: the client's request over the forwarded one, in bytes. Its cost line."""
         if prepared.session is None:
-            return
+            return None
         actual = None
         if prepared.audit is not None:  # the session goes by what its view would have been reported with
             actual, full_ratio = usage, 1 / prepared.audit.ratio if prepared.audit.ratio > 0 else 1.0
@@ -231,9 +247,54 @@ class Compaction:
             except Exception as exc:  # the answer is on its way to the client: nothing raises here
                 self._failed("audit-error", prepared.key, exc)
                 actual = prompt_tokens = usage = None
-        answer = Answered(prepared, prompt_tokens, usage, full_ratio, actual)
+        line, audited = self._charge(prepared, usage, full_ratio, actual)
         with self._pending_lock:
-            self._pending.setdefault(prepared.key, []).append(answer)
+            self._pending.setdefault(prepared.key, []).append(
+                Answered(prepared, prompt_tokens, usage, full_ratio, actual, line, audited)
+            )
+        return line
+
+    def pricing(self, prepared: Prepared) -> tuple[CachePricing | None, str]:
+        """The prices of the request's model (None: unknown) and what names them; looked up once per config,
+        API and model (this runs on the event loop, twice a request)."""
+        assert prepared.session is not None
+        config = prepared.session.config
+        key = (id(config), prepared.api, prepared.model)
+        known = self._prices.get(key)
+        if known is not None and known[0] is config:
+            return known[1], known[2]
+        pricing = config.cache_pricing(prepared.api, prepared.model)
+        label = pricing.name if pricing is not None else unpriced(prepared.model)
+        if len(self._prices) >= MAX_SHAPES:
+            self._prices.clear()
+        self._prices[key] = (config, pricing, label)
+        return pricing, label
+
+    def _charge(
+        self, prepared: Prepared, usage: UsageReport | None, full_ratio: float, actual: UsageReport | None
+    ) -> tuple[CostLine, AuditLine | None]:
+        """Price the answered request as the upstream reported it, against the uncompacted counterfactual
+        (audited, ``actual``: the client's request as reported, and the view's would-have usage beside it);
+        one cost line, logged, and counted in the metrics."""
+        assert prepared.session is not None
+        pricing, label = self.pricing(prepared)
+        sid, audited = prepared.session.session_id, None
+        if actual is not None and usage is not None and pricing is not None:
+            line, audited = self.audit.charge(self.bills, sid, pricing, actual, usage, prepared.occupancy_pct)
+        else:
+            usage = actual if actual is not None else usage  # an unpriced audit: what went up, counted
+            line = self.bills.charge_request(
+                sid,
+                pricing,
+                label,
+                usage,
+                full_ratio if actual is None else 1.0,
+                prepared.folded,
+                prepared.occupancy_pct,
+            )
+        self.metrics.figures(line)
+        telemetry_log.info("%s", line.text())
+        return line, audited
 
     def follow_up(self, key: str) -> None:
         """Run the queued follow-ups of ``key`` (unless its next request already did). Never raises."""
@@ -262,20 +323,19 @@ class Compaction:
                         cache_read_tokens=usage.cache_read_tokens if usage else None,
                         cache_write_tokens=usage.cache_write_tokens if usage else None,
                     )
-                audited = self._bill(session, answer)
                 self._measure_recall(prepared.session, session.session_id)
-                self._collected(session, prepared.api, session.drain(0))  # a pass done already: not next request's
+                self._collected(session, prepared, session.drain(0))  # a pass done already: not next request's
                 if prepared.human:
-                    self._collected(session, prepared.api, session.finalize_turn())
+                    self._collected(session, prepared, session.finalize_turn())
                 if usage is not None and usage.turn_over:
                     session.fold_ahead()  # an idle gap may follow: have the fold ready after it
-                self.recorder.record(session, answer, self.bills.get(session.session_id), audited)
+                self.recorder.record(session, answer, answer.audited)
             except Exception:
                 log.exception("Proxy: the follow-up of a request to session %s failed", session.session_id)
 
-    def _collected(self, session: Session, api: str | None, results: Sequence[Any]) -> None:
+    def _collected(self, session: Session, prepared: Prepared, results: Sequence[Any]) -> None:
         """Count passes a follow-up applied (their summarizer calls billed)."""
-        self._bill_summarizer(session, api, results)
+        self._bill_summarizer(session, prepared.api, prepared.model, results)
         self.metrics.passes_done([str(r.outcome) for r in results])
 
     def view_for_count(
@@ -310,39 +370,23 @@ class Compaction:
             self._shapes[key] = shape
         return previous is not None and shape[: len(previous)] != previous
 
-    def _bill(self, session: Session, answer: Answered) -> AuditLine | None:
-        """Price the answered request as the upstream reported it, against the uncompacted counterfactual
-        (audited: the client's request as reported, and the view's counterfactual; its audit line)."""
-        usage, prepared = answer.usage, answer.prepared
-        pricing = session.config.cache_pricing(prepared.api)
-        if usage is None or pricing is None:
-            return None
-        audited = None
-        if answer.actual is not None:
-            line, audited = self.audit.charge(self.bills, session.session_id, pricing, answer.actual, usage)
-        else:
-            line = self.bills.charge_request(session.session_id, pricing, usage, answer.full_ratio, prepared.folded)
-            self.metrics.cost(line.spent, line.uncompacted)
-        telemetry_log.info("%s", line.text())
-        return audited
-
     def _measure_recall(self, conversation: Session, session_id: str) -> None:
         """Log the recall of each reply that used what a tool showed (its counts only)."""
         for measured in self.recall.settle(conversation):
             if measured.targets:
                 telemetry_log.info("%s", RecallLine.of(session_id, measured).text())
 
-    def _bill_summarizer(self, session: Session, api: str | None, results: Sequence[Any]) -> None:
+    def _bill_summarizer(self, session: Session, api: str | None, model: str | None, results: Sequence[Any]) -> None:
         """Count the summarizer calls of ``results`` (passes just applied) in the session's spent figure, and
         those of background folds discarded since (made all the same)."""
-        self.recorder.passes(session, api, results)  # the applied ones, for the request's figures
+        self.recorder.passes(session, api, model, results)  # the applied ones, for the request's figures
         results = [*results, *session.take_spent()]
         records = [getattr(r, "record", None) or {} for r in results]
         tokens_in = sum(int(r.get("summarizer_input_tokens") or 0) for r in records)
         tokens_out = sum(int(r.get("summarizer_output_tokens") or 0) for r in records)
         if not tokens_in and not tokens_out:
             return
-        pricing = session.config.cache_pricing(api)
+        pricing = session.config.cache_pricing(api, model)
         if pricing is not None:
             self.bills.charge_summarizer(session.session_id, pricing, tokens_in, tokens_out)
 

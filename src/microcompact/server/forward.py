@@ -127,20 +127,28 @@ def upstream_failure(
 
 class Passthrough(Response):
     """The upstream response, streamed to the client; ``done(tap, complete)`` is called exactly once, as soon
-    as the copy ends (complete: the whole upstream body was passed on)."""
+    as the copy ends (complete: the whole upstream body was passed on). With ``hold`` (an answer that is not
+    a stream) the whole body is read first and ``done`` runs before the headers go out, so what it adds to
+    ``extra_headers`` (the figures of this very request) goes with them; the bytes are the same."""
 
-    def __init__(self, upstream: httpx.Response, tap: UsageTap, extra_headers: dict[str, str], done: Done) -> None:
+    def __init__(
+        self, upstream: httpx.Response, tap: UsageTap, extra_headers: dict[str, str], done: Done, hold: bool = False
+    ) -> None:
         # Response.__init__ is not called: nothing is rendered here, the upstream's bytes are the body.
         self.upstream = upstream
         self.tap = tap
         self.extra_headers = extra_headers
         self.done: Done | None = done
+        self.hold = hold
         self.status_code = upstream.status_code
         self.background = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         complete = False
         try:
+            if self.hold:
+                await self._held(receive, send)
+                return
             headers = client_headers(self.upstream.headers.multi_items(), self.extra_headers)
             await send({"type": "http.response.start", "status": self.upstream.status_code, "headers": headers})
             async with anyio.create_task_group() as group:
@@ -161,6 +169,37 @@ class Passthrough(Response):
             self._done(False)
             with anyio.CancelScope(shield=True):
                 await self.upstream.aclose()
+
+    async def _held(self, receive: Receive, send: Send) -> None:
+        """Read the whole body (the client may leave meanwhile), run ``done``, then send headers and body;
+        a body the upstream broke off is passed on as far as it came, without its final chunk."""
+        chunks: list[bytes] = []
+        complete = finished = False  # finished: not cut short by the client leaving
+        async with anyio.create_task_group() as group:
+
+            async def read() -> None:
+                nonlocal complete, finished
+                try:
+                    async for chunk in self.upstream.aiter_raw():
+                        self.tap.feed(chunk)
+                        chunks.append(chunk)
+                    complete = True
+                except httpx.HTTPError as exc:
+                    log.warning("Proxy: the upstream response broke off mid-body (%s)", type(exc).__name__)
+                finished = True
+                group.cancel_scope.cancel()
+
+            group.start_soon(_cancel_on_disconnect, receive, group.cancel_scope)
+            group.start_soon(read)
+        self._done(complete)
+        if not finished:  # the client went away
+            return
+        headers = client_headers(self.upstream.headers.multi_items(), self.extra_headers)
+        await send({"type": "http.response.start", "status": self.upstream.status_code, "headers": headers})
+        for chunk in chunks:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        if complete:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     def _done(self, complete: bool) -> None:
         done, self.done = self.done, None

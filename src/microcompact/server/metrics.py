@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..bill.cache_usage import UsageReport
+    from ..bill.cost_line import CostLine
 
 OCCUPANCY_BUCKETS = (10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0, 100.0)
 OVERHEAD_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.5, 1.0)
@@ -55,6 +55,8 @@ class Metrics:
         self.cache_read_tokens = 0
         self.cache_write_tokens = 0
         self.folds = 0
+        self.answered = 0  # requests of a held conversation whose response ended (each one cost line)
+        self.unpriced = 0  # of those, with usage but no known price for their model
         self.cost_spent = 0.0
         self.cost_uncompacted = 0.0
         # serve --audit: what rewriting would have done to the requests forwarded as they came.
@@ -69,12 +71,6 @@ class Metrics:
     def passes_done(self, outcomes: Sequence[str]) -> None:
         with self._lock:
             self.passes.update(outcomes)
-
-    def compacted(self, occupancy_pct: float | None, tokens_saved: int) -> None:
-        with self._lock:
-            if occupancy_pct is not None:
-                self.occupancy.observe(occupancy_pct)
-            self.tokens_saved += max(0, tokens_saved)
 
     def degrade(self, reason: str) -> None:
         with self._lock:
@@ -93,21 +89,21 @@ class Metrics:
         with self._lock:
             self.overhead.observe(seconds)
 
-    def cache_usage(self, usage: UsageReport | None) -> None:
-        if usage is None:
-            return
+    def figures(self, line: CostLine) -> None:
+        """One answered request's figures (its cost line, as the headers, ``report`` and the page sum them)."""
         with self._lock:
-            self.cache_read_tokens += usage.cache_read_tokens or 0
-            self.cache_write_tokens += usage.cache_write_tokens or 0
-
-    def fold(self) -> None:
-        with self._lock:
-            self.folds += 1
-
-    def cost(self, spent: float, uncompacted: float) -> None:
-        with self._lock:
-            self.cost_spent += spent
-            self.cost_uncompacted += uncompacted
+            self.answered += 1
+            if line.occupancy_pct is not None:
+                self.occupancy.observe(round(line.occupancy_pct, 1))
+            self.tokens_saved += line.tokens_saved
+            self.cache_read_tokens += line.cache_read_tokens or 0
+            self.cache_write_tokens += line.cache_write_tokens or 0
+            self.folds += int(line.folded)
+            if line.spent is not None and line.uncompacted is not None:
+                self.cost_spent += round(line.spent, 6)
+                self.cost_uncompacted += round(line.uncompacted, 6)
+            elif line.prompt_tokens is not None:
+                self.unpriced += 1
 
     def would_have(self, tokens_saved: int, folded: bool) -> None:
         """An audited request: the tokens its view would have saved, and whether it would have folded."""
@@ -141,6 +137,12 @@ class Metrics:
             "# HELP microcompact_cache_write_tokens_total Prompt tokens the upstream wrote to its cache (reported).",
             "# TYPE microcompact_cache_write_tokens_total counter",
             f"microcompact_cache_write_tokens_total {self.cache_write_tokens}",
+            "# HELP microcompact_answered_requests_total Requests of held conversations answered (one cost line each).",
+            "# TYPE microcompact_answered_requests_total counter",
+            f"microcompact_answered_requests_total {self.answered}",
+            "# HELP microcompact_unpriced_requests_total Answered requests whose model has no known price.",
+            "# TYPE microcompact_unpriced_requests_total counter",
+            f"microcompact_unpriced_requests_total {self.unpriced}",
             "# HELP microcompact_folds_total Requests whose view changed before its end (a fold rewrote the prefix).",
             "# TYPE microcompact_folds_total counter",
             f"microcompact_folds_total {self.folds}",
@@ -174,11 +176,11 @@ class Metrics:
             ]
             lines += [f'microcompact_degraded_total{{reason="{r}"}} {n}' for r, n in sorted(self.degraded.items())]
             lines += [
-                "# HELP microcompact_tokens_saved_total Prompt tokens not sent thanks to compaction (estimated).",
+                "# HELP microcompact_tokens_saved_total Uncompacted less reported prompt tokens, answered requests.",
                 "# TYPE microcompact_tokens_saved_total counter",
                 f"microcompact_tokens_saved_total {self.tokens_saved}",
                 *_thinking_lines(self.thinking),
-                "# HELP microcompact_occupancy_percent Prompt size as a percentage of the compaction threshold.",
+                "# HELP microcompact_occupancy_percent Forwarded view, % of the batch threshold, per answered request.",
                 "# TYPE microcompact_occupancy_percent histogram",
                 *self.occupancy.lines("microcompact_occupancy_percent"),
                 "# HELP microcompact_mode_total Answers by X-Microcompact-Mode (compacted, or passthrough and why).",

@@ -1,5 +1,7 @@
 """One line per answered request on ``serve``'s stderr (unless ``--quiet``): what a user watching the terminal
-wants to see, from the figures the response headers carry (the same values, so the two never disagree).
+wants to see, from the figures the response headers carry (the same values, so the two never disagree),
+written when the response ends, with the conversation's totals through this request, streamed or not; a
+model with no known price says ``unpriced: MODEL``.
 
 ``200 POST /v1/messages  claude-…@a1b2c3  compacted  occupancy 18.3%  folds 2  $0.1234 (uncompacted
 $0.4567)``: the status, the request, the conversation, the mode, and where the proxy carries them the
@@ -12,11 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ..bill.cost_line import UNPRICED
+
 # The headers a line is made of, in its order, with how each is shown.
 _SHOWN = (
     ("x-microcompact-occupancy", "occupancy {}%"),
     ("x-microcompact-folds", "folds {}"),
     ("x-microcompact-would-have-folds", "would-have folds {}"),  # serve --audit
+    ("x-microcompact-tokens-saved", "saved {} tok"),
     ("x-microcompact-cost", "${}"),
     ("x-microcompact-cost-uncompacted", "(uncompacted ${})"),
     ("x-microcompact-would-have-cost", "would have ${}"),
@@ -32,6 +37,9 @@ def request_line(status: int, method: str, path: str, headers: Mapping[str, str]
     parts = [f"{status} {method} {shown_path}", headers.get("x-microcompact-session", "-")]
     parts.append(headers.get("x-microcompact-mode", "-"))
     parts += [shape.format(_money(name, headers[name])) for name, shape in _SHOWN if name in headers]
+    pricing = headers.get("x-microcompact-pricing", "")
+    if pricing.startswith(UNPRICED) and "x-microcompact-cost" not in headers:
+        parts.append(pricing)
     if "x-microcompact-degraded" in headers:
         parts.append(f"degraded: {headers['x-microcompact-degraded']}")
     return "  ".join(parts)

@@ -71,19 +71,21 @@ def remember(prepared: Prepared, request: httpx.Request, bills: ProxyBills) -> N
     api = prepared.wire  # the summary wire is the route's own request format
     if link is None or api is None or (api is WireApi.GEMINI and structured(request.content)):
         return
-    session_id, config, priced_as = session.session_id, session.config, prepared.api
+    session_id, config, priced_as, model = session.session_id, session.config, prepared.api, prepared.model
 
     def bill(answer: Answer) -> None:
-        charge(bills, session_id, config, priced_as, answer)
+        charge(bills, session_id, config, priced_as, answer, model)
 
     url = summary_url(api, request.url)
     link.remember(UpstreamRequest(api, url, tuple(request.headers.multi_items()), request.content, bill))
 
 
-def charge(bills: ProxyBills, session_id: str, config: Config, api: str | None, answer: Answer) -> float:
+def charge(
+    bills: ProxyBills, session_id: str, config: Config, api: str | None, answer: Answer, model: str | None = None
+) -> float:
     """Bill one summary request at the client's model's prices (read, written, plain input, output); its
     dollars (0 when no price is known)."""
-    pricing = config.cache_pricing(api)
+    pricing = config.cache_pricing(api, model)
     if pricing is None:
         return 0.0
     report = UsageReport(answer.prompt_tokens, answer.cache_read_tokens, answer.cache_write_tokens)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from ...bill.cost_line import SessionCost
 from ...config import home_dir
 from ...keys import ABSORBED_BY_KEY, REWRITE_META, ROW_KEY, SECRETS_META, STATE_KEY
 from ...messages import Message, marker_kind
@@ -34,19 +35,40 @@ def text_of(message: Message, memory: SecretMemory, labels: bool = True) -> dict
     return {"text": text[:MAX_TEXT], "chars": len(text), "cut": len(text) > MAX_TEXT}
 
 
-def _totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """What a conversation's request rows add up to, and where the last one left it."""
+OLD_KEYS = {"cache_read": "cache_read_tokens", "cache_write": "cache_write_tokens"}  # rows stored before the rename
+
+
+def _rows(store: _SQLStore, session_id: str) -> list[dict[str, Any]]:
+    """The conversation's request rows, each with its cost line's keys (older rows' names mapped)."""
+    rows = RequestFigures(store).of(session_id)
+    for row in rows:
+        for old, new in OLD_KEYS.items():
+            if old in row and new not in row:
+                row[new] = row.pop(old)
+    return rows
+
+
+def _totals(session_id: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a conversation's request rows add up to (:class:`SessionCost`, as ``report`` and the headers
+    sum them), and where the last one left it."""
     last = rows[-1] if rows else {}
-    spent = [r["spent"] for r in rows if isinstance(r.get("spent"), int | float)]
-    uncompacted = [r["uncompacted"] for r in rows if isinstance(r.get("uncompacted"), int | float)]
+    figures = SessionCost(session_id)
+    for row in rows:
+        figures.add(row)
     return {
-        "requests": len(rows),
-        "occupancy_pct": last.get("occupancy_pct"),
-        "folds": sum(1 for r in rows if r.get("folded")),
-        "prompt_tokens": sum(int(r.get("prompt_tokens") or 0) for r in rows),
-        "uncompacted_tokens": sum(int(r.get("uncompacted_tokens") or 0) for r in rows),
-        "spent": round(sum(spent), 6) if spent else None,
-        "uncompacted": round(sum(uncompacted), 6) if uncompacted else None,
+        "requests": figures.requests,
+        "occupancy_pct": figures.occupancy_pct,
+        "occupancy_peak": figures.occupancy_peak,
+        "folds": figures.folds,
+        "prompt_tokens": figures.prompt_tokens,
+        "uncompacted_tokens": figures.uncompacted_tokens,
+        "tokens_saved": figures.tokens_saved,
+        "cache_read_tokens": figures.cache_read_tokens,
+        "cache_write_tokens": figures.cache_write_tokens,
+        "spent": round(figures.spent, 6) if figures.priced else None,
+        "uncompacted": round(figures.uncompacted, 6) if figures.priced else None,
+        "pricing": figures.pricing or None,
+        "unpriced": figures.unpriced or None,
         "last_at": last.get("at"),
         "client": next((r["client"] for r in reversed(rows) if r.get("client")), None),
         "model": next((r["model"] for r in reversed(rows) if r.get("model")), None),
@@ -72,11 +94,9 @@ def _audit_totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def conversations(store: _SQLStore) -> list[dict[str, Any]]:
     """Every stored conversation with its totals, the most recently active first."""
-    figures = RequestFigures(store)
     out = []
     for session in store.list_sessions():
-        rows = figures.of(session["id"])
-        totals = _totals(rows)
+        totals = _totals(session["id"], _rows(store, session["id"]))
         out.append(
             {
                 "id": session["id"],
@@ -100,7 +120,7 @@ def conversation(store: _SQLStore, session_id: str) -> dict[str, Any] | None:
     absorbed) and the markers as the model sees them now; None when the store has no such conversation."""
     if not store.session_versions([session_id]):
         return None
-    rows = RequestFigures(store).of(session_id)
+    rows = _rows(store, session_id)
     everything = store.export(session_id, include_absorbed=True)
     absorbed: dict[int, list[int]] = {}
     for m in everything:
@@ -127,7 +147,7 @@ def conversation(store: _SQLStore, session_id: str) -> dict[str, Any] | None:
     ]
     return {
         "id": session_id,
-        **_totals(rows),
+        **_totals(session_id, rows),
         "rewrite_switched": store.session_meta(session_id).get(REWRITE_META) is True,
         "messages": {
             "active": sum(1 for m in everything if m.get(STATE_KEY) == "active"),
@@ -157,7 +177,7 @@ def folds(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         now = _view(row, "prompt_tokens")
         smaller = before - now if isinstance(before, int) and isinstance(now, int) else None
         read, premium = row.get("read_price"), row.get("rewrite_premium")
-        written = _view(row, "cache_write")
+        written = _view(row, "cache_write_tokens")
         rewrite_cost = written * premium / 1e6 if isinstance(written, int) and isinstance(premium, float) else None
         saving = smaller * read / 1e6 if smaller is not None and smaller > 0 and isinstance(read, float) else None
         out.append(
@@ -185,7 +205,7 @@ def _view(row: dict[str, Any], name: str) -> Any:
     """A figure of the view the request sent, or for an audited one the view it would have sent."""
     if row.get("mode") != "audit":
         return row.get(name)
-    return row.get({"prompt_tokens": "would_have_tokens", "cache_write": "would_have_cache_write"}[name])
+    return row.get({"prompt_tokens": "would_have_tokens", "cache_write_tokens": "would_have_cache_write"}[name])
 
 
 def _active_marker(message: Message) -> bool:

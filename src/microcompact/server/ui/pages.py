@@ -33,6 +33,7 @@ def list_page(conversations: list[dict[str, Any]], nonce: str) -> str:
         ("folds", ""),
         ("prompt tokens", ""),
         ("uncompacted tokens", ""),
+        ("tokens saved", ""),
         ("spent", ""),
         ("uncompacted", ""),
         ("mode", "l"),
@@ -52,8 +53,9 @@ def list_page(conversations: list[dict[str, Any]], nonce: str) -> str:
                 number(c["folds"]),
                 number(c["prompt_tokens"]),
                 number(c["uncompacted_tokens"]),
-                dollars(c["spent"]),
-                dollars(c["uncompacted"]),
+                number(c["tokens_saved"]),
+                money(c, "spent"),
+                money(c, "uncompacted"),
                 esc(c["mode"]),
                 dollars(c["would_have_saved"]),
                 when(c["last_at"]) if c["last_at"] else esc(c["updated_at"]),
@@ -67,6 +69,16 @@ def list_page(conversations: list[dict[str, Any]], nonce: str) -> str:
     )
     sig = [[c["id"], *signature(c)] for c in conversations[:50]]
     return page("conversations", body, nonce, poll="/ui/api/conversations", signature=_json(sig))
+
+
+def money(figures: dict[str, Any], name: str) -> str:
+    """Dollars, or for a conversation (or request) with no price known, what its model is."""
+    value = figures.get(name)
+    if value is None:
+        pricing = f"unpriced: {figures['unpriced']}" if figures.get("unpriced") else figures.get("pricing")
+        if isinstance(pricing, str) and pricing.startswith("unpriced: "):
+            return f'<span class="muted">{esc(pricing)}</span>'
+    return dollars(value)
 
 
 def chart(requests: list[dict[str, Any]]) -> str:
@@ -128,10 +140,10 @@ def _requests_table(requests: list[dict[str, Any]]) -> str:
                 pct(r.get("occupancy_pct")),
                 number(r.get("prompt_tokens")),
                 number(r.get("uncompacted_tokens")),
-                number(r.get("cache_read")),
-                number(r.get("cache_write")),
-                dollars(r.get("spent")),
-                dollars(r.get("uncompacted")),
+                number(r.get("cache_read_tokens")),
+                number(r.get("cache_write_tokens")),
+                money(r, "spent"),
+                money(r, "uncompacted"),
                 *([number(r.get("would_have_tokens")), dollars(r.get("would_have"))] if audited else []),
                 _fold_cell(r),
             ],
@@ -324,9 +336,11 @@ def conversation_page(
     requests = detail["requests_figures"]
     summary = (
         f'<p class="summary"><b>{number(detail["requests"])}</b> requests &middot; occupancy now '
-        f"<b>{pct(detail['occupancy_pct'])}</b> &middot; <b>{number(detail['folds'])}</b> folds &middot; "
+        f"<b>{pct(detail['occupancy_pct'])}</b> (peak {pct(detail['occupancy_peak'])}) &middot; "
+        f"<b>{number(detail['folds'])}</b> folds &middot; "
         f"{number(detail['prompt_tokens'])} prompt tokens against {number(detail['uncompacted_tokens'])} "
-        f"uncompacted &middot; {dollars(detail['spent'])} spent against {dollars(detail['uncompacted'])} &middot; "
+        f"uncompacted (<b>{number(detail['tokens_saved'])}</b> saved) &middot; {money(detail, 'spent')} spent "
+        f"against {money(detail, 'uncompacted')} &middot; "
         f"{esc(detail['client'])} &middot; {esc(detail['model'])} ({esc(detail['api'])})</p>"
     )
     live = (

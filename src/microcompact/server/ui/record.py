@@ -18,8 +18,8 @@ from typing import Any, Protocol
 
 from ...bill.audit_bill import AuditLine
 from ...bill.cache_usage import UsageReport
+from ...bill.cost_line import CostLine
 from ...bill.pricing import CachePricing
-from ...bill.session_bill import uncompacted_prompt_tokens
 from ...session import Session
 from ...store import StoreError, _SQLStore
 from ...store.request_figures import RequestFigures
@@ -78,14 +78,7 @@ class AnsweredRequest(Protocol):
     @property
     def usage(self) -> UsageReport | None: ...
     @property
-    def full_ratio(self) -> float: ...  # the client's request over the forwarded one, in bytes
-
-
-class Bill(Protocol):
-    """A conversation's running dollars (:class:`~microcompact.bill.session_bill.SessionBill` is one)."""
-
-    spent: float
-    uncompacted: float
+    def line(self) -> CostLine | None: ...  # its figures, as billed
 
 
 class RequestRecorder:
@@ -94,23 +87,21 @@ class RequestRecorder:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._passes: dict[str, list[dict[str, Any]]] = {}
-        self._billed: dict[str, tuple[float, float]] = {}  # the bill's totals at the previous row
 
-    def passes(self, session: Session, api: str | None, results: Sequence[PassReport]) -> None:
+    def passes(self, session: Session, api: str | None, model: str | None, results: Sequence[PassReport]) -> None:
         """Remember the passes of ``results`` (applied just now) for the conversation's next row."""
         if not results:
             return
-        pricing = session.config.cache_pricing(api)
+        pricing = session.config.cache_pricing(api, model)
         kept = [_pass_figures(r.record, pricing) for r in results]
         with self._lock:
             held = self._passes.setdefault(session.session_id, [])
             held.extend(kept)
             del held[:-MAX_PASSES]
 
-    def record(
-        self, session: Session, answer: AnsweredRequest, bill: Bill | None, audited: AuditLine | None = None
-    ) -> None:
-        """Write the row of the answered request ``answer`` (never raises: a figure lost is logged);
+    def record(self, session: Session, answer: AnsweredRequest, audited: AuditLine | None = None) -> None:
+        """Write the row of the answered request ``answer``: its cost line's figures (the ones the headers,
+        ``/metrics`` and ``report`` sum) and what the page adds (never raises: a figure lost is logged);
         ``audited``: it went up as the client sent it (``serve --audit``), and what its view would have been."""
         store = session.store
         if not isinstance(store, _SQLStore):
@@ -118,32 +109,20 @@ class RequestRecorder:
         sid = session.session_id
         with self._lock:
             passes = self._passes.pop(sid, [])
-            before = self._billed.get(sid, (0.0, 0.0))
-            if bill is not None:
-                self._billed[sid] = (bill.spent, bill.uncompacted)
-        prepared, usage = answer.prepared, answer.usage
+        prepared, usage, line = answer.prepared, answer.usage, answer.line
         figures: dict[str, Any] = {
+            **({k: v for k, v in line.record().items() if k not in ("event", "session_id")} if line else {}),
             "api": prepared.api,
             "model": _label(prepared.model),
             "client": _label(prepared.client),
-            "occupancy_pct": prepared.occupancy_pct,
             "counted_tokens": prepared.counted_tokens,
-            "prompt_tokens": answer.prompt_tokens,
-            "uncompacted_tokens": _uncompacted(answer),
-            "cache_read": usage.cache_read_tokens if usage else None,
-            "cache_write": usage.cache_write_tokens if usage else None,
-            "folded": prepared.folded,
-            "folds": session.cache_totals().folds,
             "degraded": prepared.degraded,
             "threshold_tokens": session.config.threshold_tokens(),
             "passes": passes,
         }
-        pricing = session.config.cache_pricing(prepared.api)
+        pricing = session.config.cache_pricing(prepared.api, prepared.model)
         if pricing is not None:
-            figures.update(pricing=pricing.name, read_price=pricing.read_price, rewrite_premium=pricing.rewrite_premium)
-        if bill is not None:
-            figures["spent"] = round(bill.spent - before[0], 8)
-            figures["uncompacted"] = round(bill.uncompacted - before[1], 8)
+            figures.update(read_price=pricing.read_price, rewrite_premium=pricing.rewrite_premium)
         if audited is not None:
             figures.update(_audited(audited, figures))
         try:
@@ -153,15 +132,12 @@ class RequestRecorder:
 
 
 def _audited(line: AuditLine, figures: dict[str, Any]) -> dict[str, Any]:
-    """An audited row: what went up (the client's request, as reported) and what its view would have been;
-    the would-have dollars count the summarizer calls since the previous row (the spent side has them)."""
-    actual, would = line.actual, line.would_have
+    """An audited row: what went up is the cost line's (the client's request, as reported); beside it what its
+    view would have been; the would-have dollars count the summarizer calls since the previous row (the spent
+    side has them)."""
+    would = line.would_have
     out: dict[str, Any] = {
         "mode": "audit",
-        "prompt_tokens": actual.prompt_tokens,
-        "uncompacted_tokens": actual.prompt_tokens,
-        "cache_read": actual.cache_read_tokens,
-        "cache_write": actual.cache_write_tokens,
         "would_have_tokens": would.prompt_tokens,
         "would_have_cache_read": would.cache_read_tokens,
         "would_have_cache_write": would.cache_write_tokens,
@@ -170,12 +146,6 @@ def _audited(line: AuditLine, figures: dict[str, Any]) -> dict[str, Any]:
     if isinstance(spent, float) and isinstance(uncompacted, float):
         out["would_have"] = round(line.would_have_cost + max(0.0, spent - uncompacted), 8)
     return out
-
-
-def _uncompacted(answer: AnsweredRequest) -> int | None:
-    """The prompt the client's own request would have been (the bill's counterfactual)."""
-    reported = answer.prompt_tokens
-    return None if reported is None else uncompacted_prompt_tokens(reported, answer.full_ratio)
 
 
 def _label(text: str | None) -> str | None:
