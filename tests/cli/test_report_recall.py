@@ -85,8 +85,8 @@ def test_recall_stands_beside_each_sessions_cost(tmp_path: Path, proxy_log: Path
     assert "1 of 3 replies that used such an identifier" in out
     costs = out[out.index("Cost against not compacting") :]
     rows = {line.split("│")[1].strip(): line for line in costs.splitlines() if line.startswith(("│ alpha", "│ beta2"))}
-    assert "75.0% (3/4)" in rows["alpha"] and "+0.0400" in rows["alpha"]
-    assert "100.0% (4/4)" in rows["beta2"]
+    assert "75.0%" in rows["alpha"] and "+0.0400" in rows["alpha"]
+    assert "100.0%" in rows["beta2"]
     assert "3 tool iteration(s), 3,800 tokens, left in place by 2 fold(s)" in out
     per_session = out[out.index("Per session") : out.index("Recall (proxy")]
     alpha = next(line for line in per_session.splitlines() if "alpha" in line)

@@ -78,7 +78,7 @@ def render_costs(costs: list[SessionCost], console: Console, recall: Iterable[Se
             c.dollars(c.spent),
             c.dollars(c.uncompacted),
             f"{c.saved:+.4f}" if c.priced else c.dollars(0.0),
-            recall_text(by_id.get(c.session_id)),
+            recall_text(by_id.get(c.session_id), counts=False),
         )
     console.print(table)
 

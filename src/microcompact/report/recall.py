@@ -87,11 +87,12 @@ def recall_json(sessions: list[SessionRecall]) -> dict[str, Any]:
     }
 
 
-def recall_text(s: SessionRecall | None) -> str:
-    """``97.1% (340/350)``, or ``—`` for a session with no recall line."""
+def recall_text(s: SessionRecall | None, counts: bool = True) -> str:
+    """``97.1% (340/350)`` (``97.1%`` without ``counts``: a cell of the wide cost table), or ``—`` for a
+    session with no recall line."""
     if s is None or s.recall_pct is None:
         return "—"
-    return f"{s.recall_pct:.1f}% ({s.present:,}/{s.targets:,})"
+    return f"{s.recall_pct:.1f}% ({s.present:,}/{s.targets:,})" if counts else f"{s.recall_pct:.1f}%"
 
 
 def render_recall(sessions: list[SessionRecall], console: Console) -> None:

@@ -123,8 +123,8 @@ class RequestRecorder:
         pricing = session.config.cache_pricing(prepared.api, prepared.model)
         if pricing is not None:
             figures.update(read_price=pricing.read_price, rewrite_premium=pricing.rewrite_premium)
-        if audited is not None:
-            figures.update(_audited(audited, figures))
+        if audited is not None:  # the row's fold is the one rewriting would have made (the page: "would fold")
+            figures.update(_audited(audited, figures), folded=prepared.folded)
         try:
             RequestFigures(store).add(sid, usage.at if usage and usage.at else time.time(), figures)
         except (StoreError, ValueError) as exc:
