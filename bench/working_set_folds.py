@@ -27,7 +27,7 @@ from microcompact.events import Absorb, apply_event
 from microcompact.fold_price import keep_budget, working_set_low_water
 from microcompact.identifiers import message_identifiers
 from microcompact.messages import render_micro_marker
-from microcompact.micro.fold_tail import fold_config
+from microcompact.micro.fold_tail import fold_budget
 from microcompact.micro.spans import select_span
 from microcompact.micro.state import RollingSummary
 from microcompact.micro.working_set import FactsCache, working_set
@@ -53,11 +53,12 @@ def fold_down(ledger: Ledger, state: RollingSummary, by_use: bool, facts: FactsC
         low_water = working_set_low_water(BASE_LOW_WATER, ws.tokens(ledger.tokens, keep), WINDOW)
     if ledger.total <= low_water + FOLD_EVERY:
         return
-    config = fold_config(Config().with_overrides(compression={"micro_compact": True}), BASE_LOW_WATER, 1)
+    config = Config().with_overrides(compression={"micro_compact": True})
+    fold_tail = fold_budget(config, WindowBudget.of(config), BASE_LOW_WATER, 1)
     for _ in range(64):
         if ledger.total <= low_water:
             return
-        window = Window.of(ledger.messages, ledger.tokens, WindowBudget.of(config))
+        window = Window.of(ledger.messages, ledger.tokens, fold_tail)
         state.cursor = max(state.cursor or 0, window.head)
         span, _ = select_span(ledger.messages, ledger.tokens, window, state, config, "drain", keep=keep)
         if span is None:
