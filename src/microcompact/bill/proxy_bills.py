@@ -73,20 +73,13 @@ class ProxyBills(Mapping[str, SessionBill]):
             if pricing is not None:
                 spent, uncompacted = self._bill(session_id).add(pricing, usage, full)
                 label = pricing.name
-            line = CostLine(
-                session_id,
-                label,
-                usage.prompt_tokens,
-                full,
-                usage.cache_read_tokens,
-                usage.cache_write_tokens,
-                folded,
-                spent,
-                uncompacted,
-                occupancy_pct,
-            )
+            line = _reported(session_id, label, usage, full, folded, spent, uncompacted, occupancy_pct)
+        return self._added(line)
+
+    def _added(self, line: CostLine) -> CostLine:
+        """``line``, added to its conversation's figures."""
         with self._lock:
-            self._figures.setdefault(session_id, SessionCost(session_id)).add(line.record())
+            self._figures.setdefault(line.session_id, SessionCost(line.session_id)).add(line.record())
         return line
 
     def figures(self, session_id: str) -> SessionCost | None:
@@ -101,21 +94,8 @@ class ProxyBills(Mapping[str, SessionBill]):
         """Bill a request forwarded as the client sent it (``serve --audit``): spent and uncompacted alike;
         its cost line (the summarizer calls since on its spent side), added to the conversation's figures."""
         spent, uncompacted = self._bill(session_id).add_as_sent(pricing, usage)
-        line = CostLine(
-            session_id,
-            pricing.name,
-            usage.prompt_tokens,
-            usage.prompt_tokens,
-            usage.cache_read_tokens,
-            usage.cache_write_tokens,
-            False,
-            spent,
-            uncompacted,
-            occupancy_pct,
-        )
-        with self._lock:
-            self._figures.setdefault(session_id, SessionCost(session_id)).add(line.record())
-        return line
+        line = _reported(session_id, pricing.name, usage, usage.prompt_tokens, False, spent, uncompacted, occupancy_pct)
+        return self._added(line)
 
     def charge_summarizer(self, session_id: str, pricing: CachePricing, input_tokens: int, output_tokens: int) -> None:
         """Bill summarizer calls (nothing to bill: no bill made)."""
@@ -147,6 +127,31 @@ class ProxyBills(Mapping[str, SessionBill]):
             headers["x-microcompact-cost"] = f"{figures.spent:.6f}"
             headers["x-microcompact-cost-uncompacted"] = f"{figures.uncompacted:.6f}"
         return headers
+
+
+def _reported(
+    session_id: str,
+    label: str,
+    usage: UsageReport,
+    uncompacted_tokens: int,
+    folded: bool,
+    spent: float | None,
+    uncompacted: float | None,
+    occupancy_pct: float | None,
+) -> CostLine:
+    """The cost line of a request whose usage the upstream reported."""
+    return CostLine(
+        session_id,
+        label,
+        usage.prompt_tokens,
+        uncompacted_tokens,
+        usage.cache_read_tokens,
+        usage.cache_write_tokens,
+        folded,
+        spent,
+        uncompacted,
+        occupancy_pct,
+    )
 
 
 __all__ = ["TOTALS_THROUGH", "ProxyBills", "Through"]
