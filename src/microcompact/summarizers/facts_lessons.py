@@ -121,7 +121,8 @@ def lesson_of(call: Call, result: str) -> Lesson | None:
         return None
     items: dict[ItemKind, list[str]] = {}
     status = ""
-    lines = [line for line in result.splitlines()[:SCAN_LINES] if _LETTER.search(line)]
+    scanned = result.splitlines()[:SCAN_LINES]
+    lines = [line for line in scanned if _LETTER.search(line)]
     if kind is ToolKind.COMMAND:
         code = exit_code(result)
         failed = bool(ERROR_RESULT.match(result)) or (code is not None and code != 0)
@@ -135,8 +136,10 @@ def lesson_of(call: Call, result: str) -> Lesson | None:
         items[ItemKind.ERROR] = _quoted(error_lines(result, None, True)[1:], result)
     items[ItemKind.SYMBOL] = symbols(lines)
     items[ItemKind.HIT] = hits(lines) if kind is not ToolKind.READ else []
-    items[ItemKind.ID] = _unique([*_UUID.findall(result), *_HEX.findall(result)]) if lines else []
-    items[ItemKind.VERSION] = _unique(_VERSION.findall(result)) if "." in result else []
+    # Each pattern on the lines that can hold a match only (none spans lines): a column of numbers costs nothing.
+    ids = [*_UUID.findall(_holding(scanned, "-")), *_HEX.findall("\n".join(lines))]
+    items[ItemKind.ID] = _unique(ids)
+    items[ItemKind.VERSION] = _unique(_VERSION.findall(_holding(scanned, ".")))
     items[ItemKind.NAME] = frequent_identifiers(lines)
     return Lesson(kind, _subject(call, kind), status, _canonical(items))
 
@@ -270,6 +273,10 @@ def _subject(call: Call, kind: ToolKind) -> str:
         detail = next((v for v in call.args.values() if isinstance(v, str) and v.strip()), "")
         subject = f"{call.name} {detail}" if detail else call.name
     return one_line(subject, _SUBJECT_CHARS if kind is ToolKind.OTHER else COMMAND_CHARS)
+
+
+def _holding(lines: list[str], char: str) -> str:
+    return "\n".join(line for line in lines if char in line)
 
 
 def _unique(values: Iterable[str]) -> list[str]:
