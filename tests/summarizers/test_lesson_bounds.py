@@ -9,7 +9,7 @@ from typing import Any
 
 from microcompact.summarizers.extractive import ExtractiveSummarizer
 from microcompact.summarizers.facts import extract_facts, facts_block
-from microcompact.summarizers.facts_lessons import CANDIDATES, NUMBER_NAMES, frequent_identifiers, shown
+from microcompact.summarizers.facts_lessons import CANDIDATES, NUMBER_NAMES, frequent_identifiers, identifiers_held
 from microcompact.summarizers.facts_model import ItemKind
 from microcompact.summarizers.facts_taught import TAUGHT
 
@@ -70,6 +70,6 @@ def test_candidates_per_result_are_capped_at_the_first_found() -> None:
     assert frequent_identifiers([*lines, "value_0 again"])[0] == "value_0"  # counted after the cap too
 
 
-def test_shown_reads_identifiers_not_substrings_of_longer_tokens() -> None:
+def test_identifiers_held_are_identifiers_not_substrings_of_longer_tokens() -> None:
     text = "pid 123456789\nport 40213 open\nsrc/app/session.py:12: error"
-    assert shown(text, {"1234567", "40213", "session.py", "other_name"}) == {"40213", "session.py"}
+    assert identifiers_held(text, {"1234567", "40213", "session.py", "other_name"}) == {"40213", "session.py"}

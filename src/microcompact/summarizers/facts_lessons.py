@@ -103,9 +103,9 @@ def extract_lessons(messages: Iterable[Message]) -> tuple[list[Lesson], frozense
                 found.append((n, lesson, text))
     lessons = []
     for n, lesson, text in found:
+        shown = identifiers_held(text, set().union(*(ids for at, ids in wrote if at > n)))  # all `used` reads
         before = frozenset().union(*(ids for at, ids in wrote if at < n))  # the agent's own, not taught
-        later = [ids for at, ids in wrote if at > n]
-        lessons.append(_with_used(lesson, shown(text, set().union(*later) - before), later))
+        lessons.append(_with_used(lesson, shown - before, [ids for at, ids in wrote if at > n]))
     newest: list[Lesson] = []  # one lesson per subject: a later read of the file replaces an earlier one
     for lesson in lessons:
         if lesson.items:
@@ -190,7 +190,7 @@ def frequent_identifiers(lines: list[str]) -> list[str]:
     return [x for x in ranked if x in numbers or not x.isdigit()][: _CAPS[ItemKind.NAME] * 4]
 
 
-def shown(text: str, wanted: set[str]) -> set[str]:
+def identifiers_held(text: str, wanted: set[str]) -> set[str]:
     """Those of ``wanted`` that ``text`` holds as identifiers (not inside a longer token). Only lines
     holding one are read, at most :data:`_OCCURRENCES` per identifier: a long output costs a substring
     search per identifier the agent went on to write, not a pass over every line."""
