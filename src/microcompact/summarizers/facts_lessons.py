@@ -11,6 +11,12 @@
 
 For every kind, the identifiers of the result that the agent mentioned *afterwards* in the same span go
 under ``used``: those rank first (:mod:`.facts_taught`).
+
+**Bounded per result.** A result is read line by line at most :data:`SCAN_LINES` lines, once; a line with
+no letter (a sequence, a column of numbers) is skipped by the per-line readers, a read's line-number
+prefixes are not names, and a plain number is a name only beside text and only a few per result
+(:data:`NUMBER_NAMES`): an output of 3,000 numbered lines teaches nothing by itself, and costs a few
+milliseconds. A number the agent then mentions still goes under ``used``.
 """
 
 from __future__ import annotations
@@ -55,6 +61,7 @@ _TEST_NAME = re.compile(
 )
 _UUID = re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b")
 _HEX = re.compile(r"(?<![\w./-])(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}(?![\w/-])")
+_LETTER = re.compile(r"[A-Za-z]")
 _VERSION = re.compile(r"(?<![\w.])v?\d+\.\d+\.\d+(?:[-+][\w.]+)?(?![\w.])|(?<![\w.])v\d+\.\d+(?![\w.])")
 
 # How many of each kind one result may keep (the budget ranks them further).
@@ -68,6 +75,10 @@ _CAPS = {
     ItemKind.VERSION: 4,
     ItemKind.NAME: 32,
 }
+SCAN_LINES = 5000  # lines of one result the per-line readers look at
+CANDIDATES = 512  # distinct names one result may count (later new ones are not)
+NUMBER_NAMES = 4  # plain numbers one result may keep as names
+_OCCURRENCES = 8  # lines looked at per identifier when checking that a result showed it
 _SUBJECT_CHARS = 80
 _PATH_CHARS = 240
 
@@ -76,7 +87,7 @@ def extract_lessons(messages: Iterable[Message]) -> tuple[list[Lesson], frozense
     """The lessons of ``messages``' tool results in order, and every identifier the agent wrote in them
     (what a merge uses to move earlier lessons' items into ``used``)."""
     calls: dict[str, Call] = {}
-    found: list[tuple[int, Lesson, set[str]]] = []
+    found: list[tuple[int, Lesson, str]] = []
     wrote: list[tuple[int, set[str]]] = []
     for n, message in enumerate(messages):
         role = message.get("role")
@@ -89,9 +100,10 @@ def extract_lessons(messages: Iterable[Message]) -> tuple[list[Lesson], frozense
             text = content_text(message)
             lesson = lesson_of(call, text) if call is not None else None
             if lesson is not None:
-                found.append((n, lesson, identifiers(text)))
+                found.append((n, lesson, text))
     lessons = []
-    for n, lesson, shown in found:
+    for n, lesson, text in found:
+        shown = identifiers_held(text, set().union(*(ids for at, ids in wrote if at > n)))  # all `used` reads
         before = frozenset().union(*(ids for at, ids in wrote if at < n))  # the agent's own, not taught
         lessons.append(_with_used(lesson, shown - before, [ids for at, ids in wrote if at > n]))
     newest: list[Lesson] = []  # one lesson per subject: a later read of the file replaces an earlier one
@@ -109,28 +121,33 @@ def lesson_of(call: Call, result: str) -> Lesson | None:
         return None
     items: dict[ItemKind, list[str]] = {}
     status = ""
+    scanned = result.splitlines()[:SCAN_LINES]
+    lines = [line for line in scanned if _LETTER.search(line)]
     if kind is ToolKind.COMMAND:
         code = exit_code(result)
         failed = bool(ERROR_RESULT.match(result)) or (code is not None and code != 0)
         status = f"exit {code}" if code else ("error" if failed else "")
         # A failure's first error line is the failing commands' section's already: the rest are kept here.
         items[ItemKind.ERROR] = _quoted(error_lines(result, code, failed)[1 if failed else 0 :], result)
-        items[ItemKind.TEST] = _unique(m.group() for m in _TEST_NAME.finditer(result))
+        tested = "test" in result or "spec" in result or ".py::" in result  # what every match holds
+        items[ItemKind.TEST] = _unique(m.group() for m in _TEST_NAME.finditer(result)) if tested else []
     elif ERROR_RESULT.match(result):
         status = "error"
         items[ItemKind.ERROR] = _quoted(error_lines(result, None, True)[1:], result)
-    items[ItemKind.SYMBOL] = symbols(result)
-    items[ItemKind.HIT] = hits(result) if kind is not ToolKind.READ else []
-    items[ItemKind.ID] = _unique([*_UUID.findall(result), *_HEX.findall(result)])
-    items[ItemKind.VERSION] = _unique(_VERSION.findall(result))
-    items[ItemKind.NAME] = frequent_identifiers(result)
+    items[ItemKind.SYMBOL] = symbols(lines)
+    items[ItemKind.HIT] = hits(lines) if kind is not ToolKind.READ else []
+    # Each pattern on the lines that can hold a match only (none spans lines): a column of numbers costs nothing.
+    ids = [*_UUID.findall(_holding(scanned, "-")), *_HEX.findall("\n".join(lines))]
+    items[ItemKind.ID] = _unique(ids)
+    items[ItemKind.VERSION] = _unique(_VERSION.findall(_holding(scanned, ".")))
+    items[ItemKind.NAME] = frequent_identifiers(lines)
     return Lesson(kind, _subject(call, kind), status, _canonical(items))
 
 
-def symbols(text: str) -> list[str]:
-    """Names the text defines (functions, classes, modules, types, constants), in order."""
+def symbols(lines: list[str]) -> list[str]:
+    """Names the lines define (functions, classes, modules, types, constants), in order."""
     names = []
-    for line in text.splitlines():
+    for line in lines:
         bare = _NUMBERED.sub("", line)
         hit = _HIT_PREFIX.match(bare)
         bare = bare[hit.end() :] if hit else bare
@@ -140,11 +157,13 @@ def symbols(text: str) -> list[str]:
     return _unique(n for n in names if len(n) > 1)
 
 
-def hits(text: str) -> list[str]:
+def hits(lines: list[str]) -> list[str]:
     """``path:line`` of each line a search or compiler printed as ``path:line:...``, bare paths on a line of
     their own, and ``path:line`` cited inside a line."""
     found = []
-    for line in text.splitlines():
+    for line in lines:
+        if "." not in line and "/" not in line:  # every form below holds one
+            continue
         hit = _HIT_PREFIX.match(line.strip())
         if hit:
             found.append(f"{hit['path']}:{hit['line']}")
@@ -155,20 +174,46 @@ def hits(text: str) -> list[str]:
     return _unique(found)
 
 
-def frequent_identifiers(text: str) -> list[str]:
-    """The text's identifiers, the ones on most lines first (then by first appearance)."""
-    lines: Counter[str] = Counter()
+def frequent_identifiers(lines: list[str]) -> list[str]:
+    """The lines' identifiers, the ones on most lines first (then by first appearance): the first
+    :data:`CANDIDATES` found, line-number prefixes left out, at most :data:`NUMBER_NAMES` plain numbers."""
+    counts: Counter[str] = Counter()
     order: dict[str, int] = {}
-    for line in text.splitlines():
+    for line in lines:
+        line = _NUMBERED.sub("", line, count=1)
         for ident in sorted(identifiers(line), key=lambda x: (line.find(x), x)):  # as written, not set order
-            lines[ident] += 1
-            order.setdefault(ident, len(order))
-    return sorted(lines, key=lambda x: (-lines[x], order[x]))[: _CAPS[ItemKind.NAME] * 4]
+            if ident in order or len(order) < CANDIDATES:
+                counts[ident] += 1
+                order.setdefault(ident, len(order))
+    ranked = sorted(counts, key=lambda x: (-counts[x], order[x]))
+    numbers = set([x for x in ranked if x.isdigit()][:NUMBER_NAMES])
+    return [x for x in ranked if x in numbers or not x.isdigit()][: _CAPS[ItemKind.NAME] * 4]
+
+
+def identifiers_held(text: str, wanted: set[str]) -> set[str]:
+    """Those of ``wanted`` that ``text`` holds as identifiers (not inside a longer token). Only lines
+    holding one are read, at most :data:`_OCCURRENCES` per identifier: a long output costs a substring
+    search per identifier the agent went on to write, not a pass over every line."""
+    found = set()
+    for x in wanted:
+        at = text.find(x)
+        for _ in range(_OCCURRENCES):
+            if at < 0:
+                break
+            start, end = text.rfind("\n", 0, at) + 1, text.find("\n", at)
+            end = len(text) if end < 0 else end
+            if x in identifiers(text[start:end]):
+                found.add(x)
+                break
+            at = text.find(x, end)
+    return found
 
 
 def _quoted(lines: list[str], result: str) -> list[str]:
     """Error lines as the ledger keeps them: quoted with their source when one could pass for an order or
     a role's turn, or the output imitates one anywhere (never stated in the ledger's own words)."""
+    if not lines:
+        return []
     tainted = tainted_from(result) < len(result)
     return [attributed(OUTPUT, line, REASON_CHARS) if tainted or flagged(line) else line for line in lines]
 
@@ -228,6 +273,10 @@ def _subject(call: Call, kind: ToolKind) -> str:
         detail = next((v for v in call.args.values() if isinstance(v, str) and v.strip()), "")
         subject = f"{call.name} {detail}" if detail else call.name
     return one_line(subject, _SUBJECT_CHARS if kind is ToolKind.OTHER else COMMAND_CHARS)
+
+
+def _holding(lines: list[str], char: str) -> str:
+    return "\n".join(line for line in lines if char in line)
 
 
 def _unique(values: Iterable[str]) -> list[str]:
