@@ -32,7 +32,7 @@ _BY_LABEL = {k.value: k for k in ItemKind}
 _ERROR_SEP = " | "  # error lines hold commas; every other value is one token
 _LESSON = re.compile(
     r"^(?P<kind>read|searched|ran|edited|called) `(?P<subject>[^`]*)`"
-    r"(?: → (?P<status>exit -?\d+|error|deleted since|moved since))?(?:: (?P<items>.*))?$"
+    r"(?: → (?P<status>exit -?\d+|error|edited since|deleted since|moved since))?(?:: (?P<items>.*))?$"
 )
 _KINDS = {k.value: k for k in ToolKind}
 
