@@ -82,8 +82,29 @@ class Measure(Sizes):
         self.targets = reply_targets(messages, self.read)
         self.events = file_events(messages)
         self.recorded = {self.key(m) for m in messages}
+        self._texts: dict[str, list[str]] = {}  # role -> its recorded texts, longest first
+        for m in messages:
+            if text := content_text(m).strip():
+                self._texts.setdefault(str(m.get("role")), []).append(text)
+        for texts in self._texts.values():
+            texts.sort(key=len, reverse=True)
+        self._joined: dict[str, bool] = {}
         # an event's call is in view while its call id is (ids survive every wire shape; text may be merged)
         self._calls = [{c.get("id") for c in m.get("tool_calls") or ()} for m in messages]
+
+    def held(self, message: Message) -> bool:
+        """Whether the session held ``message``: as recorded, or several of its messages of one role joined
+        into one (the Anthropic route merges consecutive user turns, Claude Code's own compaction summary
+        among them): verbatim history, never the compactor's text."""
+        key = self.key(message)
+        if key in self.recorded:
+            return True
+        if key not in self._joined:
+            rest = content_text(message)
+            for text in self._texts.get(str(message.get("role")), ()):
+                rest = rest.replace(text, "") if text in rest else rest
+            self._joined[key] = not rest.strip()
+        return self._joined[key]
 
     def row(self, name: str, prompts: Prompts, summaries: dict[int, str] | None = None) -> RowResult:
         """Measure a row. The compactor's text in a prompt is every message the session never held (a
@@ -93,7 +114,7 @@ class Measure(Sizes):
         for index, prompt in prompts:
             out.results.append(request_recall(index, self.targets[index], prompt, self.read))
             out.tokens[index] = self.tokens(prompt)
-            written = [content_text(m) for m in prompt if self.key(m) not in self.recorded]
+            written = [content_text(m) for m in prompt if not self.held(m)]
             written += [(summaries or {}).get(index, "")]
             shown = {c.get("id") for m in prompt for c in m.get("tool_calls") or ()}
             folded = [e.index for e in self.events if not self._calls[e.index] & shown]

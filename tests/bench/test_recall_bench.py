@@ -4,6 +4,7 @@ baseline never exceeds its budget, a compacting row never sends more than the hi
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -83,3 +84,26 @@ def test_the_tables_print(capsys: pytest.CaptureFixture[str]) -> None:
     assert re.search(r"\nno compaction +\| +100\.0% +\| +0/31 ", out)
     with pytest.raises(SystemExit, match="unknown nothing"):
         recall.main(["--quick", "--rows", "nothing"])
+
+
+def test_user_turns_a_route_joined_are_history_not_the_compactors_text() -> None:
+    """Claude Code's own compaction summary, kept verbatim but joined with the user turns after it (as the
+    Anthropic route sends them), states nothing for the compactor: no stale claim comes of it."""
+    old = "def start_registry(config):  # the entry point"
+    edit = {"file_path": "/w/lib/registry.py", "old_string": old, "new_string": "def boot_registry(config):"}
+    raw = {"id": "c1", "type": "function", "function": {"name": "Edit", "arguments": json.dumps(edit)}}
+    messages = [
+        {"role": "user", "content": "rename the entry point"},
+        {"role": "assistant", "content": "", "tool_calls": [raw]},
+        {"role": "tool", "tool_call_id": "c1", "content": "updated"},
+        {"role": "user", "content": f"This session is being continued. Summary:\n- {old}"},
+        {"role": "user", "content": "<command-name>/compact</command-name>"},
+        {"role": "assistant", "content": "Done."},
+    ]
+    measure = Measure(messages)
+    joined = {"role": "user", "content": f"{messages[3]['content']}\n\n{messages[4]['content']}"}
+    marker = {"role": "assistant", "content": f"[CONTEXT COMPACTION] earlier: {old}"}
+    held = measure.row("joined", iter([(5, [messages[0], joined, messages[5]])]))
+    assert measure.held(joined) and held.stale == set()
+    written = measure.row("marker", iter([(5, [messages[0], marker, joined, messages[5]])]))
+    assert not measure.held(marker) and len(written.stale) == 1

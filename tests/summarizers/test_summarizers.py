@@ -177,7 +177,9 @@ def test_merge_keeps_old_facts_adds_new_and_counts_edits(transcript: list[dict[s
         assert command in commands
     assert sections_of(third)["Files"] == ["lib/app.ex — edited 1x: + def run, do: :ok"]
     assert sections_of(summarizer.merge(third, edit))["Files"] == ["lib/app.ex — edited 2x: + def run, do: :ok"]
-    assert summarizer.merge(third, read) == third  # reading a changed file again adds nothing
+    assert "app.ex` → edited since: defines App" in third  # what the read saw is of before the edit
+    # reading a changed file again adds nothing to the files; what it shows is current again
+    assert summarizer.merge(third, read) == third.replace("` → edited since: defines App", "`: defines App")
 
 
 def test_summary_stays_bounded_over_200_merges() -> None:

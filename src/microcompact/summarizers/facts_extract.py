@@ -147,6 +147,17 @@ def tool_state(tool_name: str) -> str | None:
     return None
 
 
+def changed_paths(call: Call) -> list[str]:
+    """The paths a call edits or writes (a file tool, an editor's create/str_replace, ``sed -i``): what a
+    read of them before it no longer shows as current. Deletes and moves are the file ledger's."""
+    command = shell_command(call)
+    if command is not None:
+        return [path for path, state, _ in _shell_files(command) if state == "edited"]
+    state = editor_state(call) or tool_state(call.name)
+    path = first_arg(call.args, PATH_KEYS)
+    return [path] if path and state in ("edited", "created") else []
+
+
 _KIND_OF_STATE = {
     "read": ToolKind.READ,
     "searched": ToolKind.SEARCH,

@@ -7,7 +7,9 @@
 * a **command**: its exit status, error lines, failing or passing test names, ids (hex, UUIDs), versions,
   the ``path:line`` hits it printed and its most frequent identifiers;
 * any **other** tool (a subagent, a fetch): its ids, hits and most frequent identifiers;
-* an **edit** keeps nothing here: what it did to the file is the file ledger's.
+* an **edit** keeps nothing here: what it did to the file is the file ledger's; but a read of the file
+  before it says ``edited since`` (what it kept is as of before the edit), in this span and in the
+  lessons of earlier ones (:func:`.facts_model.merge_facts`).
 
 For every kind, the identifiers of the result that the agent mentioned *afterwards* in the same span go
 under ``used``: those rank first (:mod:`.facts_taught`).
@@ -32,6 +34,7 @@ from .facts_extract import (
     PATH_KEYS,
     PATTERN_KEYS,
     Call,
+    changed_paths,
     error_lines,
     exit_code,
     first_arg,
@@ -39,7 +42,16 @@ from .facts_extract import (
     shell_command,
     tool_kind,
 )
-from .facts_model import COMMAND_CHARS, REASON_CHARS, ItemKind, Lesson, ToolKind, merge_lessons, one_line
+from .facts_model import (
+    COMMAND_CHARS,
+    REASON_CHARS,
+    ItemKind,
+    Lesson,
+    ToolKind,
+    edited_since,
+    merge_lessons,
+    one_line,
+)
 from .facts_taught import clean_value
 from .provenance import OUTPUT, attributed, flagged, tainted_from
 
@@ -89,6 +101,7 @@ def extract_lessons(messages: Iterable[Message]) -> tuple[list[Lesson], frozense
     calls: dict[str, Call] = {}
     found: list[tuple[int, Lesson, str]] = []
     wrote: list[tuple[int, set[str]]] = []
+    changes: list[tuple[int, str]] = []  # (message index of an edit's result, the path it changed)
     for n, message in enumerate(messages):
         role = message.get("role")
         if role == "assistant":
@@ -98,6 +111,8 @@ def extract_lessons(messages: Iterable[Message]) -> tuple[list[Lesson], frozense
         elif role == "tool":
             call = calls.get(str(message.get("tool_call_id")))
             text = content_text(message)
+            if call is not None and not ERROR_RESULT.match(text):
+                changes += [(n, path) for path in changed_paths(call)]
             lesson = lesson_of(call, text) if call is not None else None
             if lesson is not None:
                 found.append((n, lesson, text))
@@ -105,6 +120,7 @@ def extract_lessons(messages: Iterable[Message]) -> tuple[list[Lesson], frozense
     for n, lesson, text in found:
         shown = identifiers_held(text, set().union(*(ids for at, ids in wrote if at > n)))  # all `used` reads
         before = frozenset().union(*(ids for at, ids in wrote if at < n))  # the agent's own, not taught
+        lesson = edited_since([lesson], [path for at, path in changes if at > n])[0]
         lessons.append(_with_used(lesson, shown - before, [ids for at, ids in wrote if at > n]))
     newest: list[Lesson] = []  # one lesson per subject: a later read of the file replaces an earlier one
     for lesson in lessons:

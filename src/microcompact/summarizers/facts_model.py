@@ -122,7 +122,8 @@ class Lesson:
 
     kind: ToolKind
     subject: str  # the path read, the pattern searched, the command run, the tool called
-    # "exit N" (N != 0) or "error"; for a read, "deleted since" or "moved since" once its file is gone
+    # "exit N" (N != 0) or "error"; for a read, "edited since" once a later step changed its file (what it
+    # kept is as of before), "deleted since" or "moved since" once its file is gone
     status: str = ""
     items: dict[ItemKind, list[str]] = field(default_factory=dict)
 
@@ -242,12 +243,34 @@ def merge_facts(old: Facts, new: Facts) -> Facts:
     for run in new.tests:
         out.tested(run)
     out.succeeded = old.succeeded | new.succeeded
-    out.taught = without_gone_paths(merge_lessons(old.taught, new.taught, new.mentioned), out.files)
+    changed = [p for p, fact in new.files.items() if fact.state in ("edited", "created")]
+    older = edited_since(old.taught, changed)  # new lessons say so themselves (extract_lessons)
+    out.taught = without_gone_paths(merge_lessons(older, new.taught, new.mentioned), out.files)
     return out
 
 
+EDITED_SINCE = "edited since"
 DELETED_SINCE = "deleted since"
 MOVED_SINCE = "moved since"
+
+
+def reads_path(lesson: Lesson, path: str) -> bool:
+    """Whether ``lesson`` is a read of ``path`` (a file tool's, or a shell read such as ``cat lib/x.ex``)."""
+    if lesson.kind is not ToolKind.READ:
+        return False
+    tokens = identifiers(lesson.subject) | {lesson.subject}
+    return any(_names(token, path) or _names(path, token) for token in tokens)  # either may be shortened
+
+
+def edited_since(lessons: list[Lesson], paths: Iterable[str]) -> list[Lesson]:
+    """``lessons`` whose reads of one of ``paths`` (edited or written after them) say ``edited since``: what
+    they kept (the symbols a file defined, the values the agent used) is as of before that change."""
+    paths = list(paths)
+    if not paths:
+        return lessons
+    return [
+        replace(x, status=EDITED_SINCE) if not x.status and any(reads_path(x, p) for p in paths) else x for x in lessons
+    ]
 
 
 def without_gone_paths(lessons: list[Lesson], files: dict[str, FileFact]) -> list[Lesson]:
@@ -277,15 +300,22 @@ def _names(value: str, path: str) -> bool:
 def merge_lessons(old: list[Lesson], new: list[Lesson], mentioned: frozenset[str]) -> list[Lesson]:
     """``old`` followed by ``new`` (the lessons of later messages), the agent's later ``mentioned``
     identifiers moving what they name into ``used``: a lesson used again moves up to just before the
-    new ones. A new lesson on the same subject replaces the old one, keeping what the old one had used."""
+    new ones. A new lesson on the same subject replaces the old one, keeping what the old one had used;
+    when the old one's file changed since, only what the new one still shows (the rest is of before)."""
     by_key = {x.key: x for x in new}
     kept: list[Lesson] = []
     renewed: list[Lesson] = []
     for lesson in old:
         fresh = by_key.get(lesson.key)
         if fresh is not None:
+            carried = lesson.items.get(ItemKind.USED, [])
+            if lesson.status in (EDITED_SINCE, DELETED_SINCE, MOVED_SINCE):
+                shown = set(fresh.values())
+                carried = [v for v in carried if v in shown]
+                fresh.items = {k: [v for v in vs if v not in carried] for k, vs in fresh.items.items()}
             used = fresh.items.setdefault(ItemKind.USED, [])
-            used += [v for v in lesson.items.get(ItemKind.USED, []) if v not in used]
+            used += [v for v in carried if v not in used]
+            fresh.items = {k: vs for k, vs in fresh.items.items() if vs}
             continue
         moved = mark_used(lesson, mentioned)
         (renewed if moved is not lesson else kept).append(moved)

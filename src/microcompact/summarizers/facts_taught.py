@@ -32,7 +32,7 @@ _BY_LABEL = {k.value: k for k in ItemKind}
 _ERROR_SEP = " | "  # error lines hold commas; every other value is one token
 _LESSON = re.compile(
     r"^(?P<kind>read|searched|ran|edited|called) `(?P<subject>[^`]*)`"
-    r"(?: → (?P<status>exit -?\d+|error|deleted since|moved since))?(?:: (?P<items>.*))?$"
+    r"(?: → (?P<status>exit -?\d+|error|edited since|deleted since|moved since))?(?:: (?P<items>.*))?$"
 )
 _KINDS = {k.value: k for k in ToolKind}
 
@@ -90,6 +90,20 @@ def parse_lesson(item: str, root: str = "") -> Lesson | None:
         values = rest.split(_ERROR_SEP) if kind is ItemKind.ERROR else rest.split(", ")
         items.setdefault(kind, []).extend(v for v in values if v)
     return Lesson(tool, subject, match["status"] or "", items)
+
+
+def used_cost(lessons: list[Lesson], count_text: Callable[[str], int]) -> int:
+    """What the lessons' ``used`` items cost as :func:`compress_lessons` counts them (a little over their
+    rendering): the room that keeps every value the agent mentioned."""
+    used = [replace(x, items={ItemKind.USED: x.items[ItemKind.USED]}) for x in lessons if x.items.get(ItemKind.USED)]
+    if not used:
+        return 0
+    root = taught_root(lessons)
+    cost = count_text(f"### {TAUGHT} under {root}") + 1
+    for lesson in used:
+        cost += count_text(render_lesson(replace(lesson, items={}), root)) + 2
+        cost += sum(count_text(v) + 1 for v in lesson.items[ItemKind.USED])
+    return cost
 
 
 def compress_lessons(lessons: list[Lesson], budget_tokens: int, count_text: Callable[[str], int]) -> list[Lesson]:
