@@ -8,9 +8,7 @@ old open failures (beyond the newest ten) and old test runs go first, then the g
 then those files are folded under their folder (names kept), then edited files lose their gists, then
 folders their names. A created, edited, renamed or deleted file is never dropped, so the ledger can stay
 over budget only by naming changed files. What tools showed takes what the rest leaves, and at least
-``TAUGHT_SHARE`` of the budget; what the agent itself mentioned of it (``used``) up to ``TAUGHT_USED_SHARE``,
-taken from files only read (their folders' name lists included: ``ls`` gives them back, a value the agent
-reached for is what a later step needs).
+``TAUGHT_SHARE`` of the budget.
 """
 
 from __future__ import annotations
@@ -33,7 +31,7 @@ from .facts_model import (
     one_line,
     relative,
 )
-from .facts_taught import TAUGHT, compress_lessons, parse_lesson, render_lessons, used_cost
+from .facts_taught import TAUGHT, compress_lessons, parse_lesson, render_lessons
 
 FILES = "Files"
 FAILURES = "Failing commands"
@@ -59,7 +57,6 @@ _OPEN_FAILURES = 10  # failures a ledger lists at the most (the newest), and ope
 SHORT_COMMAND_CHARS, SHORT_REASON_CHARS = 48, 64  # a failure's line once the commands must give way
 TAUGHT_FLOOR = 0.2  # of the ledger's budget that what tools showed keeps even from failures and tests
 TAUGHT_SHARE = 0.4  # of the ledger's budget that what tools showed may take from the files and commands
-TAUGHT_USED_SHARE = 0.6  # ... and that what the agent mentioned of it may take from files only read
 
 
 def render_facts(facts: Facts) -> str:
@@ -125,19 +122,15 @@ def compress_facts(facts: Facts, budget_tokens: int, count_text: Callable[[str],
     """``facts`` within ``budget_tokens``: what tools showed takes what the files and commands leave, and
     up to ``TAUGHT_SHARE`` of it more, made by shortening what files were only read (gists, then folders);
     what commands failed with and the test runs are never shortened to make room for it (they are dropped,
-    oldest resolved first, only when the files and commands alone are over the budget). What the agent
-    mentioned (``used``) may take up to ``TAUGHT_USED_SHARE``, folders giving up their name lists for it.
-    What tools showed is ranked into its room by value (:func:`compress_lessons`)."""
+    oldest resolved first, only when the files and commands alone are over the budget). What tools showed is
+    ranked into its room by value (:func:`compress_lessons`)."""
     facts = replace(facts, failures=facts.failures[-_OPEN_FAILURES:])  # the newest, whatever the budget
     if not facts.taught:
         return _compress_core(facts, budget_tokens, count_text, _SHORTER_READS + _FEWER_COMMANDS)
     core = replace(facts, taught=[])
     lessons = count_text(render_lessons(facts.taught))
-    used = min(used_cost(facts.taught, count_text), int(TAUGHT_USED_SHARE * budget_tokens))
-    room = max(budget_tokens - count_text(render_facts(core)) - 2, int(TAUGHT_SHARE * budget_tokens), used)
-    core = _compress_core(core, budget_tokens - min(lessons, room) - 2, count_text, _SHORTER_READS)
-    if used:
-        core = _compress_core(core, budget_tokens - min(used, room) - 2, count_text, _UNNAMED_FOLDERS)
+    room = max(budget_tokens - count_text(render_facts(core)) - 2, int(TAUGHT_SHARE * budget_tokens))
+    core = _compress_core(core, budget_tokens - min(lessons, room), count_text, _SHORTER_READS)
     floor = min(lessons, int(TAUGHT_FLOOR * budget_tokens))  # what the commands give way to, at the most
     core = _compress_core(core, budget_tokens - floor, count_text, _FEWER_COMMANDS)
     room = budget_tokens - (count_text(render_facts(core)) + 2 if core else 0)
@@ -150,10 +143,6 @@ _SHORTER_READS: tuple[Step, ...] = (
     lambda f: replace(f, files={p: _without_gist(x) if x.state in LOOKED else x for p, x in f.files.items()}),
     lambda f: _fold_looked(f, min_files=2),
     lambda f: _fold_looked(f, min_files=1),
-)
-# ... and, for the values the agent mentioned, their folders' name lists (``ls`` gives them back).
-_UNNAMED_FOLDERS: tuple[Step, ...] = (
-    lambda f: replace(f, folders={p: replace(x, names=()) for p, x in f.folders.items()}),
 )
 # Then, only when the files and commands alone are over the budget: fewer failures, tests and names.
 _FEWER_COMMANDS: tuple[Step, ...] = (
