@@ -92,6 +92,20 @@ def parse_lesson(item: str, root: str = "") -> Lesson | None:
     return Lesson(tool, subject, match["status"] or "", items)
 
 
+def used_cost(lessons: list[Lesson], count_text: Callable[[str], int]) -> int:
+    """What the lessons' ``used`` items cost as :func:`compress_lessons` counts them (a little over their
+    rendering): the room that keeps every value the agent mentioned."""
+    used = [replace(x, items={ItemKind.USED: x.items[ItemKind.USED]}) for x in lessons if x.items.get(ItemKind.USED)]
+    if not used:
+        return 0
+    root = taught_root(lessons)
+    cost = count_text(f"### {TAUGHT} under {root}") + 1
+    for lesson in used:
+        cost += count_text(render_lesson(replace(lesson, items={}), root)) + 2
+        cost += sum(count_text(v) + 1 for v in lesson.items[ItemKind.USED])
+    return cost
+
+
 def compress_lessons(lessons: list[Lesson], budget_tokens: int, count_text: Callable[[str], int]) -> list[Lesson]:
     """The lessons' items kept by rank while the section fits ``budget_tokens`` (see the module doc)."""
     if not lessons or count_text(render_lessons(lessons)) <= budget_tokens:

@@ -8,7 +8,11 @@ old open failures (beyond the newest ten) and old test runs go first, then the g
 then those files are folded under their folder (names kept), then edited files lose their gists, then
 folders their names. A created, edited, renamed or deleted file is never dropped, so the ledger can stay
 over budget only by naming changed files. What tools showed takes what the rest leaves, and at least
-``TAUGHT_SHARE`` of the budget.
+``TAUGHT_SHARE`` of the budget; what the agent itself mentioned of it (``used``) up to ``TAUGHT_USED_SHARE``,
+and only as far as needed: read files' size-only gists go, gist-less read files fold under their folder
+(names kept), then folders keep only their newest names, at least ``_NEWEST_NAMES[-1]`` (``ls`` gives the
+rest back; a value the agent reached for is what a later step needs, and file names and definitions are
+what it reaches for next, so they stay).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from .facts_model import (
     one_line,
     relative,
 )
-from .facts_taught import TAUGHT, compress_lessons, parse_lesson, render_lessons
+from .facts_taught import TAUGHT, compress_lessons, parse_lesson, render_lessons, used_cost
 
 FILES = "Files"
 FAILURES = "Failing commands"
@@ -46,6 +50,7 @@ _STATE = re.compile(
     r"^(?P<state>created|edited|read|searched|deleted|renamed)(?: from (?P<moved>.+?))?"
     r"(?:,? (?:edited )?(?P<edits>\d+)x)?(?:, renamed from (?P<origin>.+))?$"
 )
+_SIZE_GIST = re.compile(r"^\d+ lines$")  # what a read file's gist says when it defines nothing
 _FOLDER_STATE = re.compile(r"^(?P<count>\d+) read or searched$")
 _FAILURE = re.compile(
     r"^(?P<resolved>\(resolved\) )?`(?P<command>[^`]*)` → (?P<status>exit -?\d+|error)(?:: (?P<reason>.*))?$"
@@ -57,6 +62,8 @@ _OPEN_FAILURES = 10  # failures a ledger lists at the most (the newest), and ope
 SHORT_COMMAND_CHARS, SHORT_REASON_CHARS = 48, 64  # a failure's line once the commands must give way
 TAUGHT_FLOOR = 0.2  # of the ledger's budget that what tools showed keeps even from failures and tests
 TAUGHT_SHARE = 0.4  # of the ledger's budget that what tools showed may take from the files and commands
+TAUGHT_USED_SHARE = 0.6  # ... and that what the agent mentioned of it may take from folders' name lists
+_NEWEST_NAMES = (32, 16, 8)  # names a folder keeps, step by step, for that room (a few cost little)
 
 
 def render_facts(facts: Facts) -> str:
@@ -122,15 +129,19 @@ def compress_facts(facts: Facts, budget_tokens: int, count_text: Callable[[str],
     """``facts`` within ``budget_tokens``: what tools showed takes what the files and commands leave, and
     up to ``TAUGHT_SHARE`` of it more, made by shortening what files were only read (gists, then folders);
     what commands failed with and the test runs are never shortened to make room for it (they are dropped,
-    oldest resolved first, only when the files and commands alone are over the budget). What tools showed is
-    ranked into its room by value (:func:`compress_lessons`)."""
+    oldest resolved first, only when the files and commands alone are over the budget). What the agent
+    mentioned (``used``) may take up to ``TAUGHT_USED_SHARE``, made by ``_FOR_USED`` (see the module doc).
+    What tools showed is ranked into its room by value (:func:`compress_lessons`)."""
     facts = replace(facts, failures=facts.failures[-_OPEN_FAILURES:])  # the newest, whatever the budget
     if not facts.taught:
         return _compress_core(facts, budget_tokens, count_text, _SHORTER_READS + _FEWER_COMMANDS)
     core = replace(facts, taught=[])
     lessons = count_text(render_lessons(facts.taught))
+    used = min(used_cost(facts.taught, count_text), int(TAUGHT_USED_SHARE * budget_tokens))
     room = max(budget_tokens - count_text(render_facts(core)) - 2, int(TAUGHT_SHARE * budget_tokens))
-    core = _compress_core(core, budget_tokens - min(lessons, room), count_text, _SHORTER_READS)
+    core = _compress_core(core, budget_tokens - min(lessons, room) - 2, count_text, _SHORTER_READS)
+    if used:
+        core = _compress_core(core, budget_tokens - used - 2, count_text, _FOR_USED)
     floor = min(lessons, int(TAUGHT_FLOOR * budget_tokens))  # what the commands give way to, at the most
     core = _compress_core(core, budget_tokens - floor, count_text, _FEWER_COMMANDS)
     room = budget_tokens - (count_text(render_facts(core)) + 2 if core else 0)
@@ -143,6 +154,16 @@ _SHORTER_READS: tuple[Step, ...] = (
     lambda f: replace(f, files={p: _without_gist(x) if x.state in LOOKED else x for p, x in f.files.items()}),
     lambda f: _fold_looked(f, min_files=2),
     lambda f: _fold_looked(f, min_files=1),
+)
+# ... and, for the values the agent mentioned, read files' sizes (no name in them) and the oldest names of
+# folders (``ls`` gives them back); gists naming definitions stay.
+_FOR_USED: tuple[Step, ...] = (
+    lambda f: replace(f, files={p: _without_size(x) if x.state in LOOKED else x for p, x in f.files.items()}),
+    lambda f: _fold_looked(f, min_files=2, bare=True),
+    *(
+        (lambda f, n=n: replace(f, folders={p: replace(x, names=x.names[-n:]) for p, x in f.folders.items()}))
+        for n in _NEWEST_NAMES
+    ),
 )
 # Then, only when the files and commands alone are over the budget: fewer failures, tests and names.
 _FEWER_COMMANDS: tuple[Step, ...] = (
@@ -236,11 +257,16 @@ def _without_gist(fact: FileFact) -> FileFact:
     return replace(fact, gist="")
 
 
-def _fold_looked(facts: Facts, *, min_files: int) -> Facts:
-    """Files only read or searched, folded under their folder where it holds at least ``min_files``."""
+def _without_size(fact: FileFact) -> FileFact:
+    return replace(fact, gist="") if _SIZE_GIST.match(fact.gist) else fact
+
+
+def _fold_looked(facts: Facts, *, min_files: int, bare: bool = False) -> Facts:
+    """Files only read or searched (``bare``: and without a gist), folded under their folder where it holds
+    at least ``min_files``."""
     groups: dict[str, list[str]] = {}
     for path, fact in facts.files.items():
-        if fact.state in LOOKED:
+        if fact.state in LOOKED and not (bare and fact.gist):
             groups.setdefault(folder_of(path), []).append(path)
     folded = {p for paths in groups.values() if len(paths) >= min_files for p in paths}
     if not folded:
