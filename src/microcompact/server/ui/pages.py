@@ -8,6 +8,7 @@ import json
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from .data import Verdict
 from .html import dollars, esc, number, page, pct, table, when
 
 CHART_W, CHART_H, PAD = 760, 220, 36
@@ -195,6 +196,7 @@ def _folds_table(folds: list[dict[str, Any]]) -> str:
         ("summarizer cost", ""),
         ("saves per request", ""),
         ("pays back after", ""),
+        ("verdict", "l"),
     ]
     rows = [
         (
@@ -210,11 +212,25 @@ def _folds_table(folds: list[dict[str, Any]]) -> str:
                 dollars(f["summarizer_cost"]),
                 dollars(f["saving_per_request"]),
                 esc(f"{f['pays_back_after']} requests") if f["pays_back_after"] is not None else "&ndash;",
+                _verdict_cell(f),
             ],
         )
         for f in reversed(folds)
     ]
     return table(headers, rows)
+
+
+def _verdict_cell(fold: dict[str, Any]) -> str:
+    """Why the fold paid (or not yet): its cost against its saving over the requests since; "would fold"
+    for an audited one."""
+    since = fold["requests_since"]
+    said = {
+        Verdict.PAID.value: f"paid: saved {dollars(fold['saved_since'])} over the {number(since)} requests since",
+        Verdict.PAYING.value: f"pays back in {number(fold['pays_back_in'])} more requests ({number(since)} since)",
+        Verdict.NO_SAVING.value: "no saving: the prompt did not shrink",
+        Verdict.UNPRICED.value: "unpriced: no cache prices for this model",
+    }.get(fold["verdict"], esc(fold["verdict"]))
+    return f"<b>would fold</b>; {said}" if fold["mode"] == "audit" else said
 
 
 def _passes_table(passes: list[dict[str, Any]]) -> str:
