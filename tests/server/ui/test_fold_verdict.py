@@ -79,6 +79,11 @@ def test_each_fold_row_on_the_page_says_its_verdict(upstream: ScriptedUpstream, 
         session, _ = drive(proxy, history=[])
         detail = httpx.get(f"{proxy.base_url}/ui/api/conversation", params={"id": session}).json()
         page = httpx.get(f"{proxy.base_url}/ui/{quote(session, safe='')}").text
+        listing = httpx.get(f"{proxy.base_url}/ui").text
+    assert detail["pricing"] == "gpt-4o" and "(priced as gpt-4o)" in page
+    [listed] = re.findall(r'<tr class="conv">(.*?)</tr>', listing, re.S)
+    headings = re.findall(r"<th[^>]*>(.*?)</th>", listing)
+    assert dict(zip(headings, re.findall(r"<td[^>]*>(.*?)</td>", listed), strict=True))["pricing"] == "gpt-4o"
     shown = re.findall(r'<tr class="fold">(.*?)</tr>', page, re.S)
     assert shown and len(shown) == len(detail["folds_detail"])
     for cells, fold in zip(shown, reversed(detail["folds_detail"]), strict=True):

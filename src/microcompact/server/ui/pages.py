@@ -37,6 +37,7 @@ def list_page(conversations: list[dict[str, Any]], nonce: str) -> str:
         ("tokens saved", ""),
         ("spent", ""),
         ("uncompacted", ""),
+        ("pricing", "l"),
         ("mode", "l"),
         ("would have saved", ""),
         ("last activity", "l"),
@@ -57,6 +58,7 @@ def list_page(conversations: list[dict[str, Any]], nonce: str) -> str:
                 number(c["tokens_saved"]),
                 money(c, "spent"),
                 money(c, "uncompacted"),
+                pricing(c),
                 esc(c["mode"]),
                 dollars(c["would_have_saved"]),
                 when(c["last_at"]) if c["last_at"] else esc(c["updated_at"]),
@@ -70,6 +72,14 @@ def list_page(conversations: list[dict[str, Any]], nonce: str) -> str:
     )
     sig = [[c["id"], *signature(c)] for c in conversations[:50]]
     return page("conversations", body, nonce, poll="/ui/api/conversations", signature=_json(sig))
+
+
+def pricing(figures: dict[str, Any]) -> str:
+    """The price table a conversation's dollars come from (its model family, or a configured preset), or the
+    model no price is known for."""
+    if figures.get("unpriced"):
+        return f'<span class="muted">unpriced: {esc(figures["unpriced"])}</span>'
+    return esc(figures.get("pricing")) if figures.get("pricing") else "&ndash;"
 
 
 def money(figures: dict[str, Any], name: str) -> str:
@@ -356,7 +366,7 @@ def conversation_page(
         f"<b>{number(detail['folds'])}</b> folds &middot; "
         f"{number(detail['prompt_tokens'])} prompt tokens against {number(detail['uncompacted_tokens'])} "
         f"uncompacted (<b>{number(detail['tokens_saved'])}</b> saved) &middot; {money(detail, 'spent')} spent "
-        f"against {money(detail, 'uncompacted')} &middot; "
+        f"against {money(detail, 'uncompacted')} (priced as {pricing(detail)}) &middot; "
         f"{esc(detail['client'])} &middot; {esc(detail['model'])} ({esc(detail['api'])})</p>"
     )
     live = (
