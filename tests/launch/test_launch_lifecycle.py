@@ -1,7 +1,8 @@
 """The launcher's lifecycle, run as users run it (``microcompact claude ...`` in a subprocess) with a stand-in
 agent: a ``serve`` started when none answers and stopped when the agent exits (also on SIGTERM), one that
-was running reused and left running, the agent's exit code returned, keys never printed, and one-line
-errors (exit 2) for a missing agent, a port held by something else, and an unknown agent."""
+was running reused and left running, the agent's exit code returned, keys never printed, ``--audit``
+starting ``serve --audit``, and one-line errors (exit 2) for a missing agent, a port held by something else,
+an unknown agent, and a running serve in the other mode than the one asked (or one that does not say)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from microcompact.launch import ServeSettings
 from support.serve_process import CLI, ServeProcess, cli_env
 
 SECRET = "sk-ant-launcher-secret-0123456789"
@@ -200,3 +202,38 @@ def test_a_running_serve_in_the_other_mode_is_refused(tmp_path: Path, agent: Pat
     finally:
         rewriting.stop()
         auditing.stop()
+
+
+class OlderServe(http.server.BaseHTTPRequestHandler):
+    """A serve from before /healthz named its mode: ok, and microcompact's metrics."""
+
+    def do_GET(self) -> None:
+        body = b"ok\n" if self.path == "/healthz" else b"# HELP microcompact_requests_total Requests.\n"
+        self.send_response(200)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_a_serve_that_does_not_say_its_mode_is_refused_only_when_a_mode_is_asked(tmp_path: Path, agent: Path) -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), OlderServe)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = str(server.server_address[1])
+    try:
+        line = one_line_error(launch(tmp_path, agent, "claude", "--audit", "--port", port))
+        assert "does not say its mode (an older version), --audit was asked; stop it or pick another" in line
+        assert not (tmp_path / "record.json").exists()
+        assert launch(tmp_path, agent, "claude", "--port", port).returncode == 0, "no mode asked: it is used"
+        assert json.loads((tmp_path / "record.json").read_text())["mode"] is None
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_started_serve_is_told_the_mode_asked() -> None:
+    assert ServeSettings(audit=True).command()[-1] == "--audit"
+    assert ServeSettings(audit=False).command()[-1] == "--rewrite"
+    assert not {"--audit", "--rewrite"} & set(ServeSettings().command()), "the config file decides"
