@@ -1,7 +1,8 @@
 """The launcher's lifecycle, run as users run it (``microcompact claude ...`` in a subprocess) with a stand-in
 agent: a ``serve`` started when none answers and stopped when the agent exits (also on SIGTERM), one that
-was running reused and left running, the agent's exit code returned, keys never printed, and one-line
-errors (exit 2) for a missing agent, a port held by something else, and an unknown agent."""
+was running reused and left running, the agent's exit code returned, keys never printed, ``--audit``
+starting ``serve --audit``, and one-line errors (exit 2) for a missing agent, a port held by something else,
+an unknown agent, and a running serve in the other mode than the one asked (or one that does not say)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from microcompact.launch import ServeSettings
 from support.serve_process import CLI, ServeProcess, cli_env
 
 SECRET = "sk-ant-launcher-secret-0123456789"
@@ -25,9 +27,11 @@ SECRET = "sk-ant-launcher-secret-0123456789"
 AGENT = f"""#!{sys.executable}
 import json, os, sys, time, urllib.request
 base = os.environ.get("ANTHROPIC_BASE_URL") or os.environ["GOOGLE_GEMINI_BASE_URL"]
-health = urllib.request.urlopen(base + "/healthz").read().decode()
+answer = urllib.request.urlopen(base + "/healthz")
+health, mode = answer.read().decode(), answer.headers.get("x-microcompact-serve-mode")
 metrics = urllib.request.urlopen(base + "/metrics").status
-record = {{"argv": sys.argv[1:], "health": health, "metrics": metrics, "env": {{k: v for k, v in os.environ.items()
+record = {{"argv": sys.argv[1:], "health": health, "mode": mode, "metrics": metrics,
+    "env": {{k: v for k, v in os.environ.items()
     if k in ("ANTHROPIC_BASE_URL", "DISABLE_AUTO_COMPACT", "GOOGLE_GEMINI_BASE_URL", "ANTHROPIC_API_KEY")}}}}
 open(os.environ["AGENT_RECORD"], "w").write(json.dumps(record))
 time.sleep(float(os.environ.get("AGENT_SLEEP", "0")))
@@ -74,6 +78,7 @@ def test_a_serve_is_started_for_the_agent_and_stopped_after(tmp_path: Path, agen
     assert done.returncode == 7, done.stderr
     record = json.loads((tmp_path / "record.json").read_text())
     assert record["argv"] == ["-p", "say hi", "--model", "x"] and record["health"] == "ok\n"
+    assert record["mode"] == "rewrite"
     assert record["metrics"] == 200, "MICROCOMPACT_PROXY_KEY is not passed to the serve: agents send no key"
     assert record["env"] == {
         "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{port}",
@@ -162,3 +167,73 @@ def test_a_serve_that_needs_a_proxy_key_is_refused(tmp_path: Path, agent: Path) 
         assert "proxy-key-0123" not in line and not (tmp_path / "record.json").exists()
     finally:
         serve.stop()
+
+
+@pytest.mark.slow  # a serve process started and stopped: several seconds
+def test_audit_starts_serve_in_audit_mode(tmp_path: Path, agent: Path) -> None:
+    port = free_port()
+    done = launch(tmp_path, agent, "claude", "--audit", "--port", str(port), "--audit-me")
+    assert done.returncode == 0, done.stderr
+    record = json.loads((tmp_path / "record.json").read_text())
+    assert record["mode"] == "audit" and record["argv"] == ["--audit-me"]
+    assert not listening(port)
+
+
+@pytest.mark.slow  # two serve processes started and stopped: several seconds
+def test_a_running_serve_in_the_other_mode_is_refused(tmp_path: Path, agent: Path) -> None:
+    rewriting = ServeProcess(tmp_path / "rewriting").start()
+    auditing = ServeProcess(tmp_path / "auditing", "--audit").start()
+    try:
+        line = one_line_error(launch(tmp_path, agent, "claude", "--audit", "--port", str(rewriting.port)))
+        assert line == (
+            f"error: the microcompact serve on {rewriting.base_url} runs in rewrite mode, --audit was asked; "
+            "stop it or pick another --port"
+        )
+        line = one_line_error(launch(tmp_path, agent, "gemini", "--rewrite", "--port", str(auditing.port)))
+        assert f"{auditing.base_url} runs in audit mode, --rewrite was asked" in line
+        assert not (tmp_path / "record.json").exists(), "the agent never ran against the wrong mode"
+        for serve in (rewriting, auditing):
+            assert serve.process is not None and serve.process.poll() is None, "a reused serve is left running"
+        done = launch(tmp_path, agent, "gemini", "--audit", "--port", str(auditing.port))
+        assert done.returncode == 0, done.stderr
+        assert json.loads((tmp_path / "record.json").read_text())["mode"] == "audit"
+        (tmp_path / "record.json").unlink()
+        assert launch(tmp_path, agent, "gemini", "--port", str(auditing.port)).returncode == 0, "no mode asked: used"
+    finally:
+        rewriting.stop()
+        auditing.stop()
+
+
+class OlderServe(http.server.BaseHTTPRequestHandler):
+    """A serve from before /healthz named its mode: ok, and microcompact's metrics."""
+
+    def do_GET(self) -> None:
+        body = b"ok\n" if self.path == "/healthz" else b"# HELP microcompact_requests_total Requests.\n"
+        self.send_response(200)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_a_serve_that_does_not_say_its_mode_is_refused_only_when_a_mode_is_asked(tmp_path: Path, agent: Path) -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), OlderServe)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = str(server.server_address[1])
+    try:
+        line = one_line_error(launch(tmp_path, agent, "claude", "--audit", "--port", port))
+        assert "does not say its mode (an older version), --audit was asked; stop it or pick another" in line
+        assert not (tmp_path / "record.json").exists()
+        assert launch(tmp_path, agent, "claude", "--port", port).returncode == 0, "no mode asked: it is used"
+        assert json.loads((tmp_path / "record.json").read_text())["mode"] is None
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_started_serve_is_told_the_mode_asked() -> None:
+    assert ServeSettings(audit=True).command()[-1] == "--audit"
+    assert ServeSettings(audit=False).command()[-1] == "--rewrite"
+    assert not {"--audit", "--rewrite"} & set(ServeSettings().command()), "the config file decides"

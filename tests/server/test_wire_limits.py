@@ -184,7 +184,7 @@ def test_at_the_connection_cap_busy_connections_stay_a_new_one_gets_a_503_and_he
     hanging: HangingUpstream, tmp_path: Path
 ) -> None:
     options = ["--db", str(tmp_path / "s.db"), "--max-connections", "4", "--openai-upstream", f"{hanging.base_url}/v1"]
-    served = ServeProcess(tmp_path / "home", *options).start()
+    served = ServeProcess(tmp_path / "home", *options, "--audit").start()
     before = hanging.accepted
     busy = [raw_request(served.port, "POST", "/v1/chat/completions", json.dumps(CHAT).encode(), JSON) for _ in range(4)]
     try:
@@ -196,12 +196,14 @@ def test_at_the_connection_cap_busy_connections_stay_a_new_one_gets_a_503_and_he
         # a health check still answers: a cap full of slow clients is load, not failure (issue 28)
         status, headers, body = _one_request(served.port, "GET", "/healthz")
         assert (status, body, headers["connection"]) == (200, b"ok\n", "close")
+        assert headers["x-microcompact-serve-mode"] == "audit", "the launchers read the mode over the cap too"
         assert not any(closed_by_peer(sock) for sock in busy)  # a request in flight is never dropped for it
     finally:
         for sock in busy:
             sock.close()
     # once they left, their places (and upstream connections) are free again
     assert wait_for(lambda: httpx.get(f"{served.base_url}/healthz", timeout=30).status_code == 200, timeout=60)
+    assert httpx.get(f"{served.base_url}/healthz", timeout=30).headers["x-microcompact-serve-mode"] == "audit"
     served.kill()
 
 

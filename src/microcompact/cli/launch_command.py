@@ -33,6 +33,15 @@ CONTEXT = {"allow_interspersed_args": False, "ignore_unknown_options": True, "al
 PortOption = Annotated[
     int, typer.Option("--port", help="Port of the serve to use, started on 127.0.0.1 when none answers there.")
 ]
+AuditOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--audit/--rewrite",
+        help="--audit: the serve forwards every request as the client sent it and says what rewriting would have "
+        "saved (serve --audit); a running serve in the other mode is refused. Default: the serve's own mode.",
+        show_default=False,
+    ),
+]
 AgentArgs = Annotated[list[str] | None, typer.Argument(help="The agent's own arguments, passed on unchanged.")]
 
 
@@ -46,9 +55,10 @@ def _command(agent: Agent) -> Callable[..., None]:
         db: DbOption = None,
         log_file: LogOption = None,
         context_limit: ContextLimitOption = None,
+        audit: AuditOption = None,
     ) -> None:
         upstreams = Upstreams(openai_upstream.rstrip("/"), anthropic_upstream.rstrip("/"), gemini_upstream.rstrip("/"))
-        settings = ServeSettings(port, upstreams, db=db, log=log_file, context_limit=context_limit)
+        settings = ServeSettings(port, upstreams, db=db, log=log_file, context_limit=context_limit, audit=audit)
         try:
             code = launch(agent, args or [], settings, os.environ)
         except LaunchError as exc:

@@ -3,10 +3,12 @@ stop the ``serve`` it started.
 
 A port that answers is used only when what answers is a microcompact ``serve`` (``/healthz`` says ok and
 ``/metrics`` is microcompact's, or its refusal carries the ``X-Microcompact-Mode`` header) that takes requests
-without a proxy key (the agents send none). A ``serve`` started here listens on 127.0.0.1, in its own session
-(Ctrl-C in the terminal reaches the agent, not the proxy), with its output in a file; it gets SIGINT when the
-agent exits, as a user's Ctrl-C, and SIGKILL if it has not finished its after-work in time. While the agent
-runs, Ctrl-C is the agent's to handle and SIGTERM or SIGHUP sent to the launcher is passed on to it.
+without a proxy key (the agents send none) and, when ``--audit`` or ``--rewrite`` was asked, is in that mode
+(``/healthz``'s ``X-Microcompact-Serve-Mode``): a ``serve`` in the other mode is refused, not silently used.
+A ``serve`` started here listens on 127.0.0.1, in its own session (Ctrl-C in the terminal reaches the agent,
+not the proxy), with its output in a file; it gets SIGINT when the agent exits, as a user's Ctrl-C, and
+SIGKILL if it has not finished its after-work in time. While the agent runs, Ctrl-C is the agent's to handle
+and SIGTERM or SIGHUP sent to the launcher is passed on to it.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ START_TIMEOUT = 30.0
 STOP_TIMEOUT = 30.0
 PROXY_KEY_ENV = "MICROCOMPACT_PROXY_KEY"
 MODE_HEADER = "x-microcompact-mode"
+SERVE_MODE_HEADER = "x-microcompact-serve-mode"  # on /healthz, as server/connections.py sets it
+AUDIT, REWRITE = "audit", "rewrite"  # its values (server/connections.py's ServeMode)
 
 
 class LaunchError(Exception):
@@ -49,6 +53,12 @@ class ServeSettings:
     log: Path | None = None
     context_limit: int | None = None
     output: Path | None = None  # where a started serve's own output goes (default: a file next to the log)
+    audit: bool | None = None  # --audit (True), --rewrite (False), or the config file's choice (None)
+
+    @property
+    def mode(self) -> str | None:
+        """The mode asked for, as ``/healthz`` names it; None when the config file decides."""
+        return None if self.audit is None else AUDIT if self.audit else REWRITE
 
     def command(self) -> list[str]:
         command = [sys.executable, "-m", "microcompact.cli", "serve", "--host", HOST, "--port", str(self.port)]
@@ -60,6 +70,8 @@ class ServeSettings:
             command += ["--log", str(self.log)]
         if self.context_limit is not None:
             command += ["--context-limit", str(self.context_limit)]
+        if self.audit is not None:
+            command.append("--audit" if self.audit else "--rewrite")
         return command
 
 
@@ -69,8 +81,9 @@ def _answers(port: int) -> bool:
         return probe.connect_ex((HOST, port)) == 0
 
 
-def identify(base: str) -> str | None:
-    """None when ``base`` is a microcompact ``serve`` the agents can use, else why not."""
+def identify(base: str, mode: str | None = None) -> str | None:
+    """None when ``base`` is a microcompact ``serve`` the agents can use (in ``mode``, when given), else why
+    not."""
     try:
         health = httpx.get(f"{base}/healthz", timeout=5)
         metrics = httpx.get(f"{base}/metrics", timeout=5)
@@ -82,7 +95,15 @@ def identify(base: str) -> str | None:
         return f"{base} is taken by something that is not microcompact serve; pick another --port"
     if metrics.status_code == 401:
         return f"the microcompact serve on {base} needs a proxy key, which agents do not send; use another --port"
-    return None
+    running = health.headers.get(SERVE_MODE_HEADER)
+    if mode is None or running == mode:
+        return None
+    if running is None:
+        return f"the microcompact serve on {base} does not say its mode (an older version), --{mode} was asked; {_AWAY}"
+    return f"the microcompact serve on {base} runs in {running} mode, --{mode} was asked; {_AWAY}"
+
+
+_AWAY = "stop it or pick another --port"
 
 
 class StartedServe:
@@ -151,7 +172,7 @@ def proxy(settings: ServeSettings, environ: Mapping[str, str]) -> Iterator[tuple
         raise LaunchError(f"--port: expected 1 to 65535, got {settings.port}")
     base = f"http://{HOST}:{settings.port}"
     if _answers(settings.port):
-        problem = identify(base)
+        problem = identify(base, settings.mode)
         if problem is not None:
             raise LaunchError(problem)
         yield base, False

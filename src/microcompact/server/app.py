@@ -51,6 +51,7 @@ from ..router import SessionRouter
 from ..wire import Upstream, WireApi
 from .anthropic_format import AnthropicFormat
 from .compaction import Compaction, Prepared
+from .connections import SERVE_MODE_HEADER, ServeMode
 from .errors import BadRequest, error_response
 from .forward import Passthrough, unless_client_leaves, upstream_failure, upstream_headers
 from .gc_pace import CollectionPacing
@@ -185,7 +186,7 @@ class Proxy:
     # ------------------------------------------------------------------ endpoints
 
     async def healthz(self, request: Request) -> Response:
-        return PlainTextResponse("ok\n")
+        return PlainTextResponse("ok\n", headers={SERVE_MODE_HEADER: ServeMode.of(self.settings.audit).value})
 
     async def metrics_page(self, request: Request) -> Response:
         refused = self._refused(request, Upstream.OPENAI)

@@ -11,6 +11,9 @@ complete within the header timeout (from opening, or from its previous answer) i
 socket (:class:`GuardedListener`) accepts while at most ACCEPT_SLACK accepted connections wait to be
 admitted: asyncio would otherwise accept up to its backlog in one go, file descriptors the cap has not seen
 yet.
+
+``/healthz`` answers ``ok`` with the proxy's mode in ``X-Microcompact-Serve-Mode`` (``rewrite`` or ``audit``),
+over the cap too: the launchers read it before reusing a ``serve`` (launch/lifecycle.py).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import logging
 import resource
 import socket
 import time
+from enum import StrEnum
 from typing import Any, ClassVar
 
 import orjson
@@ -33,6 +37,20 @@ ACCEPT_SLACK = 16  # accepted connections at most waiting for admission (and as 
 # At the cap, the bytes of a refused connection read for its request line: enough for ``GET /healthz``.
 REQUEST_LINE_BYTES = 256
 HEALTH_LINES = (b"GET /healthz ", b"HEAD /healthz ", b"GET /healthz?", b"HEAD /healthz?")
+
+SERVE_MODE_HEADER = "x-microcompact-serve-mode"  # on every /healthz answer
+
+
+class ServeMode(StrEnum):
+    """What ``serve`` does to a compacted route's request: rewrite it, or forward it as it came (--audit)."""
+
+    REWRITE = "rewrite"
+    AUDIT = "audit"
+
+    @classmethod
+    def of(cls, audit: bool) -> ServeMode:
+        return cls.AUDIT if audit else cls.REWRITE
+
 
 log = logging.getLogger("microcompact")
 LOG_EVERY_SECONDS = 60.0  # the cap being reached is logged at most this often
@@ -61,9 +79,10 @@ def allowed_connections(file_limit: int) -> int:
 class ConnectionGuard:
     """The open connections, oldest first, and what to do with one more at the cap."""
 
-    def __init__(self, cap: int, header_timeout: float) -> None:
+    def __init__(self, cap: int, header_timeout: float, mode: ServeMode = ServeMode.REWRITE) -> None:
         self.cap = cap
         self.header_timeout = header_timeout
+        self.mode = mode  # named by a health check answered over the cap
         self.open: dict[GuardedH11Protocol, None] = {}  # insertion-ordered: oldest first
         self.evicted = 0
         self.refused = 0
@@ -125,12 +144,12 @@ class GuardedListener(socket.socket):
         return accepted
 
 
-def _health_answer(head_only: bool) -> bytes:
+def _health_answer(head_only: bool, mode: ServeMode) -> bytes:
     """``/healthz``'s answer, written by the protocol itself for a connection over the cap."""
     body = b"ok\n"
     head = (
         "HTTP/1.1 200 OK\r\ncontent-type: text/plain; charset=utf-8\r\n"
-        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+        f"content-length: {len(body)}\r\n{SERVE_MODE_HEADER}: {mode.value}\r\nconnection: close\r\n\r\n"
     )
     return head.encode("ascii") + (b"" if head_only else body)
 
@@ -186,7 +205,7 @@ class GuardedH11Protocol(H11Protocol):
             if b"\n" in self._refused or len(self._refused) >= REQUEST_LINE_BYTES:
                 line = bytes(self._refused)
                 if line.startswith(HEALTH_LINES):
-                    self._answer(_health_answer(head_only=line.startswith(b"HEAD")))
+                    self._answer(_health_answer(line.startswith(b"HEAD"), self.guard.mode))
                 else:
                     self._refuse()
 

@@ -17,7 +17,14 @@ from ..router import SessionRouter
 from ..store import SessionStore, StoreError, open_store
 from ..windows import Windows
 from .app import Proxy, ProxySettings
-from .connections import ConnectionGuard, GuardedListener, allowed_connections, guarded_protocol, raise_file_limit
+from .connections import (
+    ConnectionGuard,
+    GuardedListener,
+    ServeMode,
+    allowed_connections,
+    guarded_protocol,
+    raise_file_limit,
+)
 from .limits import Limits, LimitsError
 from .routes import served
 from .session_key import SaltError, default_salt_path, load_salt, salt_id
@@ -190,8 +197,9 @@ def serve(options: ServeOptions, say: Callable[[str], None]) -> None:
         raise ServeError(str(exc)) from None
     router = router_for(config, store, options.shared)
     hider = hide_userinfo_in_logs()
-    assert settings.limits.max_connections is not None, "checked_limits sets the cap"
-    guard = ConnectionGuard(settings.limits.max_connections, settings.limits.header_timeout)
+    limits = settings.limits
+    assert limits.max_connections is not None, "checked_limits sets the cap"
+    guard = ConnectionGuard(limits.max_connections, limits.header_timeout, ServeMode.of(settings.audit))
     try:
         sock = bind(options.host, options.port, guard)
         host, port = sock.getsockname()[:2]

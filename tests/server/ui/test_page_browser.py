@@ -118,7 +118,8 @@ def check_pages(base: str, conversation: dict[str, Any], requests: int, shots: P
     cells = re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)
     assert sid in cells[0] and cells[1].startswith("claude-cli/") and cells[3] == "anthropic"
     assert cells[4] == f"{requests:,}" and int(cells[6]) == conversation["folds"]
-    screenshot(f"{base}/ui?key={KEY}", shots / "ui-conversations.png", 1400, 360)
+    assert cells[12] == conversation["pricing"] and conversation["pricing"].startswith("claude-")
+    screenshot(f"{base}/ui?key={KEY}", shots / "ui-conversations.png", 1500, 360)
 
     key = {"x-microcompact-key": KEY}
     detail = httpx.get(f"{base}/ui/api/conversation", params={"id": sid}, headers=key).json()
@@ -130,6 +131,8 @@ def check_pages(base: str, conversation: dict[str, Any], requests: int, shots: P
     assert len(folds) == conversation["folds"] == len(detail["folds_detail"])
     priced = [f for f in detail["folds_detail"] if f["rewrite_cost"] is not None and f["saving_per_request"]]
     assert priced, "Anthropic reports its cache writes: each fold's rewrite is priced against its saving"
+    verdicts = [re.search(r"(paid: saved \$|pays back in [\d,]+ more|no saving|unpriced)", f) for f in folds]
+    assert all(verdicts) and any(v.group(1).startswith(("paid", "pays")) for v in verdicts if v), "each says why"
     passes = re.findall(r'<tr class="pass">(.*?)</tr>', opened, re.S)
     absorbed = [p for p in passes if ">absorbed<" in p or ">compacted<" in p]
     assert absorbed and len(passes) == len(detail["passes"])

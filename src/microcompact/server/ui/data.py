@@ -3,7 +3,9 @@ the same page): JSON-ready dicts, the same ones the page draws and ``/ui/api/...
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from ...bill.cost_line import SessionCost
@@ -161,12 +163,22 @@ def conversation(store: _SQLStore, session_id: str) -> dict[str, Any] | None:
     }
 
 
+class Verdict(StrEnum):
+    """Where a fold stands against the price rule's numbers, as the requests since it were billed."""
+
+    PAID = "paid"  # what it saved on the requests since covers what it cost
+    PAYING = "paying"  # not yet: ``pays_back_in`` more requests at its saving
+    NO_SAVING = "no saving"  # the prompt did not shrink (it grew more than the fold took out)
+    UNPRICED = "unpriced"  # no cache prices for the model, or no cache write reported
+
+
 def folds(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each request that sent a folded view, with the passes applied since the previous one and the price
-    rule's numbers as the provider billed them: what the fold wrote to the cache again (the request's cache
-    write at the rewrite premium), what the smaller prompt saves on every later request (its drop from the
-    previous request's, at the cache read price: a lower bound, the request's own growth is not added), and
-    so after how many requests it has paid for itself."""
+    """Each request that sent a folded view (or, audited, would have), with the passes applied since the
+    previous one and the price rule's numbers as the provider billed them: what the fold cost (the request's
+    cache write, see :func:`_written`, at the rewrite premium, plus its summarizer calls), what the smaller
+    prompt saves on every later request (its drop from the previous request's, at the cache read price: a
+    lower bound, the request's own growth is not added), after how many requests that pays for the fold,
+    and the verdict on the requests made since."""
     out: list[dict[str, Any]] = []
     passes: list[dict[str, Any]] = []
     for number, row in enumerate(rows, start=1):
@@ -177,12 +189,14 @@ def folds(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         now = _view(row, "prompt_tokens")
         smaller = before - now if isinstance(before, int) and isinstance(now, int) else None
         read, premium = row.get("read_price"), row.get("rewrite_premium")
-        written = _view(row, "cache_write_tokens")
+        written = _written(row)
         rewrite_cost = written * premium / 1e6 if isinstance(written, int) and isinstance(premium, float) else None
         saving = smaller * read / 1e6 if smaller is not None and smaller > 0 and isinstance(read, float) else None
+        summarizer = sum(float(p.get("summarizer_cost") or 0) for p in passes)
         out.append(
             {
                 "request": number,
+                "mode": "audit" if row.get("mode") == "audit" else "rewrite",
                 "prompt_before": before,
                 "prompt_after": now,
                 "occupancy_before": rows[number - 2].get("occupancy_pct") if number > 1 else None,
@@ -190,22 +204,55 @@ def folds(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "passes": len(passes),
                 "outcomes": sorted({str(p.get("outcome")) for p in passes}),
                 "why": sorted({str(p.get("reason") or p.get("mode")) for p in passes}),
-                "summarizer_cost": round(sum(float(p.get("summarizer_cost") or 0) for p in passes), 8),
+                "summarizer_cost": round(summarizer, 8),
                 "cache_write": written,
                 "rewrite_cost": None if rewrite_cost is None else round(rewrite_cost, 8),
                 "saving_per_request": None if saving is None else round(saving, 8),
-                "pays_back_after": round(rewrite_cost / saving, 1) if rewrite_cost is not None and saving else None,
+                **_verdict(rewrite_cost, summarizer, saving, len(rows) - number, smaller),
             }
         )
         passes = []
     return out
 
 
+def _verdict(
+    rewrite_cost: float | None, summarizer: float, saving: float | None, since: int, smaller: int | None
+) -> dict[str, Any]:
+    """The price rule's verdict on one fold: its cost (rewrite and summarizer) against its saving per
+    request over the ``since`` requests made after it."""
+    cost = None if rewrite_cost is None else rewrite_cost + summarizer
+    figures: dict[str, Any] = {"requests_since": since, "pays_back_after": None, "saved_since": None}
+    if cost is None or (smaller is not None and smaller > 0 and saving is None):
+        return {**figures, "verdict": Verdict.UNPRICED.value, "pays_back_in": None}
+    if not saving:
+        return {**figures, "verdict": Verdict.NO_SAVING.value, "pays_back_in": None}
+    after = math.ceil(cost / saving - 1e-9)
+    figures.update(pays_back_after=after, saved_since=round(saving * since, 8))
+    if since >= after:
+        return {**figures, "verdict": Verdict.PAID.value, "pays_back_in": 0}
+    return {**figures, "verdict": Verdict.PAYING.value, "pays_back_in": after - since}
+
+
 def _view(row: dict[str, Any], name: str) -> Any:
     """A figure of the view the request sent, or for an audited one the view it would have sent."""
     if row.get("mode") != "audit":
         return row.get(name)
-    return row.get({"prompt_tokens": "would_have_tokens", "cache_write_tokens": "would_have_cache_write"}[name])
+    names = {
+        "prompt_tokens": "would_have_tokens",
+        "cache_write_tokens": "would_have_cache_write",
+        "cache_read_tokens": "would_have_cache_read",
+    }
+    return row.get(names[name])
+
+
+def _written(row: dict[str, Any]) -> int | None:
+    """The prompt tokens a fold's request wrote to the cache again: as reported, or where the provider
+    reports no writes (OpenAI's automatic caching bills them as plain input) the prompt not read from it."""
+    written = _view(row, "cache_write_tokens")
+    if isinstance(written, int):
+        return written
+    prompt, read = _view(row, "prompt_tokens"), _view(row, "cache_read_tokens")
+    return max(0, prompt - read) if isinstance(prompt, int) and isinstance(read, int) else None
 
 
 def _active_marker(message: Message) -> bool:

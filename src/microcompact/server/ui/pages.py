@@ -8,6 +8,7 @@ import json
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from .data import Verdict
 from .html import dollars, esc, number, page, pct, table, when
 
 CHART_W, CHART_H, PAD = 760, 220, 36
@@ -36,6 +37,7 @@ def list_page(conversations: list[dict[str, Any]], nonce: str) -> str:
         ("tokens saved", ""),
         ("spent", ""),
         ("uncompacted", ""),
+        ("pricing", "l"),
         ("mode", "l"),
         ("would have saved", ""),
         ("last activity", "l"),
@@ -56,6 +58,7 @@ def list_page(conversations: list[dict[str, Any]], nonce: str) -> str:
                 number(c["tokens_saved"]),
                 money(c, "spent"),
                 money(c, "uncompacted"),
+                pricing(c),
                 esc(c["mode"]),
                 dollars(c["would_have_saved"]),
                 when(c["last_at"]) if c["last_at"] else esc(c["updated_at"]),
@@ -69,6 +72,14 @@ def list_page(conversations: list[dict[str, Any]], nonce: str) -> str:
     )
     sig = [[c["id"], *signature(c)] for c in conversations[:50]]
     return page("conversations", body, nonce, poll="/ui/api/conversations", signature=_json(sig))
+
+
+def pricing(figures: dict[str, Any]) -> str:
+    """The price table a conversation's dollars come from (its model family, or a configured preset), or the
+    model no price is known for."""
+    if figures.get("unpriced"):
+        return f'<span class="muted">unpriced: {esc(figures["unpriced"])}</span>'
+    return esc(figures.get("pricing")) if figures.get("pricing") else "&ndash;"
 
 
 def money(figures: dict[str, Any], name: str) -> str:
@@ -195,6 +206,7 @@ def _folds_table(folds: list[dict[str, Any]]) -> str:
         ("summarizer cost", ""),
         ("saves per request", ""),
         ("pays back after", ""),
+        ("verdict", "l"),
     ]
     rows = [
         (
@@ -210,11 +222,25 @@ def _folds_table(folds: list[dict[str, Any]]) -> str:
                 dollars(f["summarizer_cost"]),
                 dollars(f["saving_per_request"]),
                 esc(f"{f['pays_back_after']} requests") if f["pays_back_after"] is not None else "&ndash;",
+                _verdict_cell(f),
             ],
         )
         for f in reversed(folds)
     ]
     return table(headers, rows)
+
+
+def _verdict_cell(fold: dict[str, Any]) -> str:
+    """Why the fold paid (or not yet): its cost against its saving over the requests since; "would fold"
+    for an audited one."""
+    since = fold["requests_since"]
+    said = {
+        Verdict.PAID.value: f"paid: saved {dollars(fold['saved_since'])} over the {number(since)} requests since",
+        Verdict.PAYING.value: f"pays back in {number(fold['pays_back_in'])} more requests ({number(since)} since)",
+        Verdict.NO_SAVING.value: "no saving: the prompt did not shrink",
+        Verdict.UNPRICED.value: "unpriced: no cache prices for this model",
+    }.get(fold["verdict"], esc(fold["verdict"]))
+    return f"<b>would fold</b>; {said}" if fold["mode"] == "audit" else said
 
 
 def _passes_table(passes: list[dict[str, Any]]) -> str:
@@ -340,7 +366,7 @@ def conversation_page(
         f"<b>{number(detail['folds'])}</b> folds &middot; "
         f"{number(detail['prompt_tokens'])} prompt tokens against {number(detail['uncompacted_tokens'])} "
         f"uncompacted (<b>{number(detail['tokens_saved'])}</b> saved) &middot; {money(detail, 'spent')} spent "
-        f"against {money(detail, 'uncompacted')} &middot; "
+        f"against {money(detail, 'uncompacted')} (priced as {pricing(detail)}) &middot; "
         f"{esc(detail['client'])} &middot; {esc(detail['model'])} ({esc(detail['api'])})</p>"
     )
     live = (
