@@ -19,7 +19,7 @@ import pytest
 
 from microcompact.importers import write_jsonl
 from microcompact.outfile import NotAFile
-from support.cli_runs import RUNNERS, in_process
+from support.cli_runs import RUNNERS, from_here, in_process
 
 DEMO = str(resources.files("microcompact") / "data" / "demo_transcript.jsonl")
 IMPORT = ("import", DEMO, "--from", "openai")
@@ -31,12 +31,7 @@ Cli = Callable[..., "subprocess.CompletedProcess[str]"]
 @pytest.fixture(params=RUNNERS)
 def run_cli(request: pytest.FixtureRequest) -> Cli:
     """``microcompact ARGS`` with a home: in-process (the fast suite) or as a real process (the slow one)."""
-    runner = request.param
-
-    def run(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-        return runner(Path.cwd(), home, *args)  # type: ignore[no-any-return]
-
-    return run
+    return from_here(request.param)
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from support.cli_runs import RUNNERS, in_process
+from support.cli_runs import RUNNERS, from_here, in_process
 from support.serve_process import CLI, cli_env
 
 DEMO = str(resources.files("microcompact") / "data" / "demo_transcript.jsonl")
@@ -30,12 +30,7 @@ Cli = Callable[..., "subprocess.CompletedProcess[str]"]
 @pytest.fixture(params=RUNNERS)
 def run_cli(request: pytest.FixtureRequest) -> Cli:
     """``microcompact ARGS`` with a home: in-process (the fast suite) or as a real process (the slow one)."""
-    runner = request.param
-
-    def run(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-        return runner(Path.cwd(), home, *args)  # type: ignore[no-any-return]
-
-    return run
+    return from_here(request.param)
 
 
 @pytest.fixture

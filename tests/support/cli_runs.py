@@ -59,3 +59,12 @@ RUNNERS = [
     pytest.param(in_process, id="in-process"),
     pytest.param(in_subprocess, id="process", marks=pytest.mark.slow),
 ]
+
+
+def from_here(runner: CliRun) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """``runner`` bound to the current folder: ``microcompact ARGS`` with a home (the tests' ``run_cli``)."""
+
+    def run(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+        return runner(Path.cwd(), home, *args)
+
+    return run
