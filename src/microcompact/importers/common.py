@@ -164,6 +164,18 @@ def clean_parts(parts: list[Any], where: str) -> list[Any]:
     return out
 
 
+def chat_content(content: Any, where: str) -> str | list[Any]:
+    """Chat-completions content as a dataset or log holds it: a string, null (read as "") or a list of
+    parts (cleaned); anything else is an error."""
+    if isinstance(content, list):
+        return clean_parts(content, where)
+    if content is None:
+        return ""
+    if not isinstance(content, str):
+        raise TranscriptError(f"{where}: content must be a string, null or a list of parts")
+    return content
+
+
 def text_only(parts: list[Any]) -> str | None:
     """The joined text of ``parts`` when every part is text, else None (keep the list)."""
     if all(isinstance(p, dict) and p.get("type") == "text" for p in parts):
