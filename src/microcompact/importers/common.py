@@ -274,8 +274,10 @@ def _roles_repaired(messages: list[Message], report: ImportReport) -> list[Messa
     return out
 
 
-def finish(report: ImportReport, messages: list[Message]) -> ImportReport:
-    """Repair ``messages``, check the result and store it in ``report``: every importer ends here."""
+def finish(report: ImportReport, messages: list[Message], *, own_summaries: bool = False) -> ImportReport:
+    """Repair ``messages``, check the result and store it in ``report``: every importer ends here.
+    ``own_summaries``: the format records the agent's own compaction summaries (the importer marked them),
+    and the report says where they sit."""
     messages = repair(messages, report)
     for i, m in enumerate(messages):
         validate_message(m, f"{report.source}: output message {i}")
@@ -283,6 +285,8 @@ def finish(report: ImportReport, messages: list[Message]) -> ImportReport:
     if errors:  # repair() should make this impossible
         raise TranscriptError(f"{report.source}: conversion produced an invalid transcript: {errors[0]}")
     report.messages = messages
+    if own_summaries:
+        report.compact_summary_indices = compact_summary_indices(messages)
     return report
 
 
