@@ -41,7 +41,7 @@ LAYERS: list[set[str]] = [
     {"events", "tokens"},
     {"window", "properties", "contract"},
     {"summarizers"},
-    {"micro", "batch"},
+    {"engine_context", "micro", "batch"},
     {"background", "store", "carry"},
     {"session_store", "session_history", "session_engines", "runners", "session", "aio", "recall_tools"},
     {"replay", "report", "importers", "router", "recall", "recall_watch", "stale"},

@@ -403,6 +403,28 @@ def test_missing_role_is_named(tmp_path: Path) -> None:
         import_transcript(adp, "adp", record=1)
 
 
+def test_swe_agent_and_adp_read_content_alike(tmp_path: Path) -> None:
+    """Both read chat content the same way: null is "", parts lose provider extras, a number is named."""
+    messages = [
+        {"role": "system", "content": None},
+        {"role": "user", "content": ["hi", {"type": "text", "text": "there", "cache_control": {"type": "x"}}]},
+        {"role": "assistant", "content": 7},
+    ]
+    traj = tmp_path / "c.traj"
+    traj.write_text(json.dumps({"history": messages}), encoding="utf-8")
+    adp = tmp_path / "c_adp.json"
+    adp.write_text(json.dumps([{"messages": messages}]), encoding="utf-8")
+    for path, fmt, where in ((traj, "swe-agent", r"history\[2\]"), (adp, "adp", "message 2")):
+        with pytest.raises(TranscriptError, match=rf"{where}: content must be a string, null or a list of parts"):
+            import_transcript(path, fmt)
+    traj.write_text(json.dumps({"history": messages[:2]}), encoding="utf-8")
+    adp.write_text(json.dumps([{"messages": messages[:2]}]), encoding="utf-8")
+    expected_parts = [{"type": "text", "text": "hi"}, {"type": "text", "text": "there"}]
+    for path, fmt in ((traj, "swe-agent"), (adp, "adp")):
+        got = import_transcript(path, fmt)
+        assert [m["content"] for m in got] == ["", expected_parts], fmt
+
+
 def test_other_malformed_inputs(tmp_path: Path) -> None:
     with pytest.raises(TranscriptError, match=r"cannot read .*no such file"):
         import_transcript(tmp_path / "missing.jsonl", "openai")

@@ -8,8 +8,9 @@ from pathlib import Path
 from microcompact import open_store
 from microcompact.contract import user_message_errors
 from microcompact.integrations import HistoryCompactor, opening_key
+from microcompact.integrations.compactor import compactor_for
 from microcompact.messages import Message
-from microcompact.summarizers import ExtractiveSummarizer
+from microcompact.summarizers import ClientSummarizer, ExtractiveSummarizer
 from support.agent_script import config, tool_output
 
 
@@ -90,3 +91,15 @@ def test_a_new_process_resumes_from_the_store_without_summarizing_again(tmp_path
         assert [e.message for e in resumed.view("k", history)] == before
         assert again.calls == 0
         resumed.close()
+
+
+def test_adapter_options_choose_the_summarizer() -> None:
+    """The adapters' ``summarizer``/``model`` options: a callable becomes a client summarizer named by the
+    model; none leaves the offline one (the router's default)."""
+    given = compactor_for(32_000, lambda prompt: "### Notes\n- done", "my-model", None, None)
+    assert isinstance(given.router.summarizer, ClientSummarizer) and given.router.summarizer.name == "my-model"
+    assert given.config.model.context_length == 32_000
+    default = compactor_for(None, None, "ignored", config(), None)
+    assert default.router.summarizer is None
+    given.close()
+    default.close()

@@ -4,15 +4,13 @@ how far it may go. It builds its :class:`BatchResult` and its telemetry record o
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import Config
+from ..engine_context import Context
 from ..events import BATCH_CHANGED, BATCH_COMPACTIONS, Outcome
-from ..summarizers import Summarizer
 from ..telemetry import emit, occupancy_pct
-from ..tokens import Ledger, TokenCounter
+from ..tokens import Ledger
 from ..window import Window, WindowBudget
 from .policy import Fold
 
@@ -25,17 +23,6 @@ class BatchResult:
     @property
     def changed(self) -> bool:
         return self.outcome in BATCH_CHANGED
-
-
-@dataclass(frozen=True)
-class Context:
-    """What every record names about the engine that ran the attempt (fixed for the engine's life)."""
-
-    config: Config
-    counter: TokenCounter
-    session_id: str
-    summarizer: Summarizer
-    clock: Callable[[], float]
 
 
 @dataclass

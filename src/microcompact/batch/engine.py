@@ -23,12 +23,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import Config
+from ..engine_context import Context
 from ..events import CommitHook, Event, Outcome, apply_event, commit_or_log
 from ..messages import Message
 from ..summarizers import ExtractiveSummarizer, Summarizer, ledger_budget
 from ..tokens import Ledger, TokenCounter
 from ..window import Window, WindowBudget
-from .attempt import Attempt, BatchResult, Context
+from .attempt import Attempt, BatchResult
 from .calls import SummarizerCalls
 from .last_resort import plan_cuts
 from .policy import BatchPolicy, Fold, Moment, ThresholdPolicy

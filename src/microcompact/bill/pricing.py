@@ -15,7 +15,7 @@ else the main model's; the offline summarizer costs nothing).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -78,99 +78,69 @@ class CachePricing(BaseModel):
         return output_tokens * self.output / MILLION
 
 
+def _plain_writes(
+    name: str,
+    family: Literal["openai", "gemini", "none"],
+    input: float,
+    cached_read: float,
+    output: float,
+    *,
+    cache: bool = True,
+    min_cacheable_tokens: int = 1024,
+) -> CachePricing:
+    """Prices under which what is not read is plain input: no write premium and no breakpoints to place
+    (automatic prefix caching, whose caches live about 5 minutes, or no cache at all)."""
+    return CachePricing(
+        name=name,
+        family=family,
+        input=input,
+        cached_read=cached_read,
+        cache_write=input,
+        output=output,
+        ttl_seconds=300,
+        write_premium=False,
+        max_breakpoints=0,
+        lookback_blocks=0,
+        cache=cache,
+        min_cacheable_tokens=min_cacheable_tokens,
+    )
+
+
+def _variant(base: CachePricing, **changes: Any) -> CachePricing:
+    """``base`` with ``changes``, checked as any other preset."""
+    return CachePricing.model_validate({**base.model_dump(), **changes})
+
+
+# Anthropic (Claude Sonnet list prices): 5-minute cache writes 1.25x input, 1-hour writes 2x, reads 0.1x.
+_ANTHROPIC = CachePricing(
+    name="anthropic",
+    family="anthropic",
+    input=3.00,
+    cached_read=0.30,
+    cache_write=3.75,
+    cache_write_1h=6.00,
+    output=15.00,
+    ttl_seconds=300,
+)
+# OpenAI's current models (GPT-5 list prices): cached input at 0.1x; caches are cleared after 5-10 minutes
+# of inactivity (we take 5), prefixes from 1,024 tokens.
+_OPENAI = _plain_writes("openai", "openai", input=1.25, cached_read=0.125, output=10.00)
+
 PRESETS: dict[str, CachePricing] = {
-    # Anthropic (Claude Sonnet list prices): 5-minute cache writes 1.25x input, 1-hour writes 2x, reads 0.1x.
-    "anthropic": CachePricing(
-        name="anthropic",
-        family="anthropic",
-        input=3.00,
-        cached_read=0.30,
-        cache_write=3.75,
-        cache_write_1h=6.00,
-        output=15.00,
-        ttl_seconds=300,
-    ),
+    "anthropic": _ANTHROPIC,
     # The same with the 1-hour cache: writes 2x input, the cache lives an hour.
-    "anthropic-1h": CachePricing(
-        name="anthropic-1h",
-        family="anthropic",
-        input=3.00,
-        cached_read=0.30,
-        cache_write=6.00,
-        cache_write_1h=6.00,
-        output=15.00,
-        ttl_seconds=3600,
-    ),
-    # OpenAI's current models: automatic prefix caching, cached input at 0.1x, no write premium (GPT-5 list
-    # prices); caches are cleared after 5-10 minutes of inactivity (we take 5), prefixes from 1,024 tokens.
-    "openai": CachePricing(
-        name="openai",
-        family="openai",
-        input=1.25,
-        cached_read=0.125,
-        cache_write=1.25,
-        output=10.00,
-        ttl_seconds=300,
-        write_premium=False,
-        max_breakpoints=0,
-        lookback_blocks=0,
-    ),
-    # Newer OpenAI models with a cache-write premium: what is not read is written at 1.25x input.
-    "openai-write": CachePricing(
-        name="openai-write",
-        family="openai",
-        input=1.25,
-        cached_read=0.125,
-        cache_write=1.5625,
-        output=10.00,
-        ttl_seconds=300,
-        write_premium=True,
-        max_breakpoints=4,
-        lookback_blocks=0,
-    ),
-    # GPT-4o list prices: cached input at half price, no write premium (``replay --compare``'s earlier
-    # ``openai`` figures).
-    "gpt-4o": CachePricing(
-        name="gpt-4o",
-        family="openai",
-        input=2.50,
-        cached_read=1.25,
-        cache_write=2.50,
-        output=10.00,
-        ttl_seconds=300,
-        write_premium=False,
-        max_breakpoints=0,
-        lookback_blocks=0,
-    ),
-    # Gemini (2.5 Pro list prices, prompts up to 200K): implicit caching reads at 0.1x input and writes at no
-    # premium (what is not read is plain input), no breakpoints; prefixes from 2,048 tokens (4,096 on 3.x).
-    "gemini": CachePricing(
-        name="gemini",
-        family="gemini",
-        input=1.25,
-        cached_read=0.125,
-        cache_write=1.25,
-        output=10.00,
-        ttl_seconds=300,
-        write_premium=False,
-        max_breakpoints=0,
-        lookback_blocks=0,
-        min_cacheable_tokens=2048,
-    ),
+    "anthropic-1h": _variant(_ANTHROPIC, name="anthropic-1h", cache_write=6.00, ttl_seconds=3600),
+    "openai": _OPENAI,
+    # Newer OpenAI models with a cache-write premium: what is not read is written at 1.25x input, and a
+    # request may place breakpoints.
+    "openai-write": _variant(_OPENAI, name="openai-write", cache_write=1.5625, write_premium=True, max_breakpoints=4),
+    # GPT-4o list prices: cached input at half price (``replay --compare``'s earlier ``openai`` figures).
+    "gpt-4o": _plain_writes("gpt-4o", "openai", input=2.50, cached_read=1.25, output=10.00),
+    # Gemini (2.5 Pro list prices, prompts up to 200K): implicit caching reads at 0.1x input; prefixes from
+    # 2,048 tokens (4,096 on 3.x).
+    "gemini": _plain_writes("gemini", "gemini", input=1.25, cached_read=0.125, output=10.00, min_cacheable_tokens=2048),
     # A local server: no cache and no bill; only tokens count, so fold as early as is useful.
-    "none": CachePricing(
-        name="none",
-        family="none",
-        input=0.0,
-        cached_read=0.0,
-        cache_write=0.0,
-        output=0.0,
-        write_premium=False,
-        cache=False,
-        max_breakpoints=0,
-        lookback_blocks=0,
-        min_cacheable_tokens=0,
-    ),
+    "none": _plain_writes("none", "none", input=0.0, cached_read=0.0, output=0.0, cache=False, min_cacheable_tokens=0),
 }
 
 # The preset a proxy assumes for each API when nothing is configured.

@@ -14,7 +14,7 @@ from ..messages import Message, TranscriptError
 from .common import (
     ImportFormat,
     ImportReport,
-    clean_parts,
+    chat_content,
     finish,
     load_json,
     normalize_tool_calls,
@@ -126,13 +126,7 @@ def _adp_content(item: dict[str, Any], role: str, where: str) -> str | list[Any]
         content = item["value"]
     else:
         content = item.get("system_prompt") if role == "system" else None
-    if isinstance(content, list):
-        return clean_parts(content, where)
-    if content is None:
-        return ""
-    if not isinstance(content, str):
-        raise TranscriptError(f"{where}: content must be a string, null or a list of parts")
-    return content
+    return chat_content(content, where)
 
 
 def _adp_message(item: Any, where: str, report: ImportReport) -> Message:

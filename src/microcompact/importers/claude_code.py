@@ -19,7 +19,6 @@ from .common import (
     TS_KEY,
     ImportFormat,
     ImportReport,
-    compact_summary_indices,
     finish,
     iter_jsonl,
     text_only,
@@ -323,9 +322,7 @@ def import_claude_code(path: Path, **_: Any) -> ImportReport:
             _add_assistant_line(merge, rec, msg, lineno, where)
         else:
             _add_user_line(merge, rec, msg["content"], lineno, where)
-    finish(report, _lay_out(merge))
-    report.compact_summary_indices = compact_summary_indices(report.messages)
-    return report
+    return finish(report, _lay_out(merge), own_summaries=True)
 
 
 def looks_like_claude_code(head: str) -> bool:

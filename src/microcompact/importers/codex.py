@@ -23,7 +23,6 @@ from .common import (
     TS_KEY,
     ImportFormat,
     ImportReport,
-    compact_summary_indices,
     finish,
     iter_jsonl,
     text_only,
@@ -225,9 +224,7 @@ def import_codex(path: Path, **_: Any) -> ImportReport:
     rollout = _Rollout(report)
     for lineno, rec in iter_jsonl(path):
         _add_line(rollout, lineno, rec, f"{path}:{lineno}")
-    finish(report, rollout.messages)
-    report.compact_summary_indices = compact_summary_indices(report.messages)
-    return report
+    return finish(report, rollout.messages, own_summaries=True)
 
 
 def looks_like_codex(head: str) -> bool:

@@ -164,6 +164,18 @@ def clean_parts(parts: list[Any], where: str) -> list[Any]:
     return out
 
 
+def chat_content(content: Any, where: str) -> str | list[Any]:
+    """Chat-completions content as a dataset or log holds it: a string, null (read as "") or a list of
+    parts (cleaned); anything else is an error."""
+    if isinstance(content, list):
+        return clean_parts(content, where)
+    if content is None:
+        return ""
+    if not isinstance(content, str):
+        raise TranscriptError(f"{where}: content must be a string, null or a list of parts")
+    return content
+
+
 def text_only(parts: list[Any]) -> str | None:
     """The joined text of ``parts`` when every part is text, else None (keep the list)."""
     if all(isinstance(p, dict) and p.get("type") == "text" for p in parts):
@@ -262,8 +274,10 @@ def _roles_repaired(messages: list[Message], report: ImportReport) -> list[Messa
     return out
 
 
-def finish(report: ImportReport, messages: list[Message]) -> ImportReport:
-    """Repair ``messages``, check the result and store it in ``report``: every importer ends here."""
+def finish(report: ImportReport, messages: list[Message], *, own_summaries: bool = False) -> ImportReport:
+    """Repair ``messages``, check the result and store it in ``report``: every importer ends here.
+    ``own_summaries``: the format records the agent's own compaction summaries (the importer marked them),
+    and the report says where they sit."""
     messages = repair(messages, report)
     for i, m in enumerate(messages):
         validate_message(m, f"{report.source}: output message {i}")
@@ -271,6 +285,8 @@ def finish(report: ImportReport, messages: list[Message]) -> ImportReport:
     if errors:  # repair() should make this impossible
         raise TranscriptError(f"{report.source}: conversion produced an invalid transcript: {errors[0]}")
     report.messages = messages
+    if own_summaries:
+        report.compact_summary_indices = compact_summary_indices(messages)
     return report
 
 

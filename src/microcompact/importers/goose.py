@@ -21,7 +21,6 @@ from ..messages import META_KEY, Message, TranscriptError
 from .common import (
     ImportFormat,
     ImportReport,
-    compact_summary_indices,
     finish,
     iter_jsonl,
     take_ts,
@@ -186,9 +185,7 @@ def import_goose(path: Path, **_: Any) -> ImportReport:
             report.notes["session_metadata_line"] += 1
             continue
         messages.extend(_messages_of(rec, where, report))
-    finish(report, messages)
-    report.compact_summary_indices = compact_summary_indices(report.messages)
-    return report
+    return finish(report, messages, own_summaries=True)
 
 
 def looks_like_goose(head: str) -> bool:

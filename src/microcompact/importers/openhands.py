@@ -23,7 +23,6 @@ from ..messages import META_KEY, Message, TranscriptError
 from .common import (
     ImportFormat,
     ImportReport,
-    compact_summary_indices,
     finish,
     folder_files,
     load_json,
@@ -177,9 +176,7 @@ def import_openhands(path: Path, **_: Any) -> ImportReport:
     report = ImportReport("openhands", str(path))
     events = _events(path)
     if events and isinstance(events[0][1], dict) and "kind" in events[0][1]:  # OpenHands V1 (software-agent-sdk)
-        finish(report, sdk_messages(events, report))
-        report.compact_summary_indices = compact_summary_indices(report.messages)
-        return report
+        return finish(report, sdk_messages(events, report), own_summaries=True)
     stream = _Stream(report)
     for where, event in events:
         if not isinstance(event, dict):

@@ -9,7 +9,7 @@ from ..messages import Message, TranscriptError
 from .common import (
     ImportFormat,
     ImportReport,
-    clean_parts,
+    chat_content,
     finish,
     load_json,
     normalize_tool_calls,
@@ -60,12 +60,7 @@ def _history_message(h: Any, where: str, report: ImportReport) -> Message:
     role = h.get("role")
     if role not in ("system", "user", "assistant", "tool"):
         raise TranscriptError(f"{where}: unknown role {role!r} (expected system, user, assistant or tool)")
-    content = h.get("content")
-    if isinstance(content, list):
-        content = clean_parts(content, where)
-    elif content is not None and not isinstance(content, str):
-        raise TranscriptError(f"{where}: content must be a string, null or a list of parts")
-    m: Message = {"role": role, "content": content if content is not None else ""}
+    m: Message = {"role": role, "content": chat_content(h.get("content"), where)}
     if h.get("is_demo"):
         report.notes["demo_message"] += 1
     if role == "assistant" and h.get("tool_calls"):

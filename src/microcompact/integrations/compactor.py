@@ -12,14 +12,14 @@ import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..config import Config
 from ..identity import DIGEST_KEY, digest, hid_of
 from ..messages import Message, to_api
 from ..router import SessionRouter
 from ..session import Convert
-from ..summarizers import Summarizer
+from ..summarizers import Summarizer, summarizer_from
 
 if TYPE_CHECKING:
     from ..store import SessionStore
@@ -96,6 +96,15 @@ class HistoryCompactor:
     def close(self) -> None:
         """Close every open session: what is pending is written and the store's writer leases released."""
         self.router.close()
+
+
+def compactor_for(
+    context_length: int | None, summarizer: Any, model: str | None, config: Config | None, store: SessionStore | None
+) -> HistoryCompactor:
+    """The compactor an adapter's options describe: ``summarizer`` is anything
+    :func:`~microcompact.summarizers.summarizer_from` accepts (with ``model``); None: the offline one."""
+    chosen = summarizer_from(summarizer, model) if summarizer is not None else None
+    return HistoryCompactor(context_length, config=config, store=store, summarizer=chosen)
 
 
 def _entry(message: Message) -> ViewEntry:

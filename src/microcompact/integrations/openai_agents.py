@@ -29,8 +29,7 @@ from ..keys import BRANCHES_META, HID_KEY, ITEMS_KEY
 from ..messages import Message
 from ..router import branch_id
 from ..session import Convert
-from ..summarizers import summarizer_from
-from .compactor import HistoryCompactor, KeyFunction, ViewEntry, opening_key, require
+from .compactor import HistoryCompactor, KeyFunction, ViewEntry, compactor_for, opening_key, require
 
 require("agents", "openai-agents")
 
@@ -161,8 +160,7 @@ def compacting_input_filter(
 ) -> MicroCompactFilter:
     """A model input filter for runs without a :class:`MicroCompactSession` (conversations keyed by their
     opening). ``summarizer``: what :func:`~microcompact.summarizers.summarizer_from` accepts."""
-    chosen = summarizer_from(summarizer, model) if summarizer is not None else None
-    return MicroCompactFilter(HistoryCompactor(context_length, config=config, store=store, summarizer=chosen), key)
+    return MicroCompactFilter(compactor_for(context_length, summarizer, model, config, store), key)
 
 
 class MicroCompactSession:
@@ -187,8 +185,7 @@ class MicroCompactSession:
         store: SessionStore | None = None,
     ) -> None:
         self.session_id = session_id
-        chosen = summarizer_from(summarizer, model) if summarizer is not None else None
-        self.compactor = HistoryCompactor(context_length, config=config, store=store, summarizer=chosen)
+        self.compactor = compactor_for(context_length, summarizer, model, config, store)
         self.store = store
         self.input_filter = MicroCompactFilter(self.compactor, key=lambda _: session_id)
         self._items: list[Item] | None = None

@@ -25,8 +25,7 @@ from typing import TYPE_CHECKING, Any
 from ..config import Config
 from ..identity import digest
 from ..messages import Message
-from ..summarizers import summarizer_from
-from .compactor import HistoryCompactor, KeyFunction, ViewEntry, opening_key, require
+from .compactor import HistoryCompactor, KeyFunction, ViewEntry, compactor_for, opening_key, require
 
 _messages = require("pydantic_ai.messages", "pydantic-ai")
 
@@ -256,5 +255,4 @@ def microcompact_processor(
     """A history processor for ``ProcessHistory`` (or ``history_processors``). ``summarizer`` takes what
     :func:`~microcompact.summarizers.summarizer_from` accepts (an OpenAI or Anthropic client with
     ``model``, a callable); without one the offline extractive summarizer writes the summaries."""
-    chosen = summarizer_from(summarizer, model) if summarizer is not None else None
-    return MicroCompactProcessor(HistoryCompactor(context_length, config=config, store=store, summarizer=chosen), key)
+    return MicroCompactProcessor(compactor_for(context_length, summarizer, model, config, store), key)

@@ -3,26 +3,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import Config
-from ..summarizers import Summarizer
+from ..engine_context import Context as Context  # shared with batch; the engine imports it from here
 from ..telemetry import emit, occupancy_pct
-from ..tokens import Ledger, TokenCounter
+from ..tokens import Ledger
 from .state import PassResult, RollingSummary
-
-
-@dataclass(frozen=True)
-class Context:
-    """What every record names about the engine that ran the pass (fixed for the engine's life)."""
-
-    config: Config
-    counter: TokenCounter
-    session_id: str
-    summarizer: Summarizer
-    clock: Callable[[], float]
 
 
 @dataclass(frozen=True)

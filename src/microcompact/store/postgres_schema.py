@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from .base import _SQLBase
 from .errors import StoreError, StoreReadOnly
-from .schema import SCHEMA_VERSION
-
-log = logging.getLogger("microcompact.store")
+from .schema import SCHEMA_VERSION, check_not_newer, migrate
 
 _PG_MIGRATIONS: list[list[str]] = [
     [  # 1: the initial schema
@@ -87,11 +84,7 @@ class _PostgresSchema(_SQLBase):
                 f"{self._where}: the database has sessions/messages tables that are not a "
                 "microcompact store (no schema_version)"
             )
-        if version > SCHEMA_VERSION:
-            raise StoreError(
-                f"{self._where}: store schema version {version} is newer than this microcompact "
-                f"supports (version {SCHEMA_VERSION}); upgrade microcompact to open it"
-            )
+        check_not_newer(version, self._where)
         if version == SCHEMA_VERSION:
             return
         if self.read_only:
@@ -100,9 +93,4 @@ class _PostgresSchema(_SQLBase):
                 f"{'creating' if version == 0 else 'migrating'} (version {version} -> "
                 f"{SCHEMA_VERSION})"
             )
-        for target in range(version + 1, SCHEMA_VERSION + 1):
-            for stmt in _PG_MIGRATIONS[target - 1]:
-                cur.execute(stmt)
-            cur.execute("DELETE FROM schema_version")
-            cur.execute("INSERT INTO schema_version (version) VALUES (%s)", (target,))
-            log.info("%s: store schema migrated to version %d", self._where, target)
+        migrate(cur, version, _PG_MIGRATIONS, "%s", self._where)

@@ -28,5 +28,34 @@ marker that superseded an older marker, so the rolling summary's history is a ch
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from .errors import StoreError
+
+log = logging.getLogger("microcompact.store")
+
 SCHEMA_VERSION = 3
 STATES = ("active", "absorbed", "superseded")
+
+
+def check_not_newer(version: int, where: str) -> None:
+    """Refuse a store written by a newer microcompact: its schema may mean what this one cannot read."""
+    if version > SCHEMA_VERSION:
+        raise StoreError(
+            f"{where}: store schema version {version} is newer than this microcompact "
+            f"supports (version {SCHEMA_VERSION}); upgrade microcompact to open it"
+        )
+
+
+def migrate(cur: Any, version: int, migrations: Sequence[Sequence[str]], placeholder: str, where: str) -> None:
+    """Bring a store at ``version`` to :data:`SCHEMA_VERSION`, one version at a time, each recorded in
+    ``schema_version`` as it is reached; ``migrations[n - 1]`` leads to version n, ``placeholder`` is the
+    driver's parameter mark (``?``, ``%s``)."""
+    for target in range(version + 1, SCHEMA_VERSION + 1):
+        for stmt in migrations[target - 1]:
+            cur.execute(stmt)
+        cur.execute("DELETE FROM schema_version")
+        cur.execute(f"INSERT INTO schema_version (version) VALUES ({placeholder})", (target,))
+        log.info("%s: store schema migrated to version %d", where, target)

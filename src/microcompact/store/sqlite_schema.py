@@ -8,7 +8,7 @@ from typing import Any
 
 from .base import _SQLBase
 from .errors import StoreError
-from .schema import SCHEMA_VERSION
+from .schema import check_not_newer, migrate
 
 log = logging.getLogger("microcompact.store")
 
@@ -114,22 +114,13 @@ class _SQLiteSchema(_SQLBase):
             )
         else:
             version = 0
-        if version > SCHEMA_VERSION:
-            raise StoreError(
-                f"{self.path}: store schema version {version} is newer than this microcompact "
-                f"supports (version {SCHEMA_VERSION}); upgrade microcompact to open it"
-            )
+        check_not_newer(version, self.path)
         return version
 
     def _migrate(self, cur: Any) -> None:
         names = {r[0] for r in cur.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
         version = self._version(cur, names)  # re-read under the write lock: another process may have migrated
-        for target in range(version + 1, SCHEMA_VERSION + 1):
-            for stmt in _SQLITE_MIGRATIONS[target - 1]:
-                cur.execute(stmt)
-            cur.execute("DELETE FROM schema_version")
-            cur.execute("INSERT INTO schema_version (version) VALUES (?)", (target,))
-            log.info("%s: store schema migrated to version %d", self.path, target)
+        migrate(cur, version, _SQLITE_MIGRATIONS, "?", self.path)
 
     def _setup_fts(self, want: bool, exists: bool) -> None:
         available = sqlite_has_fts5()

@@ -59,26 +59,37 @@ def as_completion(text: str | None, truncated: bool) -> _Completion:
     return _Completion([_Choice(_Message(text), "length" if truncated else "stop")])
 
 
-@dataclass
-class OpenAIChat:
-    """``client.chat.completions.create`` on an OpenAI SDK client (or any OpenAI-compatible one)."""
+@dataclass(frozen=True)
+class Asking:
+    """What a caller-owned model is asked with, whichever its API: the model, the output limit, the
+    temperature (None: the API's default) and the caller's own request options, which win over both."""
 
-    client: Any
     model: str
     max_output_tokens: int
     temperature: float | None
     options: dict[str, Any]
 
-    def request(self, system: str, user: str) -> Any:
-        params: dict[str, Any] = {}
-        if "max_completion_tokens" not in self.options:  # reasoning models refuse max_tokens next to it
-            params["max_tokens"] = self.max_output_tokens
+    def params(self, limit: bool = True) -> dict[str, Any]:
+        """The request's keyword arguments besides the prompt; ``limit``: send ``max_tokens``."""
+        params: dict[str, Any] = {"max_tokens": self.max_output_tokens} if limit else {}
         if self.temperature is not None:
             params["temperature"] = self.temperature
+        return {**params, **self.options}
+
+
+@dataclass
+class OpenAIChat:
+    """``client.chat.completions.create`` on an OpenAI SDK client (or any OpenAI-compatible one)."""
+
+    client: Any
+    asking: Asking
+
+    def request(self, system: str, user: str) -> Any:
         return self.client.chat.completions.create(
-            model=self.model,
+            model=self.asking.model,
             messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
-            **{**params, **self.options},
+            # reasoning models refuse max_tokens next to max_completion_tokens
+            **self.asking.params(limit="max_completion_tokens" not in self.asking.options),
         )
 
     def read(self, response: Any) -> Any:
@@ -90,23 +101,20 @@ class AnthropicMessages:
     """``client.messages.create`` on an Anthropic SDK client; text blocks joined, thinking blocks ignored."""
 
     client: Any
-    model: str
-    max_output_tokens: int
-    temperature: float | None
-    options: dict[str, Any]
+    asking: Asking
 
     def request(self, system: str, user: str) -> Any:
-        params: dict[str, Any] = {"max_tokens": self.max_output_tokens}
-        if self.temperature is not None:
-            params["temperature"] = self.temperature
         return self.client.messages.create(
-            model=self.model, system=system, messages=[{"role": "user", "content": user}], **{**params, **self.options}
+            model=self.asking.model,
+            system=system,
+            messages=[{"role": "user", "content": user}],
+            **self.asking.params(),
         )
 
     def read(self, response: Any) -> Any:
         blocks = getattr(response, "content", None)
         if not isinstance(blocks, list):
-            raise SummarizerBadOutput(f"{self.model}: response has no content blocks")
+            raise SummarizerBadOutput(f"{self.asking.model}: response has no content blocks")
         texts = [b.text for b in blocks if getattr(b, "type", None) == "text" and isinstance(b.text, str)]
         return as_completion("".join(texts), getattr(response, "stop_reason", None) == "max_tokens")
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..redact import redact_text
 from ..render import exchange_text as render_exchange
-from .backends import AnthropicMessages, Backend, OpenAIChat, PlainCallable, summarizer_error
+from .backends import AnthropicMessages, Asking, Backend, OpenAIChat, PlainCallable, summarizer_error
 from .base import Summarizer
 from .eventloop import LoopRunner
 from .facts import facts_block, ledger_budget, with_facts
@@ -126,9 +126,8 @@ def summarizer_from(
                 "itself; otherwise each call would fail and the exchanges be skipped)"
             )
         client = _without_retries(source, timeout)
-        backend: Backend = (OpenAIChat if kind == "openai" else AnthropicMessages)(
-            client, model, max_output_tokens, temperature, extra
-        )
+        asking = Asking(model, max_output_tokens, temperature, extra)
+        backend: Backend = (OpenAIChat if kind == "openai" else AnthropicMessages)(client, asking)
         return ClientSummarizer(backend, model, timeout)
     if callable(source):
         name = model or getattr(source, "__name__", None) or type(source).__name__

@@ -110,7 +110,7 @@ class OpenAISummarizer:
     def merge(self, summary: str, exchange: list[dict[str, Any]]) -> str:
         prose, kept = split_prose(summary)
         shown = prose or summary  # the notes the model rewrites (all of it before the first notes exist)
-        trusted = self._facts(summary or None, kept, exchange)
+        trusted = kept_beside(self.facts, summary or None, kept, exchange)
         system = merge_system(self.prose_words)
         given = CheckInput(
             previous=summary,
@@ -128,7 +128,7 @@ class OpenAISummarizer:
 
     def condense(self, summary: str, target_tokens: int) -> str:
         prose, kept = split_prose(summary)
-        trusted = self._facts(summary, kept, [])
+        trusted = kept_beside(self.facts, summary, kept, [])
         words = min(self.prose_words, condense_words(max(0, target_tokens - self.count_text(trusted))))
         system = condense_system(words)
         shown = prose or summary
@@ -153,13 +153,6 @@ class OpenAISummarizer:
             return batch_request(summary, render_exchange(shown), focus) + note
 
         return self._checked(BATCH_PROMPT, build, list(messages), given)
-
-    def _facts(self, summary: str | None, kept: str, exchange: Sequence[Message]) -> str:
-        """What code keeps beside the notes: the previous summary's other sections (requirements, open
-        questions, ...) as they were, with its ledger sections replaced by the ``facts`` hook's block."""
-        if self.facts is None:
-            return kept
-        return "\n\n".join(part for part in (strip_facts(kept), self.facts(summary, exchange).strip()) if part)
 
     # ------------------------------------------------------------------ checked calls
 
@@ -297,6 +290,14 @@ def split_prose(summary: str) -> tuple[str, str]:
     if not kept:
         return summary.strip(), ""  # the notes exactly as accepted (no re-rendering)
     return render_sections(prose), render_sections(kept)
+
+
+def kept_beside(facts: FactsHook | None, summary: str | None, kept: str, exchange: Sequence[Message]) -> str:
+    """What code keeps beside a model's notes: the previous summary's other sections (requirements, open
+    questions, ...) as they were, with its ledger sections replaced by the ``facts`` hook's block."""
+    if facts is None:
+        return kept
+    return "\n\n".join(part for part in (strip_facts(kept), facts(summary, exchange).strip()) if part)
 
 
 def join_facts(prose: str, facts: str) -> str:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,8 +51,7 @@ from .base import (
     SummaryRejected,
 )
 from .checks import CheckInput, check_summary
-from .facts_text import strip_facts
-from .http import excerpt, join_facts, split_prose
+from .http import FactsHook, excerpt, join_facts, kept_beside, split_prose
 from .prompts import PROSE_HEADINGS
 from .sections import clip, parse_sections
 from .upstream_notes import (
@@ -75,7 +74,6 @@ REST_SECONDS = 30.0  # after a timeout, a 429 or a 5xx: the extractive summary m
 NOTE_WORDS = 60  # the stated length of one exchange's note
 MAX_NOTES = 1024  # notes kept per conversation (oldest dropped first)
 DROPPED_HEADERS = frozenset({"content-length", "host", "transfer-encoding", "connection"})
-FactsHook = Callable[[str | None, Sequence[Message]], str]
 
 
 class NotAsked(SummarizerError):
@@ -180,7 +178,7 @@ class UpstreamSummarizer:
             notes = [self._notes.get(key) for key in keys]
         if any(note is None for note in notes):
             raise SummarizerBadOutput("the answer holds no note on the exchange")
-        trusted = self._facts(summary or None, kept, exchange)
+        trusted = kept_beside(self.facts, summary or None, kept, exchange)
         text = assemble(shown, [n for n in notes if n is not None], self._goal or "none")
         given = CheckInput(
             previous=summary,
@@ -234,11 +232,6 @@ class UpstreamSummarizer:
             if self.clock() < self._resting_until:
                 raise Resting("resting after a failure of the upstream")
         return request
-
-    def _facts(self, summary: str | None, kept: str, exchange: Sequence[Message]) -> str:
-        if self.facts is None:
-            return kept
-        return "\n\n".join(part for part in (strip_facts(kept), self.facts(summary, exchange).strip()) if part)
 
     def _send(self, request: UpstreamRequest, body: dict[str, Any]) -> Answer:
         """The upstream's answer to ``body``, billed; a :class:`SummarizerError` for any failure."""
