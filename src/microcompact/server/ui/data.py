@@ -76,21 +76,20 @@ def _totals(session_id: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
         "model": next((r["model"] for r in reversed(rows) if r.get("model")), None),
         "api": next((r["api"] for r in reversed(rows) if r.get("api")), None),
         **_audit_totals(rows),
+        "would_have": round(figures.would_have, 6) if figures.would_have_priced else None,
+        "would_have_saved": round(figures.would_have_saved, 6) if figures.would_have_priced else None,
     }
 
 
 def _audit_totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """What the audited requests (``serve --audit``) add up to: what rewriting would have sent and cost, and
-    so would have saved against what they cost as they went; the mode of the last request."""
+    """What the audited requests (``serve --audit``) add up to in tokens: what rewriting would have sent
+    (its dollars are the cost lines', :class:`SessionCost`); the mode of the last request."""
     audited = [r for r in rows if r.get("mode") == "audit"]
-    priced = [r for r in audited if isinstance(r.get("would_have"), int | float) and "uncompacted" in r]
     return {
         "mode": "audit" if rows and rows[-1].get("mode") == "audit" else "rewriting",
         "audited_requests": len(audited),
         "audited_prompt_tokens": sum(int(r.get("prompt_tokens") or 0) for r in audited),
         "would_have_tokens": sum(int(r.get("would_have_tokens") or 0) for r in audited),
-        "would_have": round(sum(r["would_have"] for r in priced), 6) if priced else None,
-        "would_have_saved": round(sum(r["uncompacted"] - r["would_have"] for r in priced), 6) if priced else None,
     }
 
 
