@@ -68,6 +68,7 @@ def _agree(headers: httpx.Headers, page: dict[str, Any]) -> None:
     assert float(headers["x-microcompact-cost-uncompacted"]) == pytest.approx(page["uncompacted"], abs=2e-6)
 
 
+@pytest.mark.slow
 def test_two_proxies_on_one_store_and_a_restart_count_every_request(store_url: str, tmp_path: Path) -> None:
     salt = tmp_path / "salt"  # the same conversation key in every proxy
     history: list[dict[str, Any]] = [{"role": "user", "content": "Read the files one by one."}]
