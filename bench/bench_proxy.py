@@ -98,7 +98,7 @@ def serve(mode: str, upstream: str, db: str, switch_interval: float | None = Non
     class Passthrough(Compaction):
         """The engine step switched off: the client's messages go out as they came."""
 
-        def prepare(self, provider: Any, body: Any, key: str, history: list[Any]) -> Prepared:
+        def prepare(self, provider: Any, body: Any, key: str, history: list[Any], model: str | None = None) -> Prepared:
             return Prepared(key, history)
 
     # What ``serve`` sets (a checkout from before it had the setting: Python's default).

@@ -268,3 +268,34 @@ def test_the_summarizer_counts_in_what_the_session_spent():
     assert bill.spent == pytest.approx(prompt_only + 1.5), "counted once in the total"
     spent, _ = bill.add(pricing, UsageReport(10_000, 10_000, 0), 10_000)
     assert spent == pytest.approx(pricing.prompt_cost(10_000, 0, 0))
+
+
+def _stopped_after(api: str, chunks: list[bytes]) -> list[bool]:
+    """Whether the tap had read the stream's final event after each chunk."""
+    provider = {"anthropic": ANTHROPIC, "gemini": GEMINI}.get(api, OPENAI)
+    tap = UsageTap("text/event-stream", provider)
+    seen = []
+    for chunk in chunks:
+        tap.feed(chunk)
+        seen.append(tap.stopped)
+    return seen
+
+
+def test_a_stream_is_stopped_at_its_final_event_and_no_sooner():
+    message = anthropic_message(PromptUsage(10, 0, 500))
+    events = anthropic_wire.stream_events(text("hi"), message)
+    assert b"message_stop" in events[-1] and _stopped_after("anthropic", events) == [False] * (len(events) - 1) + [True]
+    chunks = openai_wire.stream_chunks(text("hi"), openai_completion(900, 0), include_usage=True)
+    assert chunks[-1].strip() == b"data: [DONE]"
+    assert _stopped_after("openai", chunks) == [False] * (len(chunks) - 1) + [True]
+    done = {"type": "response.completed", "response": {"usage": {"input_tokens": 900, "output_tokens": 2}}}
+    responses = [b'data: {"type": "response.created"}\n\n', f"data: {json.dumps(done)}\n\n".encode()]
+    assert _stopped_after("openai", responses) == [False, True]
+    finished = gemini_chunk({"promptTokenCount": 9000})
+    finished["candidates"][0]["finishReason"] = "STOP"
+    gemini = [f"data: {json.dumps(c)}\n\n".encode() for c in (gemini_chunk({"promptTokenCount": 9000}), finished)]
+    assert _stopped_after("gemini", gemini) == [False, True]
+    whole = UsageTap("application/json", OPENAI)
+    whole.feed(json.dumps(openai_completion(900, 0)).encode())
+    whole.finish()
+    assert not whole.stopped, "only a stream stops early: a JSON answer is read whole anyway"

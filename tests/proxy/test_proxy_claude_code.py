@@ -179,7 +179,7 @@ def test_responses_are_the_upstreams_bytes(scenario: Scenario) -> None:
 def test_the_long_turn_was_compacted_and_said_so(scenario: Scenario) -> None:
     session_id = stored_id(scenario)
     compacted = []
-    segments = []  # which serve process answered each compacted request (its totals are that process's)
+    segments = []  # which serve process answered each compacted request
     for index, (sent, received) in enumerate(all_requests(scenario)):
         headers = sent.response_headers
         assert headers["x-microcompact-session"] == session_id
@@ -189,9 +189,10 @@ def test_the_long_turn_was_compacted_and_said_so(scenario: Scenario) -> None:
             segments.append(sum(1 for first in scenario.restarts if first <= index))
             assert len(received.raw) < len(sent.request_body)
     assert len(compacted) >= STEPS // 2, "compaction started early in a 100K window and stayed"
-    # A stream's totals run through the requests answered before it began (Claude Code may send the next one
-    # as soon as it reads the stop event, before the proxy has billed the last), counted by the serve process
-    # that answered (a restarted one starts again): within each they only grow; by the end tokens were saved.
+    # A stream's totals run through the requests answered before it began (billed at their stop event, so
+    # Claude Code's next request counts them), read from the store by a restarted serve, which holds what the
+    # killed one had stored (a request it answered but had not stored yet is not there): within each process
+    # they only grow; by the end tokens were saved.
     saved = [int(sent.response_headers["x-microcompact-tokens-saved"]) for sent, _ in compacted]
     for segment in set(segments):
         own = [n for n, s in zip(saved, segments, strict=True) if s == segment]

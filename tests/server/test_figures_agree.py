@@ -5,6 +5,7 @@ the totals through itself, and a model with no known price says so."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import time
@@ -27,12 +28,13 @@ def _metric(text: str, name: str) -> float:
     return float(found.group(1))
 
 
-def _loop(base: str, model: str) -> list[httpx.Response]:
-    """A Chat Completions tool loop whose outputs (~6 KB each) fold at a 16K window."""
-    history: list[dict[str, Any]] = [{"role": "user", "content": "Read the files one by one."}]
+def _loop(base: str, model: str, steps: range, history: list[dict[str, Any]]) -> list[httpx.Response]:
+    """A Chat Completions tool loop whose outputs (~6 KB each) fold at a 16K window (``history``: where it
+    stands, extended in place)."""
+    history[:] = history or [{"role": "user", "content": "Read the files one by one."}]
     answers = []
     with httpx.Client(base_url=base, timeout=60) as client:
-        for k in range(STEPS):
+        for k in steps:
             answer = client.post(
                 "/v1/chat/completions",
                 json={"model": model, "messages": history},
@@ -48,25 +50,42 @@ def _loop(base: str, model: str) -> list[httpx.Response]:
     return answers
 
 
+def _stored(api: str, sid: str, requests: int) -> bool:
+    return bool(httpx.get(api, params={"id": sid}).json().get("requests") == requests)
+
+
+def _metrics_sum(texts: list[str], name: str) -> float:
+    """A counter summed over the serve processes that answered (each counts what it answered)."""
+    return sum(_metric(text, name) for text in texts)
+
+
 @pytest.mark.slow
-def test_every_surface_gives_the_same_figures(tmp_path: Path) -> None:
+@pytest.mark.parametrize("restart", [False, True], ids=["one-process", "restarted"])
+def test_every_surface_gives_the_same_figures(tmp_path: Path, restart: bool) -> None:
+    """Restarted halfway: the new process's headers count the requests the first one answered (read from
+    the store), ``report`` reads both processes' lines, and the two processes' ``/metrics`` add up."""
     home = tmp_path / "home"
     log = home / "proxy.log"
+    history: list[dict[str, Any]] = []
+    answers: list[httpx.Response] = []
+    metrics_texts: list[str] = []
+    halves = [range(STEPS // 2), range(STEPS // 2, STEPS)] if restart else [range(STEPS)]
     with ScriptedUpstream(openai_cache=True, min_cacheable=0) as upstream:
-        served = ServeProcess(
-            home, "--db", str(home / "s.db"), "--log", str(log), "--openai-upstream", upstream.openai_base_url,
-            "--context-limit", "16000",
-        ).start()  # fmt: skip
-        try:
-            answers = _loop(served.base_url, "gpt-4o-2024-08-06")
-            last = answers[-1].headers
-            sid = last["x-microcompact-session"]
-            api = f"{served.base_url}/ui/api/conversation"
-            assert wait_for(lambda: httpx.get(api, params={"id": sid}).json().get("requests") == STEPS, timeout=30)
-            page = httpx.get(api, params={"id": sid}).json()
-            metrics = httpx.get(f"{served.base_url}/metrics").text
-        finally:
-            served.stop()
+        for steps in halves:
+            served = ServeProcess(
+                home, "--db", str(home / "s.db"), "--log", str(log), "--openai-upstream", upstream.openai_base_url,
+                "--context-limit", "16000",
+            ).start()  # fmt: skip
+            try:
+                answers += _loop(served.base_url, "gpt-4o-2024-08-06", steps, history)
+                last = answers[-1].headers
+                sid = last["x-microcompact-session"]
+                api = f"{served.base_url}/ui/api/conversation"
+                assert wait_for(functools.partial(_stored, api, sid, steps.stop), timeout=30)
+                page = httpx.get(api, params={"id": sid}).json()
+                metrics_texts.append(httpx.get(f"{served.base_url}/metrics").text)
+            finally:
+                served.stop()
     shown = run_cli(home, "report", "--json", str(log))
     assert shown.returncode == 0, shown.stderr
     report = json.loads(shown.stdout)["cost"]
@@ -81,17 +100,18 @@ def test_every_surface_gives_the_same_figures(tmp_path: Path) -> None:
     peak = max(float(a.headers["x-microcompact-occupancy"]) for a in answers)
     spent, uncompacted = float(last["x-microcompact-cost"]), float(last["x-microcompact-cost-uncompacted"])
 
+    metrics = functools.partial(_metrics_sum, metrics_texts)
+    assert [_metric(t, "microcompact_answered_requests_total") for t in metrics_texts] == [len(h) for h in halves]
     assert int(last["x-microcompact-requests"]) == STEPS == cost["requests"] == page["requests"]
-    assert _metric(metrics, "microcompact_answered_requests_total") == STEPS
-    assert folds == cost["folds"] == page["folds"] == _metric(metrics, "microcompact_folds_total")
-    assert saved == cost["tokens_saved"] == page["tokens_saved"] == _metric(metrics, "microcompact_tokens_saved_total")
+    assert folds == cost["folds"] == page["folds"] == metrics("microcompact_folds_total")
+    assert saved == cost["tokens_saved"] == page["tokens_saved"] == metrics("microcompact_tokens_saved_total")
     read = int(last["x-microcompact-cache-read"])
     assert read == cost["cache_read_tokens"] == page["cache_read_tokens"]
-    assert read == _metric(metrics, "microcompact_cache_read_tokens_total")
+    assert read == metrics("microcompact_cache_read_tokens_total")
     assert peak == cost["occupancy_peak"] == page["occupancy_peak"]
     assert float(answers[-1].headers["x-microcompact-occupancy"]) == cost["occupancy_pct"] == page["occupancy_pct"]
     assert spent == pytest.approx(cost["spent"], abs=1e-6) and spent == pytest.approx(page["spent"], abs=1e-6)
-    assert spent == pytest.approx(_metric(metrics, 'microcompact_cost_dollars_total{kind="spent"}'), abs=1e-6)
+    assert spent == pytest.approx(metrics('microcompact_cost_dollars_total{kind="spent"}'), abs=1e-6)
     assert uncompacted == pytest.approx(cost["uncompacted"], abs=1e-6)
     assert uncompacted == pytest.approx(page["uncompacted"], abs=1e-6) and spent < uncompacted
     assert cost["pricing"] == page["pricing"] == "gpt-4o"

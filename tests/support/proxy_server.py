@@ -35,10 +35,11 @@ class ProxyServer:
         salt_file: Path | None = None,
         audit: bool = False,
         gemini_upstream: str | None = None,
+        shared: bool = False,  # other proxies on the same store (serve --shared)
     ) -> None:
         self.config = config or proxy_config(None, context_limit)
         self.store = open_store(db)
-        self.router = SessionRouter(self.config, store=self.store)
+        self.router = SessionRouter(self.config, store=self.store, shared=shared)
         settings = ProxySettings(
             openai_upstream=f"{upstream_url}/v1",
             anthropic_upstream=upstream_url,

@@ -39,6 +39,10 @@ class CostLine:
     spent: float | None  # dollars, the summarizer calls made since the previous request included
     uncompacted: float | None  # dollars the uncompacted prompt would have cost
     occupancy_pct: float | None = None  # the forwarded view, % of the batch threshold (as the header said)
+    # serve --audit: dollars the view rewriting would have sent would have cost, the summarizer calls since
+    # the previous request included (None: not audited, or unpriced)
+    would_have: float | None = None
+    line_id: str = ""  # the process's id for the line, which its stored row carries (bill/stored_totals)
 
     @property
     def tokens_saved(self) -> int:
@@ -48,8 +52,8 @@ class CostLine:
         return max(0, self.uncompacted_tokens - self.prompt_tokens)
 
     def record(self) -> dict[str, Any]:
-        """The record as logged (and stored for the page)."""
-        return {
+        """The record as logged (and stored for the page); ``would_have`` only for an audited request."""
+        record: dict[str, Any] = {
             "event": "proxy_cost",
             "session_id": self.session_id,
             "pricing": self.pricing,
@@ -62,6 +66,9 @@ class CostLine:
             "spent": None if self.spent is None else round(self.spent, 6),
             "uncompacted": None if self.uncompacted is None else round(self.uncompacted, 6),
         }
+        if self.would_have is not None:
+            record["would_have"] = round(self.would_have, 6)
+        return record
 
     def text(self) -> str:
         """The line's text after the logger's own prefix: the tag, then the record as JSON."""
@@ -91,7 +98,9 @@ class SessionCost:
     - ``tokens_saved``: the sum over requests of the uncompacted prompt less the reported one;
     - ``occupancy_pct`` / ``occupancy_peak``: the last and the largest request's occupancy;
     - ``spent`` / ``uncompacted`` / ``saved``: dollars over the priced requests (``priced`` of them);
-      ``unpriced`` names the model of the last request that had no price."""
+      ``unpriced`` names the model of the last request that had no price;
+    - ``would_have`` / ``would_have_saved``: ``serve --audit``, dollars over its priced requests
+      (``would_have_priced`` of them) had their view been rewritten, and their uncompacted dollars less that."""
 
     session_id: str
     pricing: str = ""
@@ -107,10 +116,17 @@ class SessionCost:
     unpriced: str = ""
     occupancy_pct: float | None = None
     occupancy_peak: float | None = None
+    would_have: float = 0.0
+    would_have_priced: int = 0
+    audited_uncompacted: float = 0.0  # the uncompacted dollars of those requests
 
     @property
     def saved(self) -> float:
         return self.uncompacted - self.spent
+
+    @property
+    def would_have_saved(self) -> float:
+        return self.audited_uncompacted - self.would_have
 
     @property
     def tokens_saved(self) -> int:
@@ -136,6 +152,10 @@ class SessionCost:
             self.priced += 1
             self.spent += _dollars(record.get("spent"))
             self.uncompacted += _dollars(record.get("uncompacted"))
+            if isinstance(record.get("would_have"), int | float):
+                self.would_have_priced += 1
+                self.would_have += _dollars(record.get("would_have"))
+                self.audited_uncompacted += _dollars(record.get("uncompacted"))
 
     def dollars(self, value: float) -> str:
         """``value`` to four places, or what the conversation's model is when none of it was priced."""
@@ -148,6 +168,8 @@ class SessionCost:
             "uncompacted": round(self.uncompacted, 6),
             "saved": round(self.saved, 6),
             "tokens_saved": self.tokens_saved,
+            "would_have": round(self.would_have, 6) if self.would_have_priced else None,
+            "would_have_saved": round(self.would_have_saved, 6) if self.would_have_priced else None,
         }
 
 

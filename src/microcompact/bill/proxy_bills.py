@@ -5,7 +5,9 @@ line each), the summarizer calls of the passes it applied (or discarded), and th
 ``summarizer: upstream`` sends as the client's own model. The bills outlive the session objects (a shared
 router reopens a session another process wrote; its bill goes on), so they are kept here, by id, and the
 cost headers read them from here, with each conversation's figures (its cost lines summed:
-:class:`~.cost_line.SessionCost`, the one definition of every figure).
+:class:`~.cost_line.SessionCost`, the one definition of every figure): the lines the store holds, whichever
+process answered them, and this process's not stored yet (:mod:`.stored_totals`), so a restarted ``serve``
+and several on one store give a conversation the same totals as ``report`` and the page.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from .cache_usage import UsageReport
 from .cost_line import CostLine, SessionCost
 from .pricing import CachePricing
 from .session_bill import SessionBill, uncompacted_prompt_tokens
+from .stored_totals import FigureRows, StoredTotals
 
 TOTALS_THROUGH = "x-microcompact-totals-through"
 
@@ -31,11 +34,12 @@ class Through(Enum):
 
 
 class ProxyBills(Mapping[str, SessionBill]):
-    """Session id -> its bill (made at the first charge). Thread-safe."""
+    """Session id -> its bill (made at the first charge). Thread-safe. ``rows``: the store's cost lines
+    (None: this process's lines are all there is)."""
 
-    def __init__(self) -> None:
+    def __init__(self, rows: FigureRows | None = None) -> None:
         self._bills: dict[str, SessionBill] = {}
-        self._figures: dict[str, SessionCost] = {}  # each conversation's cost lines summed
+        self._totals = StoredTotals(rows)  # each conversation's cost lines summed, stored and not yet
         self._lock = threading.Lock()
 
     def __getitem__(self, session_id: str) -> SessionBill:
@@ -77,24 +81,34 @@ class ProxyBills(Mapping[str, SessionBill]):
         return self._added(line)
 
     def _added(self, line: CostLine) -> CostLine:
-        """``line``, added to its conversation's figures."""
-        with self._lock:
-            self._figures.setdefault(line.session_id, SessionCost(line.session_id)).add(line.record())
-        return line
+        """``line`` (with its id), added to its conversation's figures."""
+        return self._totals.added(line)
+
+    def refresh(self, session_id: str) -> int:
+        """Read the conversation's cost lines stored since the last read (all of them, the first time this
+        process sees it: a restart, or another process answered it); how many. The counterfactual's cache
+        goes on from the newest when another process answered last. Raises what the store raises."""
+        return self._totals.refresh(session_id, lambda full: self._bill(session_id).continue_from(full))
 
     def figures(self, session_id: str) -> SessionCost | None:
-        """The conversation's figures through its last answered request (a copy)."""
-        with self._lock:
-            found = self._figures.get(session_id)
-            return None if found is None else replace(found)
+        """The conversation's figures through its last answered request (a copy; None before any)."""
+        return self._totals.figures(session_id)
 
     def charge_as_sent(
-        self, session_id: str, pricing: CachePricing, usage: UsageReport, occupancy_pct: float | None = None
+        self,
+        session_id: str,
+        pricing: CachePricing,
+        usage: UsageReport,
+        occupancy_pct: float | None = None,
+        would_have_cost: float | None = None,
     ) -> CostLine:
         """Bill a request forwarded as the client sent it (``serve --audit``): spent and uncompacted alike;
-        its cost line (the summarizer calls since on its spent side), added to the conversation's figures."""
+        its cost line (the summarizer calls since on its spent side, and on its would-have side with
+        ``would_have_cost``, the view's prompt dollars), added to the conversation's figures."""
         spent, uncompacted = self._bill(session_id).add_as_sent(pricing, usage)
         line = _reported(session_id, pricing.name, usage, usage.prompt_tokens, False, spent, uncompacted, occupancy_pct)
+        if would_have_cost is not None:
+            line = replace(line, would_have=would_have_cost + max(0.0, spent - uncompacted))
         return self._added(line)
 
     def charge_summarizer(self, session_id: str, pricing: CachePricing, input_tokens: int, output_tokens: int) -> None:

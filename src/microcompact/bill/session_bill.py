@@ -66,6 +66,12 @@ class SessionBill:
             self._summarizer_unbilled = 0.0
         return spent, uncompacted
 
+    def continue_from(self, full_prompt_tokens: int) -> None:
+        """The conversation's previous request was answered elsewhere (another process, or this one before a
+        restart): the counterfactual's cache holds that request's uncompacted prompt."""
+        with self._lock:
+            self._previous_full = max(0, full_prompt_tokens)
+
     def add_as_sent(self, pricing: CachePricing, report: UsageReport) -> tuple[float, float]:
         """Bill a request that went up as the client sent it (``serve --audit``): what the provider reported
         is both what was spent and what going without the proxy costs; returns the request's (spent,

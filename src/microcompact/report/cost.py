@@ -52,14 +52,14 @@ def short_ids(ids: list[str], shortest: int = SHORT_ID_CHARS) -> dict[str, str]:
 
 def render_costs(costs: list[SessionCost], console: Console, recall: Iterable[SessionRecall] = ()) -> None:
     """Spent / saved per session, in dollars and tokens, and the session's recall beside them (nothing when
-    no proxy cost line was read)."""
+    no proxy cost line was read); then the audited sessions' would-have table (:func:`render_would_have`)."""
     if not costs:
         return
     by_id = {r.session_id: r for r in recall}
     table = Table(title="Cost against not compacting (proxy sessions, as the upstream reported its cache)")
-    for head in ("session", "prices", "requests", "occupancy now", "peak", "folds", "prompt tok",
-                 "uncompacted tok", "tokens saved", "cache read", "cache written", "spent $", "uncompacted $",
-                 "saved $", "recall"):  # fmt: skip
+    heads = ["session", "prices", "requests", "occupancy now", "peak", "folds", "prompt tok", "uncompacted tok",
+             "tokens saved", "cache read", "cache written", "spent $", "uncompacted $", "saved $"]  # fmt: skip
+    for head in [*heads, "recall"]:
         table.add_column(head, justify="left" if head in ("session", "prices") else "right")
     shown = short_ids([c.session_id for c in costs])
     for c in costs:
@@ -81,10 +81,34 @@ def render_costs(costs: list[SessionCost], console: Console, recall: Iterable[Se
             recall_text(by_id.get(c.session_id), counts=False),
         )
     console.print(table)
+    render_would_have(costs, console)
+
+
+def render_would_have(costs: list[SessionCost], console: Console) -> None:
+    """The audited sessions (``serve --audit``: their requests went up as the client sent them): what
+    rewriting would have cost them and saved against that, from the same cost lines (their ``would_have``
+    dollars, as the page and the headers sum them). Nothing when no session was audited."""
+    audited = [c for c in costs if c.would_have_priced]
+    if not audited:
+        return
+    table = Table(title="Audit: what rewriting would have cost (serve --audit, requests sent as the client sent them)")
+    for head in ("session", "prices", "audited requests", "sent $", "would have $", "would have saved $"):
+        table.add_column(head, justify="left" if head in ("session", "prices") else "right")
+    shown = short_ids([c.session_id for c in costs])
+    for c in audited:
+        table.add_row(
+            shown[c.session_id],
+            c.pricing,
+            str(c.would_have_priced),
+            f"{c.audited_uncompacted:.4f}",
+            f"{c.would_have:.4f}",
+            f"{c.would_have_saved:+.4f}",
+        )
+    console.print(table)
 
 
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}%"
 
 
-__all__ = ["costs_json", "read_costs", "render_costs", "short_ids"]
+__all__ = ["costs_json", "read_costs", "render_costs", "render_would_have", "short_ids"]

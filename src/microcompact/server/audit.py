@@ -187,10 +187,10 @@ class Audit:
         occupancy_pct: float | None = None,
     ) -> tuple[CostLine, AuditLine]:
         """Bill an audited request: the client's as it went (``bills``; its cost line, which the caller
-        counts), the view as it would have."""
-        line = bills.charge_as_sent(session_id, pricing, actual, occupancy_pct)
+        counts, carries the view's would-have dollars), the view as it would have."""
         audit = self.bills.charge(session_id, pricing, actual, would)
-        self.metrics.would_have_cost(audit.would_have_cost + (line.spent or 0.0) - (line.uncompacted or 0.0))
+        line = bills.charge_as_sent(session_id, pricing, actual, occupancy_pct, audit.would_have_cost)
+        self.metrics.would_have_cost(round(line.would_have or 0.0, 6))
         return line, audit
 
     def headers(self, api: str, prepared: PreparedView, bills: ProxyBills) -> dict[str, str]:
@@ -214,17 +214,18 @@ class Audit:
             headers["x-microcompact-occupancy"] = f"{prepared.occupancy_pct:.1f}"
         headers["x-microcompact-would-have-saved-tokens"] = str(saved)
         headers["x-microcompact-would-have-folds"] = str(session.cache_totals().folds + int(prepared.folded))
-        totals, bill = self.bills.get(sid), bills.get(sid)
-        if totals is not None:
-            headers["x-microcompact-cache-read"] = str(totals.cache_read)
-            headers["x-microcompact-cache-write"] = str(totals.cache_written)
-        if bill is not None:
-            headers["x-microcompact-cost"] = f"{bill.spent:.6f}"
-            headers["x-microcompact-cost-uncompacted"] = f"{bill.uncompacted:.6f}"
-        if totals is not None and bill is not None:
-            would = totals.would_have_cost + bill.summarizer
-            headers["x-microcompact-would-have-cost"] = f"{would:.6f}"
-            headers["x-microcompact-would-have-saved"] = f"{totals.actual_cost - would:.6f}"
+        figures = bills.figures(sid)  # the conversation's cost lines, as every other surface sums them
+        if figures is None:
+            return headers
+        headers["x-microcompact-requests"] = str(figures.requests)
+        headers["x-microcompact-cache-read"] = str(figures.cache_read_tokens)
+        headers["x-microcompact-cache-write"] = str(figures.cache_write_tokens)
+        if figures.priced:
+            headers["x-microcompact-cost"] = f"{figures.spent:.6f}"
+            headers["x-microcompact-cost-uncompacted"] = f"{figures.uncompacted:.6f}"
+        if figures.would_have_priced:
+            headers["x-microcompact-would-have-cost"] = f"{figures.would_have:.6f}"
+            headers["x-microcompact-would-have-saved"] = f"{figures.would_have_saved:.6f}"
         return headers
 
 

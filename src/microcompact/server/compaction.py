@@ -40,7 +40,8 @@ from ..recall_tools import RecallNotes
 from ..recall_watch import RecallLine, RecallWatches
 from ..router import SessionRouter
 from ..session import Session
-from ..store import StoreError
+from ..store import StoreError, _SQLStore
+from ..store.request_figures import RequestFigures
 from ..telemetry import telemetry_log
 from ..wire import Upstream, WireApi
 from .audit import Audit, AuditStep
@@ -145,7 +146,8 @@ class Compaction:
         self._pending: dict[str, list[Answered]] = {}  # answered requests whose follow-up has not run, by key
         self._pending_lock = threading.Lock()
         self._shapes: dict[str, list[str]] = {}  # each key's last view, one digest per message (fold detection)
-        self.bills = ProxyBills()  # spent and uncompacted cost, by session id
+        store = router.store  # the bills' totals count the cost lines it holds, whoever answered them
+        self.bills = ProxyBills(RequestFigures(store) if isinstance(store, _SQLStore) else None)
         self._prices: dict[tuple[int, str | None, str | None], tuple[Config, CachePricing | None, str]] = {}
         self.windows = ModelWindows(router.config)
         self.fixed_blocks = FixedBlocks()
@@ -181,6 +183,7 @@ class Compaction:
                 config = self.windows.config_for(provider.fixed_fields, body, history)
                 routed = self.router.route(key, identity.reordered(order, incoming), provider.convert, config)
                 session, matched = routed.session, routed.sync.matched
+                self._refresh_bill(session.session_id)
                 results = session.before_request()
                 self._bill_summarizer(session, provider.name, model, results)
                 view = self.recall_notes.annotate(body, session.store, session.session_id, session.transcript)
@@ -391,6 +394,14 @@ class Compaction:
             self.bills.charge_summarizer(session.session_id, pricing, tokens_in, tokens_out)
 
     # ------------------------------------------------------------------ internals
+
+    def _refresh_bill(self, session_id: str) -> None:
+        """Bring the conversation's totals up to the store (cost lines another process, or this one before
+        a restart, stored); a store that cannot be read leaves them as they were (the next request reads on)."""
+        try:
+            self.bills.refresh(session_id)
+        except StoreError as exc:
+            log.warning("Proxy: the stored figures of session %s were not read (%s)", session_id, exc)
 
     def _remember(self, key: str, session: Session) -> None:
         with self._recent_lock:

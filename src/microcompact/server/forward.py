@@ -10,9 +10,9 @@ headers) are dropped, and its own (``authorization`` too: Anthropic takes OAuth 
 and nothing else is done with them: never stored, never logged.
 
 The response is an ASGI app of its own: each chunk is written to the client as soon as it comes from
-upstream; an upstream that breaks mid-body leaves the client's response broken the same way (the
-connection is closed without the final chunk); a client that goes away stops the copy and closes the
-upstream response.
+upstream (the one with a stream's final event after ``done`` ran: its usage is complete there); an
+upstream that breaks mid-body leaves the client's response broken the same way (the connection is closed
+without the final chunk); a client that goes away stops the copy and closes the upstream response.
 """
 
 from __future__ import annotations
@@ -210,6 +210,8 @@ class Passthrough(Response):
         try:
             async for chunk in self.upstream.aiter_raw():
                 self.tap.feed(chunk)
+                if self.tap.stopped:  # the stream's final event: billed before the client reads it
+                    self._done(True)
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except httpx.HTTPError as exc:
             log.warning("Proxy: the upstream response broke off mid-body (%s)", type(exc).__name__)

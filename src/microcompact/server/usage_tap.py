@@ -13,6 +13,11 @@ OpenAI's ``prompt_tokens_details.cached_tokens``, Gemini's ``usageMetadata.cache
 not a count, or larger than the prompt, is ignored with one log line
 (:func:`microcompact.bill.cache_usage.checked_report`).
 
+A stream's final event (:data:`STOP_TYPES`, OpenAI's ``[DONE]``, Gemini's chunk with a ``finishReason`` and
+its ``usageMetadata``) sets :attr:`UsageTap.stopped`: its usage is all in, and the proxy bills it before
+passing that event on, so a client that sends its next request the moment it reads it finds it in that
+request's totals.
+
 Why the response stopped (Anthropic's ``stop_reason``, OpenAI's ``finish_reason``, Gemini's
 ``finishReason``) says whether the client's turn is over (a final answer: an idle gap may follow) or goes
 on (a tool call). Gemini says ``STOP`` after a ``functionCall`` too, so there a call seen in any chunk of
@@ -35,7 +40,12 @@ USAGE = b'"usage'  # "usage" (OpenAI, Anthropic) and "usageMetadata" (Gemini)
 FINISH = b'"finish_reason'  # OpenAI's stream may say why it stopped in a chunk without usage
 # Gemini's chunks: why it stopped, and a call (either may come in a chunk without usageMetadata).
 GEMINI_FINISH, GEMINI_CALL = b'"finishReason', b'"functionCall'
-WATCHED = (USAGE, FINISH, GEMINI_FINISH, GEMINI_CALL)
+# The event that ends a stream (after it nothing is reported): Anthropic's message_stop, OpenAI Chat's
+# [DONE], the Responses API's final response event (Gemini: a chunk with finishReason and usageMetadata).
+STOP_TYPES = frozenset({"message_stop", "response.completed", "response.incomplete", "response.failed"})
+DONE = b"[DONE]"
+STOPS = (b'"message_stop"', DONE, b'"response.completed"', b'"response.incomplete"', b'"response.failed"')
+WATCHED = (USAGE, FINISH, GEMINI_FINISH, GEMINI_CALL, *STOPS)
 # Why a response stopped, by API: the reasons that end the client's turn, and those that continue it.
 TURN_OVER = {"end_turn", "stop", "stop_sequence"}
 TURN_GOES_ON = {"tool_use", "tool_calls", "function_call", "pause_turn"}
@@ -115,6 +125,7 @@ class UsageTap:
         self._cache_read: Any = MISSING
         self._cache_write: Any = MISSING
         self.turn_over: bool | None = None  # None: the response did not say why it stopped
+        self.stopped = False  # a stream's final event was read: its usage is all in
         self._called = False  # a Gemini functionCall was seen: its STOP does not end the turn
 
     def feed(self, chunk: bytes) -> None:
@@ -157,6 +168,9 @@ class UsageTap:
             self._take(payload)
 
     def _take(self, payload: bytes) -> None:
+        if payload.strip() == DONE:
+            self.stopped = self.streaming
+            return
         try:
             parsed = orjson.loads(payload)
         except orjson.JSONDecodeError:
@@ -180,9 +194,14 @@ class UsageTap:
             return
         if not isinstance(parsed, dict):
             return
+        if parsed.get("type") in STOP_TYPES:
+            self.stopped = self.streaming
         candidates = parsed.get("candidates")
         if isinstance(candidates, list):
             self._gemini_stopped(candidates)
+            finished = any(isinstance(c, dict) and c.get("finishReason") for c in candidates)
+            if finished and GEMINI_USAGE in parsed:  # the last chunk, and its usage with it
+                self.stopped = self.streaming
         reasons = [parsed.get("stop_reason")]
         delta, message = parsed.get("delta"), parsed.get("message")
         reasons += [d.get("stop_reason") for d in (delta, message) if isinstance(d, dict)]

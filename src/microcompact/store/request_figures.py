@@ -46,6 +46,19 @@ class RequestFigures:
         )
         return [{**_loads(r[1]), "at": float(r[0])} for r in rows]
 
+    def since(self, session_id: str, after: int) -> list[tuple[int, dict[str, Any]]]:
+        """The session's rows past row id ``after``, oldest first, each with its id (a running total reads
+        only what was appended since it last looked: a conversation's rows are appended one at a time,
+        under its key's lock, so its ids grow in the order they commit)."""
+        column = "figures" if self.store.backend == "sqlite" else "figures::text"
+        sql = f"SELECT id, {column} FROM request_figures WHERE session_id = ? AND id > ? ORDER BY id"
+        rows = self.store._txn(
+            lambda cur: self.store._exec(cur, sql, (session_id, int(after))).fetchall(),
+            write=False,
+            op="read a session's newer request figures",
+        )
+        return [(int(r[0]), _loads(r[1])) for r in rows]
+
     def summary(self) -> dict[str, dict[str, Any]]:
         """Per session with rows: how many requests, and the last one's time."""
         sql = "SELECT session_id, COUNT(*), MAX(at) FROM request_figures GROUP BY session_id"

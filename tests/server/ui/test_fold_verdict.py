@@ -42,6 +42,31 @@ def test_a_fold_pays_back_after_its_cost_over_its_saving() -> None:
     assert (paid["verdict"], paid["pays_back_in"], paid["saved_since"]) == (Verdict.PAID, 0, 0.108)
 
 
+def window(prompt: int, occupancy: float, folded: bool = False, **extra: Any) -> dict[str, Any]:
+    """A row with what the window test reads: the view's occupancy of a 100K threshold, its counted size."""
+    return row(prompt, folded, occupancy_pct=occupancy, threshold_tokens=100_000, counted_tokens=prompt, **extra)
+
+
+def test_a_fold_the_window_forced_says_so_and_not_when_it_pays_back() -> None:
+    # 88K, 92K, 96K: growing 4K a request; the fold took 40K out of 98K: unfolded at 98% of the threshold,
+    # within two requests' growth of it, so the price rule's cap forced it whatever it pays.
+    passes = [{"outcome": "absorbed", "mode": "drain", "removed_tokens": 40_000}]
+    rows = [window(88_000, 88.0), window(92_000, 92.0), window(96_000, 96.0)]
+    rows += [window(58_000, 58.0, folded=True, written=10_000, passes=passes), window(60_000, 60.0)]
+    [fold] = folds(rows)
+    assert (fold["verdict"], fold["forced_at"], fold["pays_back_in"]) == (Verdict.FORCED, 98.0, None)
+    assert fold["saved_since"] is not None, "what it saved since is still said"
+    # The same fold made far below the threshold was made because it pays.
+    low = [window(n // 2, n / 2000) for n in (88_000, 92_000, 96_000)]
+    low += [window(9_000, 9.0, folded=True, written=10_000, passes=passes), window(10_000, 10.0)]
+    [paying] = folds(low)
+    assert paying["forced_at"] is None and paying["verdict"] != Verdict.FORCED
+    # A batch compaction at the threshold is the window's, wherever it leaves the prompt.
+    batch = [{"outcome": "compacted", "reason": "threshold", "removed_tokens": 1_000}]
+    [forced] = folds([window(30_000, 30.0), window(20_000, 20.0, folded=True, written=5_000, passes=batch)])
+    assert forced["verdict"] == Verdict.FORCED and forced["forced_at"] == 21.0
+
+
 def test_without_reported_writes_the_prompt_not_read_from_the_cache_was_written() -> None:
     # OpenAI reports cache reads only: the rest of the prompt was billed as input, written again
     [fold] = folds([row(100_000), row(40_000, folded=True, written=None, cache_read_tokens=30_000)])
@@ -70,7 +95,9 @@ def test_an_audited_fold_is_measured_on_the_view_it_would_have_sent() -> None:
     assert fold["rewrite_cost"] == 0.069 and fold["verdict"] == Verdict.PAYING and fold["pays_back_in"] == 3
 
 
-VERDICTS = re.compile(r"(would fold</b>; )?(paid: saved \$|pays back in [\d,]+ more requests|no saving|unpriced)")
+VERDICTS = re.compile(
+    r"(would fold</b>; )?(paid: saved \$|pays back in [\d,]+ more requests|no saving|unpriced|forced by the window)"
+)
 
 
 @pytest.mark.parametrize("audit", [False, True])
@@ -93,4 +120,6 @@ def test_each_fold_row_on_the_page_says_its_verdict(upstream: ScriptedUpstream, 
         assert said.group(2).split()[0].rstrip(":") == {"paying": "pays", "no saving": "no"}.get(
             fold["verdict"], fold["verdict"]
         )
+        if fold["verdict"] == Verdict.FORCED:
+            assert "pays back in" not in cells and fold["pays_back_in"] is None
     assert any(f["verdict"] != Verdict.UNPRICED for f in detail["folds_detail"]), "the scripted model is priced"

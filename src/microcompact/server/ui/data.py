@@ -3,13 +3,16 @@ the same page): JSON-ready dicts, the same ones the page draws and ``/ui/api/...
 
 from __future__ import annotations
 
+import itertools
 import math
+import statistics
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
 from ...bill.cost_line import SessionCost
 from ...config import home_dir
+from ...fold_price import over_cap
 from ...keys import ABSORBED_BY_KEY, REWRITE_META, ROW_KEY, SECRETS_META, STATE_KEY
 from ...messages import Message, marker_kind
 from ...redact import redact_message, redact_text
@@ -76,21 +79,20 @@ def _totals(session_id: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
         "model": next((r["model"] for r in reversed(rows) if r.get("model")), None),
         "api": next((r["api"] for r in reversed(rows) if r.get("api")), None),
         **_audit_totals(rows),
+        "would_have": round(figures.would_have, 6) if figures.would_have_priced else None,
+        "would_have_saved": round(figures.would_have_saved, 6) if figures.would_have_priced else None,
     }
 
 
 def _audit_totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """What the audited requests (``serve --audit``) add up to: what rewriting would have sent and cost, and
-    so would have saved against what they cost as they went; the mode of the last request."""
+    """What the audited requests (``serve --audit``) add up to in tokens: what rewriting would have sent
+    (its dollars are the cost lines', :class:`SessionCost`); the mode of the last request."""
     audited = [r for r in rows if r.get("mode") == "audit"]
-    priced = [r for r in audited if isinstance(r.get("would_have"), int | float) and "uncompacted" in r]
     return {
         "mode": "audit" if rows and rows[-1].get("mode") == "audit" else "rewriting",
         "audited_requests": len(audited),
         "audited_prompt_tokens": sum(int(r.get("prompt_tokens") or 0) for r in audited),
         "would_have_tokens": sum(int(r.get("would_have_tokens") or 0) for r in audited),
-        "would_have": round(sum(r["would_have"] for r in priced), 6) if priced else None,
-        "would_have_saved": round(sum(r["uncompacted"] - r["would_have"] for r in priced), 6) if priced else None,
     }
 
 
@@ -166,6 +168,7 @@ def conversation(store: _SQLStore, session_id: str) -> dict[str, Any] | None:
 class Verdict(StrEnum):
     """Where a fold stands against the price rule's numbers, as the requests since it were billed."""
 
+    FORCED = "forced"  # the window forced it (it was not made because it pays): see :func:`window_forced`
     PAID = "paid"  # what it saved on the requests since covers what it cost
     PAYING = "paying"  # not yet: ``pays_back_in`` more requests at its saving
     NO_SAVING = "no saving"  # the prompt did not shrink (it grew more than the fold took out)
@@ -211,6 +214,10 @@ def folds(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 **_verdict(rewrite_cost, summarizer, saving, len(rows) - number, smaller),
             }
         )
+        forced = window_forced(rows, number - 1, passes)
+        out[-1]["forced_at"] = forced  # the unfolded prompt, % of the threshold (None: not forced)
+        if forced is not None:
+            out[-1].update(verdict=Verdict.FORCED.value, pays_back_in=None)
         passes = []
     return out
 
@@ -231,6 +238,38 @@ def _verdict(
     if since >= after:
         return {**figures, "verdict": Verdict.PAID.value, "pays_back_in": 0}
     return {**figures, "verdict": Verdict.PAYING.value, "pays_back_in": after - since}
+
+
+GROWTH_ROWS = 5  # the newest unfolded requests whose growth stands for the conversation's
+
+
+def window_forced(rows: list[dict[str, Any]], index: int, passes: list[dict[str, Any]]) -> float | None:
+    """Whether the fold of ``rows[index]`` (with ``passes`` applied since the previous fold) was forced by
+    the window rather than made because it pays: a batch compaction at the threshold, or a prompt that
+    without the fold would have passed the threshold within the price rule's headroom (its own cap test,
+    :func:`~microcompact.fold_price.over_cap`, on the unfolded prompt: the view's occupancy scaled back by
+    the counted tokens the passes removed, the growth the requests before it measured). The unfolded
+    prompt as a % of the threshold when forced; None when not (or when the row cannot say)."""
+    row = rows[index]
+    cap, after, counted = row.get("threshold_tokens"), row.get("occupancy_pct"), row.get("counted_tokens")
+    if not (isinstance(cap, int) and cap > 0 and isinstance(after, int | float)):
+        return None
+    removed = sum(max(0, int(p.get("removed_tokens") or 0)) for p in passes)
+    scale = (counted + removed) / counted if isinstance(counted, int) and counted > 0 else 1.0
+    unfolded = after * scale  # % of the threshold
+    if any(p.get("reason") == "threshold" for p in passes):  # the batch compaction the threshold runs
+        return round(unfolded, 1)
+    return round(unfolded, 1) if over_cap(round(unfolded * cap / 100), cap, _growth(rows[:index])) else None
+
+
+def _growth(rows: list[dict[str, Any]]) -> float | None:
+    """The prompt's growth per request, as the newest unfolded requests measured it (the median)."""
+    grown = []
+    for before, row in itertools.pairwise(rows):
+        a, b = _view(before, "prompt_tokens"), _view(row, "prompt_tokens")
+        if not row.get("folded") and isinstance(a, int) and isinstance(b, int) and b > a:
+            grown.append(b - a)
+    return statistics.median(grown[-GROWTH_ROWS:]) if grown else None
 
 
 def _view(row: dict[str, Any], name: str) -> Any:

@@ -231,10 +231,15 @@ def _folds_table(folds: list[dict[str, Any]]) -> str:
 
 
 def _verdict_cell(fold: dict[str, Any]) -> str:
-    """Why the fold paid (or not yet): its cost against its saving over the requests since; "would fold"
-    for an audited one."""
+    """Why the fold paid (or not yet): its cost against its saving over the requests since; a fold the window
+    forced says so, with what it saved since (not when it pays back: it was not made to); "would fold" for
+    an audited one."""
     since = fold["requests_since"]
+    forced = f"forced by the window: {pct(fold['forced_at'])} of the threshold unfolded"
+    if fold["saved_since"] is not None:
+        forced += f"; saved {dollars(fold['saved_since'])} over the {number(since)} requests since"
     said = {
+        Verdict.FORCED.value: forced,
         Verdict.PAID.value: f"paid: saved {dollars(fold['saved_since'])} over the {number(since)} requests since",
         Verdict.PAYING.value: f"pays back in {number(fold['pays_back_in'])} more requests ({number(since)} since)",
         Verdict.NO_SAVING.value: "no saving: the prompt did not shrink",

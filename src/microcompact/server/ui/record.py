@@ -20,6 +20,7 @@ from ...bill.audit_bill import AuditLine
 from ...bill.cache_usage import UsageReport
 from ...bill.cost_line import CostLine
 from ...bill.pricing import CachePricing
+from ...bill.stored_totals import LINE_KEY
 from ...session import Session
 from ...store import StoreError, _SQLStore
 from ...store.request_figures import RequestFigures
@@ -112,6 +113,7 @@ class RequestRecorder:
         prepared, usage, line = answer.prepared, answer.usage, answer.line
         figures: dict[str, Any] = {
             **({k: v for k, v in line.record().items() if k not in ("event", "session_id")} if line else {}),
+            **({LINE_KEY: line.line_id} if line and line.line_id else {}),  # read back as stored (bill/stored_totals)
             "api": prepared.api,
             "model": _label(prepared.model),
             "client": _label(prepared.client),
@@ -124,28 +126,23 @@ class RequestRecorder:
         if pricing is not None:
             figures.update(read_price=pricing.read_price, rewrite_premium=pricing.rewrite_premium)
         if audited is not None:  # the row's fold is the one rewriting would have made (the page: "would fold")
-            figures.update(_audited(audited, figures), folded=prepared.folded)
+            figures.update(_audited(audited), folded=prepared.folded)
         try:
             RequestFigures(store).add(sid, usage.at if usage and usage.at else time.time(), figures)
         except (StoreError, ValueError) as exc:
             log.warning("Proxy: the figures of a request to session %s were not stored (%s)", sid, exc)
 
 
-def _audited(line: AuditLine, figures: dict[str, Any]) -> dict[str, Any]:
-    """An audited row: what went up is the cost line's (the client's request, as reported); beside it what its
-    view would have been; the would-have dollars count the summarizer calls since the previous row (the spent
-    side has them)."""
+def _audited(line: AuditLine) -> dict[str, Any]:
+    """An audited row: what went up is the cost line's (the client's request, as reported, and the would-have
+    dollars beside it); beside it what its view would have been."""
     would = line.would_have
-    out: dict[str, Any] = {
+    return {
         "mode": "audit",
         "would_have_tokens": would.prompt_tokens,
         "would_have_cache_read": would.cache_read_tokens,
         "would_have_cache_write": would.cache_write_tokens,
     }
-    spent, uncompacted = figures.get("spent"), figures.get("uncompacted")
-    if isinstance(spent, float) and isinstance(uncompacted, float):
-        out["would_have"] = round(line.would_have_cost + max(0.0, spent - uncompacted), 8)
-    return out
 
 
 def _label(text: str | None) -> str | None:
