@@ -55,14 +55,6 @@ def pytest_configure(config: pytest.Config) -> None:
     _HOMES["run"] = os.environ[HOME_ENV] = tempfile.mkdtemp(prefix="mc-test-home-")
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """``serial`` only sorts the slow tests of ``make test-all``: a serial test that is not also slow would
-    run in ``make test`` on two workers, beside another, which is what the marker says it cannot stand."""
-    loose = [item.nodeid for item in items if item.get_closest_marker("serial") and not item.get_closest_marker("slow")]
-    if loose:
-        raise pytest.UsageError(f"marked serial but not slow: {', '.join(loose[:5])}")
-
-
 def pytest_unconfigure(config: pytest.Config) -> None:
     if "run" not in _HOMES:
         return

@@ -20,7 +20,7 @@ from support.chat_server import ChatServer
 from support.serve_process import ServeProcess
 
 _missing = unavailable_reason()
-pytestmark = [pytest.mark.slow, pytest.mark.serial, pytest.mark.skipif(_missing is not None, reason=_missing or "")]
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(_missing is not None, reason=_missing or "")]
 
 TURNS = 10
 FILE_CONTEXT = "I am not sharing any files that you can edit yet."

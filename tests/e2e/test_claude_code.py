@@ -73,7 +73,6 @@ def assert_history_grows_by_appending(requests: list[RecordedRequest]) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.serial
 def test_bash_loop_with_large_outputs(upstream: ScriptedUpstream, tmp_path: Path) -> None:
     upstream.script = ToolLoop(ITERATIONS, thinking=True)
     run = run_tool_loop(upstream.base_url, tmp_path)

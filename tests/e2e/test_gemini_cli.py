@@ -49,7 +49,7 @@ from support.stored_session import stored_session_errors
 
 GEMINI_BIN = Path(__file__).parent / "gemini-cli" / "node_modules" / ".bin" / "gemini"
 _missing = None if GEMINI_BIN.exists() and shutil.which("node") else "run tests/e2e/install-gemini-cli.sh"
-pytestmark = [pytest.mark.slow, pytest.mark.serial, pytest.mark.skipif(_missing is not None, reason=_missing or "")]
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(_missing is not None, reason=_missing or "")]
 
 STEPS = 24  # below Gemini CLI's 30 turns before its loop detection asks a model
 PAUSE = 12  # the step during which serve is killed and started again

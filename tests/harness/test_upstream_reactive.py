@@ -200,7 +200,6 @@ _missing_cli = unavailable_reason()
 
 
 @pytest.mark.slow
-@pytest.mark.serial
 @pytest.mark.skipif(_missing_cli is not None, reason=_missing_cli or "")
 def test_claude_code_through_serve_finishes_a_reactive_task(tmp_path: Path) -> None:
     """Eight 24 KB steps, every other one also needing the id from 3 steps back, through ``serve`` at its

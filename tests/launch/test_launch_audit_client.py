@@ -21,7 +21,7 @@ from support.serve_process import CLI, cli_env
 from upstream import RecordedRequest, Reply, ScriptedUpstream, Text, ToolCall, text
 from upstream.scripts import offers_tool, seq_command
 
-pytestmark = [pytest.mark.slow, pytest.mark.serial]
+pytestmark = pytest.mark.slow
 STEPS = 8
 
 

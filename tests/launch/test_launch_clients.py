@@ -28,7 +28,7 @@ from upstream import RecordedRequest, Reply, ScriptedUpstream, Text, ToolCall, t
 from upstream.responses_server import ResponsesToolLoop, ResponsesUpstream
 from upstream.scripts import ToolLoop, offers_tool
 
-pytestmark = [pytest.mark.slow, pytest.mark.serial]
+pytestmark = pytest.mark.slow
 GEMINI_BIN = Path(__file__).parents[1] / "e2e" / "gemini-cli" / "node_modules" / ".bin" / "gemini"
 
 

@@ -37,7 +37,7 @@ from upstream import (
 from upstream.usage import DEFAULT_OVERHEAD, prompt_tokens
 
 _missing = unavailable_reason()
-pytestmark = [pytest.mark.skipif(_missing is not None, reason=_missing or ""), pytest.mark.slow, pytest.mark.serial]
+pytestmark = [pytest.mark.skipif(_missing is not None, reason=_missing or ""), pytest.mark.slow]
 
 PROMPT = "Run the numbered steps with the Bash tool until they are done."
 MORE = "Run four more steps."

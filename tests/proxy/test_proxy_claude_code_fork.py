@@ -30,7 +30,7 @@ from upstream import Answer, RecordedRequest, Reply, ScriptedUpstream, Text, Thi
 from upstream.scripts import offers_tool, seq_command
 
 _missing = unavailable_reason()
-pytestmark = [pytest.mark.skipif(_missing is not None, reason=_missing or ""), pytest.mark.slow, pytest.mark.serial]
+pytestmark = [pytest.mark.skipif(_missing is not None, reason=_missing or ""), pytest.mark.slow]
 
 MAIN_STEPS = 20
 AGENT_STEP = 5  # the main agent's step that launches the fork

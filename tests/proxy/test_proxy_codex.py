@@ -32,7 +32,7 @@ from upstream import RecordedRequest
 from upstream.responses_server import ResponsesToolLoop, ResponsesUpstream, last_call_step
 
 _missing = unavailable_reason()
-pytestmark = [pytest.mark.skipif(_missing is not None, reason=_missing or ""), pytest.mark.slow, pytest.mark.serial]
+pytestmark = [pytest.mark.skipif(_missing is not None, reason=_missing or ""), pytest.mark.slow]
 
 PROMPT = "Run the numbered steps with exec_command until they are done."
 STEPS = 20

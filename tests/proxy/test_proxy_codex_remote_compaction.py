@@ -24,7 +24,7 @@ from support.serve_process import ServeProcess
 from upstream.responses_server import ResponsesToolLoop, ResponsesUpstream, compaction_requested
 
 _missing = codex_cli.unavailable_reason()
-pytestmark = [pytest.mark.skipif(_missing is not None, reason=_missing or ""), pytest.mark.slow, pytest.mark.serial]
+pytestmark = [pytest.mark.skipif(_missing is not None, reason=_missing or ""), pytest.mark.slow]
 
 STEPS = 6
 KEY = "sk-codex-remote-compaction"

@@ -19,7 +19,7 @@ from support.serve_process import ServeProcess, run_cli
 from upstream.signing import SigningUpstream
 
 _missing = unavailable_reason()
-pytestmark = [pytest.mark.skipif(_missing is not None, reason=_missing or ""), pytest.mark.slow, pytest.mark.serial]
+pytestmark = [pytest.mark.skipif(_missing is not None, reason=_missing or ""), pytest.mark.slow]
 
 PROMPT = "Run the numbered steps with the Bash tool until they are done."
 STEPS = 40

@@ -20,7 +20,7 @@ from support.serve_process import ServeProcess
 from upstream import Answer, RecordedRequest, ScriptedUpstream, text
 
 _missing = unavailable_reason()
-pytestmark = [pytest.mark.skipif(_missing is not None, reason=_missing or ""), pytest.mark.slow, pytest.mark.serial]
+pytestmark = [pytest.mark.skipif(_missing is not None, reason=_missing or ""), pytest.mark.slow]
 
 INSTRUCTION = "[microcompact] This message comes from microcompact"
 LISTED = re.compile(r"^E(\d+): the assistant turn that begins “Step (\d+)\.”", re.MULTILINE)

@@ -18,7 +18,7 @@ from upstream import RecordedRequest, Reply, ScriptedUpstream, Text, Thinking, T
 from upstream.scripts import offers_tool, seq_command
 
 _missing = unavailable_reason()
-pytestmark = [pytest.mark.skipif(_missing is not None, reason=_missing or ""), pytest.mark.slow, pytest.mark.serial]
+pytestmark = [pytest.mark.skipif(_missing is not None, reason=_missing or ""), pytest.mark.slow]
 
 PROMPT = "Run the numbered steps with the Bash tool until they are done."
 STEPS = 24

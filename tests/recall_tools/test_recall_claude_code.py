@@ -23,7 +23,7 @@ from upstream import RecordedRequest, Reply, ScriptedUpstream, Text, ToolCall, t
 from upstream.scripts import offers_tool, seq_command
 
 _missing = unavailable_reason()
-pytestmark = [pytest.mark.skipif(_missing is not None, reason=_missing or ""), pytest.mark.slow, pytest.mark.serial]
+pytestmark = [pytest.mark.skipif(_missing is not None, reason=_missing or ""), pytest.mark.slow]
 
 STEPS = 14
 CONTEXT_LIMIT = 60_000

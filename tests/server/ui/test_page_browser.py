@@ -26,7 +26,7 @@ from upstream import RecordedRequest, Reply, ScriptedUpstream, Text, ToolCall, t
 from upstream.scripts import offers_tool, seq_command
 
 _missing = unavailable_reason() or (None if find_chromium() else INSTALL_HINT)
-pytestmark = [pytest.mark.skipif(_missing is not None, reason=_missing or ""), pytest.mark.slow, pytest.mark.serial]
+pytestmark = [pytest.mark.skipif(_missing is not None, reason=_missing or ""), pytest.mark.slow]
 
 PROMPT = "Run the numbered steps with the Bash tool until they are done."
 STEPS = 22
