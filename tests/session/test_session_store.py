@@ -823,7 +823,7 @@ def test_sqlite_database_full(tmp_path):
 
 def test_locked_sqlite_database(tmp_path):
     path = tmp_path / "locked.db"
-    st = SQLiteStore(path, busy_timeout=0.1)
+    st = SQLiteStore(path, busy_timeout=0.02)
     session = new_session(st, Recorder())
     turns = make_turns(30, seed=9)
     drive(session, turns[:8])
@@ -878,7 +878,7 @@ def test_postgres_down_for_a_while(pg_server):
 
     db = FreshPgDatabase(pg_server.dsn)
     try:
-        with PostgresStore(db.dsn, busy_timeout=2.0, connect_timeout=2) as st:
+        with PostgresStore(db.dsn, busy_timeout=2.0, connect_timeout=2, retry_seconds=1.0) as st:
             session = open_session(st, Recorder())
             turns = make_turns(36, seed=17)
             drive(session, turns[:8])
