@@ -187,10 +187,13 @@ class RecordedReplies:
 
 
 class ServeRun:
-    """One ``serve`` process (its defaults, a 200K window) and one scripted upstream for a bench run."""
+    """One ``serve`` process (its defaults, or ``config`` over them; a 200K window) and one scripted upstream
+    for a bench run."""
 
-    def __init__(self, window: int) -> None:
+    def __init__(self, window: int, config: Path | None = None) -> None:
         self.work = Path(tempfile.mkdtemp(prefix="bench-recall-"))
+        if config is not None:  # serve reads $MICROCOMPACT_HOME/config.yaml (the work folder is its home)
+            (self.work / "config.yaml").write_text(config.read_text(encoding="utf-8"), encoding="utf-8")
         self.script = RecordedReplies()
         self.upstream = ResponsesUpstream(self.script, keep=4, cache_ttl=300.0, min_cacheable=1024, openai_cache=True)
         self.window = window

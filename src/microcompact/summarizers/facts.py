@@ -8,8 +8,9 @@ sections they are written as, and read back from). Any summarizer can keep the f
     block = facts_block(previous_summary, exchange, budget_tokens)
     summary = with_facts(model_prose, block)
 
-The ledger's budget scales with the defrag threshold (:func:`ledger_budget`), so the rolling summary
-keeps room for prose however many files the session touches.
+The ledger's budget scales with the defrag threshold (:func:`ledger_budget`) and is its own: the prose is
+defragmented against the threshold, the ledger compressed to its budget at every merge, so the rolling
+summary keeps room for prose however many files the session touches.
 """
 
 from __future__ import annotations
@@ -24,7 +25,12 @@ from .facts_lessons import extract_lessons
 from .facts_model import CHANGED, Facts, Failure, FileFact, FolderFact, TestRun, merge_facts
 from .facts_text import LEDGER_HEADINGS, compress_facts, parse_facts, render_facts, strip_facts
 
-LEDGER_SHARE = 0.5  # of micro_compact_defrag_threshold_tokens
+# The ledger's budget, in multiples of micro_compact_defrag_threshold_tokens (8,000 tokens at the default 2,000).
+# It is what the marker keeps of what tools showed, ranked by value, and it is the cheapest recall there is:
+# replayed on the shared Claude Code sessions (bench/recall.py, folding by use), 0.5 kept 94.4% of what
+# the agent used next at a 17.0K mean prompt, 4.0 kept 97.9% at 18.6K (docs/cost-and-cache.md). Defrag
+# condenses the prose only (micro/defrag.py), so a ledger larger than the threshold never makes it run.
+LEDGER_SHARE = 4.0
 
 __all__ = [
     "CHANGED",
