@@ -151,7 +151,7 @@ def decay_line(title: str, result: DecayResult) -> str:
 
 
 def run(
-    sessions: list[str], rows: list[str], quick: bool, config: Path | None = None
+    sessions: list[str], rows: list[str], quick: bool, config: Path | None = None, pace: float = 0.0
 ) -> tuple[list[SessionResult], dict[str, DecayResult]]:
     limit = QUICK_MESSAGES if quick else None
     results: list[SessionResult] = []
@@ -159,7 +159,7 @@ def run(
     if serving:
         from recall_serve import ServeRun
 
-        with ServeRun(WINDOW, config) as serve:
+        with ServeRun(WINDOW, config, pace) as serve:
             results = [measure_session(name, rows, limit, serve, config) for name in sessions]
     else:
         results = [measure_session(name, rows, limit, None, config) for name in sessions]
@@ -177,6 +177,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sessions", default=",".join(SESSIONS), help="names in the shared corpus")
     parser.add_argument("--rows", default=",".join(ROWS), help=f"some of {', '.join(ROWS)}")
     parser.add_argument("--quick", action="store_true", help=f"the first {QUICK_MESSAGES} messages, no serve rows")
+    parser.add_argument(
+        "--pace",
+        type=float,
+        default=0.0,
+        help="serve rows: seconds between an answer and the next request (an agent's tool run; default 0, at once)",
+    )
     parser.add_argument("--config", type=Path, help="a YAML config file over serve's defaults (serve and inline rows)")
     args = parser.parse_args(argv)
     if args.config is not None and not args.config.is_file():
@@ -188,7 +194,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.quick:
         rows = [r for r in rows if not r.startswith("serve-")]
     started = time.monotonic()
-    results, facts = run([s.strip() for s in args.sessions.split(",") if s.strip()], rows, args.quick, args.config)
+    sessions = [s.strip() for s in args.sessions.split(",") if s.strip()]
+    results, facts = run(sessions, rows, args.quick, args.config, args.pace)
     for result in results:
         print(session_table(result), end="\n\n")
     if results:
