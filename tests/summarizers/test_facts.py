@@ -26,6 +26,7 @@ from microcompact.summarizers.facts import (
     parse_facts,
     render_facts,
 )
+from microcompact.summarizers.facts_model import ItemKind
 from microcompact.summarizers.findings import findings, is_narration
 from microcompact.tokens import EstimateCounter, TokenCounter
 from support.strategies import examples
@@ -399,3 +400,16 @@ def test_the_ledger_budget_scales_with_the_defrag_threshold() -> None:
     # LEDGER_SHARE times the threshold (the window unknown): 800 tokens, then 16,000
     assert estimate(render_facts(parse_facts(small))) <= 800 < estimate(render_facts(parse_facts(large)))
     assert "a.ex — edited 1x" in small and "a.ex — edited 1x" in large
+
+
+def test_a_result_kept_in_place_is_absorbed_with_what_the_summary_says_it_used() -> None:
+    """Folding by use absorbs the replies after a kept result first; its values the summary's prose names
+    (what those replies said) count as used when the result itself is absorbed later."""
+    output = "batch 7 done\nrelease id 5521907 signed\nchecksum 7f3c9a2e\nrows 88120 written"
+    result = exchange(("Bash", {"command": "./deploy --batch 7"}, output))
+    alone = parse_facts(facts_block("### Findings\n- the deploy is waiting for review", result, 1_000))
+    said = parse_facts(facts_block("### Findings\n- release 5521907 goes out first", result, 1_000))
+    (plain,) = alone.taught
+    (used,) = said.taught
+    assert "5521907" not in plain.items.get(ItemKind.USED, [])
+    assert used.items.get(ItemKind.USED) == ["5521907"]
