@@ -88,7 +88,7 @@ def merge_into(previous_summary_text: str, new: Facts) -> Facts:
     prose = strip_facts(previous_summary_text) if previous_summary_text else ""
     if prose and new.taught:
         said = identifiers(prose)
-        new.taught = [mark_used(lesson, said) for lesson in new.taught]
+        new.taught = [mark_used(lesson, frozenset(said)) for lesson in new.taught]
     return merge_facts(parse_facts(previous_summary_text), new)
 
 
