@@ -7,6 +7,7 @@ through ``microcompact serve``, priced from what a scripted upstream with the re
     PYTHONPATH=src:tests python bench/bench_proxy_cost.py --rows sdk --sdk-routes direct,serve,serve-inline
     PYTHONPATH=src:tests python bench/bench_proxy_cost.py --rows reactive --reactive-tasks 24k-reactive,8k-reactive,sdk
     PYTHONPATH=src:tests python bench/bench_proxy_cost.py --rows slow   # the 48-step task, 2 s summarizer, 1 s answers
+    PYTHONPATH=src:tests python bench/bench_proxy_cost.py --rows reactive --config my.yaml  # serve rows over my.yaml
 
 The upstream (tests/upstream, one per run) implements Anthropic's cache: breakpoints, a 20-block lookback,
 a 5-minute TTL refreshed on every hit, a 1,024-token minimum; reads are billed at 0.1x input and writes at
@@ -62,6 +63,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
@@ -129,6 +132,10 @@ def served_args(home: Path, flag: str, upstream: str, window: int) -> list[str]:
     return [*where, flag, upstream, "--context-limit", str(window)]
 
 
+# Settings every serve row gets over its own (--config): a YAML mapping of config sections.
+EXTRA_CONFIG: dict[str, Any] = {}
+
+
 def serve_config(
     home: Path, route: str, summarizer_url: str | None, ttl: float = TTL, prices: str | None = None
 ) -> list[str]:
@@ -155,6 +162,14 @@ def serve_config(
             "    api_key_env: BENCH_SUMMARIZER_KEY",
             "    timeout: 60",
         ]
+    if EXTRA_CONFIG:  # --config: the user's settings over the row's (a section's keys merged)
+        merged: dict[str, Any] = yaml.safe_load("\n".join(lines)) or {} if lines else {}
+        for section, values in EXTRA_CONFIG.items():
+            if isinstance(values, dict) and isinstance(merged.get(section), dict):
+                merged[section] = {**merged[section], **values}
+            else:
+                merged[section] = values
+        lines = yaml.safe_dump(merged, sort_keys=False).splitlines()
     if not lines:
         return []
     path = home / "config.yaml"
@@ -476,7 +491,12 @@ def main() -> None:
     parser.add_argument("--slow-routes", default=",".join(SLOW_ROUTES), help="the slow rows' routes (+ -inline)")
     parser.add_argument("--sdk-steps", type=int, default=SDK_STEPS, help="steps of the SDK loops")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, stores)")
+    parser.add_argument("--config", type=Path, help="a YAML config merged into every serve row's (sections' keys)")
     args = parser.parse_args()
+    if args.config is not None:
+        if not args.config.is_file():
+            raise SystemExit(f"bench_proxy_cost.py: --config: no file {args.config}")
+        EXTRA_CONFIG.update(yaml.safe_load(args.config.read_text(encoding="utf-8")) or {})
     chosen = set(args.rows.split(","))
     os.environ.setdefault("BENCH_SUMMARIZER_KEY", "sk-bench-summarizer")  # the scripted summarizer takes any key
     work = Path(tempfile.mkdtemp(prefix="bench-cost-"))

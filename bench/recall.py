@@ -4,6 +4,7 @@ identifiers the agent used next, first seen in a tool result, that the prompt st
     PYTHONPATH=src:tests python bench/recall.py                    # every row, the three Claude Code sessions
     PYTHONPATH=src:tests python bench/recall.py --sessions cc_fa812bfe --rows none,inline,truncation
     PYTHONPATH=src:tests python bench/recall.py --quick            # a short cut: 80 messages, no serve
+    PYTHONPATH=src:tests python bench/recall.py --config my.yaml   # serve and inline rows over that config
 
 Rows: ``none`` (no compaction), ``recorded`` (Claude Code's own compaction: after the summary at the
 meta's ``compact_summary_indices``, the prompt is the summary and what follows), ``inline`` (a ``Session``
@@ -76,7 +77,9 @@ def load(name: str, limit: int | None) -> tuple[list[dict[str, Any]], list[int]]
     return messages, summaries
 
 
-def measure_session(name: str, rows: list[str], limit: int | None, serve: Any) -> SessionResult:
+def measure_session(
+    name: str, rows: list[str], limit: int | None, serve: Any, config: Path | None = None
+) -> SessionResult:
     messages, summaries = load(name, limit)
     measure = Measure(messages)
     out: list[RowResult] = []
@@ -91,7 +94,7 @@ def measure_session(name: str, rows: list[str], limit: int | None, serve: Any) -
         out.append(measure.row("Claude Code's own (recorded)", recorded_compaction(messages, summaries), texts))
     compacting: list[RowResult] = []
     if "inline" in rows:
-        compacting.append(measure.row("inline, serve's config", library_inline(messages, inline_config())))
+        compacting.append(measure.row("inline, serve's config", library_inline(messages, inline_config(config))))
     for route in ("chat", "anthropic", "responses"):
         if f"serve-{route}" in rows:
             compacting.append(measure.row(f"serve, {route} route", serve.prompts(name, route, messages)))
@@ -147,17 +150,19 @@ def decay_line(title: str, result: DecayResult) -> str:
     )
 
 
-def run(sessions: list[str], rows: list[str], quick: bool) -> tuple[list[SessionResult], dict[str, DecayResult]]:
+def run(
+    sessions: list[str], rows: list[str], quick: bool, config: Path | None = None, pace: float = 0.0
+) -> tuple[list[SessionResult], dict[str, DecayResult]]:
     limit = QUICK_MESSAGES if quick else None
     results: list[SessionResult] = []
     serving = [r for r in rows if r.startswith("serve-")]
     if serving:
         from recall_serve import ServeRun
 
-        with ServeRun(WINDOW) as serve:
-            results = [measure_session(name, rows, limit, serve) for name in sessions]
+        with ServeRun(WINDOW, config, pace) as serve:
+            results = [measure_session(name, rows, limit, serve, config) for name in sessions]
     else:
-        results = [measure_session(name, rows, limit, None) for name in sessions]
+        results = [measure_session(name, rows, limit, None, config) for name in sessions]
     facts: dict[str, DecayResult] = {}
     if "decay" in rows and quick:
         facts["serve's config"] = decay(facts=3, folds=3, max_steps=12)
@@ -172,7 +177,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sessions", default=",".join(SESSIONS), help="names in the shared corpus")
     parser.add_argument("--rows", default=",".join(ROWS), help=f"some of {', '.join(ROWS)}")
     parser.add_argument("--quick", action="store_true", help=f"the first {QUICK_MESSAGES} messages, no serve rows")
+    parser.add_argument(
+        "--pace",
+        type=float,
+        default=0.0,
+        help="serve rows: seconds between an answer and the next request (an agent's tool run; default 0, at once)",
+    )
+    parser.add_argument("--config", type=Path, help="a YAML config file over serve's defaults (serve and inline rows)")
     args = parser.parse_args(argv)
+    if args.config is not None and not args.config.is_file():
+        raise SystemExit(f"recall.py: --config: no file {args.config}")
     rows = [r.strip() for r in args.rows.split(",") if r.strip()]
     unknown = [r for r in rows if r not in ROWS]
     if unknown:
@@ -180,7 +194,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.quick:
         rows = [r for r in rows if not r.startswith("serve-")]
     started = time.monotonic()
-    results, facts = run([s.strip() for s in args.sessions.split(",") if s.strip()], rows, args.quick)
+    sessions = [s.strip() for s in args.sessions.split(",") if s.strip()]
+    results, facts = run(sessions, rows, args.quick, args.config, args.pace)
     for result in results:
         print(session_table(result), end="\n\n")
     if results:

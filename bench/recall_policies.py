@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from microcompact.recall import (
@@ -144,12 +145,12 @@ def recorded_compaction(messages: list[Message], summaries: Sequence[int]) -> It
 # --------------------------------------------------------------------------- the library, inline
 
 
-def inline_config() -> Any:
-    """``serve``'s config (its defaults over an empty config file, a 200K window) with inline passes and
-    Anthropic's cache prices, as serve on the Anthropic route."""
+def inline_config(path: Path | None = None) -> Any:
+    """``serve``'s config (its defaults over an empty config file, or over ``path``; a 200K window) with inline
+    passes and Anthropic's cache prices, as serve on the Anthropic route."""
     from microcompact.server.run import proxy_config
 
-    base = proxy_config(None, WINDOW)
+    base = proxy_config(path, WINDOW)
     return base.with_overrides(
         source="bench/recall.py", compression={"micro_compact_background": False}, pricing={"preset": "anthropic"}
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -187,10 +188,14 @@ class RecordedReplies:
 
 
 class ServeRun:
-    """One ``serve`` process (its defaults, a 200K window) and one scripted upstream for a bench run."""
+    """One ``serve`` process (its defaults, or ``config`` over them; a 200K window) and one scripted upstream
+    for a bench run."""
 
-    def __init__(self, window: int) -> None:
+    def __init__(self, window: int, config: Path | None = None, pace: float = 0.0) -> None:
+        self.pace = pace  # seconds between an answer and the next request (an agent's tool run); 0: at once
         self.work = Path(tempfile.mkdtemp(prefix="bench-recall-"))
+        if config is not None:  # serve reads $MICROCOMPACT_HOME/config.yaml (the work folder is its home)
+            (self.work / "config.yaml").write_text(config.read_text(encoding="utf-8"), encoding="utf-8")
         self.script = RecordedReplies()
         self.upstream = ResponsesUpstream(self.script, keep=4, cache_ttl=300.0, min_cacheable=1024, openai_cache=True)
         self.window = window
@@ -225,6 +230,8 @@ class ServeRun:
             for i, m in enumerate(messages):
                 if m.get("role") != "assistant":
                     continue
+                if self.pace > 0:
+                    time.sleep(self.pace)
                 self.script.reply = reply_from_message(m)
                 self.script.bodies.clear()
                 answer = client.post(

@@ -112,10 +112,10 @@ class CompressionConfig(StrictSection):
         None, ge=0, le=10_000_000, description="price policy: history a fold keeps verbatim; unset = derived"
     )
     # Price policy: keep the tool results the agent still uses verbatim inside a fold, the low-water mark
-    # following them (micro/in_use.py). Off by default for now: measured through serve it lifts future-reference
-    # recall on the shared Claude Code sessions from 85% to 94%, and costs up to 0.16x of direct more on the
-    # reactive agent (docs/cost-and-cache.md, "Fold by use").
-    micro_compact_fold_by_use: bool = False
+    # following them (micro/in_use.py). On by default: measured through serve, with the marker's ledger, it
+    # lifts future-reference recall on the shared Claude Code sessions from ~94% to ~98%
+    # (docs/cost-and-cache.md, "Fold by use").
+    micro_compact_fold_by_use: bool = True
     proactive_prune_min_reclaim_tokens: int = Field(4096, ge=0, le=10_000_000)
     prune_min_tool_tokens: int = Field(200, ge=1, le=10_000_000)
     prune_max_argument_tokens: int = Field(1000, ge=50, le=10_000_000)
@@ -228,6 +228,17 @@ class Config(StrictSection):
             return defrag
         return min(defrag, max(PIECE_BUDGET_MIN, threshold // SUMMARY_ROOM_DIVISOR))
 
+    def ledger_room_tokens(self) -> int:
+        """Tokens the rolling summary's ledger may take: ``LEDGER_MULTIPLE`` times the summary room, at most
+        ``threshold * threshold / LEDGER_SCALE_TOKENS`` (a small window keeps its room for the history), at
+        least half the room. The ledger is compressed to it at every merge and is not counted against the
+        defrag threshold (which condenses prose only)."""
+        room = self.summary_room_tokens()
+        threshold = self.threshold_tokens()
+        if not threshold:
+            return LEDGER_MULTIPLE * room
+        return min(LEDGER_MULTIPLE * room, max(room // 2, threshold * threshold // LEDGER_SCALE_TOKENS))
+
     def fold_min_messages(self) -> int:
         """The fewest messages a fold keeps verbatim after its marker: ``min_tail_messages`` when set, else
         one, so the low-water mark in tokens decides (the newest iteration always stays whole: its tool
@@ -285,6 +296,13 @@ FOLD_MIN_TAIL_MESSAGES = 1
 SUMMARIZER_OUTPUT_TOKENS = 1024
 # The rolling summary's ledger room is at most this fraction of the batch threshold (config.summary_room_tokens).
 SUMMARY_ROOM_DIVISOR = 16
+# The ledger (what the marker keeps of files, failures, tests and what tools showed, ranked by value) may take
+# this many times the summary room (8,000 tokens at a 200K window: see summarizers/facts.py for the measured
+# trade), and at most a share of the batch threshold that grows with it, threshold / LEDGER_SCALE_TOKENS (so
+# 500 tokens at a 32K window, as before, where the history needs the room; 1,757 at 60K), never less than
+# half the summary room.
+LEDGER_MULTIPLE = 4
+LEDGER_SCALE_TOKENS = 512_000
 # Derived low-water mark: at most a piece budget divided by this (4,000 tokens at a 200K window).
 LOW_WATER_DIVISOR = 2
 # Derived head budget: this share of the threshold.

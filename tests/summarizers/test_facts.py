@@ -26,6 +26,7 @@ from microcompact.summarizers.facts import (
     parse_facts,
     render_facts,
 )
+from microcompact.summarizers.facts_model import ItemKind
 from microcompact.summarizers.findings import findings, is_narration
 from microcompact.tokens import EstimateCounter, TokenCounter
 from support.strategies import examples
@@ -282,7 +283,7 @@ def test_defrag_keeps_the_ledger_when_the_model_condenses_it_away() -> None:
 
     config = parse_config(
         {
-            "compression": {"micro_compact": True, "protect_first_n": 1, "micro_compact_defrag_threshold_tokens": 300},
+            "compression": {"micro_compact": True, "protect_first_n": 1, "micro_compact_defrag_threshold_tokens": 200},
             "model": {"context_length": 30_000},
         }
     )
@@ -352,7 +353,7 @@ def test_a_file_edited_in_pass_one_is_still_named_after_pass_fifty() -> None:
             "compression": {
                 "micro_compact": True,
                 "protect_first_n": 1,
-                "micro_compact_defrag_threshold_tokens": 400,
+                "micro_compact_defrag_threshold_tokens": 200,
             },
             "model": {"context_length": 30_000},
         }
@@ -384,7 +385,7 @@ def test_a_file_edited_in_pass_one_is_still_named_after_pass_fifty() -> None:
 
 def test_the_ledger_budget_scales_with_the_defrag_threshold() -> None:
     facts = Facts()
-    for i in range(40):
+    for i in range(160):
         facts.touch(FileFact(f"/w/app/lib/read_{i}.ex", "read", 0, f"defines Module{i}, run, stop"))
     previous = render_facts(facts)
     work = exchange(("Edit", {"file_path": "/w/app/lib/a.ex", "new_string": "x = 1"}, "ok"))
@@ -394,7 +395,21 @@ def test_the_ledger_budget_scales_with_the_defrag_threshold() -> None:
         summarizer = summarizer_for(config, TokenCounter(EstimateCounter()))
         return summarizer.merge(previous, work)
 
-    small, large = ledger_under(400), ledger_under(4_000)
+    small, large = ledger_under(200), ledger_under(4_000)
     assert "read or searched" in small and "read or searched" not in large  # folded only when it must be
-    assert estimate(render_facts(parse_facts(small))) <= 200 < estimate(render_facts(parse_facts(large)))
+    # LEDGER_SHARE times the threshold (the window unknown): 800 tokens, then 16,000
+    assert estimate(render_facts(parse_facts(small))) <= 800 < estimate(render_facts(parse_facts(large)))
     assert "a.ex — edited 1x" in small and "a.ex — edited 1x" in large
+
+
+def test_a_result_kept_in_place_is_absorbed_with_what_the_summary_says_it_used() -> None:
+    """Folding by use absorbs the replies after a kept result first; its values the summary's prose names
+    (what those replies said) count as used when the result itself is absorbed later."""
+    output = "batch 7 done\nrelease id 5521907 signed\nchecksum 7f3c9a2e\nrows 88120 written"
+    result = exchange(("Bash", {"command": "./deploy --batch 7"}, output))
+    alone = parse_facts(facts_block("### Findings\n- the deploy is waiting for review", result, 1_000))
+    said = parse_facts(facts_block("### Findings\n- release 5521907 goes out first", result, 1_000))
+    (plain,) = alone.taught
+    (used,) = said.taught
+    assert "5521907" not in plain.items.get(ItemKind.USED, [])
+    assert used.items.get(ItemKind.USED) == ["5521907"]

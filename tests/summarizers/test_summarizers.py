@@ -183,7 +183,7 @@ def test_merge_keeps_old_facts_adds_new_and_counts_edits(transcript: list[dict[s
 
 
 def test_summary_stays_bounded_over_200_merges() -> None:
-    summarizer = ExtractiveSummarizer(max_items=8)
+    summarizer = ExtractiveSummarizer(max_items=8, ledger_budget_tokens=1_000)  # bounded by its ledger's budget
     summary = ""
     for i in range(200):
         exchange = tool_exchange(

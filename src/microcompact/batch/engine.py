@@ -26,7 +26,7 @@ from ..config import Config
 from ..engine_context import Context
 from ..events import CommitHook, Event, Outcome, apply_event, commit_or_log
 from ..messages import Message
-from ..summarizers import ExtractiveSummarizer, Summarizer, ledger_budget
+from ..summarizers import ExtractiveSummarizer, Summarizer
 from ..tokens import Ledger, TokenCounter
 from ..window import Window, WindowBudget
 from .attempt import Attempt, BatchResult
@@ -70,9 +70,7 @@ class BatchCompactor:
         self.wall_clock = wall_clock
         self.context = Context(config, counter, session_id, summarizer, clock)
         self.policy: BatchPolicy = policy if policy is not None else ThresholdPolicy(config)
-        fallback = ExtractiveSummarizer(
-            counter.count_text, ledger_budget_tokens=ledger_budget(self.config.summary_room_tokens())
-        )
+        fallback = ExtractiveSummarizer(counter.count_text, ledger_budget_tokens=self.config.ledger_room_tokens())
         self.calls = SummarizerCalls(config, summarizer, counter, fallback, clock)
         self.summarize = Summarize(config, counter, self.calls)
         self.compactions = 0

@@ -16,7 +16,6 @@ from ..summarizers import (
     SummarizerAuthError,
     clean_summary,
     facts_block,
-    ledger_budget,
     shorten_summary,
     with_facts,
 )
@@ -41,14 +40,22 @@ class Defrag:
         refusal: Refusal,
     ) -> None:
         self.cfg = config.compression
+        self.ledger_tokens = config.ledger_room_tokens()
         self.summarizer = summarizer
         self.counter = counter
         self.clock = clock
         self.refusal = refusal
 
-    def needs_defrag(self, text_tokens: int) -> bool:
-        """True when the rolling summary is over the defrag threshold."""
-        return text_tokens > self.cfg.micro_compact_defrag_threshold_tokens
+    def needs_defrag(self, text: str) -> bool:
+        """True when the rolling summary's prose is over the defrag threshold. Its ledger is not counted:
+        it has a budget of its own (``Config.ledger_room_tokens``, larger than the
+        threshold) and is compressed to it deterministically at every pass, so condensing could not
+        shorten it and a summary whose ledger alone passed the threshold would be defragmented every pass."""
+        if not text:
+            return False
+        threshold = self.cfg.micro_compact_defrag_threshold_tokens
+        count = self.counter.count_text
+        return count(text) > threshold and count(with_facts(text, "")) > threshold
 
     def condense(self, text: str) -> Condensed:
         """The slow half of defrag: a clearly shorter summary, from the model or, failing that, deterministic.
@@ -59,11 +66,10 @@ class Defrag:
         """
         count = self.counter.count_text
         old_tokens = count(text)
-        target = self.cfg.micro_compact_defrag_threshold_tokens // 2
-        block = facts_block(text, (), ledger_budget(self.cfg.micro_compact_defrag_threshold_tokens), count)
+        prose_target = self.cfg.micro_compact_defrag_threshold_tokens // 2
+        block = facts_block(text, (), self.ledger_tokens, count)
         prose = with_facts(text, "") if block else text  # no ledger: a model's own "### Files" stays prose
         prose_tokens = count(prose)
-        prose_target = max(target - count(block), target // 4)
         result = Condensed(text=text, old_tokens=old_tokens)
         s0 = self.clock()
         new_prose: str | None = None

@@ -247,7 +247,7 @@ class MicroCompactor:
         planned = self._plan(snapshot, mode)
         condensed = None
         summary = planned.summary if isinstance(planned, Planned) else None
-        if summary is not None and self.defrag.needs_defrag(self.counter.count_text(summary)):
+        if summary is not None and self.defrag.needs_defrag(summary):
             condensed = self.defrag.condense(summary)
         return planned, condensed
 
@@ -367,7 +367,7 @@ class MicroCompactor:
         """Re-summarize a rolling summary over the defrag threshold and rewrite the marker in place (with
         ``ready``, a condensing the worker did ahead, when it is of the current summary)."""
         st = self.state
-        if st.marker_index is None or not st.text or not self.defrag.needs_defrag(st.text_tokens):
+        if st.marker_index is None or not st.text or not self.defrag.needs_defrag(st.text):
             return None
         if Window.of(ledger.messages, ledger.tokens, WindowBudget.of(self.config)).in_tail(st.marker_index):
             return None  # the marker is in the protected tail: never rewritten there; later, once it left

@@ -11,7 +11,7 @@ from ..config import Config, ConfigError
 from ..tokens import TokenCounter
 from .base import Summarizer
 from .extractive import ExtractiveSummarizer
-from .facts import facts_block, ledger_budget
+from .facts import facts_block
 from .http import OpenAISummarizer
 
 log = logging.getLogger("microcompact")
@@ -33,7 +33,7 @@ def summarizer_for(config: Config, counter: TokenCounter | None = None) -> Summa
     extractive = make_summarizer(
         "extractive",
         count_text=counter.count_text if counter else None,
-        ledger_budget_tokens=ledger_budget(config.summary_room_tokens()),
+        ledger_budget_tokens=config.ledger_room_tokens(),
     )
     if aux.kind == "extractive":
         return extractive
@@ -45,7 +45,7 @@ def summarizer_for(config: Config, counter: TokenCounter | None = None) -> Summa
             f"{aux.provider!r} (the model name the endpoint serves)"
         )
     timeout = aux.timeout_seconds()
-    budget = ledger_budget(config.summary_room_tokens())
+    budget = config.ledger_room_tokens()
     count_text = counter.count_text if counter else None
     if aux.local and config.compression.micro_compact and not config.compression.micro_compact_background:
         log.warning(
@@ -74,7 +74,7 @@ def _upstream(config: Config, extractive: Summarizer, counter: TokenCounter | No
     """The client's own model through ``serve`` (summarizers/upstream.py), the extractive one behind it."""
     from .upstream import UpstreamSummarizer
 
-    budget = ledger_budget(config.summary_room_tokens())
+    budget = config.ledger_room_tokens()
     count_text = counter.count_text if counter else None
     return UpstreamSummarizer(
         extractive,

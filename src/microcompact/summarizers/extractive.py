@@ -10,7 +10,7 @@ from typing import Any
 from ..messages import Message, content_text
 from ..tokens import EstimateCounter
 from .base import BATCH_SECTIONS, MICRO_SECTIONS, CountText
-from .facts import compress_facts, extract_facts, ledger_budget, merge_facts, parse_facts, render_facts, with_facts
+from .facts import compress_facts, extract_facts, ledger_budget, merge_into, render_facts, with_facts
 from .facts_extract import (
     ERROR_RESULT,
     PATH_KEYS,
@@ -108,7 +108,7 @@ class ExtractiveSummarizer:
 
     def _with_ledger(self, previous: str, prose: str, facts: Any) -> str:
         """``prose`` followed by the ledger of ``previous`` updated with ``facts``, within its budget."""
-        merged = merge_facts(parse_facts(previous), facts)
+        merged = merge_into(previous, facts)
         block = render_facts(compress_facts(merged, self.ledger_budget_tokens, self.count_text))
         return with_facts(prose, block)
 

@@ -8,23 +8,30 @@ sections they are written as, and read back from). Any summarizer can keep the f
     block = facts_block(previous_summary, exchange, budget_tokens)
     summary = with_facts(model_prose, block)
 
-The ledger's budget scales with the defrag threshold (:func:`ledger_budget`), so the rolling summary
-keeps room for prose however many files the session touches.
+The ledger's budget scales with the defrag threshold (:func:`ledger_budget`) and is its own: the prose is
+defragmented against the threshold, the ledger compressed to its budget at every merge, so the rolling
+summary keeps room for prose however many files the session touches.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from ..identifiers import identifiers
 from ..messages import Message
 from ..tokens import EstimateCounter
 from .base import CountText
 from .facts_extract import extract_file_facts
 from .facts_lessons import extract_lessons
-from .facts_model import CHANGED, Facts, Failure, FileFact, FolderFact, TestRun, merge_facts
+from .facts_model import CHANGED, Facts, Failure, FileFact, FolderFact, TestRun, mark_used, merge_facts
 from .facts_text import LEDGER_HEADINGS, compress_facts, parse_facts, render_facts, strip_facts
 
-LEDGER_SHARE = 0.5  # of micro_compact_defrag_threshold_tokens
+# The ledger's budget, in multiples of micro_compact_defrag_threshold_tokens (8,000 tokens at the default 2,000).
+# It is what the marker keeps of what tools showed, ranked by value, and it is the cheapest recall there is:
+# replayed on the shared Claude Code sessions (bench/recall.py, folding by use), 0.5 kept 94.4% of what
+# the agent used next at a 17.0K mean prompt, 4.0 kept 97.9% at 18.6K (docs/cost-and-cache.md). Defrag
+# condenses the prose only (micro/defrag.py), so a ledger larger than the threshold never makes it run.
+LEDGER_SHARE = 4.0
 
 __all__ = [
     "CHANGED",
@@ -40,6 +47,7 @@ __all__ = [
     "facts_block",
     "ledger_budget",
     "merge_facts",
+    "merge_into",
     "parse_facts",
     "render_facts",
     "strip_facts",
@@ -68,9 +76,20 @@ def facts_block(
 ) -> str:
     """The ledger sections of ``previous_summary_text`` updated with what ``messages`` did, within
     ``budget_tokens`` (never dropping a changed file); "" when there are no facts at all."""
-    old = parse_facts(previous_summary_text or "")
-    merged = merge_facts(old, extract_facts(messages))
+    merged = merge_into(previous_summary_text or "", extract_facts(messages))
     return render_facts(compress_facts(merged, budget_tokens, count_text or EstimateCounter().count))
+
+
+def merge_into(previous_summary_text: str, new: Facts) -> Facts:
+    """The ledger of ``previous_summary_text`` merged with ``new``, the new lessons' values that the previous
+    summary's prose names counted as used: folding by use absorbs a result the agent kept using after the
+    replies that used it (they were absorbed first, while it stayed in place), so those replies' mentions
+    reach the ledger only through the prose that summarized them."""
+    prose = strip_facts(previous_summary_text) if previous_summary_text else ""
+    if prose and new.taught:
+        said = identifiers(prose)
+        new.taught = [mark_used(lesson, frozenset(said)) for lesson in new.taught]
+    return merge_facts(parse_facts(previous_summary_text), new)
 
 
 def with_facts(summary_text: str, block: str) -> str:
