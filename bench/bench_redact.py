@@ -82,7 +82,7 @@ def main() -> None:
     if remembering is None:
         print("(this checkout has no secret memory)")
         return
-    from microcompact.secret_memory import SecretMemory
+    from microcompact.redact.secret_memory import SecretMemory
 
     for values in (0, 6, args.values):
         memory = SecretMemory()

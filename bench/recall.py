@@ -18,7 +18,7 @@ facts the agent mentions once, run through the library until 20 more folds and a
 prompt stays inside the protected tail, where the marker is never defragmented).
 
 Columns: recall pooled over targets, requests whose prompt lost something, targets, mean and peak prompt
-(o200k tokens, the package's counter), stale claims (``microcompact.stale``: distinct summary lines stating
+(o200k tokens, the package's counter), stale claims (``microcompact.recall.stale``: distinct summary lines stating
 a file's state from before a change that was folded away).
 """
 

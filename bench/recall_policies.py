@@ -21,8 +21,8 @@ from microcompact.recall import (
     reply_targets,
     request_recall,
 )
+from microcompact.recall.stale import StaleClaim, file_events, stale_claims
 from microcompact.render import content_text
-from microcompact.stale import StaleClaim, file_events, stale_claims
 from microcompact.tokens import TokenCounter
 
 Message = dict[str, Any]

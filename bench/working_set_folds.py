@@ -8,7 +8,7 @@ assistant message, when the transcript passes ``low water + FOLD_EVERY`` tokens,
 policy's "drain" passes, its fold tail of the low-water mark, one newest message kept) until it is at the
 low-water mark or nothing is left to absorb; the marker is a fixed placeholder (what it would say is not
 counted: this measures what stays verbatim). By age: ``select_span`` as today, low water 4,000. By use:
-the same with ``keep`` = the working set within ``keep_budget`` (:mod:`microcompact.fold_price`, 200K
+the same with ``keep`` = the working set within ``keep_budget`` (:mod:`microcompact.bill.fold_price`, 200K
 window) and the low-water mark ``working_set_low_water``. ``recall`` is the share of the identifiers each
 next reply takes from tool results that are still in the transcript verbatim; ``mean``/``peak`` the
 transcript's tokens at the requests. A third row folds by age with the low-water mark raised by the
@@ -22,9 +22,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from microcompact.bill.fold_price import keep_budget, working_set_low_water
 from microcompact.config import Config
 from microcompact.events import Absorb, apply_event
-from microcompact.fold_price import keep_budget, working_set_low_water
 from microcompact.identifiers import message_identifiers
 from microcompact.messages import render_micro_marker
 from microcompact.micro.fold_tail import fold_budget

@@ -10,13 +10,13 @@ This is the front door: what a user builds with. The engines, the contract check
 internals live in their own modules (``microcompact.messages``, ``microcompact.store``, ...).
 """
 
-from .aio import AsyncSession
 from .config import Config, ConfigError, load_config, parse_config
 from .events import Outcome
 from .messages import TranscriptError, to_api
 from .micro import micro_compact
 from .router import SessionRouter
 from .session import HistoryDiverged, Session
+from .session.aio import AsyncSession
 from .store import SessionBusy, StoreError, open_store
 from .summarizers import (
     ExtractiveSummarizer,

@@ -36,7 +36,7 @@ from .config import Config
 from .keys import BRANCHES_META, ROUTER_KEY_META
 from .messages import Message
 from .session import Convert, HistorySync, Session
-from .session_store import SessionExists
+from .session.store_writer import SessionExists
 from .store import StoreLocked
 from .summarizers import Summarizer
 

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from microcompact.bill.replay_cost import PRESETS, CacheModel, Pricing, load_pricing
-from microcompact.compare import POLICIES, compare
 from microcompact.config import ConfigError, parse_config
 from microcompact.replay import load_transcript, request_times
+from microcompact.replay.compare import POLICIES, compare
 from microcompact.session import Session
 from microcompact.tokens import EstimateCounter, TokenCounter
 

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 import microcompact
 from microcompact.cli import app, runs
-from microcompact.compare import POLICIES
+from microcompact.replay.compare import POLICIES
 from support.chat_server import ChatServer
 
 DEMO = Path(str(resources.files("microcompact") / "data" / "demo_transcript.jsonl"))

@@ -660,8 +660,8 @@ def test_compare_table_fits_100_columns_with_full_names_in_json(home: Path, tmp_
 
     from microcompact.bill.pricing import PRESETS
     from microcompact.cli import compare_table
-    from microcompact.compare import POLICIES, compare
     from microcompact.config import parse_config
+    from microcompact.replay.compare import POLICIES, compare
 
     path = write_jsonl(tmp_path / "a-transcript-with-a-long-file-name-2026-11-30.jsonl", short_turns(14, size=400))
     result = compare(load_transcript(path), parse_config({"model": {"context_length": 16000}}), PRESETS["anthropic"])

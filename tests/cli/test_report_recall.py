@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from microcompact.bill.cost_line import CostLine
-from microcompact.recall_watch import RecallLine
+from microcompact.recall.watch import RecallLine
 from microcompact.telemetry import format_line, log_telemetry
 from support.proxy_server import ProxyServer
 from support.serve_process import run_cli

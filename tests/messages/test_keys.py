@@ -17,10 +17,10 @@ KEY_LITERAL = re.compile(r"^_[a-z][a-z_]*$")
 # getattr, a private method of pydantic-ai's, the two substrings that guard redact's Stripe pattern, the
 # suffixes of the Responses API's item types (``function_call``, ``function_call_output``).
 NOT_KEYS = {
-    ("compare.py", "_occupancy_series"),
+    ("replay/compare.py", "_occupancy_series"),
     ("integrations/pydantic_ai.py", "_merge_consecutive_messages"),
-    ("redact_tokens.py", "_live_"),
-    ("redact_tokens.py", "_test_"),
+    ("redact/shapes.py", "_live_"),
+    ("redact/shapes.py", "_test_"),
     ("server/responses_format.py", "_call"),
     ("server/responses_format.py", "_call_output"),
     ("summarizers/upstream_notes.py", "_output"),

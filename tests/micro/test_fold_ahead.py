@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from microcompact.bill.fold_price import Verdict
 from microcompact.config import parse_config
 from microcompact.events import MICRO_ABSORBS
-from microcompact.fold_price import Verdict
 from microcompact.micro.price import AHEAD_REQUESTS, PricePolicy
 from microcompact.session import Session
 from support.price_loop import step
@@ -178,7 +178,7 @@ def test_the_measured_fold_time_is_carried_to_the_next_process():
 
 def test_before_any_fold_was_timed_a_model_summarizer_starts_earlier_than_the_extractive_one():
     from microcompact.bill.cache_usage import CacheObservations
-    from microcompact.fold_price import CacheState, FoldQuote, requests_until_fold
+    from microcompact.bill.fold_price import CacheState, FoldQuote, requests_until_fold
 
     model = parse_config(
         {

@@ -16,10 +16,10 @@ from typing import Any
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
+from microcompact.bill.fold_price import Verdict
 from microcompact.config import parse_config
 from microcompact.contract import tool_pairing_errors, user_message_errors
 from microcompact.events import MICRO_ABSORBS
-from microcompact.fold_price import Verdict
 from microcompact.messages import is_marker, to_api
 from microcompact.micro import FoldJob
 from microcompact.micro.price import PricePolicy

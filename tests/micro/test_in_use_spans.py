@@ -12,8 +12,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from microcompact.bill.fold_price import keep_budget
 from microcompact.config import Config, parse_config
-from microcompact.fold_price import keep_budget
 from microcompact.messages import is_marker, marker_count
 from microcompact.micro.in_use_spans import kept_zone
 from microcompact.micro.state import RollingSummary

@@ -8,9 +8,9 @@ import itertools
 import time
 from typing import Any
 
+from microcompact.bill.fold_price import MIN_FOLD_REQUESTS
 from microcompact.config import parse_config
 from microcompact.events import MICRO_ABSORBS
-from microcompact.fold_price import MIN_FOLD_REQUESTS
 from microcompact.micro import CadencePolicy
 from microcompact.micro.price import PricePolicy
 from microcompact.session import Session

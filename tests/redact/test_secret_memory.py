@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from microcompact.redact import REDACTED, redact_text, remembering
-from microcompact.secret_memory import KEY_FILE, MIN_LENGTH, SecretMemory, install_key, worth_remembering
+from microcompact.redact.secret_memory import KEY_FILE, MIN_LENGTH, SecretMemory, install_key, worth_remembering
 from support.secrets_table import NOT_SECRETS, fake
 
 AWS = fake("wJalrXUtnFEMI/K7MDENG", "/bPxRfiCYEXAMPLEKEY")

@@ -23,7 +23,7 @@ from microcompact.config import parse_config
 from microcompact.keys import SECRETS_META
 from microcompact.messages import marker_kind
 from microcompact.redact import redact_text, remembering
-from microcompact.secret_memory import KEY_FILE, SecretMemory
+from microcompact.redact.secret_memory import KEY_FILE, SecretMemory
 from microcompact.session import Session
 from microcompact.store import SQLiteStore
 from microcompact.summarizers import OpenAISummarizer

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from microcompact.recall import reply_indexes, reply_targets, request_recall
-from microcompact.recall_watch import recall_record
+from microcompact.recall.watch import recall_record
 from microcompact.router import SessionRouter
 from microcompact.server.anthropic_format import AnthropicFormat
 from microcompact.server.compaction import Compaction

@@ -17,7 +17,7 @@ from test_sync_history import small_config
 
 from microcompact.router import SessionRouter, branch_id
 from microcompact.session import Session
-from microcompact.session_store import SessionExists
+from microcompact.session.store_writer import SessionExists
 from microcompact.store import open_store
 from support.strategies import examples
 

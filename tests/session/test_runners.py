@@ -11,8 +11,8 @@ import time
 
 from microcompact.config import parse_config
 from microcompact.messages import marker_count, to_api
-from microcompact.runners import BackgroundRunner, InlineRunner, PassRunner
 from microcompact.session import Session
+from microcompact.session.runners import BackgroundRunner, InlineRunner, PassRunner
 from microcompact.tokens import EstimateCounter, TokenCounter
 from support.micro_helpers import Recorder, turn
 

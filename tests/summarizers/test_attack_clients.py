@@ -14,9 +14,9 @@ import openai
 import pytest
 
 from microcompact import Session, summarizer_from
-from microcompact.aio import AsyncSession
 from microcompact.config import parse_config
 from microcompact.messages import is_marker
+from microcompact.session.aio import AsyncSession
 from microcompact.summarizers import (
     ExtractiveSummarizer,
     FallbackChain,

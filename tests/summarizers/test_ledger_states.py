@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from microcompact.stale import file_events, stale_claims
+from microcompact.recall.stale import file_events, stale_claims
 from microcompact.summarizers.facts import facts_block, parse_facts
 from microcompact.summarizers.facts_model import ToolKind
 from microcompact.tokens import EstimateCounter

@@ -14,8 +14,8 @@ import sys
 
 import typer
 
-from ..compare import compare
 from ..replay import replay
+from ..replay.compare import compare
 from .doctor_command import doctor_cmd
 from .import_command import import_cmd
 from .launch_command import register as register_launchers

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from ..bill.replay_cost import Pricing
-from ..compare import POLICIES, plot_compare
 from ..config import Config
 from ..messages import Message
+from ..replay.compare import POLICIES, plot_compare
 from . import runs
 from .base import err, fail, logging_to, out
 from .output import check_writable_target, replacing

@@ -7,7 +7,7 @@ has to reach back into the package that assembles them.
 
 from __future__ import annotations
 
-from ..compare import compare
 from ..replay import replay
+from ..replay.compare import compare
 
 __all__ = ["compare", "replay"]

@@ -22,7 +22,7 @@ from .policy import Fold, FoldPlan
 
 
 class ShadowFolds:
-    """Folds of one engine computed off its thread (one per :class:`~microcompact.background.BackgroundPasses`)."""
+    """Folds of one engine computed off its thread (one per background worker, ``BackgroundPasses``)."""
 
     def __init__(self, micro: MicroCompactor) -> None:
         self.micro = micro

@@ -2,7 +2,7 @@
 
 A :class:`FoldJob` holds what the engine needs to adopt the fold later (the transcript and rolling state it
 started from, the events its passes recorded, the state after them) and one :class:`FoldStage`. The worker
-(:class:`~microcompact.background.BackgroundPasses`) moves a job between the stages; nothing else does:
+(:class:`~microcompact.session.background.BackgroundPasses`) moves a job between the stages; nothing else does:
 
 - ``RUNNING_AHEAD``: started before the policy said fold; held when it finishes.
 - ``DUE``: running, and the policy has said fold: adopted when it finishes (if switching to it pays).

@@ -6,8 +6,8 @@ The rule is :mod:`.working_set`'s; this module binds it to one engine: one :clas
 next fold. A shadow engine (:mod:`.ahead`) is an engine of its own, with its own cache.
 
 The budget is the window's share for the working set less the fixed low-water mark
-(:func:`~microcompact.fold_price.keep_budget`): what a fold keeps verbatim is never more than
-:data:`~microcompact.fold_price.WORKING_SET_SHARE` of the window.
+(:func:`~microcompact.bill.fold_price.keep_budget`): what a fold keeps verbatim is never more than
+:data:`~microcompact.bill.fold_price.WORKING_SET_SHARE` of the window.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from ..bill.fold_price import keep_budget
 from ..config import FALLBACK_CONTEXT_LIMIT, Config
 from ..events import Span
-from ..fold_price import keep_budget
 from ..messages import Message
 from ..window import Window
 from .working_set import FactsCache, WorkingSet, working_set

@@ -1,7 +1,7 @@
 """Fold by price: the micro scheduling policy that rewrites history only when it pays.
 
 The session grows with the provider's cache warm (every request reads the last one's prompt at the read
-price), folds once when the rule of :mod:`microcompact.fold_price` says the saving over the requests to
+price), folds once when the rule of :mod:`microcompact.bill.fold_price` says the saving over the requests to
 come beats the rewrite premium on what the fold keeps, goes all the way down to the low-water mark in that
 one switch of the view, and grows cached again. A cold cache (idle past the TTL, or the upstream read
 nothing) folds everything due at no cache cost; the cap (the batch threshold) forces a fold whatever it
@@ -28,9 +28,7 @@ import math
 from typing import Any
 
 from ..bill.cache_usage import CacheObservations
-from ..bill.pricing import CachePricing
-from ..config import FALLBACK_CONTEXT_LIMIT, Config
-from ..fold_price import (
+from ..bill.fold_price import (
     DEFAULT_GROWTH_TOKENS,
     CacheState,
     Decision,
@@ -41,6 +39,8 @@ from ..fold_price import (
     requests_until_fold,
     working_set_low_water,
 )
+from ..bill.pricing import CachePricing
+from ..config import FALLBACK_CONTEXT_LIMIT, Config
 from .policy import MAX_CATCH_UP_PASSES, Fold, FoldEstimate, FoldPlan, Moment, PassMode, WorkerMode
 
 # The new marker's size, as a share of what a fold absorbs, until the summary reaches its defrag threshold
@@ -211,7 +211,7 @@ class PricePolicy:
         """Whether to switch the view now to a fold computed on the worker that removes ``removed_counted``
         tokens (counted) from the transcript as it is now, or to extend it first over what came since.
 
-        The rule of :func:`~microcompact.fold_price.decide` on the fold as it stands (its summarizer calls
+        The rule of :func:`~microcompact.bill.fold_price.decide` on the fold as it stands (its summarizer calls
         are spent: only the cache counts), and a fold that lags the transcript (it keeps more after its
         marker than a fold down to the low-water mark now would) waits for its extension when the extra
         rewrite costs more than the requests the extension takes would read of what it removes, once: an
@@ -300,7 +300,7 @@ class PricePolicy:
         )
 
     def decide(self, moment: Moment) -> Decision | None:
-        """The rule of :func:`~microcompact.fold_price.decide` on the fold that would run now."""
+        """The rule of :func:`~microcompact.bill.fold_price.decide` on the fold that would run now."""
         quote = self.quote(moment)
         if quote is None:
             return None

@@ -17,8 +17,8 @@ from ..config import home_dir
 from ..keys import POS_KEY, RECALL_META, ROW_KEY, SECRETS_META, STATE_KEY
 from ..messages import Message, marker_kind, tool_call_ids
 from ..redact import redact_message
+from ..redact.secret_memory import SecretMemory, remembering
 from ..render import message_text
-from ..secret_memory import SecretMemory, remembering
 from .conversation import ConversationError, handle_of, parse_handle, parse_token
 from .originals import OriginalsStore
 from .ranking import Query, excerpt, parse_query, score

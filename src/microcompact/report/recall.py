@@ -1,7 +1,7 @@
 """What the agent still had in front of it: the proxy's recall lines summed per session, and what folds kept
 because it was in use.
 
-**Recall** comes from ``proxy recall telemetry: {json}`` lines (:mod:`microcompact.recall_watch`): ``serve``
+**Recall** comes from ``proxy recall telemetry: {json}`` lines (:mod:`microcompact.recall.watch`): ``serve``
 writes one for each reply that used identifiers first seen in a tool result, with how many it used
 (``targets``) and how many the prompt it answered still held (``present``), counts only. A session's recall
 is its present over its targets (pooled: a reply using ten weighs ten); ``losing`` counts the replies
@@ -25,7 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..events import MICRO_COMMITTED
-from ..recall_watch import recall_record
+from ..recall.watch import recall_record
 from .reading import Number, TelemetryRecord, log_lines
 
 

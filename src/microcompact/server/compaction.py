@@ -36,8 +36,8 @@ from ..config import Config
 from ..events import Outcome
 from ..identity import DIGEST_KEY, Forms, PrefixDigests, digest, digest_memo, hid_of
 from ..messages import Message, TranscriptError
+from ..recall.watch import RecallLine, RecallWatches
 from ..recall_tools import RecallNotes
-from ..recall_watch import RecallLine, RecallWatches
 from ..router import SessionRouter
 from ..session import Session
 from ..store import StoreError, _SQLStore

@@ -11,13 +11,13 @@ from enum import StrEnum
 from typing import Any
 
 from ...bill.cost_line import SessionCost
+from ...bill.fold_price import over_cap
 from ...config import home_dir
-from ...fold_price import over_cap
 from ...keys import ABSORBED_BY_KEY, REWRITE_META, ROW_KEY, SECRETS_META, STATE_KEY
 from ...messages import Message, marker_kind
 from ...redact import redact_message, redact_text
+from ...redact.secret_memory import SecretMemory, remembering
 from ...render import message_text
-from ...secret_memory import SecretMemory, remembering
 from ...store import _SQLStore
 from ...store.request_figures import RequestFigures
 
@@ -247,7 +247,7 @@ def window_forced(rows: list[dict[str, Any]], index: int, passes: list[dict[str,
     """Whether the fold of ``rows[index]`` (with ``passes`` applied since the previous fold) was forced by
     the window rather than made because it pays: a batch compaction at the threshold, or a prompt that
     without the fold would have passed the threshold within the price rule's headroom (its own cap test,
-    :func:`~microcompact.fold_price.over_cap`, on the unfolded prompt: the view's occupancy scaled back by
+    :func:`~microcompact.bill.fold_price.over_cap`, on the unfolded prompt: the view's occupancy scaled back by
     the counted tokens the passes removed, the growth the requests before it measured). The unfolded
     prompt as a % of the threshold when forced; None when not (or when the row cannot say)."""
     row = rows[index]

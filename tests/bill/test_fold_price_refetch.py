@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from microcompact.bill.pricing import PRESETS
-from microcompact.fold_price import (
+from microcompact.bill.fold_price import (
     TURN_WEIGHT,
     WORKING_SET_SHARE,
     CacheState,
@@ -24,6 +23,7 @@ from microcompact.fold_price import (
     requests_until_fold,
     working_set_low_water,
 )
+from microcompact.bill.pricing import PRESETS
 
 WARM = CacheState(warm=True, growth_per_request=6_000.0)
 COLD = CacheState(warm=False, growth_per_request=6_000.0)

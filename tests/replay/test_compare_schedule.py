@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from microcompact.bill.cache_usage import CacheObservations
-from microcompact.compare import policy_config
 from microcompact.config import parse_config
 from microcompact.micro.price import PricePolicy
+from microcompact.replay.compare import policy_config
 from microcompact.server.run import proxy_config
 from support.price_loop import WINDOW, answered, price_config, step, step_session
 

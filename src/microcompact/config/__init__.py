@@ -37,9 +37,9 @@ from pydantic import (
     field_validator,
 )
 
-from .bill.model_prices import model_pricing
-from .bill.pricing import CachePricing
-from .config_sections import (
+from ..bill.model_prices import model_pricing
+from ..bill.pricing import CachePricing
+from .sections import (
     LOCAL_TIMEOUT_SECONDS,
     PRESERVED_THINKING_FAMILIES,
     AuxCompressionConfig,
@@ -53,7 +53,7 @@ from .config_sections import (
     ThinkingMode,
 )
 
-__all__ = [  # the sections' home is config_sections; they are read here as parts of a Config
+__all__ = [  # the sections' home is config.sections; they are read here as parts of a Config
     "LOCAL_TIMEOUT_SECONDS",
     "PRESERVED_THINKING_FAMILIES",
     "AuxCompressionConfig",
@@ -105,7 +105,7 @@ class CompressionConfig(StrictSection):
     micro_compact_max_occupancy_pct: float = Field(60.0, gt=0, le=100)
     micro_compact_schedule: Literal["auto", "cadence", "price"] = Field(
         "auto",
-        description="price: fold when it pays (microcompact.fold_price); auto: price when one is known "
+        description="price: fold when it pays (microcompact.bill.fold_price); auto: price when one is known "
         "(serve always knows its API's: price there)",
     )
     micro_compact_low_water_tokens: int | None = Field(
@@ -341,7 +341,7 @@ def _shown_value(path: str, value: Any) -> str:
     last = path.rsplit(".", 1)[-1]
     if _SECRET_KEY.search(last) and last != "api_key_env":
         return "a value (hidden: it may be a secret)"
-    from .redact import redact_text
+    from ..redact import redact_text
 
     shown = redact_text(repr(value))
     return shown if len(shown) <= 200 else shown[:200] + "..."

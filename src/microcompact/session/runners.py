@@ -3,7 +3,7 @@
 A :class:`~microcompact.session.Session` hook is the same straight line in both modes; what differs is
 asked of its :class:`PassRunner`. :class:`InlineRunner` runs every pass on the caller's thread, under the
 session's lock, so its result is in the transcript when the hook returns. :class:`BackgroundRunner` hands
-the passes to :class:`~microcompact.background.BackgroundPasses` (a worker thread and an optimistic apply):
+the passes to :class:`~microcompact.session.background.BackgroundPasses` (a worker thread and an optimistic apply):
 a hook starts a pass and returns, and the next hook (or ``messages``) applies it if the transcript under
 it did not change. This module is the one place the session's side calls the worker.
 """
@@ -15,9 +15,9 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from ..micro import MicroCompactor, PassResult
+from ..tokens import Ledger
 from .background import BackgroundPasses
-from .micro import MicroCompactor, PassResult
-from .tokens import Ledger
 
 # Is batch compaction due for a prompt of this size (the provider's figure, or None: counted)?
 BatchDue = Callable[[int | None], bool]

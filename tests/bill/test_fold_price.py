@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from microcompact.bill.pricing import PRESETS
-from microcompact.fold_price import (
+from microcompact.bill.fold_price import (
     DEFAULT_GROWTH_TOKENS,
     MIN_FOLD_REQUESTS,
     CacheState,
@@ -22,6 +21,7 @@ from microcompact.fold_price import (
     requests_ahead,
     requests_until_fold,
 )
+from microcompact.bill.pricing import PRESETS
 
 ANTHROPIC = PRESETS["anthropic"]
 GROWTH = 6_000.0  # a Claude Code step of ~24 KB

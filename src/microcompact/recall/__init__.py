@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from .identifiers import argument_values, message_identifiers
-from .render import content_text
+from ..identifiers import argument_values, message_identifiers
+from ..render import content_text
 
 Message = Mapping[str, Any]
 

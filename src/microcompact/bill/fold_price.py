@@ -35,7 +35,7 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 
-from .bill.pricing import CachePricing
+from .pricing import CachePricing
 
 # Without a measured growth per request, this many tokens (a typical tool step) stand for it.
 DEFAULT_GROWTH_TOKENS = 2_000

@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .events import Event
-from .keys import (
+from ..events import Event
+from ..keys import (
     CARRIED_META,
     FINALIZED_ROW_META,
     FORK_AT_META,
@@ -32,13 +32,13 @@ from .keys import (
     ROW_KEY,
     SECRETS_META,
 )
-from .messages import Message, to_api, validate_message
-from .secret_memory import SecretMemory
-from .store import StoreError, StoreReadOnly
-from .tokens import Ledger, TokenCounter
+from ..messages import Message, to_api, validate_message
+from ..redact.secret_memory import SecretMemory
+from ..store import StoreError, StoreReadOnly
+from ..tokens import Ledger, TokenCounter
 
 if TYPE_CHECKING:
-    from .store import SessionStore
+    from ..store import SessionStore
 
 log = logging.getLogger("microcompact")
 

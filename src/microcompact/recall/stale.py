@@ -38,7 +38,7 @@ from enum import StrEnum
 from functools import lru_cache
 from typing import Any
 
-from .identifiers import identifiers
+from ..identifiers import identifiers
 
 MIN_LINE = 20
 GONE_WORDS = ("delet", "remov", "renam", "moved", "gone", "no longer", "rm ", "mv ", "->", "→")

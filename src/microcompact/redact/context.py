@@ -4,7 +4,7 @@ parameters): secrets recognised by what surrounds them, as edits of the text.
 Authorization and cookie headers, a lone ``Bearer``, ``--password``-style flags and ``name = value``
 assignments under a secret name, with the predicates that keep a value that reads as code (a dotted
 name, a call, a path, a type, a variable named after the secret) readable; the command and
-credential-file rules of :mod:`microcompact.redact_commands` join them in :func:`_context_edits`.
+credential-file rules of :mod:`microcompact.redact.commands` join them in :func:`_context_edits`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from .redact_commands import (
+from .commands import (
     Edit,
     _aws_secret_edits,
     _command_edits,
@@ -20,7 +20,7 @@ from .redact_commands import (
     _is_placeholder,
     _starts_word,
 )
-from .redact_patterns import (
+from .patterns import (
     _ASSIGNMENT_KEY,
     _AUTH_HEADER,
     _BEARER,
@@ -45,7 +45,7 @@ from .redact_patterns import (
     _VALUE,
     REDACTED,
 )
-from .redact_tokens import _looks_random
+from .shapes import _looks_random
 
 
 def _context_edits(text: str) -> list[Edit]:

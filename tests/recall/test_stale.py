@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from microcompact.stale import Change, FileEvent, file_events, names, stale_claims
+from microcompact.recall.stale import Change, FileEvent, file_events, names, stale_claims
 
 
 def call(name: str, **arguments: Any) -> dict[str, Any]:

@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .identity import Divergence, common_prefix, fork_prefix, is_human, known_digests, tagged_parts
-from .keys import HID_KEY
-from .messages import Message, validate_message
+from ..identity import Divergence, common_prefix, fork_prefix, is_human, known_digests, tagged_parts
+from ..keys import HID_KEY
+from ..messages import Message, validate_message
 
 # Turns one client message into the session messages that stand for it (a provider format's message may
 # become several: an Anthropic user message of tool results becomes one tool message per result).

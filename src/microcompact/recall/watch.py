@@ -27,9 +27,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .identifiers import message_identifiers
-from .messages import Message, is_marker
-from .recall import RecallTotals, RequestRecall, Source, source_of
+from ..identifiers import message_identifiers
+from ..messages import Message, is_marker
+from . import RecallTotals, RequestRecall, Source, source_of
 
 RECALL_TAG = "proxy recall telemetry: "
 

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from .bill.cache_usage import UsageReport
-from .bill.replay_cost import CacheModel, Pricing
-from .config import Config
-from .events import Outcome
-from .messages import Message
-from .micro.price import PricePolicy
-from .recall import IdentifierReader, RecallTotals, RequestRecall, reply_targets, request_recall
-from .replay import SimClock, replay, request_times
-from .session import Session
+from ..bill.cache_usage import UsageReport
+from ..bill.replay_cost import CacheModel, Pricing
+from ..config import Config
+from ..events import Outcome
+from ..messages import Message
+from ..micro.price import PricePolicy
+from ..recall import IdentifierReader, RecallTotals, RequestRecall, reply_targets, request_recall
+from ..session import Session
+from . import SimClock, replay, request_times
 
 POLICIES = (
     "batch-only",

@@ -11,10 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from microcompact import identifiers, recall_watch
+from microcompact import identifiers
 from microcompact.messages import render_micro_marker
 from microcompact.recall import reply_indexes, reply_targets, request_recall
-from microcompact.recall_watch import RECALL_TAG, RecallLine, RecallWatch, RecallWatches, recall_record, totals
+from microcompact.recall import watch as recall_watch
+from microcompact.recall.watch import RECALL_TAG, RecallLine, RecallWatch, RecallWatches, recall_record, totals
 
 Message = dict[str, Any]
 

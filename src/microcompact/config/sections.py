@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationInfo, field_validator
 
-from .bill.pricing import PRESETS, CachePricing, for_api
+from ..bill.pricing import PRESETS, CachePricing, for_api
 
 # The summarizer's timeout when none is set: for an endpoint on this machine (CPU speeds), and elsewhere.
 LOCAL_TIMEOUT_SECONDS = 600.0

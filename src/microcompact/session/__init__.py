@@ -25,27 +25,27 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .batch import BatchResult
-from .bill.cache_usage import CacheTotals
-from .config import Config, home_dir
-from .identity import digests
-from .keys import ROW_KEY
-from .messages import Message, caller_message, to_api, validate_message
-from .micro import CommitHook, PassResult
-from .redact import remember_secrets
+from ..batch import BatchResult
+from ..bill.cache_usage import CacheTotals
+from ..config import Config, home_dir
+from ..identity import digests
+from ..keys import ROW_KEY
+from ..messages import Message, caller_message, to_api, validate_message
+from ..micro import CommitHook, PassResult
+from ..redact import remember_secrets
+from ..redact.secret_memory import SecretMemory, hides_secrets
+from ..store import StoreConflict
+from ..summarizers import Summarizer, summarizer_for
+from ..telemetry import occupancy_pct
+from ..tokens import Ledger, TokenCounter, make_text_counter
+from .engines import SessionEngines
+from .history import ClientHistory, Convert, HistoryDiverged, HistorySync, as_is, fork_messages
 from .runners import PassRunner
-from .secret_memory import SecretMemory, hides_secrets
-from .session_engines import SessionEngines
-from .session_history import ClientHistory, Convert, HistoryDiverged, HistorySync, as_is, fork_messages
-from .session_store import NoStore, SessionWrites, StoreWriter
-from .store import StoreConflict
-from .summarizers import Summarizer, summarizer_for
-from .telemetry import occupancy_pct
-from .tokens import Ledger, TokenCounter, make_text_counter
+from .store_writer import NoStore, SessionWrites, StoreWriter
 
 if TYPE_CHECKING:
+    from ..store import SessionStore
     from .background import BackgroundPasses
-    from .store import SessionStore
 
 __all__ = ["Convert", "HistoryDiverged", "HistorySync", "Session"]
 
@@ -180,7 +180,7 @@ class Session:
     @property
     def background(self) -> BackgroundPasses | None:
         """The background worker's passes (``micro_compact_background``; None inline), for inspection: the
-        session calls them only through its runner (:mod:`microcompact.runners`)."""
+        session calls them only through its runner (:mod:`microcompact.session.runners`)."""
         return self._runner.passes
 
     @property
@@ -299,7 +299,7 @@ class Session:
         """Take the caller's *full*, uncompacted history (what frameworks and proxies hold) and append only
         what is new; send ``messages`` afterwards for the compacted view. A history that does not continue
         this session's appends nothing, and the result's ``diverged`` says where (:meth:`fork` it; see
-        :mod:`microcompact.session_history`). ``convert`` turns one client message into the session messages
+        :mod:`microcompact.session.history`). ``convert`` turns one client message into the session messages
         that stand for it (default: itself). Raises TranscriptError for an invalid new message."""
         incoming = digests(history)
         with self._lock:

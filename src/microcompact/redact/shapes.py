@@ -3,7 +3,7 @@ what they look like wherever they stand.
 
 Private key blocks, tokens known by their prefix (some only when the body looks random), Docker's
 base64 ``auth``, webhook URLs and passwords in URLs, replaced in the text in one fixed order, before the
-context rules (:mod:`microcompact.redact_context`) read it.
+context rules (:mod:`microcompact.redact.context`) read it.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import base64
 import re
 from collections.abc import Callable
 
-from .redact_commands import _is_placeholder, _starts_word
-from .redact_patterns import (
+from .commands import _is_placeholder, _starts_word
+from .patterns import (
     _BASE64_CHARS,
     _CHECKED_TOKENS,
     _DOCKER_AUTH,

@@ -41,9 +41,9 @@ import functools
 import logging
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from .micro import Condensed, Fold, FoldJob, FoldStage, MicroCompactor, PassMode, PassResult, Planned, WorkerMode
-from .micro.ahead import ShadowFolds
-from .tokens import Ledger
+from ..micro import Condensed, Fold, FoldJob, FoldStage, MicroCompactor, PassMode, PassResult, Planned, WorkerMode
+from ..micro.ahead import ShadowFolds
+from ..tokens import Ledger
 
 log = logging.getLogger("microcompact")
 

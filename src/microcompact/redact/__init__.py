@@ -61,12 +61,12 @@ ordinary text pays little for them.
 
 Text that escapes its slashes (JSON from PHP, Java, some loggers: ``postgres:\\/\\/u:PW@h``) is also read
 with plain slashes, and what the rules find there is hidden in the escaped spelling. While a session's
-:class:`~microcompact.secret_memory.SecretMemory` is active, the values found are remembered and later
+:class:`~microcompact.redact.secret_memory.SecretMemory` is active, the values found are remembered and later
 bare mentions of them are hidden too (see that module).
 
 This module is the entry (texts, messages, the escaped reading, the memory); the rules live beside it:
-``redact_tokens`` (1-3), ``redact_context`` (4, 5 and signed URLs), ``redact_commands`` (6, 7), their
-patterns in ``redact_patterns``.
+``shapes`` (1-3), ``context`` (4, 5 and signed URLs), ``commands`` (6, 7), their
+patterns in ``patterns`` (modules of this package).
 """
 
 from __future__ import annotations
@@ -76,19 +76,19 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from .keys import TOKENS_KEY
-from .redact_commands import Edit
-from .redact_context import _context_edits
-from .redact_patterns import REDACTED
-from .redact_tokens import _substitute_tokens
+from ..keys import TOKENS_KEY
+from .commands import Edit
+from .context import _context_edits
+from .patterns import REDACTED
 from .secret_memory import SecretMemory, active_memory, remembering
+from .shapes import _substitute_tokens
 
 __all__ = ["REDACTED", "redact_message", "redact_text", "remember_secrets", "remembering"]
 
 
 def redact_text(text: str) -> str:
     """``text`` with every secret the module docstring describes replaced by ``[REDACTED]``; while a
-    session's :class:`~microcompact.secret_memory.SecretMemory` is active (:func:`remembering`), the values
+    session's :class:`~microcompact.redact.secret_memory.SecretMemory` is active (:func:`remembering`), the values
     found are remembered and every value it remembers is hidden too, bare mentions included."""
     if not text:
         return text

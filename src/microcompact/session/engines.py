@@ -1,7 +1,7 @@
 """The compaction side of a :class:`~microcompact.session.Session`: its engines and what runs them.
 
 :class:`SessionEngines` builds the micro and batch engines on the session's config, summarizer and token
-counter, the runner its micro passes take (inline or background, :mod:`microcompact.runners`) and the
+counter, the runner its micro passes take (inline or background, :mod:`microcompact.session.runners`) and the
 cache observations the price schedule reads; it decides what a request does (batch over the threshold,
 micro passes, the last resort) and keeps the one count the two engines share (micro passes since the last
 batch compaction). It also takes the provider's usage (calibration, what its cache did) and the engine
@@ -18,17 +18,17 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from . import carry
-from .batch import BatchCompactor, BatchResult
-from .bill.cache_usage import CacheObservations, checked_report
-from .config import Config
-from .events import Outcome
-from .micro import CommitHook, MicroCompactor, PassResult
-from .micro.price import policy_for
+from .. import carry
+from ..batch import BatchCompactor, BatchResult
+from ..bill.cache_usage import CacheObservations, checked_report
+from ..config import Config
+from ..events import Outcome
+from ..micro import CommitHook, MicroCompactor, PassResult
+from ..micro.price import policy_for
+from ..summarizers import Summarizer
+from ..tokens import Ledger, TokenCounter
 from .runners import PassRunner, runner_for
-from .session_store import Saved
-from .summarizers import Summarizer
-from .tokens import Ledger, TokenCounter
+from .store_writer import Saved
 
 
 class SessionEngines:

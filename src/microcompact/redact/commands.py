@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from .redact_patterns import (
+from .patterns import (
     _AWS_SECRET_ESCAPED_LINE,
     _AWS_SECRET_FIELD,
     _AWS_SECRET_LINE,

@@ -16,19 +16,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import jsoninput
-from .events import BATCH_COMPACTIONS, Outcome
-from .identity import digest
-from .keys import META_KEY, ROW_KEY, SRC_KEY, TS_KEY
-from .messages import (
+from .. import jsoninput
+from ..events import BATCH_COMPACTIONS, Outcome
+from ..identity import digest
+from ..keys import META_KEY, ROW_KEY, SRC_KEY, TS_KEY
+from ..messages import (
     Message,
     TranscriptError,
     message_shape_errors,
     validate_message,
 )
-from .properties import check_tool_pairing
-from .session import Session
-from .store.codec import stored_form
+from ..properties import check_tool_pairing
+from ..session import Session
+from ..store.codec import stored_form
 
 REPAIR_HINT = (
     "replay --repair drops orphan tool results, adds a result for interrupted calls and renames "

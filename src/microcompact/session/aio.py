@@ -35,16 +35,16 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .batch import BatchResult
-from .config import Config
-from .messages import Message, disown_marker_text, to_api, validate_message
-from .micro import PassResult
-from .session import Convert, HistorySync, Session
-from .summarizers import Summarizer, bind_event_loop
-from .telemetry import occupancy_pct
+from ..batch import BatchResult
+from ..config import Config
+from ..messages import Message, disown_marker_text, to_api, validate_message
+from ..micro import PassResult
+from ..summarizers import Summarizer, bind_event_loop
+from ..telemetry import occupancy_pct
+from . import Convert, HistorySync, Session
 
 if TYPE_CHECKING:
-    from .store import SessionStore
+    from ..store import SessionStore
 
 T = TypeVar("T")
 
