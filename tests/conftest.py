@@ -139,6 +139,20 @@ def store_factory(request: pytest.FixtureRequest, tmp_path) -> Iterator[StoreFac
         db.drop()
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_location(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
+    """Where one fresh, empty store lives, for each backend: a SQLite file's path or a PostgreSQL DSN
+    (skipped without PostgreSQL), for tests that hand the location to a process or a proxy."""
+    if request.param == "sqlite":
+        yield str(tmp_path / "sessions.db")
+        return
+    db = FreshPgDatabase(request.getfixturevalue("pg_dsn"))
+    try:
+        yield db.dsn
+    finally:
+        db.drop()
+
+
 @pytest.fixture
 def store(store_factory: StoreFactory):
     """A fresh store (both backends)."""

@@ -7,44 +7,33 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
-import pytest
 from mcp import Client, StdioServerParameters
 
 from microcompact.recall_tools import recall_tool_names
 from microcompact.store import PostgresStore, open_store
 from support.recall_folds import AWS_SECRET, Folded, fold_two_conversations
-from support.stores import FreshPgDatabase
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def location(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield str(tmp_path / "sessions.db")
-        return
-    db = FreshPgDatabase(request.getfixturevalue("pg_dsn"))
-    try:
-        yield db.dsn
-    finally:
-        db.drop()
-
-
-def folded_store(location: str, tmp_path: Path) -> tuple[Folded, Folded]:
-    store = PostgresStore(location) if location.startswith(("host=", "postgres")) else open_store(location)
+def folded_store(store_location: str, tmp_path: Path) -> tuple[Folded, Folded]:
+    store = (
+        PostgresStore(store_location)
+        if store_location.startswith(("host=", "postgres"))
+        else open_store(store_location)
+    )
     try:
         return fold_two_conversations(store, tmp_path)
     finally:
         store.close()
 
 
-async def session_calls(location: str, calls: list[tuple[str, dict[str, Any]]]) -> tuple[list[Any], list[Any]]:
+async def session_calls(store_location: str, calls: list[tuple[str, dict[str, Any]]]) -> tuple[list[Any], list[Any]]:
     """The server's tools, and each call's (is_error, text), in one stdio session."""
     server = StdioServerParameters(
-        command=sys.executable, args=["-m", "microcompact.cli", "mcp", "--db", location], env=dict(os.environ)
+        command=sys.executable, args=["-m", "microcompact.cli", "mcp", "--db", store_location], env=dict(os.environ)
     )
     async with Client(server) as client:
         listed = (await client.list_tools()).tools
@@ -55,8 +44,8 @@ async def session_calls(location: str, calls: list[tuple[str, dict[str, Any]]]) 
     return listed, results
 
 
-def test_the_stdio_server_keeps_two_credentials_conversations_apart(location: str, tmp_path: Path) -> None:
-    a, b = folded_store(location, tmp_path)
+def test_the_stdio_server_keeps_two_credentials_conversations_apart(store_location: str, tmp_path: Path) -> None:
+    a, b = folded_store(store_location, tmp_path)
     calls = [
         ("recall", {"conversation": a.conversation, "query": "alpha_unique_2 shared_marker_word"}),
         ("recall", {"conversation": b.conversation, "query": "bravo_unique_2 shared_marker_word"}),
@@ -68,7 +57,7 @@ def test_the_stdio_server_keeps_two_credentials_conversations_apart(location: st
         ("recall", {"conversation": a.conversation, "query": "shared_marker_word " * 20_000}),
         ("recall", {"conversation": a.conversation, "query": "deploy used"}),
     ]
-    listed, results = anyio.run(session_calls, location, calls)
+    listed, results = anyio.run(session_calls, store_location, calls)
     names = {tool.name: tool.description or "" for tool in listed}
     assert set(names) == {"recall", "expand"}
     request_tools = [{"name": f"mcp__microcompact__{n}", "description": d} for n, d in names.items()]

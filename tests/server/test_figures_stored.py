@@ -4,7 +4,6 @@ after request, whichever process answered."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,26 +11,12 @@ import httpx
 import pytest
 
 from support.proxy_server import ProxyServer
-from support.stores import FreshPgDatabase
 from support.wire import wait_for
 from upstream import ScriptedUpstream
 
 WINDOW = 16_000
 TOTALS = ("requests", "folds", "tokens_saved", "cache_read_tokens", "cache_write_tokens")
 HEADERS = {name: f"x-microcompact-{name.replace('_tokens', '').replace('_', '-')}" for name in TOTALS}
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """One fresh store: a SQLite file, or a PostgreSQL database (skipped without PostgreSQL)."""
-    if request.param == "sqlite":
-        yield str(tmp_path / "s.db")
-        return
-    db = FreshPgDatabase(request.getfixturevalue("pg_dsn"))
-    try:
-        yield db.dsn
-    finally:
-        db.drop()
 
 
 def _step(client: httpx.Client, history: list[dict[str, Any]], k: int) -> httpx.Response:
@@ -69,15 +54,15 @@ def _agree(headers: httpx.Headers, page: dict[str, Any]) -> None:
 
 
 @pytest.mark.slow
-def test_two_proxies_on_one_store_and_a_restart_count_every_request(store_url: str, tmp_path: Path) -> None:
+def test_two_proxies_on_one_store_and_a_restart_count_every_request(store_location: str, tmp_path: Path) -> None:
     salt = tmp_path / "salt"  # the same conversation key in every proxy
     history: list[dict[str, Any]] = [{"role": "user", "content": "Read the files one by one."}]
     sid, k = "", 0
     with ScriptedUpstream(openai_cache=True, min_cacheable=0) as upstream:
         options: dict[str, Any] = {"context_limit": WINDOW, "salt_file": salt, "shared": True}
         with (
-            ProxyServer(upstream.base_url, store_url, **options) as one,
-            ProxyServer(upstream.base_url, store_url, **options) as two,
+            ProxyServer(upstream.base_url, store_location, **options) as one,
+            ProxyServer(upstream.base_url, store_location, **options) as two,
             httpx.Client(base_url=one.base_url, timeout=60) as first,
             httpx.Client(base_url=two.base_url, timeout=60) as second,
         ):
@@ -96,7 +81,7 @@ def test_two_proxies_on_one_store_and_a_restart_count_every_request(store_url: s
         assert answered == [4, 4]
         assert sum(_metric(text, "microcompact_tokens_saved_total") for text in metrics) == page["tokens_saved"]
         with (
-            ProxyServer(upstream.base_url, store_url, **options) as restarted,
+            ProxyServer(upstream.base_url, store_location, **options) as restarted,
             httpx.Client(base_url=restarted.base_url, timeout=60) as client,
         ):
             for k in range(8, 11):
