@@ -131,8 +131,16 @@ def check_pages(base: str, conversation: dict[str, Any], requests: int, shots: P
     assert len(folds) == conversation["folds"] == len(detail["folds_detail"])
     priced = [f for f in detail["folds_detail"] if f["rewrite_cost"] is not None and f["saving_per_request"]]
     assert priced, "Anthropic reports its cache writes: each fold's rewrite is priced against its saving"
-    verdicts = [re.search(r"(paid: saved \$|pays back in [\d,]+ more|no saving|unpriced)", f) for f in folds]
-    assert all(verdicts) and any(v.group(1).startswith(("paid", "pays")) for v in verdicts if v), "each says why"
+    verdicts = [
+        re.search(r"(paid: saved \$|pays back in [\d,]+ more|forced by the window: [\d.]+%|no saving|unpriced)", f)
+        for f in folds
+    ]
+    assert all(verdicts), "each fold says why it was made"
+    # A fold made because it pays says when it paid back; one the window forced says what it saved since.
+    priced_verdicts = [
+        f for f in folds if re.search(r"paid: saved \$|pays back in|forced by the window: .*; saved \$", f)
+    ]
+    assert priced_verdicts, "at least one fold's verdict is priced"
     passes = re.findall(r'<tr class="pass">(.*?)</tr>', opened, re.S)
     absorbed = [p for p in passes if ">absorbed<" in p or ">compacted<" in p]
     assert absorbed and len(passes) == len(detail["passes"])
