@@ -158,7 +158,7 @@ def _ranked_into(
 ) -> list[Lesson]:
     """The lessons with the ``ranked`` items kept in rank order while their estimated cost fits."""
     spent = heading
-    chosen: set[tuple[int, ItemKind, str]] = set()
+    chosen: set[tuple[int, str, str]] = set()  # by the kind's label: an enum member hashes in Python
     seen: set[str] = set()
     opened: set[int] = set()
     for _, _, _, n, kind, value in ranked:
@@ -174,10 +174,10 @@ def _ranked_into(
         spent += cost
         seen.add(value)
         opened.add(n)
-        chosen.add((n, kind, value))
+        chosen.add((n, kind.value, value))
     out = []
     for n, lesson in enumerate(lessons):
-        items = {k: [v for v in vs if (n, k, v) in chosen] for k, vs in lesson.items.items()}
+        items = {k: [v for v in vs if (n, k.value, v) in chosen] for k, vs in lesson.items.items()}
         items = {k: vs for k, vs in items.items() if vs}
         if items:
             out.append(replace(lesson, items=items))
