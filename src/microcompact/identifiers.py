@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
+from functools import lru_cache
 from typing import Any
 
 from .render import content_text
@@ -78,8 +79,25 @@ def _candidates(token: str) -> Iterator[str]:
         yield from token.split("/")
 
 
+# A ledger's values are read again at every merge (does the agent mention them?): the identifiers of short
+# texts are read once per process, at most this many characters each, and this many of them.
+SHORT_TEXT_CHARS = 200
+SHORT_TEXTS = 16384
+
+
 def identifiers(text: str) -> set[str]:
     """Every identifier in ``text`` (see the module docstring)."""
+    if len(text) <= SHORT_TEXT_CHARS:
+        return set(_short_identifiers(text))
+    return _read_identifiers(text)
+
+
+@lru_cache(maxsize=SHORT_TEXTS)
+def _short_identifiers(text: str) -> frozenset[str]:
+    return frozenset(_read_identifiers(text))
+
+
+def _read_identifiers(text: str) -> set[str]:
     found: set[str] = set()
     for match in _TOKEN.finditer(text):
         token = match.group().rstrip(_TRIM)

@@ -12,7 +12,7 @@ transcripts pad tool output with whitespace that BPE merges almost for free.
 
 from __future__ import annotations
 
-import base64
+import binascii
 import gzip
 import hashlib
 import json
@@ -21,6 +21,7 @@ import re
 import threading
 from collections import deque
 from collections.abc import Sequence
+from functools import lru_cache
 from importlib import resources
 from typing import Any, Protocol
 
@@ -71,7 +72,20 @@ class TiktokenCounter:
     def count(self, text: str) -> int:
         if not text:
             return 0
+        if len(text) <= SHORT_TEXT_CHARS:
+            return _short_count(self._enc, text)
         return len(self._enc.encode(text, disallowed_special=()))
+
+
+# Short texts (a ledger's values and lesson lines, counted again at every merge of every session) are
+# counted once per process: at most this many characters each, and this many of them.
+SHORT_TEXT_CHARS = 200
+SHORT_TEXT_COUNTS = 32768
+
+
+@lru_cache(maxsize=SHORT_TEXT_COUNTS)
+def _short_count(enc: Any, text: str) -> int:
+    return len(enc.encode(text, disallowed_special=()))
 
 
 _enc_cache: dict[str, Any] = {}
@@ -89,12 +103,9 @@ def _package_ranks(encoding: str) -> dict[bytes, int]:
         raise TokenizerUnavailable(
             f"rank file for {encoding} has sha256 {digest}, expected {EXPECTED_SHA256[encoding]}"
         )
-    ranks: dict[bytes, int] = {}
-    for line in raw.splitlines():
-        if line:
-            token, rank = line.split()
-            ranks[base64.b64decode(token)] = int(rank)
-    return ranks
+    # One pass, no per-line wrapper: this runs at the start of every process that counts tokens.
+    decode = binascii.a2b_base64
+    return {decode(token): int(rank) for token, rank in (line.split() for line in raw.splitlines() if line)}
 
 
 def _load_encoding(encoding: str) -> Any:

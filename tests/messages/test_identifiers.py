@@ -8,7 +8,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from microcompact.identifiers import argument_values, identifiers, is_identifier, message_identifiers
+from microcompact.identifiers import (
+    SHORT_TEXT_CHARS,
+    argument_values,
+    identifiers,
+    is_identifier,
+    message_identifiers,
+)
 
 
 @pytest.mark.parametrize(
@@ -81,3 +87,16 @@ def test_every_identifier_found_is_an_identifier_and_in_the_text(text: str) -> N
 @given(st.text(max_size=100), st.text(max_size=100))
 def test_text_joined_by_a_newline_keeps_what_each_half_had(a: str, b: str) -> None:
     assert identifiers(a) | identifiers(b) <= identifiers(a + "\n" + b)
+
+
+def test_a_remembered_reading_is_the_same_and_a_fresh_set() -> None:
+    for text in ("see end_session/2 in src/app/session.py", "x" * (SHORT_TEXT_CHARS - 8) + " a_b_c_d"):
+        first = identifiers(text)
+        first.add("added_by_a_caller")
+        assert identifiers(text) == first - {"added_by_a_caller"}
+    line = "calls end_session in src/app/session.py at 6e3cdee1 "
+    long_text = line * (SHORT_TEXT_CHARS // len(line) + 1)
+    assert len(long_text) > SHORT_TEXT_CHARS >= len(line)
+    assert (
+        identifiers(long_text) == identifiers(line) == {"end_session", "src/app/session.py", "session.py", "6e3cdee1"}
+    )

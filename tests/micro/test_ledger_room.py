@@ -42,3 +42,20 @@ def test_a_ledger_over_the_threshold_does_not_defrag_but_prose_does() -> None:
     condensed = defrag.condense(f"{long_prose}\n\n{ledger}")
     assert condensed.new is not None and "mod_59.ex" in condensed.new and "mod_0.ex" in condensed.new
     assert not defrag.needs_defrag(condensed.new)  # converges: one defrag, then none until the prose grows
+
+
+def test_asked_again_with_the_same_summary_defrag_counts_nothing() -> None:
+    config = parse_config({"compression": {"micro_compact_defrag_threshold_tokens": 200}})
+    counted: list[str] = []
+
+    class Spy(EstimateCounter):
+        def count(self, text: str) -> int:
+            counted.append(text)
+            return super().count(text)
+
+    defrag = Defrag(config, ExtractiveSummarizer(), TokenCounter(Spy()), lambda: 0.0, Refusal())
+    prose = "### Findings\n" + "\n".join(f"- finding number {i} about the upsert" for i in range(60))
+    assert defrag.needs_defrag(prose) and counted
+    counted.clear()
+    assert defrag.needs_defrag(prose) and not counted  # every pass asks with the summary it asked last time
+    assert not defrag.needs_defrag("### Findings\n- short") and counted  # another summary is counted

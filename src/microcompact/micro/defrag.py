@@ -45,6 +45,7 @@ class Defrag:
         self.counter = counter
         self.clock = clock
         self.refusal = refusal
+        self._last_check: tuple[str, int, bool] = ("", 0, False)  # asked again with the same summary every pass
 
     def needs_defrag(self, text: str) -> bool:
         """True when the rolling summary's prose is over the defrag threshold. Its ledger is not counted:
@@ -54,8 +55,13 @@ class Defrag:
         if not text:
             return False
         threshold = self.cfg.micro_compact_defrag_threshold_tokens
+        last_text, last_threshold, last_answer = self._last_check
+        if text == last_text and threshold == last_threshold:
+            return last_answer
         count = self.counter.count_text
-        return count(text) > threshold and count(with_facts(text, "")) > threshold
+        answer = count(text) > threshold and count(with_facts(text, "")) > threshold
+        self._last_check = (text, threshold, answer)
+        return answer
 
     def condense(self, text: str) -> Condensed:
         """The slow half of defrag: a clearly shorter summary, from the model or, failing that, deterministic.

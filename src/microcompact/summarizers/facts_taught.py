@@ -106,8 +106,23 @@ def used_cost(lessons: list[Lesson], count_text: Callable[[str], int]) -> int:
     return cost
 
 
+def counting_once(count_text: Callable[[str], int]) -> Callable[[str], int]:
+    """``count_text`` remembering what it counted for as long as the caller holds it: a ledger's compression
+    counts the same values and renderings again at every step and every retry."""
+    counts: dict[str, int] = {}
+
+    def count(text: str) -> int:
+        n = counts.get(text)
+        if n is None:
+            n = counts[text] = count_text(text)
+        return n
+
+    return count
+
+
 def compress_lessons(lessons: list[Lesson], budget_tokens: int, count_text: Callable[[str], int]) -> list[Lesson]:
     """The lessons' items kept by rank while the section fits ``budget_tokens`` (see the module doc)."""
+    count_text = counting_once(count_text)
     if not lessons or count_text(render_lessons(lessons)) <= budget_tokens:
         return lessons
     ranked = sorted(
@@ -120,8 +135,30 @@ def compress_lessons(lessons: list[Lesson], budget_tokens: int, count_text: Call
         key=lambda r: r[:3],
     )
     root = taught_root(lessons)
-    spent = count_text(f"### {TAUGHT} under {root}") + 1
-    chosen: set[tuple[int, ItemKind, str]] = set()
+    heading = count_text(f"### {TAUGHT} under {root}") + 1
+    openers: dict[int, int] = {}
+    while True:  # the ranking and the counts stay; only the budget shrinks
+        out = _ranked_into(lessons, ranked, root, heading, openers, budget_tokens, count_text)
+        over = count_text(render_lessons(out)) - budget_tokens
+        if over <= 0:
+            return out
+        if budget_tokens <= over:
+            return []
+        budget_tokens -= over  # labels and separators the estimate left out: try again with that much less
+
+
+def _ranked_into(
+    lessons: list[Lesson],
+    ranked: list[tuple[int, int, int, int, ItemKind, str]],
+    root: str,
+    heading: int,
+    openers: dict[int, int],
+    budget_tokens: int,
+    count_text: Callable[[str], int],
+) -> list[Lesson]:
+    """The lessons with the ``ranked`` items kept in rank order while their estimated cost fits."""
+    spent = heading
+    chosen: set[tuple[int, str, str]] = set()  # by the kind's label: an enum member hashes in Python
     seen: set[str] = set()
     opened: set[int] = set()
     for _, _, _, n, kind, value in ranked:
@@ -129,20 +166,19 @@ def compress_lessons(lessons: list[Lesson], budget_tokens: int, count_text: Call
             continue
         cost = count_text(value) + 1
         if n not in opened:
-            cost += count_text(render_lesson(replace(lessons[n], items={}), root)) + 2
+            if n not in openers:
+                openers[n] = count_text(render_lesson(replace(lessons[n], items={}), root)) + 2
+            cost += openers[n]
         if spent + cost > budget_tokens:
             continue
         spent += cost
         seen.add(value)
         opened.add(n)
-        chosen.add((n, kind, value))
+        chosen.add((n, kind.value, value))
     out = []
     for n, lesson in enumerate(lessons):
-        items = {k: [v for v in vs if (n, k, v) in chosen] for k, vs in lesson.items.items()}
+        items = {k: [v for v in vs if (n, k.value, v) in chosen] for k, vs in lesson.items.items()}
         items = {k: vs for k, vs in items.items() if vs}
         if items:
             out.append(replace(lesson, items=items))
-    over = count_text(render_lessons(out)) - budget_tokens
-    if over > 0:  # labels and separators the estimate left out: try again with that much less
-        return compress_lessons(lessons, budget_tokens - over, count_text) if budget_tokens > over else []
     return out

@@ -35,7 +35,7 @@ from .facts_model import (
     one_line,
     relative,
 )
-from .facts_taught import TAUGHT, compress_lessons, parse_lesson, render_lessons, used_cost
+from .facts_taught import TAUGHT, compress_lessons, counting_once, parse_lesson, render_lessons, used_cost
 
 FILES = "Files"
 FAILURES = "Failing commands"
@@ -132,6 +132,7 @@ def compress_facts(facts: Facts, budget_tokens: int, count_text: Callable[[str],
     oldest resolved first, only when the files and commands alone are over the budget). What the agent
     mentioned (``used``) may take up to ``TAUGHT_USED_SHARE``, made by ``_FOR_USED`` (see the module doc).
     What tools showed is ranked into its room by value (:func:`compress_lessons`)."""
+    count_text = counting_once(count_text)  # the steps below count the same renderings again
     facts = replace(facts, failures=facts.failures[-_OPEN_FAILURES:])  # the newest, whatever the budget
     if not facts.taught:
         return _compress_core(facts, budget_tokens, count_text, _SHORTER_READS + _FEWER_COMMANDS)
