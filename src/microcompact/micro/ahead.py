@@ -45,7 +45,9 @@ class ShadowFolds:
             job.events.append(event)
 
         summarizer: Summarizer = (
-            ExtractiveSummarizer(count_text=micro.counter.count_text) if offline else micro.context.summarizer
+            ExtractiveSummarizer(micro.counter.count_text, ledger_budget_tokens=micro.config.ledger_room_tokens())
+            if offline
+            else micro.context.summarizer
         )
         shadow = MicroCompactor(
             micro.config,
