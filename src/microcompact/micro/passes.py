@@ -69,7 +69,9 @@ class Merging:
             rejected.code if rejected else "?",
         )
         try:
-            fallback = ExtractiveSummarizer(count_text=self.counter.count_text)
+            fallback = ExtractiveSummarizer(
+                self.counter.count_text, ledger_budget_tokens=self.config.ledger_room_tokens()
+            )
             planned.summary = self._clean(fallback.merge(planned.base_summary, prepared), limit)
         except Exception as exc:
             planned.error = exc
