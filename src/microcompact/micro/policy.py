@@ -129,8 +129,6 @@ class MicroPolicy(Protocol):
     - ``folds_to_run(moment, ahead, keep)``: the passes of a fold adopted ``ahead`` requests from now.
     - ``fold_timed(seconds, removed_tokens)``: a fold's passes took that long for what they removed.
     - ``keeps_up()``: the summarizer folds a request's growth faster than requests come.
-    - ``due_wait(moment)``: seconds the request at which a fold is due may wait for the worker to land it
-      (0: never; only a summarizer quick enough that the wait is shorter than the lag it saves).
     - ``last_forced()``: the last decision was the hard limit's (a fold that must land now).
 
     What a fold keeps:
@@ -162,8 +160,6 @@ class MicroPolicy(Protocol):
     def fold_timed(self, seconds: float, removed_tokens: int) -> None: ...
 
     def keeps_up(self) -> bool: ...
-
-    def due_wait(self, moment: Moment) -> float: ...
 
     def last_forced(self) -> bool: ...
 
@@ -242,9 +238,6 @@ class CadencePolicy:
 
     def keeps_up(self) -> bool:
         return True  # a schedule that does not measure the summarizer: it keeps up
-
-    def due_wait(self, moment: Moment) -> float:
-        return 0.0  # a schedule that does not time folds: no request waits for one
 
     def last_forced(self) -> bool:
         return False

@@ -54,10 +54,6 @@ AHEAD_REQUESTS = 2
 # Messages an agent step adds (the model's tool call, its result): what a fold computed ahead leaves out of
 # its tail per request to come.
 MESSAGES_PER_REQUEST = 2
-# A request at which a fold is due waits up to this long for the worker to land it, when the summarizer is
-# the local extractive one (CPU on this process: a fold on the worker only competes with the requests it
-# lags behind); a model's fold is never waited for.
-LOCAL_FOLD_WAIT_SECONDS = 5.0
 # Weight of the newest timed fold in the running seconds-per-token figure.
 SPEED_WEIGHT = 0.5
 # Before a fold was timed: seconds per removed token by summarizer kind (the extractive one took about 90 ms
@@ -259,13 +255,6 @@ class PricePolicy:
         growth = self.cache.growth_per_request() or self._growth()
         speed = self.seconds_per_token
         return not (interval and growth and speed is not None and speed * growth >= interval)
-
-    def due_wait(self, moment: Moment) -> float:
-        """The fold is due at this request: with the local extractive summarizer, wait up to
-        LOCAL_FOLD_WAIT_SECONDS for the worker to land it. Its fold is CPU in this process, so requests that
-        come back to back starve the worker: the fold lands requests late, lagging, and the prompt stays
-        high meanwhile (through serve 23K mean against 17.5K inline on one session, in no less time)."""
-        return LOCAL_FOLD_WAIT_SECONDS if self.config.auxiliary.compression.kind == "extractive" else 0.0
 
     def _forced_adoption_pays(self, actual: FoldQuote, quote: FoldQuote, cache: CacheState, cap: int | None) -> bool:
         """At the cap a fold lands whatever it costs, so the fold computed on the worker is adopted when it

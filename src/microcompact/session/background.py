@@ -39,7 +39,6 @@ import contextlib
 import contextvars
 import functools
 import logging
-import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from ..micro import Condensed, Fold, FoldJob, FoldStage, MicroCompactor, PassMode, PassResult, Planned, WorkerMode
@@ -64,7 +63,6 @@ class BackgroundPasses:
         self.discarded = 0
         self.adopted_ahead = 0  # folds adopted at the request that decided them (telemetry, tests)
         self.spent: list[PassResult] = []  # passes of discarded folds not taken yet (``take_spent``)
-        self.landed_waiting = 0  # due folds the request waited for (``_land_due``; telemetry, tests)
         self.caught_up = 0  # due folds extended over what came since, as switching to them did not pay
 
     @property
@@ -83,33 +81,7 @@ class BackgroundPasses:
 
     def submit(self, ledger: Ledger, mode: WorkerMode = WorkerMode.TURN) -> list[PassResult]:
         """Start a pass on a snapshot; if one is running, remember that a turn pass is due. ``FOLD``
-        adopts a shadow computed ahead at once (its results are returned: the view switched now), or waits
-        for the worker to land it when the policy says the fold is quick (``due_wait``)."""
-        results = self._submit(ledger, mode)
-        if mode is WorkerMode.FOLD and not results:
-            results = self._land_due(ledger)
-        return results
-
-    def _land_due(self, ledger: Ledger) -> list[PassResult]:
-        """The fold is due: wait up to the policy's ``due_wait`` for the worker to finish it (and its
-        extension over what came since, if switching to it as it is does not pay), so that a quick fold
-        lands at the request that decided it rather than requests later, lagging, on a loop that sends
-        the next request at once. The worker never takes the session's lock, so waiting under it is safe."""
-        wait = self.micro.policy.due_wait(self.micro.moment(ledger)) if self.busy else 0.0
-        deadline = time.monotonic() + wait
-        while self.busy:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            landed = self.collect(ledger, wait=left)
-            if not landed and self._held is not None and not self.busy:
-                landed = self._due_held(ledger) or []
-            if landed:
-                self.landed_waiting += 1
-                return landed
-        return []
-
-    def _submit(self, ledger: Ledger, mode: WorkerMode) -> list[PassResult]:
+        adopts a shadow computed ahead at once (its results are returned: the view switched now)."""
         if mode == WorkerMode.FOLD and self._held is not None:
             adopted = self._due_held(ledger)
             if adopted is not None:
