@@ -112,14 +112,7 @@ class OpenAISummarizer:
         shown = prose or summary  # the notes the model rewrites (all of it before the first notes exist)
         trusted = kept_beside(self.facts, summary or None, kept, exchange)
         system = merge_system(self.prose_words)
-        given = CheckInput(
-            previous=summary,
-            messages=[render_exchange([m]) for m in exchange],
-            instructions=system + "\n" + merge_request("", "", self.prose_words),
-            required_sections=PROSE_HEADINGS,
-            trusted=trusted,
-            previous_prose=shown,
-        )
+        given = merge_input(summary, exchange, system + "\n" + merge_request("", "", self.prose_words), shown, trusted)
 
         def build(messages: list[Message], note: str) -> str:
             return merge_request(shown, render_exchange(messages), self.prose_words) + note
@@ -298,6 +291,19 @@ def kept_beside(facts: FactsHook | None, summary: str | None, kept: str, exchang
     if facts is None:
         return kept
     return "\n\n".join(part for part in (strip_facts(kept), facts(summary, exchange).strip()) if part)
+
+
+def merge_input(summary: str, exchange: Sequence[Message], instructions: str, shown: str, trusted: str) -> CheckInput:
+    """What a merge's notes are checked against, whichever model wrote them: the exchange, the prose
+    sections every merge keeps, the facts kept beside the notes and the notes the model rewrote."""
+    return CheckInput(
+        previous=summary,
+        messages=[render_exchange([m]) for m in exchange],
+        instructions=instructions,
+        required_sections=PROSE_HEADINGS,
+        trusted=trusted,
+        previous_prose=shown,
+    )
 
 
 def join_facts(prose: str, facts: str) -> str:

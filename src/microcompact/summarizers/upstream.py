@@ -36,7 +36,6 @@ import orjson
 
 from ..messages import Message
 from ..redact import redact_text
-from ..render import exchange_text as render_exchange
 from ..tokens import EstimateCounter
 from ..wire import WireApi
 from .base import (
@@ -50,9 +49,8 @@ from .base import (
     SummarizerUnavailable,
     SummaryRejected,
 )
-from .checks import CheckInput, check_summary
-from .http import FactsHook, excerpt, join_facts, kept_beside, split_prose
-from .prompts import PROSE_HEADINGS
+from .checks import check_summary
+from .http import FactsHook, excerpt, join_facts, kept_beside, merge_input, split_prose
 from .sections import clip, parse_sections
 from .upstream_notes import (
     MAX_EXCHANGES,
@@ -180,15 +178,7 @@ class UpstreamSummarizer:
             raise SummarizerBadOutput("the answer holds no note on the exchange")
         trusted = kept_beside(self.facts, summary or None, kept, exchange)
         text = assemble(shown, [n for n in notes if n is not None], self._goal or "none")
-        given = CheckInput(
-            previous=summary,
-            messages=[render_exchange([m]) for m in exchange],
-            instructions=instruction([], "", NOTE_WORDS),
-            required_sections=PROSE_HEADINGS,
-            trusted=trusted,
-            previous_prose=shown,
-        )
-        rejection = check_summary(text, given)
+        rejection = check_summary(text, merge_input(summary, exchange, instruction([], "", NOTE_WORDS), shown, trusted))
         if rejection is not None:
             with self._lock:  # a note the checks refuse is asked for again by the next fold
                 for key in keys:
