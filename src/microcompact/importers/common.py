@@ -183,6 +183,12 @@ def text_only(parts: list[Any]) -> str | None:
     return None
 
 
+def text_or_parts(parts: list[Any]) -> str | list[Any]:
+    """Chat content from parts: one string when every part is text (joined by line breaks), else the parts."""
+    text = text_only(parts)
+    return text if text is not None else parts
+
+
 def normalize_tool_calls(calls: Any, where: str, report: ImportReport) -> list[dict[str, Any]]:
     """Check ``calls`` and reduce each to ``id``/``type``/``function``, counting serialized arguments."""
     if not isinstance(calls, list):
