@@ -26,6 +26,7 @@ from microcompact.importers import (
     write_jsonl,
 )
 from microcompact.importers.sniffing import HEAD_BYTES
+from microcompact.keys import TS_KEY
 from microcompact.messages import TranscriptError, user_texts
 from microcompact.replay import load_transcript
 from support.paths import TRANSCRIPTS
@@ -423,6 +424,34 @@ def test_swe_agent_and_adp_read_content_alike(tmp_path: Path) -> None:
     for path, fmt in ((traj, "swe-agent"), (adp, "adp")):
         got = import_transcript(path, fmt)
         assert [m["content"] for m in got] == ["", expected_parts], fmt
+
+
+def test_swe_agent_and_adp_build_messages_alike(tmp_path: Path) -> None:
+    """Both keep an assistant's tool calls (normalized), a tool message's call id and a timestamp, and drop
+    their own keys; a tool message naming no call is refused by each, with its own wording."""
+    call = {"id": "c1", "function": {"name": "bash", "arguments": {"cmd": "ls"}}, "extra": 1}
+    messages = [
+        {"role": "user", "content": "go", "timestamp": 1_700_000_000, "mask": True},
+        {"role": "assistant", "content": "", "tool_calls": [call], "agent": "main"},
+        {"role": "tool", "content": "a.py", "tool_call_id": "c1"},
+    ]
+    traj = tmp_path / "m.traj"
+    traj.write_text(json.dumps({"history": messages}), encoding="utf-8")
+    adp = tmp_path / "m_adp.json"
+    adp.write_text(json.dumps([{"messages": messages}]), encoding="utf-8")
+    normalized = {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"cmd": "ls"}'}}
+    for path, fmt in ((traj, "swe-agent"), (adp, "adp")):
+        got = import_transcript(path, fmt)
+        assert got[0] == {"role": "user", "content": "go", TS_KEY: 1_700_000_000}, fmt
+        assert got[1]["tool_calls"] == [normalized], fmt
+        assert got[2] == {"role": "tool", "content": "a.py", "tool_call_id": "c1"}, fmt
+    orphan = [*messages[:2], {"role": "tool", "content": "a.py"}]
+    traj.write_text(json.dumps({"history": orphan}), encoding="utf-8")
+    adp.write_text(json.dumps([{"messages": orphan}]), encoding="utf-8")
+    with pytest.raises(TranscriptError, match=r"history\[2\]: tool message without tool_call_id\(s\)"):
+        import_transcript(traj, "swe-agent")
+    with pytest.raises(TranscriptError, match=r"message 2: tool message without tool_call_id$"):
+        import_transcript(adp, "adp")
 
 
 def test_other_malformed_inputs(tmp_path: Path) -> None:

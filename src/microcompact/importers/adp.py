@@ -11,15 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..messages import Message, TranscriptError
-from .common import (
-    ImportFormat,
-    ImportReport,
-    chat_content,
-    finish,
-    load_json,
-    normalize_tool_calls,
-    take_ts,
-)
+from .common import ImportFormat, ImportReport, chat_message, finish, load_json
 from .sniffing import key_paths
 
 
@@ -116,17 +108,22 @@ def _adp_role(item: dict[str, Any], where: str, report: ImportReport) -> str:
     return role
 
 
-def _adp_content(item: dict[str, Any], role: str, where: str) -> str | list[Any]:
+def _adp_content(item: dict[str, Any], role: str) -> Any:
     """The message text, from whichever key this dataset uses (``content``, ``text``, ``value``...)."""
     if "content" in item:
-        content = item["content"]
-    elif item.get("text") is not None:
-        content = item["text"]
-    elif item.get("value") is not None:
-        content = item["value"]
-    else:
-        content = item.get("system_prompt") if role == "system" else None
-    return chat_content(content, where)
+        return item["content"]
+    if item.get("text") is not None:
+        return item["text"]
+    if item.get("value") is not None:
+        return item["value"]
+    return item.get("system_prompt") if role == "system" else None
+
+
+def _adp_call_id(item: dict[str, Any], where: str, report: ImportReport) -> str:
+    """The call a tool message answers: its ``tool_call_id`` (these datasets have no list of ids)."""
+    if not item.get("tool_call_id"):
+        raise TranscriptError(f"{where}: tool message without tool_call_id")
+    return str(item["tool_call_id"])
 
 
 def _adp_message(item: Any, where: str, report: ImportReport) -> Message:
@@ -134,15 +131,7 @@ def _adp_message(item: Any, where: str, report: ImportReport) -> Message:
     if not isinstance(item, dict):
         raise TranscriptError(f"{where}: expected a JSON object, got {type(item).__name__}")
     role = _adp_role(item, where, report)
-    m: Message = {"role": role, "content": _adp_content(item, role, where)}
-    if role == "assistant" and item.get("tool_calls"):
-        m["tool_calls"] = normalize_tool_calls(item["tool_calls"], where, report)
-    if role == "tool":
-        if not item.get("tool_call_id"):
-            raise TranscriptError(f"{where}: tool message without tool_call_id")
-        m["tool_call_id"] = str(item["tool_call_id"])
-    take_ts(item, m)
-    return m
+    return chat_message(item, role, _adp_content(item, role), _adp_call_id, where, report)
 
 
 def looks_like_adp(head: str) -> bool:

@@ -21,7 +21,7 @@ from .common import (
     ImportReport,
     finish,
     iter_jsonl,
-    text_only,
+    text_or_parts,
     to_epoch,
 )
 from .sniffing import key_paths
@@ -69,9 +69,7 @@ def _cc_result_text(content: Any, report: ImportReport) -> str | list[Any]:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        parts = _cc_user_parts(content, report)
-        text = text_only(parts)
-        return text if text is not None else parts
+        return text_or_parts(_cc_user_parts(content, report))
     return json.dumps(content, ensure_ascii=False)
 
 
@@ -222,9 +220,7 @@ def _add_user_line(merge: _Merge, rec: dict[str, Any], content: Any, lineno: int
     if blocks is None:
         user_content: Any = content
     else:
-        parts = _cc_user_parts(text_blocks, merge.report)
-        joined = text_only(parts)
-        user_content = joined if joined is not None else parts
+        user_content = text_or_parts(_cc_user_parts(text_blocks, merge.report))
     um: Message = {"role": "user", "content": user_content}
     if rec.get("isCompactSummary"):
         um[META_KEY] = {"compact_summary": True}

@@ -25,7 +25,7 @@ from .common import (
     ImportReport,
     finish,
     iter_jsonl,
-    text_only,
+    text_or_parts,
     to_epoch,
 )
 from .sniffing import key_paths
@@ -79,18 +79,12 @@ def _parts(content: Any, where: str) -> list[dict[str, Any]]:
     return parts
 
 
-def _chat_content(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
-    """One string when every part is text (joined by line breaks), else the parts."""
-    text = text_only(parts)
-    return text if text is not None else parts
-
-
 def _output_content(output: Any, where: str) -> str | list[dict[str, Any]]:
     """A call's output: a string, a list of content items (text and images), or ``{"content": ...}``."""
     if isinstance(output, str):
         return output
     if isinstance(output, list):
-        return _chat_content(_parts(output, where))
+        return text_or_parts(_parts(output, where))
     if isinstance(output, dict) and "content" in output:  # {"content": ..., "success": false}
         return _output_content(output["content"], where)
     raise TranscriptError(f"{where}: output must be a string or a list of content items")
@@ -135,7 +129,7 @@ def _add_item(rollout: _Rollout, item: Any, ts: float | None, where: str) -> Non
         role = item.get("role")
         if role not in ("user", "assistant", "developer", "system"):
             raise TranscriptError(f"{where}: message item with unknown role {role!r}")
-        content = _chat_content(_parts(item.get("content"), where))
+        content = text_or_parts(_parts(item.get("content"), where))
         if role == "assistant":
             am = rollout.open_assistant(ts)
             am["content"] = "\n\n".join(t for t in (am["content"], _assistant_text(content, report)) if t)

@@ -183,6 +183,12 @@ def text_only(parts: list[Any]) -> str | None:
     return None
 
 
+def text_or_parts(parts: list[Any]) -> str | list[Any]:
+    """Chat content from parts: one string when every part is text (joined by line breaks), else the parts."""
+    text = text_only(parts)
+    return text if text is not None else parts
+
+
 def normalize_tool_calls(calls: Any, where: str, report: ImportReport) -> list[dict[str, Any]]:
     """Check ``calls`` and reduce each to ``id``/``type``/``function``, counting serialized arguments."""
     if not isinstance(calls, list):
@@ -219,6 +225,25 @@ def take_ts(
             if ts is not None and ts > 1e8:
                 target[TS_KEY] = ts
                 return
+
+
+# How a format's tool message names the call it answers: (record, where, report) -> the call id.
+CallId = Callable[[dict[str, Any], str, ImportReport], str]
+
+
+def chat_message(
+    record: dict[str, Any], role: str, content: Any, call_id: CallId, where: str, report: ImportReport
+) -> Message:
+    """A record that holds a chat-completions message among its own keys (a dataset's, an agent's), as that
+    message: ``content`` checked, an assistant's ``tool_calls`` normalized, a tool message's call id read by
+    ``call_id``, the timestamp taken; the record's other keys dropped."""
+    m: Message = {"role": role, "content": chat_content(content, where)}
+    if role == "assistant" and record.get("tool_calls"):
+        m["tool_calls"] = normalize_tool_calls(record["tool_calls"], where, report)
+    if role == "tool":
+        m["tool_call_id"] = call_id(record, where, report)
+    take_ts(record, m)
+    return m
 
 
 def compact_summary_indices(messages: list[Message]) -> list[int]:

@@ -24,7 +24,7 @@ from .common import (
     finish,
     iter_jsonl,
     take_ts,
-    text_only,
+    text_or_parts,
 )
 from .sniffing import key_paths
 
@@ -70,8 +70,7 @@ def _tool_result(result: Any, where: str, report: ImportReport) -> tuple[str | l
     shown = [item for item in value if not isinstance(item, dict) or _for_model(item)]
     report.notes["user_only_tool_content_dropped"] += len(value) - len(shown)
     parts = [_content_part(item, f"{where}: toolResult item {j}") for j, item in enumerate(shown)]
-    text = text_only(parts)
-    return (text if text is not None else parts), is_error
+    return text_or_parts(parts), is_error
 
 
 def _tool_call(item: dict[str, Any], where: str, report: ImportReport) -> dict[str, Any] | None:
@@ -154,8 +153,7 @@ def _tool_message(item: dict[str, Any], at: str, report: ImportReport) -> Messag
 
 def _spoken(rec: dict[str, Any], role: str, pieces: _Pieces, report: ImportReport) -> Message:
     """The message's text and calls as one message; goose's hidden compaction summary is marked as such."""
-    joined = text_only(pieces.parts)
-    m: Message = {"role": role, "content": joined if joined is not None else pieces.parts}
+    m: Message = {"role": role, "content": text_or_parts(pieces.parts)}
     if pieces.calls:
         m["tool_calls"] = pieces.calls
     meta = rec.get("metadata") or {}

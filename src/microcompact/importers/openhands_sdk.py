@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..messages import META_KEY, Message, TranscriptError
-from .common import ImportReport, take_ts, text_only
+from .common import ImportReport, take_ts, text_only, text_or_parts
 
 
 def _parts(items: Any, where: str) -> list[dict[str, Any]]:
@@ -39,9 +39,7 @@ def _parts(items: Any, where: str) -> list[dict[str, Any]]:
 
 def _content(items: Any, where: str) -> str | list[dict[str, Any]]:
     """Content as one string when it is all text (items joined by line breaks), else the parts."""
-    parts = _parts(items, where)
-    text = text_only(parts)
-    return text if text is not None else parts
+    return text_or_parts(_parts(items, where))
 
 
 class _Conversation:

@@ -6,15 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from ..messages import Message, TranscriptError
-from .common import (
-    ImportFormat,
-    ImportReport,
-    chat_content,
-    finish,
-    load_json,
-    normalize_tool_calls,
-    take_ts,
-)
+from .common import ImportFormat, ImportReport, chat_message, finish, load_json
 from .sniffing import key_paths
 
 # Keys of one step of a .traj file's ``trajectory`` (the first keys of the file after ``environment``).
@@ -60,15 +52,9 @@ def _history_message(h: Any, where: str, report: ImportReport) -> Message:
     role = h.get("role")
     if role not in ("system", "user", "assistant", "tool"):
         raise TranscriptError(f"{where}: unknown role {role!r} (expected system, user, assistant or tool)")
-    m: Message = {"role": role, "content": chat_content(h.get("content"), where)}
     if h.get("is_demo"):
         report.notes["demo_message"] += 1
-    if role == "assistant" and h.get("tool_calls"):
-        m["tool_calls"] = normalize_tool_calls(h["tool_calls"], where, report)
-    if role == "tool":
-        m["tool_call_id"] = _observation_call_id(h, where, report)
-    take_ts(h, m)
-    return m
+    return chat_message(h, role, h.get("content"), _observation_call_id, where, report)
 
 
 def _observation_call_id(h: dict[str, Any], where: str, report: ImportReport) -> str:

@@ -23,7 +23,7 @@ from ..render import content_text
 from ..wire import Upstream, WireApi
 from .breakpoints import cache_stable_prefix
 from .errors import BadRequest
-from .provider import dumps, identity_form, rewritten
+from .provider import dumps, history_array, identity_form, rewritten
 from .usage_tap import anthropic_cache_fields
 
 ROLES = ("user", "assistant", "system")
@@ -52,11 +52,7 @@ class AnthropicFormat:
     # ------------------------------------------------------------------ client -> session
 
     def history(self, body: Any) -> list[Message]:
-        if not isinstance(body, dict):
-            raise BadRequest("the request body must be a JSON object")
-        messages = body.get("messages")
-        if not isinstance(messages, list):
-            raise BadRequest("messages: must be an array of message objects")
+        messages = history_array(body, "messages", "messages: must be an array of message objects")
         for i, message in enumerate(messages):
             _check_message(message, f"messages.{i}")
         return messages

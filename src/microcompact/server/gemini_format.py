@@ -47,7 +47,7 @@ from ..messages import Message
 from ..render import content_text
 from ..wire import Upstream, WireApi
 from .errors import BadRequest
-from .provider import dumps, identity_form, rewritten
+from .provider import dumps, history_array, identity_form, rewritten
 from .usage_tap import gemini_cache_fields
 
 # On the history's copies: the session ids of a content's calls or responses. Not a ``_`` key: the library
@@ -171,7 +171,7 @@ class GeminiFormat:
     # ------------------------------------------------------------------ client -> session
 
     def history(self, body: Any) -> list[Message]:
-        contents = _contents_of(body)
+        contents = history_array(body, "contents", "contents: must be an array of Content objects")
         for i, content in enumerate(contents):
             _check_content(content, f"contents.{i}")
         pairing = _Pairing(contents)
@@ -313,15 +313,6 @@ class GeminiFormat:
     def body(self, body: dict[str, Any], messages: list[Message]) -> bytes:
         """The outgoing body: the client's, with ``messages`` as its ``contents``."""
         return dumps({**body, "contents": [_plain(m) for m in messages]})
-
-
-def _contents_of(body: Any) -> list[Any]:
-    if not isinstance(body, dict):
-        raise BadRequest("the request body must be a JSON object")
-    contents = body.get("contents")
-    if not isinstance(contents, list):
-        raise BadRequest("contents: must be an array of Content objects")
-    return contents
 
 
 def _check_content(content: Any, where: str) -> None:

@@ -13,7 +13,7 @@ from ..messages import Message, TranscriptError, message_shape_errors, to_api, v
 from ..properties import tool_pairing_errors
 from ..wire import Upstream, WireApi
 from .errors import BadRequest
-from .provider import dumps, identity_form
+from .provider import dumps, history_array, identity_form
 from .usage_tap import openai_cache_fields
 
 
@@ -24,11 +24,7 @@ class OpenAIFormat:
     fixed_fields: tuple[str, ...] = ("tools",)
 
     def history(self, body: Any) -> list[Message]:
-        if not isinstance(body, dict):
-            raise BadRequest("the request body must be a JSON object")
-        messages = body.get("messages")
-        if not isinstance(messages, list):
-            raise BadRequest("'messages' must be an array of message objects")
+        messages = history_array(body, "messages", "'messages' must be an array of message objects")
         for i, message in enumerate(messages):
             where = f"messages[{i}]"
             try:

@@ -16,6 +16,7 @@ import orjson
 
 from ..messages import META_KEY, Message
 from ..wire import Upstream, WireApi
+from .errors import BadRequest
 
 # What batch compaction's prune and last resort do to a message they keep (the content is no longer the
 # client's): see batch/prune.py.
@@ -72,6 +73,17 @@ def rewritten(part: Message) -> bool:
     """True when the engine kept ``part`` in a shortened form (a stub, shortened arguments, a cut)."""
     meta = part.get(META_KEY)
     return isinstance(meta, dict) and any(meta.get(flag) for flag in REWRITE_FLAGS)
+
+
+def history_array(body: Any, field: str, refusal: str) -> list[Any]:
+    """The array a request body holds its history in (``messages``, ``contents``); BadRequest when the body
+    is not a JSON object, or ``refusal`` when the field is not an array."""
+    if not isinstance(body, dict):
+        raise BadRequest("the request body must be a JSON object")
+    items = body.get(field)
+    if not isinstance(items, list):
+        raise BadRequest(refusal)
+    return items
 
 
 def dumps(outgoing: dict[str, Any]) -> bytes:

@@ -7,10 +7,11 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from . import errors
 from .base import DEFAULT_BUSY_TIMEOUT, DEFAULT_RETRY_SECONDS, Backoff, T
 from .codec import _clean_text, _Encoded
 from .core import _SQLStore
-from .errors import StoreConflict, StoreError, StoreFull, StoreLocked, StoreReadOnly, _driver_error
+from .errors import _driver_error
 from .lease import _AdvisoryLeases, _this_writer
 from .postgres_schema import _PostgresSchema
 
@@ -24,7 +25,7 @@ TRANSIENT_STATES = frozenset({"57P01", "57P02", "57P03", "53300", "08000", "0800
 _TRANSIENT_TEXT = ("starting up", "shutting down", "in recovery mode", "not yet accepting connections")
 
 
-class _Transient(StoreError):
+class _Transient(errors.StoreError):
     """A connection attempt that may succeed later (the server restarting): retried within the budget."""
 
 
@@ -32,7 +33,7 @@ def _psycopg() -> Any:
     try:
         import psycopg
     except ImportError:
-        raise StoreError("the PostgreSQL store needs psycopg 3: pip install 'microcompact[postgres]'") from None
+        raise errors.StoreError("the PostgreSQL store needs psycopg 3: pip install 'microcompact[postgres]'") from None
     return psycopg
 
 
@@ -118,7 +119,7 @@ class PostgresStore(_AdvisoryLeases, _PostgresSchema, _SQLStore):
             message = f"{self._where}: cannot connect to PostgreSQL: {' '.join(str(exc).split())}"  # one line
             if self._retryable_connect(exc):
                 raise _Transient(message) from None
-            raise StoreError(message) from None
+            raise errors.StoreError(message) from None
         try:
             self._set_up(conn)
         except pg.Error as exc:
@@ -183,7 +184,7 @@ class PostgresStore(_AdvisoryLeases, _PostgresSchema, _SQLStore):
                 backoff = backoff or Backoff(0.0 if self._down else self.retry_seconds)
                 if not backoff.wait():
                     self._down = True
-                    raise StoreError(f"{exc}; gave up after retrying for {self.retry_seconds:g} s") from None
+                    raise errors.StoreError(f"{exc}; gave up after retrying for {self.retry_seconds:g} s") from None
 
     def _drop_connection(self) -> None:
         if self._conn is not None:
@@ -198,7 +199,7 @@ class PostgresStore(_AdvisoryLeases, _PostgresSchema, _SQLStore):
         with self._lock:
             self._require_open()
             if write and check_read_only and self.read_only:
-                raise StoreReadOnly(f"{self._where}: the store is opened read-only; writes are refused")
+                raise errors.StoreReadOnly(f"{self._where}: the store is opened read-only; writes are refused")
             backoff: Backoff | None = None
             while True:
                 if self._conn is None or self._conn.closed:
@@ -266,7 +267,7 @@ class PostgresStore(_AdvisoryLeases, _PostgresSchema, _SQLStore):
                     log.warning("%s: %s: the connection was lost during COMMIT; it had %s", self._where, op, status)
                     return bool(status == "committed")
             if not backoff.wait():
-                raise StoreError(
+                raise errors.StoreError(
                     f"{self._where}: {op}: the connection was lost while committing; the "
                     f"outcome of this write is unknown ({_driver_error(exc)})"
                 ) from None
@@ -281,7 +282,7 @@ class PostgresStore(_AdvisoryLeases, _PostgresSchema, _SQLStore):
         else:
             self._rollback(conn)
         if broken and committing:
-            raise StoreError(
+            raise errors.StoreError(
                 f"{self._where}: {op}: the connection was lost while committing; the "
                 f"outcome of this write is unknown ({_driver_error(exc)})"
             ) from None
@@ -300,7 +301,7 @@ class PostgresStore(_AdvisoryLeases, _PostgresSchema, _SQLStore):
         if backoff.wait():
             return backoff
         self._down = True
-        raise StoreError(
+        raise errors.StoreError(
             f"{self._where}: {op}: the connection stayed lost after retrying for {self.retry_seconds:g} s "
             f"({_driver_error(exc)})"
         ) from None
@@ -311,30 +312,30 @@ class PostgresStore(_AdvisoryLeases, _PostgresSchema, _SQLStore):
         except Exception:
             self._drop_connection()
 
-    def _translate(self, exc: Exception, op: str) -> StoreError:
+    def _translate(self, exc: Exception, op: str) -> errors.StoreError:
         """A user-facing error naming the server, the operation, the error class and SQLSTATE; never the
         server's text, which can quote the statement's parameters (message content, secrets)."""
         state = getattr(exc, "sqlstate", None) or ""
         text = _driver_error(exc)
         w = f"{self._where}: {op} failed"
         if state in ("55P03", "57014"):
-            return StoreLocked(
+            return errors.StoreLocked(
                 f"{w}: the session or table is locked by another connection (waited "
                 f"{self.busy_timeout:g} s, the lock timeout): {text}"
             )
         if state == "25006":
-            return StoreReadOnly(
+            return errors.StoreReadOnly(
                 f"{w}: the database is read-only (read_only=True, a standby, or default_transaction_read_only): {text}"
             )
         if state == "53100":
-            return StoreFull(f"{w}: the PostgreSQL server's disk is full: {text}")
+            return errors.StoreFull(f"{w}: the PostgreSQL server's disk is full: {text}")
         if state in ("23505", "40001", "40P01"):
-            return StoreConflict(
+            return errors.StoreConflict(
                 f"{w}: a write conflicts with the stored session ({text}): two writers on one session?"
             )
         if isinstance(exc, self._pg.OperationalError) and not state:
-            return StoreError(f"{w}: lost the connection to PostgreSQL: {text}")
-        return StoreError(f"{w}: {text}")
+            return errors.StoreError(f"{w}: lost the connection to PostgreSQL: {text}")
+        return errors.StoreError(f"{w}: {text}")
 
     # -------------------------------------------------------------- dialect
 

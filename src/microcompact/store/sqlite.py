@@ -15,18 +15,11 @@ from typing import Any
 from urllib.parse import quote
 
 from ..config import home_dir
+from . import errors
 from .base import DEFAULT_BUSY_TIMEOUT, Backoff, T
 from .codec import _Encoded, _snippet
 from .core import _SQLStore
-from .errors import (
-    StoreConflict,
-    StoreCorrupt,
-    StoreError,
-    StoreFull,
-    StoreLocked,
-    StoreReadOnly,
-    _driver_error,
-)
+from .errors import _driver_error
 from .lease import DEFAULT_LEASE_TTL, _SQLiteLeases
 from .schema import SCHEMA_VERSION
 from .sqlite_schema import _LEASES_DDL, _SQLITE_NOW, _SQLiteSchema
@@ -113,13 +106,13 @@ class SQLiteStore(_SQLiteLeases, _SQLiteSchema, _SQLStore):
         try:
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:
-            raise StoreError(f"{self.path}: cannot create its directory: {exc.strerror or exc}") from None
+            raise errors.StoreError(f"{self.path}: cannot create its directory: {exc.strerror or exc}") from None
         try:
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         except FileExistsError:
             pass  # an existing database keeps its mode
         except OSError as exc:
-            raise StoreError(f"{self.path}: cannot create the database file: {exc.strerror or exc}") from None
+            raise errors.StoreError(f"{self.path}: cannot create the database file: {exc.strerror or exc}") from None
 
     def _pragmas(self, conn: sqlite3.Connection) -> set[str]:
         """The connection's settings (busy timeout, foreign keys, WAL); the tables and views that exist."""
@@ -154,7 +147,7 @@ class SQLiteStore(_SQLiteLeases, _SQLiteSchema, _SQLStore):
         version = self._version(conn, names)
         if version < SCHEMA_VERSION:
             if self.read_only:
-                raise StoreReadOnly(
+                raise errors.StoreReadOnly(
                     f"{self.path}: the store is opened read-only but its schema needs "
                     f"{'creating' if version == 0 else 'migrating'} (version {version} -> "
                     f"{SCHEMA_VERSION})"
@@ -176,7 +169,7 @@ class SQLiteStore(_SQLiteLeases, _SQLiteSchema, _SQLStore):
         with self._lock:
             self._require_open()
             if write and self.read_only:
-                raise StoreReadOnly(f"{self.path}: the store is opened read-only; writes are refused")
+                raise errors.StoreReadOnly(f"{self.path}: the store is opened read-only; writes are refused")
             backoff: Backoff | None = None
             while True:
                 try:
@@ -204,7 +197,7 @@ class SQLiteStore(_SQLiteLeases, _SQLiteSchema, _SQLStore):
             raise
         return result
 
-    def _translate(self, exc: Exception, op: str) -> StoreError:
+    def _translate(self, exc: Exception, op: str) -> errors.StoreError:
         """A user-facing error naming the database, the operation and the error class (never its text)."""
         code = getattr(exc, "sqlite_errorcode", None)
         primary = code & 0xFF if isinstance(code, int) else None
@@ -212,29 +205,29 @@ class SQLiteStore(_SQLiteLeases, _SQLiteSchema, _SQLStore):
         text = _driver_error(exc)
         p = f"{self.path}: {op} failed"
         if primary in (5, 6) or "database is locked" in low:
-            return StoreLocked(
+            return errors.StoreLocked(
                 f"{p}: the database is locked by another connection (waited "
                 f"{self.busy_timeout:g} s, the busy timeout): {text}"
             )
         if primary == 8 or "readonly" in low or "read-only" in low:
-            return StoreReadOnly(
+            return errors.StoreReadOnly(
                 f"{p}: the database is read-only (file permissions, a read-only mount or read_only=True): {text}"
             )
         if primary == 13 or "disk is full" in low:
-            return StoreFull(f"{p}: the disk or the database size limit is full: {text}")
+            return errors.StoreFull(f"{p}: the disk or the database size limit is full: {text}")
         if primary == 26 or "not a database" in low:
-            return StoreCorrupt(f"{p}: not a SQLite database ({text})")
+            return errors.StoreCorrupt(f"{p}: not a SQLite database ({text})")
         if primary == 11 or "malformed" in low:
-            return StoreCorrupt(f"{p}: the database file is corrupt ({text})")
+            return errors.StoreCorrupt(f"{p}: the database file is corrupt ({text})")
         if primary == 19:
-            return StoreConflict(
+            return errors.StoreConflict(
                 f"{p}: a write conflicts with the stored session ({text}): two writers on one session?"
             )
         if primary == 14:
-            return StoreError(f"{p}: cannot open the database file ({text})")
+            return errors.StoreError(f"{p}: cannot open the database file ({text})")
         if primary == 10:
-            return StoreError(f"{p}: disk I/O error ({text})")
-        return StoreError(f"{p}: {text}")
+            return errors.StoreError(f"{p}: disk I/O error ({text})")
+        return errors.StoreError(f"{p}: {text}")
 
     # -------------------------------------------------------------- dialect
 

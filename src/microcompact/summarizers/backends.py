@@ -18,14 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .base import (
-    SummarizerAuthError,
-    SummarizerBadOutput,
-    SummarizerError,
-    SummarizerRateLimited,
-    SummarizerTimeout,
-    SummarizerUnavailable,
-)
+from . import base
 
 
 class Backend(Protocol):
@@ -114,7 +107,7 @@ class AnthropicMessages:
     def read(self, response: Any) -> Any:
         blocks = getattr(response, "content", None)
         if not isinstance(blocks, list):
-            raise SummarizerBadOutput(f"{self.asking.model}: response has no content blocks")
+            raise base.SummarizerBadOutput(f"{self.asking.model}: response has no content blocks")
         texts = [b.text for b in blocks if getattr(b, "type", None) == "text" and isinstance(b.text, str)]
         return as_completion("".join(texts), getattr(response, "stop_reason", None) == "max_tokens")
 
@@ -131,30 +124,30 @@ class PlainCallable:
 
     def read(self, response: Any) -> Any:
         if not isinstance(response, str):
-            raise SummarizerBadOutput(f"{self.name}: returned {type(response).__name__}, not text")
+            raise base.SummarizerBadOutput(f"{self.name}: returned {type(response).__name__}, not text")
         return as_completion(response, truncated=False)
 
 
-def summarizer_error(exc: BaseException, name: str) -> SummarizerError:
+def summarizer_error(exc: BaseException, name: str) -> base.SummarizerError:
     """The summarizer error for what a client or callable raised (timeouts before connection errors:
     the SDKs' timeout is a connection error)."""
-    if isinstance(exc, SummarizerError):
+    if isinstance(exc, base.SummarizerError):
         return exc
     kinds = {cls.__name__ for cls in type(exc).__mro__}
     status = getattr(exc, "status_code", None)
     if isinstance(exc, TimeoutError) or "APITimeoutError" in kinds:
-        return SummarizerTimeout(f"{name}: no answer within the timeout")
+        return base.SummarizerTimeout(f"{name}: no answer within the timeout")
     if _out_of_credit(exc, status):
-        return SummarizerAuthError(f"{name}: the account's quota or credit is exhausted ({status})")
+        return base.SummarizerAuthError(f"{name}: the account's quota or credit is exhausted ({status})")
     if "RateLimitError" in kinds or status == 429:
-        return SummarizerRateLimited(f"{name}: rate limited (429)")
+        return base.SummarizerRateLimited(f"{name}: rate limited (429)")
     if kinds & {"AuthenticationError", "PermissionDeniedError"} or status in (401, 403):
-        return SummarizerAuthError(f"{name}: the client's credentials were rejected ({status})")
+        return base.SummarizerAuthError(f"{name}: the client's credentials were rejected ({status})")
     if "APIConnectionError" in kinds or isinstance(exc, ConnectionError) or (status is not None and status >= 500):
-        return SummarizerUnavailable(f"{name}: endpoint unavailable ({_describe(exc, status)})")
+        return base.SummarizerUnavailable(f"{name}: endpoint unavailable ({_describe(exc, status)})")
     if "APIResponseValidationError" in kinds or isinstance(exc, json.JSONDecodeError):
-        return SummarizerBadOutput(f"{name}: unparseable response ({type(exc).__name__})")
-    return SummarizerError(f"{name}: request failed ({_describe(exc, status)})")
+        return base.SummarizerBadOutput(f"{name}: unparseable response ({type(exc).__name__})")
+    return base.SummarizerError(f"{name}: request failed ({_describe(exc, status)})")
 
 
 def _out_of_credit(exc: BaseException, status: object) -> bool:

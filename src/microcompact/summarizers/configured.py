@@ -12,7 +12,7 @@ from ..tokens import TokenCounter
 from .base import Summarizer
 from .extractive import ExtractiveSummarizer
 from .facts import facts_block
-from .http import OpenAISummarizer
+from .http import FactsHook, OpenAISummarizer
 
 log = logging.getLogger("microcompact")
 
@@ -45,8 +45,6 @@ def summarizer_for(config: Config, counter: TokenCounter | None = None) -> Summa
             f"{aux.provider!r} (the model name the endpoint serves)"
         )
     timeout = aux.timeout_seconds()
-    budget = config.ledger_room_tokens()
-    count_text = counter.count_text if counter else None
     if aux.local and config.compression.micro_compact and not config.compression.micro_compact_background:
         log.warning(
             "Micro-compaction: the summarizer at %s is on this machine and background mode is off: a pass on a "
@@ -64,9 +62,7 @@ def summarizer_for(config: Config, counter: TokenCounter | None = None) -> Summa
         max_output_tokens=config.summarizer_output_tokens(),
         temperature=aux.temperature,
         count_text=counter.count_text if counter else None,
-        # The file ledger and failing commands are kept by code beside the model's prose: a model may
-        # rewrite or drop the prose, never the facts.
-        facts=lambda previous, messages: facts_block(previous, messages, budget, count_text),
+        facts=_kept_facts(config, counter),
     )
 
 
@@ -74,12 +70,18 @@ def _upstream(config: Config, extractive: Summarizer, counter: TokenCounter | No
     """The client's own model through ``serve`` (summarizers/upstream.py), the extractive one behind it."""
     from .upstream import UpstreamSummarizer
 
-    budget = config.ledger_room_tokens()
-    count_text = counter.count_text if counter else None
     return UpstreamSummarizer(
         extractive,
         timeout=config.auxiliary.compression.timeout_seconds(),
         max_output_tokens=config.summarizer_output_tokens(),
-        count_text=count_text,
-        facts=lambda previous, messages: facts_block(previous, messages, budget, count_text),
+        count_text=counter.count_text if counter else None,
+        facts=_kept_facts(config, counter),
     )
+
+
+def _kept_facts(config: Config, counter: TokenCounter | None) -> FactsHook:
+    """The file ledger and failing commands, kept by code beside a model's prose within the ledger's room:
+    a model may rewrite or drop the prose, never the facts."""
+    budget = config.ledger_room_tokens()
+    count_text = counter.count_text if counter else None
+    return lambda previous, messages: facts_block(previous, messages, budget, count_text)

@@ -24,17 +24,8 @@ from ..messages import Message
 from ..redact import redact_text
 from ..render import exchange_text as render_exchange
 from ..tokens import EstimateCounter
-from .base import (
-    CountText,
-    Rejection,
-    SummarizerAuthError,
-    SummarizerBadOutput,
-    SummarizerError,
-    SummarizerRateLimited,
-    SummarizerTimeout,
-    SummarizerUnavailable,
-    SummaryRejected,
-)
+from . import base
+from .base import CountText, Rejection, SummaryRejected
 from .checks import CheckInput, check_summary
 from .facts_text import strip_facts
 from .input import prepare_exchange
@@ -112,14 +103,7 @@ class OpenAISummarizer:
         shown = prose or summary  # the notes the model rewrites (all of it before the first notes exist)
         trusted = kept_beside(self.facts, summary or None, kept, exchange)
         system = merge_system(self.prose_words)
-        given = CheckInput(
-            previous=summary,
-            messages=[render_exchange([m]) for m in exchange],
-            instructions=system + "\n" + merge_request("", "", self.prose_words),
-            required_sections=PROSE_HEADINGS,
-            trusted=trusted,
-            previous_prose=shown,
-        )
+        given = merge_input(summary, exchange, system + "\n" + merge_request("", "", self.prose_words), shown, trusted)
 
         def build(messages: list[Message], note: str) -> str:
             return merge_request(shown, render_exchange(messages), self.prose_words) + note
@@ -252,33 +236,35 @@ class OpenAISummarizer:
                 raise SummaryRejected(Rejection("context_size", reason), overflow=overflow) from exc
             raise self._error(exc) from exc
         except ValueError as exc:  # a 200 whose body is not JSON
-            raise SummarizerBadOutput(f"{self.model}: unparseable response ({exc})") from exc
+            raise base.SummarizerBadOutput(f"{self.model}: unparseable response ({exc})") from exc
         return redact_text(completion_summary(response, self.model))
 
-    def _error(self, exc: Exception) -> SummarizerError:
+    def _error(self, exc: Exception) -> base.SummarizerError:
         """The summarizer error for an SDK error (order matters: a timeout is a connection error)."""
         import openai
 
         if isinstance(exc, openai.APITimeoutError):
-            return SummarizerTimeout(f"{self.model}: no answer within the timeout")
+            return base.SummarizerTimeout(f"{self.model}: no answer within the timeout")
         if isinstance(exc, openai.RateLimitError):
             if _is_quota_error(exc):
-                return SummarizerAuthError(
+                return base.SummarizerAuthError(
                     f"{self.model}: quota exhausted for the key in {self.api_key_env} (insufficient_quota)"
                 )
-            return SummarizerRateLimited(f"{self.model}: rate limited (429)")
+            return base.SummarizerRateLimited(f"{self.model}: rate limited (429)")
         if isinstance(exc, (openai.AuthenticationError, openai.PermissionDeniedError)):
             if self._key_missing:
-                return SummarizerAuthError(
+                return base.SummarizerAuthError(
                     f"{self.model}: the endpoint requires an API key ({exc.status_code}); "
                     f"set {self.api_key_env} (it is unset, so a placeholder key was sent)"
                 )
-            return SummarizerAuthError(f"{self.model}: the key in {self.api_key_env} was rejected ({exc.status_code})")
+            return base.SummarizerAuthError(
+                f"{self.model}: the key in {self.api_key_env} was rejected ({exc.status_code})"
+            )
         if isinstance(exc, (openai.InternalServerError, openai.APIConnectionError)):
-            return SummarizerUnavailable(f"{self.model}: endpoint unavailable ({_describe(exc)})")
+            return base.SummarizerUnavailable(f"{self.model}: endpoint unavailable ({_describe(exc)})")
         if isinstance(exc, openai.APIResponseValidationError):
-            return SummarizerBadOutput(f"{self.model}: response does not match the API schema")
-        return SummarizerError(f"{self.model}: request failed ({_describe(exc)}: {str(exc)[:200]})")
+            return base.SummarizerBadOutput(f"{self.model}: response does not match the API schema")
+        return base.SummarizerError(f"{self.model}: request failed ({_describe(exc)}: {str(exc)[:200]})")
 
 
 def split_prose(summary: str) -> tuple[str, str]:
@@ -298,6 +284,19 @@ def kept_beside(facts: FactsHook | None, summary: str | None, kept: str, exchang
     if facts is None:
         return kept
     return "\n\n".join(part for part in (strip_facts(kept), facts(summary, exchange).strip()) if part)
+
+
+def merge_input(summary: str, exchange: Sequence[Message], instructions: str, shown: str, trusted: str) -> CheckInput:
+    """What a merge's notes are checked against, whichever model wrote them: the exchange, the prose
+    sections every merge keeps, the facts kept beside the notes and the notes the model rewrote."""
+    return CheckInput(
+        previous=summary,
+        messages=[render_exchange([m]) for m in exchange],
+        instructions=instructions,
+        required_sections=PROSE_HEADINGS,
+        trusted=trusted,
+        previous_prose=shown,
+    )
 
 
 def join_facts(prose: str, facts: str) -> str:

@@ -36,23 +36,12 @@ import orjson
 
 from ..messages import Message
 from ..redact import redact_text
-from ..render import exchange_text as render_exchange
 from ..tokens import EstimateCounter
 from ..wire import WireApi
-from .base import (
-    CountText,
-    Summarizer,
-    SummarizerAuthError,
-    SummarizerBadOutput,
-    SummarizerError,
-    SummarizerRateLimited,
-    SummarizerTimeout,
-    SummarizerUnavailable,
-    SummaryRejected,
-)
-from .checks import CheckInput, check_summary
-from .http import FactsHook, excerpt, join_facts, kept_beside, split_prose
-from .prompts import PROSE_HEADINGS
+from . import base
+from .base import CountText, Summarizer, SummaryRejected
+from .checks import check_summary
+from .http import FactsHook, excerpt, join_facts, kept_beside, merge_input, split_prose
 from .sections import clip, parse_sections
 from .upstream_notes import (
     MAX_EXCHANGES,
@@ -76,7 +65,7 @@ MAX_NOTES = 1024  # notes kept per conversation (oldest dropped first)
 DROPPED_HEADERS = frozenset({"content-length", "host", "transfer-encoding", "connection"})
 
 
-class NotAsked(SummarizerError):
+class NotAsked(base.SummarizerError):
     """The upstream was not asked: nothing to re-send, or the exchange is not in it (about this input)."""
 
 
@@ -84,7 +73,7 @@ class Resting(NotAsked):
     """Not asked while the upstream rests after a failure (that failure was logged: this is not, again)."""
 
 
-class UpstreamDown(SummarizerUnavailable):
+class UpstreamDown(base.SummarizerUnavailable):
     """The upstream did not answer (5xx, no connection): it rests before it is asked again."""
 
 
@@ -177,18 +166,10 @@ class UpstreamSummarizer:
         with self._lock:
             notes = [self._notes.get(key) for key in keys]
         if any(note is None for note in notes):
-            raise SummarizerBadOutput("the answer holds no note on the exchange")
+            raise base.SummarizerBadOutput("the answer holds no note on the exchange")
         trusted = kept_beside(self.facts, summary or None, kept, exchange)
         text = assemble(shown, [n for n in notes if n is not None], self._goal or "none")
-        given = CheckInput(
-            previous=summary,
-            messages=[render_exchange([m]) for m in exchange],
-            instructions=instruction([], "", NOTE_WORDS),
-            required_sections=PROSE_HEADINGS,
-            trusted=trusted,
-            previous_prose=shown,
-        )
-        rejection = check_summary(text, given)
+        rejection = check_summary(text, merge_input(summary, exchange, instruction([], "", NOTE_WORDS), shown, trusted))
         if rejection is not None:
             with self._lock:  # a note the checks refuse is asked for again by the next fold
                 for key in keys:
@@ -228,7 +209,7 @@ class UpstreamSummarizer:
             )
         with self._lock:
             if self._refused:
-                raise SummarizerAuthError("the upstream refused the client's credential for a summary before")
+                raise base.SummarizerAuthError("the upstream refused the client's credential for a summary before")
             if self.clock() < self._resting_until:
                 raise Resting("resting after a failure of the upstream")
         return request
@@ -240,7 +221,7 @@ class UpstreamSummarizer:
         try:
             response = _http().post(request.url, headers=headers, content=orjson.dumps(body), timeout=self.timeout)
         except httpx.TimeoutException as exc:
-            raise SummarizerTimeout("no answer within the timeout") from exc
+            raise base.SummarizerTimeout("no answer within the timeout") from exc
         except httpx.HTTPError as exc:
             raise UpstreamDown(f"the upstream is unreachable ({type(exc).__name__})") from exc
         if response.status_code != 200:
@@ -248,7 +229,7 @@ class UpstreamSummarizer:
         try:
             payload = orjson.loads(response.content)
         except orjson.JSONDecodeError as exc:
-            raise SummarizerBadOutput("the answer is not JSON") from exc
+            raise base.SummarizerBadOutput("the answer is not JSON") from exc
         answer = read_answer(request.api, payload, NAME)
         if request.bill is not None:
             request.bill(answer)
@@ -258,14 +239,14 @@ class UpstreamSummarizer:
         """One log line per kind of failure (later ones of the same kind at debug level); a rest or a stop."""
         self.failures += 1
         with self._lock:
-            if isinstance(exc, SummarizerAuthError):
+            if isinstance(exc, base.SummarizerAuthError):
                 self._refused = True
-            elif isinstance(exc, (SummarizerTimeout, SummarizerRateLimited, UpstreamDown)):
+            elif isinstance(exc, (base.SummarizerTimeout, base.SummarizerRateLimited, UpstreamDown)):
                 self._resting_until = max(self._resting_until, self.clock() + REST_SECONDS)
             kind = type(exc).__name__ if not isinstance(exc, SummaryRejected) else f"rejected:{exc.rejection.code}"
             first = kind not in self._logged and not isinstance(exc, Resting)
             self._logged.add(kind)
-        reason = str(exc) if isinstance(exc, SummarizerError) else type(exc).__name__
+        reason = str(exc) if isinstance(exc, base.SummarizerError) else type(exc).__name__
         if isinstance(exc, SummaryRejected) and exc.excerpt:
             reason += f"; excerpt {exc.excerpt!r}"
         log.log(
@@ -290,14 +271,14 @@ def _http() -> httpx.Client:
         return _CLIENT
 
 
-def _status_error(status: int) -> SummarizerError:
+def _status_error(status: int) -> base.SummarizerError:
     if status in (401, 403):
-        return SummarizerAuthError(f"the upstream refused the client's credential ({status})")
+        return base.SummarizerAuthError(f"the upstream refused the client's credential ({status})")
     if status == 429:
-        return SummarizerRateLimited("the upstream is rate limiting (429)")
+        return base.SummarizerRateLimited("the upstream is rate limiting (429)")
     if status >= 500:
         return UpstreamDown(f"the upstream is unavailable ({status})")
-    return SummarizerBadOutput(f"the upstream refused the summary request ({status})")
+    return base.SummarizerBadOutput(f"the upstream refused the summary request ({status})")
 
 
 def _parsed(raw: bytes) -> dict[str, Any]:
