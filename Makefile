@@ -15,6 +15,11 @@ $(STAMP): pyproject.toml
 
 DEMO := src/microcompact/data/demo_transcript.jsonl
 
+# Python may keep compiled modules: each test worker imports ~560 modules (tests rewritten for pytest's
+# asserts, the package from source), and without __pycache__ every worker and every `microcompact` the tests
+# start compiles them again, a fifth of the fast suite's CPU time. git ignores __pycache__.
+unexport PYTHONDONTWRITEBYTECODE
+
 demo: $(STAMP)
 	$(BIN)/microcompact replay $(DEMO) --context-limit 200000
 	$(BIN)/microcompact replay $(DEMO) --context-limit 200000 --compare
