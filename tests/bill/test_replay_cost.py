@@ -174,6 +174,7 @@ def test_cache_aware_breaks_early_when_occupancy_is_high():
     not __import__("pathlib").Path("src/microcompact/data/demo_transcript.jsonl").exists(),
     reason="bundled demo transcript missing",
 )
+@pytest.mark.slow
 def test_compare_runs_every_policy_on_the_demo():
     messages = load_transcript("src/microcompact/data/demo_transcript.jsonl")[:200]
     result = compare(messages, parse_config({"model": {"context_length": 100_000}}), PRESETS["anthropic"])

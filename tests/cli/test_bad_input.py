@@ -227,8 +227,8 @@ def test_compare_only_flags_without_compare(home: Path, flag: str, value: str) -
     assert_one_line_error(invoke("replay", DEMO, flag, value), f"{flag} only applies with --compare")
 
 
-def run_summary(*args: Any) -> dict[str, Any]:
-    result = invoke("replay", DEMO, "--context-limit", 200000, "--json", *args)
+def run_summary(*args: Any, transcript: Path = DEMO) -> dict[str, Any]:
+    result = invoke("replay", transcript, "--context-limit", 200000, "--json", *args)
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)
 
@@ -240,12 +240,13 @@ def test_micro_precedence_flag_over_config_over_default(home: Path, tmp_path: Pa
     on.write_text("compression:\n  micro_compact: true\n", encoding="utf-8")
     silent = tmp_path / "silent.yaml"
     silent.write_text("compression:\n  threshold: 0.5\n", encoding="utf-8")
-    assert run_summary("--config", off)["micro_compact"] is False  # the config file is honoured
-    assert run_summary("--config", off)["passes"] == 0
-    assert run_summary("--config", off, "--micro")["micro_compact"] is True  # the flag beats the file
-    assert run_summary("--config", on, "--no-micro")["micro_compact"] is False
-    assert run_summary("--config", silent)["micro_compact"] is True  # replay's default
-    assert run_summary()["micro_compact"] is True
+    honoured = run_summary("--config", off)  # the demo, where micro-compaction has passes to run when on
+    assert honoured["micro_compact"] is False and honoured["passes"] == 0  # the config file is honoured
+    small = write(tmp_path / "small.jsonl", USER, '{"role": "assistant", "content": "hello"}')  # the flags alone
+    assert run_summary("--config", off, "--micro", transcript=small)["micro_compact"] is True  # the flag wins
+    assert run_summary("--config", on, "--no-micro", transcript=small)["micro_compact"] is False
+    assert run_summary("--config", silent, transcript=small)["micro_compact"] is True  # replay's default
+    assert run_summary(transcript=small)["micro_compact"] is True
     help_text = invoke("replay", "--help").stdout
     assert "explicit" in help_text and "config" in help_text
 
@@ -299,6 +300,7 @@ def test_compare_with_openai_says_it_calls_the_model_per_policy(
 # --------------------------------------------------------------------------- item 5: full disk
 
 
+@pytest.mark.slow
 def test_log_on_a_full_disk_warns_once_and_the_result_is_kept(home: Path, tmp_path: Path) -> None:
     if not Path("/dev/full").exists():
         pytest.skip("/dev/full is not available")

@@ -23,6 +23,7 @@ from microcompact.messages import META_KEY, marker_body, marker_count, marker_ki
 from microcompact.replay import load_transcript
 from microcompact.summarizers import MERGE_PROMPT
 from microcompact.telemetry import MICRO_FIELDS, parse_line
+from support.builders import short_turns, turns_file, write_jsonl
 from support.chat_server import ChatServer, notes
 
 DEMO = Path(str(resources.files("microcompact") / "data" / "demo_transcript.jsonl"))
@@ -62,36 +63,6 @@ def without_timing(summary: dict[str, Any]) -> dict[str, Any]:
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-
-
-def write_jsonl(path: Path, messages: list[dict[str, Any]]) -> Path:
-    path.write_text("".join(json.dumps(m) + "\n" for m in messages), encoding="utf-8")
-    return path
-
-
-def short_turns(n: int, size: int = 120) -> list[dict[str, Any]]:
-    """``n`` short agent turns (user, two tool iterations, answer): every pass runs at the end of a turn."""
-    msgs: list[dict[str, Any]] = []
-    for t in range(n):
-        msgs.append({"role": "user", "content": f"request number {t}: please continue with the next step"})
-        for k in range(2):
-            cid = f"call_{t}_{k}"
-            msgs.append(
-                {
-                    "role": "assistant",
-                    "content": f"Step {k} of request {t}.",
-                    "tool_calls": [
-                        {
-                            "id": cid,
-                            "type": "function",
-                            "function": {"name": "Bash", "arguments": json.dumps({"command": f"ls dir{t}_{k}"})},
-                        }
-                    ],
-                }
-            )
-            msgs.append({"role": "tool", "tool_call_id": cid, "content": f"file{t}_{k}.txt " * size})
-        msgs.append({"role": "assistant", "content": f"Request {t} is done."})
-    return msgs
 
 
 def telemetry_lines(log: Path) -> list[str]:
@@ -180,12 +151,12 @@ def test_demo_human_output_has_table_and_sparklines(home: Path) -> None:
     assert lines[0].strip().startswith("without compaction") and lines[1].strip().startswith("with micro")
 
 
-def test_unknown_context_limit_reports_null_occupancy(home: Path) -> None:
-    s = run_json(DEMO)
+def test_unknown_context_limit_reports_null_occupancy(home: Path, tmp_path: Path) -> None:
+    s = run_json(turns(tmp_path))
     assert s["context_limit"] is None and s["threshold_tokens"] is None
     assert s["occupancy"] == {"min": None, "median": None, "max": None, "final": None}
     assert s["passes"] > 0 and s["final_tokens"] < s["uncompacted_tokens"]
-    result = run(DEMO)
+    result = run(turns(tmp_path))
     assert result.exit_code == 0, result.output
     assert "unknown" in result.stdout and "occupancy per model request" not in result.stdout
 
@@ -342,15 +313,19 @@ def test_default_log_has_sorted_content_free_telemetry(home: Path) -> None:
         assert word not in text, f"transcript text {word!r} leaked into the log"
 
 
+def turns(tmp_path: Path) -> Path:
+    return turns_file(tmp_path)
+
+
 def test_log_option_writes_there_instead(home: Path, tmp_path: Path) -> None:
     log = tmp_path / "elsewhere" / "replay.log"
-    run_json(DEMO, "--context-limit", 200000, "--log", log)
+    run_json(turns(tmp_path), "--context-limit", 20000, "--log", log)
     assert telemetry_lines(log)
     assert not (home / "logs" / "agent.log").exists()
 
 
 def test_nothing_is_written_under_the_real_home(home: Path, tmp_path: Path) -> None:
-    run_json(DEMO, "--context-limit", 200000)
+    run_json(turns(tmp_path), "--context-limit", 20000)
     assert not (tmp_path / "userhome").exists()
     assert (home / "logs" / "agent.log").exists()
 
@@ -383,13 +358,14 @@ def test_every_3_runs_fewer_passes_than_every_1(home: Path, tmp_path: Path) -> N
     assert every3["turns"] == every1["turns"] == 30
 
 
-def test_session_option_names_the_session_in_telemetry(home: Path) -> None:
-    s = run_json(DEMO, "--context-limit", 200000, "--session", "my-session-7")
+def test_session_option_names_the_session_in_telemetry(home: Path, tmp_path: Path) -> None:
+    s = run_json(turns(tmp_path), "--context-limit", 20000, "--session", "my-session-7")
     assert s["session_id"] == "my-session-7"
     records = [parse_line(line)[1] for line in telemetry_lines(home / "logs" / "agent.log")]
     assert records and all(r["session_id"] == "my-session-7" for r in records)
 
 
+@pytest.mark.slow
 def test_replays_are_deterministic_byte_for_byte(home: Path, tmp_path: Path) -> None:
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     sa = run_json(DEMO, "--context-limit", 200000, "--out", a)
@@ -447,9 +423,9 @@ def test_openai_summarizer_down_leaves_transcript_whole(home: Path, tmp_path: Pa
     with ChatServer() as server:
         server.add_faults(*[500] * 2000)  # reachable, and every request fails
         result = run(
-            DEMO,
+            turns(tmp_path),
             "--context-limit",
-            200000,
+            20000,
             "--summarizer",
             "openai",
             "--model",
@@ -531,8 +507,8 @@ def test_error_message_shows_input_with_brackets_verbatim(home: Path, tmp_path: 
 
 def test_human_output_names_a_file_with_brackets_verbatim(home: Path, tmp_path: Path) -> None:
     path = tmp_path / "[draft]run.jsonl"
-    path.write_bytes(DEMO.read_bytes())
-    result = run(path, "--context-limit", 200000)
+    path.write_bytes(turns(tmp_path).read_bytes())
+    result = run(path, "--context-limit", 20000)
     assert result.exit_code == 0, result.output
     assert "replay of [draft]run.jsonl" in result.stdout
 
@@ -570,7 +546,9 @@ def test_unusable_log_path_is_a_clear_error(home: Path, tmp_path: Path) -> None:
 def test_sessions_commands_name_an_unknown_session(home: Path, tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     runner = CliRunner()
-    ok = runner.invoke(app, ["replay", str(DEMO), "--context-limit", "200000", "--db", str(db), "--session", "d"])
+    ok = runner.invoke(
+        app, ["replay", str(turns(tmp_path)), "--context-limit", "20000", "--db", str(db), "--session", "d"]
+    )
     assert ok.exit_code == 0
     for args in (["export", "nope"], ["search", "nope", "x"], ["show", "nope"]):
         res = runner.invoke(app, ["sessions", *args, "--db", str(db)])
@@ -583,9 +561,10 @@ def test_sessions_commands_take_an_unambiguous_prefix(home: Path, tmp_path: Path
     """Issue 28: session ids are long digests; any unambiguous prefix of one names it, an ambiguous one is a
     one-line error listing the candidates."""
     db = tmp_path / "s.db"
+    path = turns(tmp_path)  # the ids matter here, not the transcript
     runner = CliRunner()
     for name in ("claude-a1b2c3d4e5", "claude-a1ffff0000", "openai-77aa"):
-        args = ["replay", str(DEMO), "--context-limit", "200000", "--db", str(db), "--session", name]
+        args = ["replay", str(path), "--context-limit", "200000", "--db", str(db), "--session", name]
         assert runner.invoke(app, args).exit_code == 0
     shown = runner.invoke(app, ["sessions", "show", "claude-a1b", "--db", str(db)])
     assert shown.exit_code == 0 and "sessionclaude-a1b2c3d4e5:" in flat(shown.output)
@@ -653,6 +632,7 @@ def test_micro_passes_per_batch_are_counted_across_prunes(home: Path, tmp_path: 
     assert max(expected) > 1
 
 
+@pytest.mark.slow
 def test_compare_table_fits_100_columns_with_full_names_in_json(home: Path, tmp_path: Path) -> None:
     import io
 

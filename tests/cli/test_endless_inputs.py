@@ -76,6 +76,7 @@ def test_a_log_fifo_that_nothing_reads_is_one_line_not_a_hang(tmp_path: Path) ->
     one_line_error(result, f"--log {fifo}: is a FIFO (named pipe) that nothing reads")
 
 
+@pytest.mark.slow
 def test_a_log_fifo_with_a_reader_gets_the_whole_log(tmp_path: Path) -> None:
     fifo = tmp_path / "log.pipe"
     os.mkfifo(fifo)

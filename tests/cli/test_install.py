@@ -11,9 +11,9 @@ import sys
 import venv
 from pathlib import Path
 
-import httpx
 import pytest
 
+from support import local_http
 from support.serve_process import LISTENING
 
 REPO = Path(__file__).resolve().parents[2]
@@ -70,7 +70,7 @@ def test_pip_install_of_the_repository_puts_a_working_serve_on_path(tmp_path: Pa
                 port = int(found.group(2))
                 break
         assert port is not None, "serve printed where it listens"
-        assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=30).text == "ok\n"
+        assert local_http.get(f"http://127.0.0.1:{port}/healthz", timeout=30).text == "ok\n"
         # the installed package is the one answering, not this checkout's sources
         where = subprocess.run(
             [str(python), "-c", "import microcompact; print(microcompact.__file__)"],

@@ -19,6 +19,7 @@ import pytest
 
 from microcompact.importers import write_jsonl
 from microcompact.outfile import NotAFile
+from support.builders import turns_file
 from support.cli_runs import RUNNERS, from_here, in_process
 
 DEMO = str(resources.files("microcompact") / "data" / "demo_transcript.jsonl")
@@ -187,7 +188,9 @@ def test_write_jsonl_to_a_path_is_file_only_when_it_writes(tmp_path: Path) -> No
 def telemetry(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("telemetry")
     log = tmp / "agent.log"
-    result = in_process(tmp, tmp / "home", "replay", DEMO, "--context-limit", "20000", "--log", str(log))
+    result = in_process(
+        tmp, tmp / "home", "replay", str(turns_file(tmp)), "--context-limit", "20000", "--log", str(log)
+    )
     assert result.returncode == 0, result.stderr
     return log
 
@@ -222,6 +225,7 @@ def first_turn(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(path)
 
 
+@pytest.mark.slow
 def test_compare_plot_replaces_a_regular_file_by_a_rename(
     run_cli: Cli, home: Path, tmp_path: Path, first_turn: str
 ) -> None:

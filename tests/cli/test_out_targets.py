@@ -17,11 +17,17 @@ from pathlib import Path
 
 import pytest
 
+from support.builders import turns_file
 from support.cli_runs import RUNNERS, from_here, in_process
 from support.serve_process import CLI, cli_env
 
 DEMO = str(resources.files("microcompact") / "data" / "demo_transcript.jsonl")
-REPLAY = ("replay", DEMO, "--context-limit", "200000")
+
+
+@pytest.fixture(scope="module")
+def replay(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, ...]:
+    """A replay to write --out: the short turns, since what --out is matters here, not the transcript."""
+    return ("replay", str(turns_file(tmp_path_factory.mktemp("turns"))), "--context-limit", "20000")
 
 
 Cli = Callable[..., "subprocess.CompletedProcess[str]"]
@@ -88,37 +94,43 @@ NOT_FILES: list[tuple[str, Make, str, Callable[[int], bool]]] = [
 
 @pytest.mark.parametrize(("make", "says", "kind"), [case[1:] for case in NOT_FILES], ids=[c[0] for c in NOT_FILES])
 def test_out_refuses_what_is_not_a_regular_file(
-    run_cli: Cli, home: Path, tmp_path: Path, make: Make, says: str, kind: Callable[[int], bool]
+    replay: tuple[str, ...],
+    run_cli: Cli,
+    home: Path,
+    tmp_path: Path,
+    make: Make,
+    says: str,
+    kind: Callable[[int], bool],
 ) -> None:
     target = make(tmp_path)
-    result = run_cli(home, *REPLAY, "--out", str(target))
+    result = run_cli(home, *replay, "--out", str(target))
     one_line_error(result, f"--out {target}: ", says, "not a regular file")
     assert kind(os.stat(target).st_mode)  # left as it was: still a device, a FIFO, a folder
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 
-def test_out_refuses_a_socket(run_cli: Cli, home: Path, unix_socket: Path) -> None:
-    one_line_error(run_cli(home, *REPLAY, "--out", str(unix_socket)), "is a socket")
+def test_out_refuses_a_socket(replay: tuple[str, ...], run_cli: Cli, home: Path, unix_socket: Path) -> None:
+    one_line_error(run_cli(home, *replay, "--out", str(unix_socket)), "is a socket")
     assert stat.S_ISSOCK(os.stat(unix_socket).st_mode)
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> str:
+def reference(replay: tuple[str, ...], tmp_path_factory: pytest.TempPathFactory) -> str:
     """What --out holds when it is a plain new file."""
     tmp = tmp_path_factory.mktemp("reference")
     out = tmp / "reference.jsonl"
-    assert in_process(tmp, tmp / "home", *REPLAY, "--out", str(out)).returncode == 0
+    assert in_process(tmp, tmp / "home", *replay, "--out", str(out)).returncode == 0
     return out.read_text(encoding="utf-8")
 
 
 def test_out_through_a_symlink_writes_its_target_and_says_so(
-    run_cli: Cli, home: Path, tmp_path: Path, reference: str
+    replay: tuple[str, ...], run_cli: Cli, home: Path, tmp_path: Path, reference: str
 ) -> None:
     (tmp_path / "real").mkdir()
     target = tmp_path / "real" / "final.jsonl"
     target.write_text("old\n", encoding="utf-8")
     link = link_to(target, tmp_path)
-    result = run_cli(home, *REPLAY, "--out", str(link))
+    result = run_cli(home, *replay, "--out", str(link))
     assert result.returncode == 0, result.stderr
     assert f"--out {link} is a symlink: writing through it to {target}" in result.stderr
     assert link.is_symlink() and os.readlink(link) == str(target)
@@ -126,28 +138,32 @@ def test_out_through_a_symlink_writes_its_target_and_says_so(
     assert all(json.loads(line) for line in target.read_text(encoding="utf-8").splitlines())
 
 
-def test_out_through_a_dangling_symlink_creates_its_target(run_cli: Cli, home: Path, tmp_path: Path) -> None:
+def test_out_through_a_dangling_symlink_creates_its_target(
+    replay: tuple[str, ...], run_cli: Cli, home: Path, tmp_path: Path
+) -> None:
     target = tmp_path / "not-yet.jsonl"
     link = link_to(target, tmp_path)
-    result = run_cli(home, *REPLAY, "--out", str(link))
+    result = run_cli(home, *replay, "--out", str(link))
     assert result.returncode == 0, result.stderr
     assert link.is_symlink() and target.is_file() and target.read_text(encoding="utf-8")
 
 
 def test_out_through_a_symlink_into_a_missing_folder_fails_before_the_replay(
-    run_cli: Cli, home: Path, tmp_path: Path
+    replay: tuple[str, ...], run_cli: Cli, home: Path, tmp_path: Path
 ) -> None:
     link = link_to(tmp_path / "gone" / "x.jsonl", tmp_path)
-    one_line_error(run_cli(home, *REPLAY, "--out", str(link)), f"folder {tmp_path / 'gone'} does not exist")
+    one_line_error(run_cli(home, *replay, "--out", str(link)), f"folder {tmp_path / 'gone'} does not exist")
 
 
-def test_a_regular_out_file_is_replaced_by_a_rename(run_cli: Cli, home: Path, tmp_path: Path, reference: str) -> None:
+def test_a_regular_out_file_is_replaced_by_a_rename(
+    replay: tuple[str, ...], run_cli: Cli, home: Path, tmp_path: Path, reference: str
+) -> None:
     out = tmp_path / "out.jsonl"
     out.write_text("old\n", encoding="utf-8")
     before = os.stat(out).st_ino
     keep = tmp_path / "hardlink"
     os.link(out, keep)  # the old inode, as a reader holding it open would still see it
-    result = run_cli(home, *REPLAY, "--out", str(out))
+    result = run_cli(home, *replay, "--out", str(out))
     assert result.returncode == 0 and "symlink" not in result.stderr
     assert os.stat(out).st_ino != before and keep.read_text(encoding="utf-8") == "old\n"
     assert out.read_text(encoding="utf-8") == reference
@@ -160,7 +176,9 @@ def test_a_regular_out_file_is_replaced_by_a_rename(run_cli: Cli, home: Path, tm
 def telemetry(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("telemetry")
     log = tmp / "agent.log"
-    result = in_process(tmp, tmp / "home", "replay", DEMO, "--context-limit", "20000", "--log", str(log))
+    result = in_process(
+        tmp, tmp / "home", "replay", str(turns_file(tmp)), "--context-limit", "20000", "--log", str(log)
+    )
     assert result.returncode == 0, result.stderr
     assert "micro" in log.read_text(encoding="utf-8")
     return log
@@ -194,13 +212,16 @@ def test_compare_plot_refuses_a_fifo_before_the_replays(run_cli: Cli, home: Path
     assert stat.S_ISFIFO(os.stat(target).st_mode)
 
 
-def test_a_replay_writes_the_same_out_whatever_the_hash_seed(tmp_path: Path, reference: str) -> None:
+@pytest.mark.slow
+def test_a_replay_writes_the_same_out_whatever_the_hash_seed(
+    replay: tuple[str, ...], tmp_path: Path, reference: str
+) -> None:
     """A marker is a function of the transcript: nothing in it may follow a set's order, which changes with
     the process's hash seed (the ledger's "used" and frequent names once did; the racing-writer and
     alternating-process tests of tests/session catch it on real sessions too)."""
     out = tmp_path / "seeded.jsonl"
     done = subprocess.run(
-        [*CLI, *REPLAY, "--out", str(out)],
+        [*CLI, *replay, "--out", str(out)],
         env={**cli_env(tmp_path / "home"), "PYTHONHASHSEED": "12345"},
         capture_output=True,
         text=True,

@@ -186,6 +186,7 @@ def test_session_names_keep_their_bytes():
     assert default_session_id("/x/run.jsonl", msgs) == "run-b99dd7a82725"
 
 
+@pytest.mark.slow
 def test_a_finished_replay_with_cut_messages_resumes_at_its_end(tmp_path: Path, monkeypatch) -> None:
     """Batch pruning writes a cut copy of a long recorded message beside the original, under the same
     ``_src``: running the command again resumed into "holds recorded message 291 twice" (found by the

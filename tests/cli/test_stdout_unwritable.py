@@ -21,7 +21,9 @@ COMMANDS = {
 }
 
 
-@pytest.mark.parametrize("command", sorted(COMMANDS))
+@pytest.mark.parametrize(  # make test: the JSON replay; CI also its table (the same replay, a second each)
+    "command", [pytest.param(c, marks=pytest.mark.slow) if c == "replay-table" else c for c in sorted(COMMANDS)]
+)
 def test_a_full_stdout_is_one_line_and_exit_2(tmp_path: Path, command: str) -> None:
     with open("/dev/full", "w") as full:
         result = subprocess.run(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import httpx
 
+from support import local_http
 from support.http_tap import TapRelay
 from upstream import ScriptedUpstream, Text, Thinking, text
 from upstream.replies import Reply
@@ -44,7 +45,7 @@ def test_exchanges_are_the_bytes_both_ways_in_order() -> None:
 
 def test_compressed_bodies_are_kept_as_sent() -> None:
     with ScriptedUpstream(gzip_json=True) as upstream, TapRelay(upstream.port) as tap:
-        response = httpx.post(f"{tap.base_url}/v1/messages", json=body("zip"), headers=HEADERS)
+        response = local_http.post(f"{tap.base_url}/v1/messages", json=body("zip"), headers=HEADERS)
         [exchange] = tap.exchanges()
     assert exchange.response_headers["content-encoding"] == "gzip"
     assert exchange.response_body == bytes(upstream.requests[0].response) != response.content
@@ -52,8 +53,8 @@ def test_compressed_bodies_are_kept_as_sent() -> None:
 
 def test_the_target_can_move() -> None:
     with ScriptedUpstream() as first, ScriptedUpstream() as second, TapRelay(first.port) as tap:
-        httpx.post(f"{tap.base_url}/v1/messages", json=body("a"), headers=HEADERS)
+        local_http.post(f"{tap.base_url}/v1/messages", json=body("a"), headers=HEADERS)
         tap.target_port = second.port
-        httpx.post(f"{tap.base_url}/v1/messages", json=body("b"), headers=HEADERS)
+        local_http.post(f"{tap.base_url}/v1/messages", json=body("b"), headers=HEADERS)
         assert [len(first.requests), len(second.requests)] == [1, 1]
         assert [e.request_body for e in tap.exchanges()] == [first.requests[0].raw, second.requests[0].raw]

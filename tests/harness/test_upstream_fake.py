@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
-import httpx
 import openai
 import pytest
 
+from support import local_http
 from upstream import (
     PromptCache,
     RedactedThinking,
@@ -387,7 +387,7 @@ def test_cut_json_body_is_a_connection_error(upstream: ScriptedUpstream) -> None
 def test_latency_and_event_delay(upstream: ScriptedUpstream) -> None:
     upstream.latency, upstream.event_delay = 0.2, 0.02
     started = time.monotonic()
-    with httpx.stream(
+    with local_http.stream(
         "POST",
         f"{upstream.base_url}/v1/messages",
         json={"model": "m", "max_tokens": 5, "messages": USER, "stream": True},
@@ -412,15 +412,17 @@ def test_hang_trips_the_client_timeout(upstream: ScriptedUpstream) -> None:
 def test_raw_bytes_received_are_the_bytes_recorded(upstream: ScriptedUpstream) -> None:
     upstream.enqueue(THINKING_REPLY)
     payload = {"model": "m", "max_tokens": 5, "messages": USER, "stream": True}
-    response = httpx.post(f"{upstream.base_url}/v1/messages", json=payload)
+    response = local_http.post(f"{upstream.base_url}/v1/messages", json=payload)
     assert response.headers["content-type"] == "text/event-stream; charset=utf-8"
     assert response.content == bytes(upstream.requests[-1].response)
 
 
 def test_bad_json_request_gets_a_provider_shaped_400(upstream: ScriptedUpstream) -> None:
-    response = httpx.post(f"{upstream.base_url}/v1/messages", content=b'{"model": ', headers={"anthropic-version": "x"})
+    response = local_http.post(
+        f"{upstream.base_url}/v1/messages", content=b'{"model": ', headers={"anthropic-version": "x"}
+    )
     assert response.status_code == 400 and response.json()["type"] == "error"
-    response = httpx.post(f"{upstream.openai_base_url}/chat/completions", content=b"[1, 2")
+    response = local_http.post(f"{upstream.openai_base_url}/chat/completions", content=b"[1, 2")
     assert response.status_code == 400 and response.json()["error"]["type"] == "invalid_request_error"
     assert upstream.requests[-1].body is None and upstream.requests[-1].raw == b"[1, 2"
 
@@ -429,7 +431,7 @@ def test_a_client_that_leaves_mid_stream_is_noticed_and_the_stream_stops(upstrea
     upstream.event_delay = 0.05
     upstream.enqueue(Reply((Text("x" * 2000),)))  # 125 text deltas: about 6 s at this pace
     payload = {"model": "m", "max_tokens": 5, "messages": USER, "stream": True}
-    with httpx.stream("POST", f"{upstream.base_url}/v1/messages", json=payload) as response:
+    with local_http.stream("POST", f"{upstream.base_url}/v1/messages", json=payload) as response:
         next(response.iter_raw())
     sent = upstream.requests[-1]
     deadline = time.monotonic() + 3

@@ -8,6 +8,8 @@ import itertools
 import time
 from typing import Any
 
+import pytest
+
 from microcompact.bill.fold_price import MIN_FOLD_REQUESTS
 from microcompact.config import parse_config
 from microcompact.events import MICRO_ABSORBS
@@ -83,6 +85,7 @@ def test_a_cold_cache_folds_what_a_warm_one_keeps():
     assert cold_absorbed[7] > 0 and sum(cold_absorbed[:7]) == 0
 
 
+@pytest.mark.slow
 def test_background_runs_the_whole_fold_on_the_worker_and_switches_once():
     now = [0.0]
     notes = Notes(delay=0.05)

@@ -17,6 +17,7 @@ from microcompact.bill.cache_usage import UsageReport
 from microcompact.bill.pricing import PRESETS
 from microcompact.bill.session_bill import reported_prompt_cost
 from microcompact.messages import MARKER_PREFIX
+from support import local_http
 from support.audit_runs import Agent, run_script, step_reply
 from support.proxy_server import ProxyServer
 from upstream import RecordedRequest, ScriptedUpstream
@@ -44,7 +45,7 @@ def upstream_cost(upstream: ScriptedUpstream, api: str) -> float:
 
 def conversation(proxy: ProxyServer, session_id: str, key: str | None = None) -> dict[str, Any]:
     headers = {"x-microcompact-key": key} if key else {}
-    answer = httpx.get(f"{proxy.base_url}/ui/api/conversation", params={"id": session_id}, headers=headers)
+    answer = local_http.get(f"{proxy.base_url}/ui/api/conversation", params={"id": session_id}, headers=headers)
     assert answer.status_code == 200, answer.text
     return dict(answer.json())
 
@@ -62,7 +63,7 @@ def run(tmp_path: Path, api: str, audit: bool) -> tuple[ScriptedUpstream, dict[s
         modes = {a.headers["x-microcompact-mode"] for a in done.answers}
         assert modes == {"audit" if audit else "compacted"}
         page = conversation(proxy, done.last["x-microcompact-session"])
-        metrics = httpx.get(f"{proxy.base_url}/metrics").text
+        metrics = local_http.get(f"{proxy.base_url}/metrics").text
     page["last_headers"] = dict(done.last)
     return upstream, page, done.sent, metrics
 

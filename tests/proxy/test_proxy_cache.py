@@ -9,11 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from microcompact.messages import MARKER_PREFIX
 from microcompact.server.breakpoints import breakpoint_count, cache_stable_prefix, marker_position
+from support import local_http
 from support.proxy_server import ProxyServer
 from upstream import Reply, ScriptedUpstream, Text, ToolCall, text
 from upstream.usage import PrefixCache, PromptCache
@@ -84,12 +86,12 @@ def test_openai_prefix_caching_reads_the_longest_shared_prefix_in_steps():
 def test_a_prompt_over_the_window_is_refused_as_the_api_refuses_it():
     with ScriptedUpstream(context_window=2_000) as upstream:
         big = {"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "x " * 10_000}]}
-        answer = httpx.post(f"{upstream.base_url}/v1/messages", json=big)
+        answer = local_http.post(f"{upstream.base_url}/v1/messages", json=big)
         assert answer.status_code == 400
         assert "prompt is too long: " in answer.json()["error"]["message"]
         assert "tokens > 2000 maximum" in answer.json()["error"]["message"]
         small = {"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
-        assert httpx.post(f"{upstream.base_url}/v1/messages", json=small).status_code == 200
+        assert local_http.post(f"{upstream.base_url}/v1/messages", json=small).status_code == 200
 
 
 # ------------------------------------------------------------------ the breakpoint after a fold
@@ -192,7 +194,7 @@ def test_after_a_fold_the_stable_part_is_read_and_the_user_is_told(tmp_path: Pat
         ProxyServer(upstream.base_url, tmp_path / "s.db", context_limit=40_000) as proxy,
     ):
         answers = run_loop(proxy, upstream, 40)
-        metrics = httpx.get(f"{proxy.base_url}/metrics").text
+        metrics = local_http.get(f"{proxy.base_url}/metrics").text
     sent = [r for r in upstream.generation_requests() if r.body]
     folded = [i for i, r in enumerate(sent) if any(MARKER_PREFIX in json.dumps(m) for m in r.body["messages"])]
     assert folded, "the loop never folded"
@@ -217,6 +219,7 @@ def test_after_a_fold_the_stable_part_is_read_and_the_user_is_told(tmp_path: Pat
     assert 'microcompact_cost_dollars_total{kind="spent"}' in metrics and "microcompact_folds_total" in metrics
 
 
+@pytest.mark.slow
 def test_report_gives_spent_and_saved_per_proxy_session(tmp_path: Path):
     import logging
 

@@ -16,10 +16,9 @@ import os
 import subprocess
 from pathlib import Path
 
-import httpx
 import pytest
 
-from support import codex_cli
+from support import codex_cli, local_http
 from support.serve_process import ServeProcess
 from upstream.responses_server import ResponsesToolLoop, ResponsesUpstream, compaction_requested
 
@@ -53,7 +52,7 @@ def test_remote_compaction_through_serve_goes_on_where_it_was(tmp_path: Path) ->
             done = subprocess.run(
                 command, cwd=tmp_path / "work", env=env, capture_output=True, text=True, timeout=300, check=False
             )
-            metrics = httpx.get(f"{serve.base_url}/metrics", timeout=10).text
+            metrics = local_http.get(f"{serve.base_url}/metrics", timeout=10).text
         finally:
             serve.stop()
         assert done.returncode == 0, done.stderr[-2000:]

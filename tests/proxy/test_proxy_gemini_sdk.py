@@ -12,11 +12,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from google import genai
 from google.genai import types
 
+from support import local_http
 from support.gemini_server import GeminiUpstream, final_text, markers, numbered_steps, pairing_errors
 from support.serve_process import ServeProcess
 
@@ -147,7 +147,7 @@ def test_streamed_json_array_and_query_key_pass_through(gemini: GeminiUpstream, 
     key in ``?key=`` goes to the Gemini upstream and nowhere else."""
     body = {"contents": [{"role": "user", "parts": [{"text": PROMPT}]}]}
     url = f"{served.base_url}/v1beta/models/{MODEL}:streamGenerateContent?key={KEY}"
-    response = httpx.post(url, json=body, timeout=30)
+    response = local_http.post(url, json=body, timeout=30)
     assert response.status_code == 200, response.text
     chunks = response.json()
     assert isinstance(chunks, list) and chunks[-1]["usageMetadata"]["promptTokenCount"] > 0

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from support import local_http
 from support.anthropic_contract import marker_texts
 from support.claude_code import run_claude, unavailable_reason
 from support.numbered_steps import NumberedSteps
@@ -94,9 +95,8 @@ def test_claude_code_through_serve_is_never_refused_and_still_compacted(tmp_path
 
 
 def served_metrics(base_url: str) -> str:
-    import httpx
 
-    return httpx.get(f"{base_url}/metrics", timeout=10).text
+    return local_http.get(f"{base_url}/metrics", timeout=10).text
 
 
 def metric(page: str, name: str) -> float:

@@ -204,14 +204,19 @@ def test_the_summary_rides_the_cache_and_is_billed_as_the_clients_model(tmp_path
 
 @pytest.mark.parametrize(
     "answer",
-    [
-        text("I can't help with summarizing this conversation.", stop_reason="refusal"),
-        text("lol"),  # no sections: the checks reject it
-        Reply((ToolCall("Bash", {"command": "ls"}),)),  # a tool call instead of a summary
-        Fault(status=500, message="overloaded"),
-        Fault(garbage=b"not json at all"),
+    [  # each failure kind a serve of its own: the fast suite (make test) keeps one, the rest run in CI
+        pytest.param(
+            text("I can't help with summarizing this conversation.", stop_reason="refusal"),
+            id="refusal",
+            marks=pytest.mark.slow,
+        ),
+        pytest.param(text("lol"), id="garbage", marks=pytest.mark.slow),  # no sections: the checks reject it
+        pytest.param(  # a tool call instead of a summary
+            Reply((ToolCall("Bash", {"command": "ls"}),)), id="tool-call", marks=pytest.mark.slow
+        ),
+        pytest.param(Fault(status=500, message="overloaded"), id="http-500"),
+        pytest.param(Fault(garbage=b"not json at all"), id="not-json", marks=pytest.mark.slow),
     ],
-    ids=["refusal", "garbage", "tool-call", "http-500", "not-json"],
 )
 def test_a_failed_summary_falls_back_to_the_extractive_one(tmp_path: Path, answer: Any, caplog):
     caplog.set_level(logging.WARNING, logger="microcompact")
@@ -232,6 +237,7 @@ def test_a_failed_summary_falls_back_to_the_extractive_one(tmp_path: Path, answe
     assert "sk-ant-one" not in caplog.text
 
 
+@pytest.mark.slow
 def test_the_credential_goes_only_to_its_own_conversation_and_upstream(tmp_path: Path):
     with (
         ScriptedUpstream(scripted(None), min_cacheable=0) as anthropic,

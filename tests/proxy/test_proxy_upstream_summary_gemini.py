@@ -174,7 +174,11 @@ def markers(exchanges: list[Exchange]) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    ("stream", "key_in_query"), [(False, False), (True, True)], ids=["generate-header-key", "stream-query-key"]
+    ("stream", "key_in_query"),
+    [
+        pytest.param(False, False, id="generate-header-key"),
+        pytest.param(True, True, id="stream-query-key", marks=pytest.mark.slow),  # make test: one of the two
+    ],
 )
 def test_the_gemini_summary_rides_the_cache_and_is_billed_as_the_clients_model(
     tmp_path: Path, stream: bool, key_in_query: bool
@@ -234,15 +238,18 @@ def test_the_gemini_summary_rides_the_cache_and_is_billed_as_the_clients_model(
 
 @pytest.mark.parametrize(
     "answer",
-    [
-        Finish([], "SAFETY"),
-        Finish([{"text": "### Goal\nQuoted text."}], "RECITATION"),
-        [{"text": "lol"}],  # no sections: the checks reject it
-        [{"functionCall": {"name": "run_step", "args": {"step": 99}}}],  # a call instead of a summary
-        Fault(status=500),
-        Fault(garbage=b"not json at all"),
+    [  # each failure kind a serve of its own: the fast suite (make test) keeps one, the rest run in CI
+        pytest.param(Finish([], "SAFETY"), id="safety", marks=pytest.mark.slow),
+        pytest.param(
+            Finish([{"text": "### Goal\nQuoted text."}], "RECITATION"), id="recitation", marks=pytest.mark.slow
+        ),
+        pytest.param([{"text": "lol"}], id="garbage", marks=pytest.mark.slow),  # no sections: the checks reject it
+        pytest.param(  # a call instead of a summary
+            [{"functionCall": {"name": "run_step", "args": {"step": 99}}}], id="function-call", marks=pytest.mark.slow
+        ),
+        pytest.param(Fault(status=500), id="http-500"),
+        pytest.param(Fault(garbage=b"not json at all"), id="not-json", marks=pytest.mark.slow),
     ],
-    ids=["safety", "recitation", "garbage", "function-call", "http-500", "not-json"],
 )
 def test_a_failed_gemini_summary_falls_back_to_the_extractive_one(tmp_path: Path, answer: Any, caplog) -> None:
     caplog.set_level(logging.DEBUG, logger="microcompact")

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from support import local_http
 from support.serve_process import ServeProcess, run_cli
 from support.wire import wait_for
 from upstream import ScriptedUpstream
@@ -51,7 +52,7 @@ def _loop(base: str, model: str, steps: range, history: list[dict[str, Any]]) ->
 
 
 def _stored(api: str, sid: str, requests: int) -> bool:
-    return bool(httpx.get(api, params={"id": sid}).json().get("requests") == requests)
+    return bool(local_http.get(api, params={"id": sid}).json().get("requests") == requests)
 
 
 def _metrics_sum(texts: list[str], name: str) -> float:
@@ -82,8 +83,8 @@ def test_every_surface_gives_the_same_figures(tmp_path: Path, restart: bool) -> 
                 sid = last["x-microcompact-session"]
                 api = f"{served.base_url}/ui/api/conversation"
                 assert wait_for(functools.partial(_stored, api, sid, steps.stop), timeout=30)
-                page = httpx.get(api, params={"id": sid}).json()
-                metrics_texts.append(httpx.get(f"{served.base_url}/metrics").text)
+                page = local_http.get(api, params={"id": sid}).json()
+                metrics_texts.append(local_http.get(f"{served.base_url}/metrics").text)
             finally:
                 served.stop()
     shown = run_cli(home, "report", "--json", str(log))
@@ -125,15 +126,15 @@ def test_a_model_without_a_price_says_so(upstream: ScriptedUpstream, tmp_path: P
     ).start()
     try:
         body = {"model": "gpt-unheard-of", "messages": [{"role": "user", "content": "hello"}]}
-        first = httpx.post(f"{served.base_url}/v1/chat/completions", json=body)
-        second = httpx.post(f"{served.base_url}/v1/chat/completions", json=body)
+        first = local_http.post(f"{served.base_url}/v1/chat/completions", json=body)
+        second = local_http.post(f"{served.base_url}/v1/chat/completions", json=body)
         assert wait_for(lambda: sum("unpriced: gpt-unheard-of" in line for line in served.stderr) >= 2, timeout=30)
-        metrics = httpx.get(f"{served.base_url}/metrics").text
+        metrics = local_http.get(f"{served.base_url}/metrics").text
         sid = second.headers["x-microcompact-session"]
         api = f"{served.base_url}/ui/api/conversation"
-        assert wait_for(lambda: httpx.get(api, params={"id": sid}).json().get("requests") == 2, timeout=30)
-        page = httpx.get(api, params={"id": sid}).json()
-        html = httpx.get(f"{served.base_url}/ui/{sid}").text
+        assert wait_for(lambda: local_http.get(api, params={"id": sid}).json().get("requests") == 2, timeout=30)
+        page = local_http.get(api, params={"id": sid}).json()
+        html = local_http.get(f"{served.base_url}/ui/{sid}").text
     finally:
         served.kill()
     for answer in (first, second):
@@ -161,7 +162,7 @@ def test_a_stream_says_its_totals_run_through_the_previous_request(upstream: Scr
         body["stream_options"] = {"include_usage": True}
         heads = []
         for _ in range(2):
-            with httpx.stream("POST", f"{served.base_url}/v1/chat/completions", json=body) as answer:
+            with local_http.stream("POST", f"{served.base_url}/v1/chat/completions", json=body) as answer:
                 heads.append(answer.headers)
                 answer.read()
         assert wait_for(lambda: sum(" folds " in line for line in served.stderr) >= 2, timeout=30)

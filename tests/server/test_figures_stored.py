@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+from support import local_http
 from support.proxy_server import ProxyServer
 from support.wire import wait_for
 from upstream import ScriptedUpstream
@@ -35,7 +36,7 @@ def _step(client: httpx.Client, history: list[dict[str, Any]], k: int) -> httpx.
 
 
 def _page(proxy: ProxyServer, sid: str) -> dict[str, Any]:
-    found: dict[str, Any] = httpx.get(f"{proxy.base_url}/ui/api/conversation", params={"id": sid}).json()
+    found: dict[str, Any] = local_http.get(f"{proxy.base_url}/ui/api/conversation", params={"id": sid}).json()
     return found
 
 
@@ -75,7 +76,7 @@ def test_two_proxies_on_one_store_and_a_restart_count_every_request(store_locati
                 _agree(answer.headers, _page(proxy, sid))
             page = _page(one, sid)
             assert page["folds"] >= 1 and page["tokens_saved"] > 0, "the loop never folded"
-            metrics = [httpx.get(f"{p.base_url}/metrics").text for p in (one, two)]
+            metrics = [local_http.get(f"{p.base_url}/metrics").text for p in (one, two)]
         # Each process's /metrics counts what it answered: together, the conversation's requests.
         answered = [int(_metric(text, "microcompact_answered_requests_total")) for text in metrics]
         assert answered == [4, 4]

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import httpx
 import pytest
 from typer.testing import CliRunner
 
@@ -16,6 +15,7 @@ from microcompact.cli import app
 from microcompact.keys import REWRITE_META
 from microcompact.server.request_line import request_line
 from microcompact.store import open_store
+from support import local_http
 from support.serve_process import ServeProcess
 from support.wire import wait_for
 from upstream import ScriptedUpstream
@@ -29,7 +29,7 @@ def _serve(home: Path, upstream: ScriptedUpstream, *extra: str) -> ServeProcess:
 
 def _mode_and_line(served: ServeProcess, upstream: ScriptedUpstream) -> tuple[str, str]:
     raw = json.dumps(CHAT, separators=(", ", ": ")).encode()  # not the proxy's own spelling of it
-    answer = httpx.post(
+    answer = local_http.post(
         f"{served.base_url}/v1/chat/completions", content=raw, headers={"content-type": "application/json"}
     )
     assert answer.status_code == 200 and upstream.requests[-1].raw == raw

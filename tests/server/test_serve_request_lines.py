@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import httpx
 import pytest
 
 from microcompact.server.request_line import request_line
+from support import local_http
 from support.serve_process import ServeProcess
 from support.wire import wait_for
 from upstream import ScriptedUpstream
@@ -26,7 +26,9 @@ def test_a_request_gets_one_line_with_the_figures_its_headers_carry(upstream: Sc
     served = _serve(tmp_path / "home", upstream).start()
     try:
         assert any(line.strip() == f"logs in {tmp_path / 'home' / 'logs' / 'agent.log'}" for line in served.stderr)
-        answer = httpx.post(f"{served.base_url}/v1/chat/completions", json=CHAT, headers={"authorization": "Bearer k"})
+        answer = local_http.post(
+            f"{served.base_url}/v1/chat/completions", json=CHAT, headers={"authorization": "Bearer k"}
+        )
         assert answer.status_code == 200
         session = answer.headers["x-microcompact-session"]
         assert wait_for(lambda: any(line.startswith(ANSWERED) for line in served.stderr), timeout=30)
@@ -39,11 +41,12 @@ def test_a_request_gets_one_line_with_the_figures_its_headers_carry(upstream: Sc
         served.kill()
 
 
+@pytest.mark.slow
 def test_quiet_leaves_the_request_lines_out(upstream: ScriptedUpstream, tmp_path: Path) -> None:
     served = _serve(tmp_path / "home", upstream, "--quiet").start()
     try:
-        assert httpx.post(f"{served.base_url}/v1/chat/completions", json=CHAT).status_code == 200
-        assert httpx.get(f"{served.base_url}/healthz").status_code == 200
+        assert local_http.post(f"{served.base_url}/v1/chat/completions", json=CHAT).status_code == 200
+        assert local_http.get(f"{served.base_url}/healthz").status_code == 200
         assert not wait_for(lambda: any(line.startswith(ANSWERED) for line in served.stderr), timeout=3)
         assert any("listening on" in line for line in served.stderr)
     finally:

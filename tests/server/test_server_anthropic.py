@@ -12,6 +12,7 @@ from typing import Any
 import anthropic
 import httpx
 
+from support import local_http
 from support.proxy_server import ProxyServer
 from support.server_contract import compacted, contract_errors, is_marker
 from upstream import RedactedThinking, Reply, ScriptedUpstream, Text, Thinking, ToolCall, text
@@ -183,7 +184,7 @@ def test_system_entries_images_and_unknown_fields_go_out_as_sent(upstream: Scrip
         {"role": "user", "content": "Describe it."},
     ]
     with ProxyServer(upstream.base_url, tmp_path / "s.db") as proxy:
-        response = httpx.post(
+        response = local_http.post(
             f"{proxy.base_url}/v1/messages?beta=true",
             json={"model": "claude-test", "max_tokens": 10, "messages": messages},
             headers={"anthropic-version": "2023-06-01", "anthropic-beta": "some-beta-2025", "x-api-key": "k"},

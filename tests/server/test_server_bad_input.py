@@ -13,6 +13,7 @@ import openai
 import pytest
 
 from microcompact.server.run import proxy_config
+from support import local_http
 from support.proxy_server import ProxyServer
 from support.server_contract import compacted, contract_errors
 from support.session_ids import named
@@ -28,7 +29,7 @@ def proxy(upstream: ScriptedUpstream, tmp_path: Path) -> Iterator[ProxyServer]:
 
 
 def post(proxy: ProxyServer, path: str, content: bytes, **headers: str) -> httpx.Response:
-    return httpx.post(f"{proxy.base_url}{path}", content=content, headers=headers, timeout=10)
+    return local_http.post(f"{proxy.base_url}{path}", content=content, headers=headers, timeout=10)
 
 
 @pytest.mark.parametrize(
@@ -125,7 +126,7 @@ def test_client_disconnect_mid_stream_breaks_nothing(upstream: ScriptedUpstream,
     upstream.event_delay = 0.05
     upstream.enqueue(text("word " * 200, chunk_chars=4))
     body = {"model": "c", "max_tokens": 5, "stream": True, "messages": [{"role": "user", "content": "Tell a story."}]}
-    with httpx.stream("POST", f"{proxy.base_url}/v1/messages", json=body, headers=ANTHROPIC_HEADERS) as response:
+    with local_http.stream("POST", f"{proxy.base_url}/v1/messages", json=body, headers=ANTHROPIC_HEADERS) as response:
         first = next(response.iter_raw())
         assert first
     upstream.event_delay = 0
@@ -182,8 +183,8 @@ def test_proxy_key_is_required_when_set(upstream: ScriptedUpstream, tmp_path: Pa
         client = openai.OpenAI(base_url=f"{proxy.base_url}/v1", api_key="sk-upstream", max_retries=0)
         with pytest.raises(openai.AuthenticationError):
             client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
-        assert httpx.get(f"{proxy.base_url}/metrics").status_code == 401
-        assert httpx.get(f"{proxy.base_url}/healthz").status_code == 200
+        assert local_http.get(f"{proxy.base_url}/metrics").status_code == 401
+        assert local_http.get(f"{proxy.base_url}/healthz").status_code == 200
         keyed = openai.OpenAI(
             base_url=f"{proxy.base_url}/v1",
             api_key="sk-upstream",
@@ -202,7 +203,7 @@ def test_a_failing_store_degrades_to_forwarding(upstream: ScriptedUpstream, prox
     raw = client.chat.completions.with_raw_response.create(model="m", messages=history)  # type: ignore[arg-type]
     assert raw.headers["x-microcompact-degraded"] in ("store-unavailable", "engine-error")
     assert upstream.generation_requests()[-1].body["messages"] == history
-    assert 'microcompact_degraded_total{reason="' in httpx.get(f"{proxy.base_url}/metrics").text
+    assert 'microcompact_degraded_total{reason="' in local_http.get(f"{proxy.base_url}/metrics").text
 
 
 def test_a_failing_summarizer_degrades_and_nothing_is_dropped(upstream: ScriptedUpstream, tmp_path: Path) -> None:

@@ -11,13 +11,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
 import pytest
 from typer.testing import CliRunner
 
 import microcompact
 from microcompact.cli import app
 from microcompact.server.run import ServeOptions, serve
+from support import local_http
 from support.session_ids import named
 from upstream import ScriptedUpstream
 
@@ -82,14 +82,14 @@ def test_serve_runs_forwards_and_its_sessions_are_listed(home: Path, tmp_path: P
             assert found, line
             assert upstream.base_url in line and "https://api.openai.com/v1" in line and str(db) in line
             base = found.group(1)
-            assert httpx.get(f"{base}/healthz", timeout=5).text == "ok\n"
+            assert local_http.get(f"{base}/healthz", timeout=5).text == "ok\n"
             body = {"model": "c", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
             headers = {
                 "anthropic-version": "2023-06-01",
                 "x-api-key": "sk-ant-secret-7",
                 "x-microcompact-session": "cli-1",
             }
-            response = httpx.post(f"{base}/v1/messages", json=body, headers=headers, timeout=10)
+            response = local_http.post(f"{base}/v1/messages", json=body, headers=headers, timeout=10)
             stored = named("cli-1", home / "session-salt", "sk-ant-secret-7")
             assert response.status_code == 200 and response.headers["x-microcompact-session"] == stored
         finally:

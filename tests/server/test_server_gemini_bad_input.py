@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from microcompact.server.gemini_format import CALLS_KEY, PLACEHOLDER_SIGNATURE, GeminiFormat
+from support import local_http
 from support.gemini_server import GeminiUpstream
 from support.serve_process import ServeProcess
 
@@ -40,7 +41,7 @@ def served(gemini: GeminiUpstream, tmp_path_factory: pytest.TempPathFactory) -> 
 
 def post(served: ServeProcess, content: bytes, path: str = PATH) -> httpx.Response:
     headers = {"x-goog-api-key": KEY, "content-type": "application/json"}
-    return httpx.post(f"{served.base_url}{path}", content=content, headers=headers, timeout=30)
+    return local_http.post(f"{served.base_url}{path}", content=content, headers=headers, timeout=30)
 
 
 def google_error(response: httpx.Response) -> dict[str, Any]:

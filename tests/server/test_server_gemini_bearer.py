@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 from microcompact.server import ProxySettings
 from microcompact.server.routes import GEMINI, match
+from support import local_http
 from support.proxy_server import ProxyServer
 from support.recording_upstream import Received, RecordingUpstream
 from support.strategies import examples
@@ -82,7 +83,7 @@ class Upstreams:
         """The status, and what reached each upstream because of this request."""
         upstreams = {"openai": self.openai, "anthropic": self.anthropic, "gemini": self.gemini}
         before = {name: len(u.received) for name, u in upstreams.items()}
-        response = httpx.request(method, f"{self.proxy.base_url}{path}", headers=headers, json=body, timeout=10)
+        response = local_http.request(method, f"{self.proxy.base_url}{path}", headers=headers, json=body, timeout=10)
         return response.status_code, {name: u.received[before[name] :] for name, u in upstreams.items()}
 
     def close(self) -> None:

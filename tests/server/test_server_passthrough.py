@@ -7,10 +7,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import anthropic
-import httpx
 import openai
 import pytest
 
+from support import local_http
 from support.proxy_server import ProxyServer
 from upstream import Reply, ScriptedUpstream, Text, Thinking, ToolCall, text
 
@@ -38,7 +38,7 @@ def test_openai_plain_reply_is_the_upstreams_bytes(upstream: ScriptedUpstream, p
 
 def test_openai_stream_is_passed_through_byte_for_byte(upstream: ScriptedUpstream, proxy: ProxyServer) -> None:
     body = {"model": "gpt-test", "messages": USER, "stream": True, "stream_options": {"include_usage": True}}
-    with httpx.stream("POST", f"{proxy.base_url}/v1/chat/completions", json=body, timeout=10) as response:
+    with local_http.stream("POST", f"{proxy.base_url}/v1/chat/completions", json=body, timeout=10) as response:
         received = b"".join(response.iter_raw())
         assert response.headers["content-type"].startswith("text/event-stream")
     assert received == bytes(upstream.generation_requests()[-1].response)
@@ -70,7 +70,7 @@ def test_other_paths_pass_through(upstream: ScriptedUpstream, proxy: ProxyServer
     anthropic_models = anthropic.Anthropic(base_url=proxy.base_url, api_key="k", max_retries=0).models.list()
     assert [m.id for m in anthropic_models.data] == ["scripted-model"]
     before = len(upstream.requests)
-    missing = httpx.get(f"{proxy.base_url}/v1/nowhere", timeout=5)
+    missing = local_http.get(f"{proxy.base_url}/v1/nowhere", timeout=5)
     # issue 19: a path of no known API is refused by the proxy itself (it used to go to OpenAI's upstream)
     assert missing.status_code == 404 and "no route for GET /v1/nowhere" in missing.json()["error"]["message"]
     assert len(upstream.requests) == before, "an unknown path reaches no upstream"
@@ -81,8 +81,8 @@ def test_healthz_and_metrics(upstream: ScriptedUpstream, proxy: ProxyServer) -> 
     openai.OpenAI(base_url=f"{proxy.base_url}/v1", api_key="k", max_retries=0).chat.completions.create(
         model="m", messages=USER
     )
-    assert httpx.get(f"{proxy.base_url}/healthz").text == "ok\n"
-    page = httpx.get(f"{proxy.base_url}/metrics").text
+    assert local_http.get(f"{proxy.base_url}/healthz").text == "ok\n"
+    page = local_http.get(f"{proxy.base_url}/metrics").text
     assert 'microcompact_requests_total{api="openai",status="200"} 1' in page
     assert "microcompact_proxy_overhead_seconds_count 1" in page
     assert "# TYPE microcompact_occupancy_percent histogram" in page
@@ -92,7 +92,7 @@ def test_upstream_bodies_come_uncompressed_so_usage_can_be_read(tmp_path: Path) 
     with ScriptedUpstream(gzip_json=True) as upstream, ProxyServer(upstream.base_url, tmp_path / "s.db") as proxy:
         body = {"model": "c", "max_tokens": 5, "messages": USER}
         headers = {"anthropic-version": "2023-06-01", "x-api-key": "k", "accept-encoding": "gzip, br"}
-        response = httpx.post(f"{proxy.base_url}/v1/messages", json=body, headers=headers)
+        response = local_http.post(f"{proxy.base_url}/v1/messages", json=body, headers=headers)
         assert response.status_code == 200 and "content-encoding" not in response.headers
         assert upstream.requests[-1].headers["accept-encoding"] == "identity"
         proxy.settle()
@@ -105,11 +105,11 @@ def test_every_answer_carries_each_header_once(upstream: ScriptedUpstream, proxy
     (issue 28), on a compacted route, a stream, a passthrough and the proxy's own answers."""
     chat = {"model": "m", "messages": USER}
     answers = [
-        httpx.post(f"{proxy.base_url}/v1/chat/completions", json=chat, timeout=10),
-        httpx.post(f"{proxy.base_url}/v1/chat/completions", json={**chat, "stream": True}, timeout=10),
-        httpx.get(f"{proxy.base_url}/v1/models", headers={"authorization": "Bearer k"}, timeout=10),
-        httpx.get(f"{proxy.base_url}/healthz", timeout=10),
-        httpx.get(f"{proxy.base_url}/v1/nowhere", timeout=10),
+        local_http.post(f"{proxy.base_url}/v1/chat/completions", json=chat, timeout=10),
+        local_http.post(f"{proxy.base_url}/v1/chat/completions", json={**chat, "stream": True}, timeout=10),
+        local_http.get(f"{proxy.base_url}/v1/models", headers={"authorization": "Bearer k"}, timeout=10),
+        local_http.get(f"{proxy.base_url}/healthz", timeout=10),
+        local_http.get(f"{proxy.base_url}/v1/nowhere", timeout=10),
     ]
     for answer in answers:
         names = [name.lower() for name, _ in answer.headers.multi_items()]

@@ -8,11 +8,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import openai
 import pytest
 
 from microcompact.messages import MARKER_PREFIX
+from support import local_http
 from support.proxy_server import ProxyServer
 from upstream import Reply, Text, Thinking
 from upstream.responses_server import ResponsesToolLoop, ResponsesUpstream
@@ -84,7 +84,7 @@ def test_streaming_create_passes_every_event_through_in_order(
     assert final.response.output_text == "Streamed answer."
     assert final.response.output[0].encrypted_content == "enc-1"
     body = {"model": "gpt-test", "input": "again", "stream": True}
-    with httpx.stream("POST", f"{proxy.base_url}/v1/responses", json=body, timeout=10) as response:
+    with local_http.stream("POST", f"{proxy.base_url}/v1/responses", json=body, timeout=10) as response:
         received = b"".join(response.iter_raw())
         assert response.headers["x-microcompact-mode"] == "compacted"
     assert received == bytes(responses_upstream.responses_requests()[-1].response)
@@ -117,7 +117,7 @@ def _tool_loop(client: openai.OpenAI, steps: int, *, stream: bool = False) -> tu
     raise AssertionError("the tool loop did not end")
 
 
-@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("stream", [False, pytest.param(True, marks=pytest.mark.slow)])  # make test: JSON answers
 def test_a_long_tool_loop_is_compacted_with_items_whole(tmp_path: Path, stream: bool) -> None:
     steps = 14
     with (
@@ -161,11 +161,11 @@ def test_previous_response_id_is_passed_through_and_said(
     assert raw.headers["x-microcompact-mode"] == "passthrough; reason=previous_response_id"
     sent = responses_upstream.responses_requests()[-1]
     assert sent.body["previous_response_id"] == first.id and proxy.received[-1][1] == sent.raw
-    conversation = httpx.post(
+    conversation = local_http.post(
         f"{proxy.base_url}/v1/responses", json={"model": "m", "input": "hi", "conversation": "conv_1"}, timeout=10
     )
     assert conversation.headers["x-microcompact-mode"] == "passthrough; reason=conversation"
-    page = httpx.get(f"{proxy.base_url}/metrics").text
+    page = local_http.get(f"{proxy.base_url}/metrics").text
     assert 'microcompact_mode_total{api="openai",mode="passthrough",reason="previous_response_id"} 1' in page
     assert 'microcompact_mode_total{api="openai",mode="compacted",reason=""} 1' in page
 
@@ -175,7 +175,7 @@ def test_stored_responses_and_compact_pass_through(responses_upstream: Responses
     created = client.responses.create(model="gpt-test", input="Keep this.")
     assert client.responses.retrieve(created.id).output_text == created.output_text
     assert [i.type for i in client.responses.input_items.list(created.id).data] == []
-    compact = httpx.post(f"{proxy.base_url}/v1/responses/compact", json={"model": "m", "input": "x"}, timeout=10)
+    compact = local_http.post(f"{proxy.base_url}/v1/responses/compact", json={"model": "m", "input": "x"}, timeout=10)
     assert compact.json()["output"][0]["type"] == "compaction"
     assert compact.headers["x-microcompact-mode"] == "passthrough; reason=endpoint"
     client.responses.delete(created.id)
@@ -217,7 +217,7 @@ def test_reasoning_items_and_unknown_items_stay_where_they_were(
         {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Found it."}]},
         {"role": "user", "content": "Thanks."},
     ]
-    response = httpx.post(f"{proxy.base_url}/v1/responses", json={"model": "m", "input": items}, timeout=10)
+    response = local_http.post(f"{proxy.base_url}/v1/responses", json={"model": "m", "input": items}, timeout=10)
     assert response.status_code == 200 and response.headers["x-microcompact-mode"] == "compacted"
     assert responses_upstream.responses_requests()[-1].body["input"] == items
     proxy.settle()
@@ -271,7 +271,7 @@ def test_a_remote_compaction_request_goes_up_as_it_came(tmp_path: Path) -> None:
         trigger = json.dumps(
             {"model": "gpt-test", "input": [*items, {"type": "compaction_trigger"}], "tools": TOOLS, "store": False}
         ).encode()
-        answer = httpx.post(
+        answer = local_http.post(
             f"{proxy.base_url}/v1/responses",
             content=trigger,
             headers={"authorization": "Bearer sk-responses-test", "content-type": "application/json"},

@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from support import local_http
 from support.proxy_server import ProxyServer
 from upstream.responses_server import ResponsesUpstream
 
@@ -33,7 +34,7 @@ def proxy(responses_upstream: ResponsesUpstream, tmp_path: Path) -> Iterator[Pro
 
 def _post(proxy: ProxyServer, body: Any, headers: dict[str, str] | None = None) -> httpx.Response:
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
-    return httpx.post(
+    return local_http.post(
         f"{proxy.base_url}/v1/responses",
         content=content,
         headers={"content-type": "application/json", **(headers or {})},
@@ -113,6 +114,7 @@ def test_bad_requests_lose_nothing_already_stored(proxy: ProxyServer, responses_
     assert _stored(proxy) == before
 
 
+@pytest.mark.slow
 def test_huge_and_deeply_nested_inputs_never_answer_a_traceback(
     proxy: ProxyServer, responses_upstream: ResponsesUpstream
 ) -> None:

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from microcompact.server import ProxySettings
 from microcompact.server.routes import CREDENTIALS, GEMINI_COMPACTED
+from support import local_http
 from support.proxy_server import ProxyServer
 from support.recording_upstream import Received, RecordingUpstream
 from support.strategies import examples
@@ -53,7 +54,7 @@ class Upstreams:
     ) -> tuple[httpx.Response, list[Received], list[Received], list[Received]]:
         """The answer, and what reached each upstream (OpenAI, Anthropic, Gemini) because of this request."""
         before = len(self.openai.received), len(self.anthropic.received), len(self.gemini.received)
-        response = httpx.request(method, f"{self.proxy.base_url}{path}", headers=headers, json=body, timeout=10)
+        response = local_http.request(method, f"{self.proxy.base_url}{path}", headers=headers, json=body, timeout=10)
         return (
             response,
             self.openai.received[before[0] :],
@@ -231,7 +232,7 @@ def test_the_proxys_refusals_are_counted_in_metrics(upstreams: Upstreams) -> Non
     upstreams.send("GET", "/nowhere-at-all", {})
     upstreams.send("POST", "/v1beta/models/g:generateContent", GOOGLE, {})
     upstreams.send("GET", "/v1beta/models", GOOGLE)
-    page = httpx.get(f"{upstreams.proxy.base_url}/metrics").text
+    page = local_http.get(f"{upstreams.proxy.base_url}/metrics").text
     assert 'microcompact_mode_total{api="none",mode="passthrough",reason="unknown_route"}' in page
     assert 'microcompact_mode_total{api="gemini",mode="passthrough",reason="invalid_request"}' in page
     assert 'microcompact_mode_total{api="gemini",mode="passthrough",reason="endpoint"}' in page

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -37,6 +36,7 @@ from microcompact.server.session_key import (
     load_salt,
 )
 from microcompact.store import open_store
+from support import local_http
 from support.gemini_server import Exchange, GeminiUpstream
 from support.serve_process import ServeProcess, run_cli
 from support.stores import FreshPgDatabase
@@ -123,7 +123,7 @@ def send(base_url: str, route: str, key: str | None, turn: int, headers: dict[st
     """One request of ``route``'s conversation at ``turn`` with ``key``: the session it went to."""
     path, credential, body = ROUTES[route]
     sent = {**(credential(key) if key is not None else {}), **(headers or {})}
-    response = httpx.post(f"{base_url}{path}", json=body(turn), headers=sent, timeout=30)
+    response = local_http.post(f"{base_url}{path}", json=body(turn), headers=sent, timeout=30)
     assert response.status_code == 200, f"{route}: {response.text}"
     assert response.headers["x-microcompact-mode"] == "compacted"
     return response.headers["x-microcompact-session"]
@@ -201,16 +201,16 @@ def test_one_key_in_another_header_is_the_same_conversation(separate: Served) ->
     base = separate.process.base_url
     version = {"anthropic-version": "2023-06-01"}
     path, _, body = ROUTES["anthropic"]
-    first = httpx.post(f"{base}{path}", json=body(0), headers={**version, "x-api-key": KEY_A}, timeout=30)
+    first = local_http.post(f"{base}{path}", json=body(0), headers={**version, "x-api-key": KEY_A}, timeout=30)
     # the anthropic SDK sends its api_key as a bearer token; curl and Claude Code as x-api-key
-    again = httpx.post(
+    again = local_http.post(
         f"{base}{path}", json=body(1), headers={**version, "authorization": f"Bearer {KEY_A}"}, timeout=30
     )
     assert first.status_code == again.status_code == 200
     assert again.headers["x-microcompact-session"] == first.headers["x-microcompact-session"]
     gemini_path, _, gemini_body = ROUTES["gemini"]
-    header = httpx.post(f"{base}{gemini_path}", json=gemini_body(0), headers={"x-goog-api-key": KEY_B}, timeout=30)
-    query = httpx.post(f"{base}{gemini_path}?key={KEY_B}", json=gemini_body(1), timeout=30)
+    header = local_http.post(f"{base}{gemini_path}", json=gemini_body(0), headers={"x-goog-api-key": KEY_B}, timeout=30)
+    query = local_http.post(f"{base}{gemini_path}?key={KEY_B}", json=gemini_body(1), timeout=30)
     assert header.status_code == query.status_code == 200
     assert query.headers["x-microcompact-session"] == header.headers["x-microcompact-session"]
 
@@ -218,9 +218,9 @@ def test_one_key_in_another_header_is_the_same_conversation(separate: Served) ->
 def test_requests_without_a_credential_keep_working(separate: Served) -> None:
     base = separate.process.base_url
     body = {"model": "gpt-test", "messages": [{"role": "user", "content": "no key at all"}]}
-    first = httpx.post(f"{base}/v1/chat/completions", json=body, timeout=30)
+    first = local_http.post(f"{base}/v1/chat/completions", json=body, timeout=30)
     body["messages"] += [{"role": "assistant", "content": "fine"}, {"role": "user", "content": "still none"}]
-    again = httpx.post(f"{base}/v1/chat/completions", json=body, timeout=30)
+    again = local_http.post(f"{base}/v1/chat/completions", json=body, timeout=30)
     assert first.status_code == again.status_code == 200
     session = first.headers["x-microcompact-session"]
     assert fingerprint_of(session) == NO_CREDENTIAL and again.headers["x-microcompact-session"] == session
@@ -257,7 +257,7 @@ def test_the_key_is_nowhere_in_the_store_the_logs_or_sessions_list(separate: Ser
 # ---------------------------------------------------------------------------------------------- shared on purpose
 
 
-@pytest.mark.parametrize("how", ["flag", "config"])
+@pytest.mark.parametrize("how", ["flag", pytest.param("config", marks=pytest.mark.slow)])  # make test: the flag
 def test_sharing_across_keys_merges_identical_histories(tmp: Path, how: str) -> None:
     if how == "flag":
         extra: tuple[str, ...] = ("--share-sessions-across-keys",)

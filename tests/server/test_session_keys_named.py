@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -27,6 +26,7 @@ from microcompact.server import Proxy, ProxySettings
 from microcompact.server.run import proxy_config
 from microcompact.server.session_key import SessionKeys, default_salt_path, fingerprint_of
 from microcompact.store import open_store
+from support import local_http
 from support.proxy_server import ProxyServer
 from support.serve_process import run_cli
 from support.server_contract import compacted
@@ -87,6 +87,7 @@ def test_sessions_list_shows_the_clients_id_and_its_fingerprint(separate: Served
     assert KEY_A not in listed.stdout and KEY_B not in listed.stdout
 
 
+@pytest.mark.slow
 def test_sharing_across_keys_keeps_the_named_id_as_it_comes(tmp: Path) -> None:
     served = start_serve(tmp, "named-share", "--share-sessions-across-keys")
     try:
@@ -125,7 +126,7 @@ def tool_history(who: str, turns: int) -> list[dict[str, Any]]:
 
 def chat(proxy: ProxyServer, key: str, header: str, session: str, messages: list[dict[str, Any]]) -> str:
     """One chat request with ``key`` naming ``session``: the session it went to (after its follow-up ran)."""
-    response = httpx.post(
+    response = local_http.post(
         f"{proxy.base_url}/v1/chat/completions",
         json={"model": "m", "messages": messages},
         headers={"authorization": f"Bearer {key}", header: session},

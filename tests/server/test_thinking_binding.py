@@ -24,6 +24,7 @@ import pytest
 from microcompact.config import Config
 from microcompact.server.run import proxy_config
 from microcompact.server.thinking import BINDING_BETA, family_of, merged_beta, without_thinking
+from support import local_http
 from support.anthropic_contract import binds_thinking, marker_texts, thinking_errors
 from support.numbered_steps import NumberedSteps
 from support.proxy_server import ProxyServer
@@ -52,7 +53,7 @@ def post(upstream: SigningUpstream, body: dict[str, Any], beta: str | None = Non
     headers = {"anthropic-version": "2023-06-01", "x-api-key": "sk-ant-test"}
     if beta:
         headers["anthropic-beta"] = beta
-    return httpx.post(f"{upstream.base_url}/v1/messages", json=body, headers=headers, timeout=30)
+    return local_http.post(f"{upstream.base_url}/v1/messages", json=body, headers=headers, timeout=30)
 
 
 def next_turn(messages: list[dict[str, Any]]) -> dict[str, Any]:
@@ -159,8 +160,15 @@ def first_prompt_kept(record: RecordedRequest) -> bool:
     return PROMPT in ([first] if isinstance(first, str) else [b.get("text") for b in first])
 
 
-@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
-@pytest.mark.parametrize("mode", [None, "drop_block"], ids=["default-remove", "drop_block"])
+@pytest.mark.parametrize(
+    ("mode", "stream"),
+    [  # make test runs each mode and each answer shape once; CI the other two pairs as well
+        pytest.param(None, False, id="default-remove-json"),
+        pytest.param(None, True, id="default-remove-stream", marks=pytest.mark.slow),
+        pytest.param("drop_block", False, id="drop_block-json", marks=pytest.mark.slow),
+        pytest.param("drop_block", True, id="drop_block-stream"),
+    ],
+)
 def test_sdk_tool_loop_with_thinking_through_the_proxy_is_never_refused(
     tmp_path: Path, stream: bool, mode: str | None, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -204,7 +212,7 @@ def test_count_tokens_of_a_compacted_conversation_sends_no_stale_block(tmp_path:
             loop = tool_loop(proxy.base_url, STEPS, stream=False)
             proxy.settle()
             body = {k: v for k, v in request(loop.messages).items() if k != "max_tokens"}
-            answer = httpx.post(
+            answer = local_http.post(
                 f"{proxy.base_url}/v1/messages/count_tokens",
                 json=body,
                 headers={"anthropic-version": "2023-06-01", "x-api-key": API_KEY},  # the loop's conversation
@@ -299,7 +307,7 @@ def test_a_provider_compaction_block_is_left_to_the_provider(tmp_path: Path) -> 
     raw = json.dumps(body).encode()
     with SigningUpstream() as upstream:
         with ProxyServer(upstream.base_url, tmp_path / "s.db", config=config_with(None)) as proxy:
-            answer = httpx.post(
+            answer = local_http.post(
                 f"{proxy.base_url}/v1/messages",
                 content=raw,
                 headers={"anthropic-version": "2023-06-01", "anthropic-beta": "compact-2026-01-12", "x-api-key": "k"},
@@ -335,7 +343,7 @@ def test_openai_reasoning_fields_stay_on_kept_messages(tmp_path: Path) -> None:
         )
     with SigningUpstream() as upstream:
         with ProxyServer(upstream.base_url, tmp_path / "s.db", config=config_with(None)) as proxy:
-            answer = httpx.post(
+            answer = local_http.post(
                 f"{proxy.base_url}/v1/chat/completions", json={"model": "gpt-x", "messages": messages}, timeout=60
             )
         forwarded = upstream.generation_requests()[0].messages

@@ -13,6 +13,7 @@ import pytest
 
 from microcompact.jsoninput import MAX_DEPTH
 from microcompact.server.limits import deep_path, parse_json
+from support import local_http
 from support.gemini_server import GeminiUpstream
 from support.serve_process import ServeProcess
 from support.wire import nest, with_deep
@@ -174,7 +175,7 @@ def forwarded(upstreams: tuple[ScriptedUpstream, GeminiUpstream]) -> int:
 
 def post(served: ServeProcess, route: str, content: bytes) -> httpx.Response:
     headers = {"content-type": "application/json", "x-goog-api-key": GEMINI_KEY, "authorization": "Bearer k"}
-    return httpx.post(f"{served.base_url}{route}", content=content, headers=headers, timeout=60)
+    return local_http.post(f"{served.base_url}{route}", content=content, headers=headers, timeout=60)
 
 
 @pytest.mark.parametrize("depth", [100, 500, 3000])

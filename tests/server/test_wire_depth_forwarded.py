@@ -14,6 +14,7 @@ import pytest
 
 from microcompact.jsoninput import MAX_DEPTH
 from microcompact.server.limits import THREAD_ABOVE, forwarded_nesting
+from support import local_http
 from support.gemini_server import GeminiUpstream
 from support.serve_process import ServeProcess
 from support.wire import nest, with_deep
@@ -108,7 +109,7 @@ def send(
     served: ServeProcess, method: str, path: str, headers: dict[str, str], content: bytes, content_type: str | None
 ) -> httpx.Response:
     sent = {**headers, **({"content-type": content_type} if content_type is not None else {})}
-    return httpx.request(method, f"{served.base_url}{path}", content=content, headers=sent, timeout=60)
+    return local_http.request(method, f"{served.base_url}{path}", content=content, headers=sent, timeout=60)
 
 
 def assert_provider_400(response: httpx.Response, api: str, where: str) -> None:

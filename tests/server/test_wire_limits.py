@@ -13,13 +13,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from typer.testing import CliRunner
 
 from microcompact.cli import app
 from microcompact.server.limits import parse_size, size_text
 from microcompact.store import open_store
+from support import local_http
 from support.serve_process import ServeProcess
 from support.wire import (
     Blackhole,
@@ -81,11 +81,11 @@ def test_stalled_connections_beyond_the_file_limit_leave_healthz_up(tmp_path: Pa
             sock = socket.create_connection(("127.0.0.1", served.port), timeout=30)
             sock.sendall(head)
             stalled.append(sock)
-        response = httpx.get(f"{served.base_url}/healthz", timeout=30)
+        response = local_http.get(f"{served.base_url}/healthz", timeout=30)
         assert response.status_code == 200 and response.text == "ok\n"
         # the proxy keeps at most ``cap`` open: the oldest stalled ones were closed to make room
         assert wait_for(lambda: sum(closed_by_peer(s) for s in stalled) >= 1100 - cap, timeout=60)
-        assert httpx.get(f"{served.base_url}/healthz", timeout=30).status_code == 200
+        assert local_http.get(f"{served.base_url}/healthz", timeout=30).status_code == 200
         assert served.process is not None and served.process.poll() is None
         no_tracebacks(served)
     finally:
@@ -144,7 +144,7 @@ def test_a_connection_without_headers_in_time_is_closed(tight: ServeProcess) -> 
     finally:
         silent.close()
         partial.close()
-    assert httpx.get(f"{tight.base_url}/healthz", timeout=30).status_code == 200
+    assert local_http.get(f"{tight.base_url}/healthz", timeout=30).status_code == 200
 
 
 @pytest.mark.parametrize(("path", "provider"), ROUTES)
@@ -161,11 +161,11 @@ def test_a_body_that_stalls_gets_a_408_in_the_providers_shape(tight: ServeProces
 
 
 def test_an_upstream_that_sends_nothing_gets_a_504_naming_the_option(tight: ServeProcess) -> None:
-    response = httpx.post(f"{tight.base_url}/v1/chat/completions", json=CHAT, timeout=60)
+    response = local_http.post(f"{tight.base_url}/v1/chat/completions", json=CHAT, timeout=60)
     assert response.status_code == 504
     message = shape("openai", 504, response.content)
     assert "sent nothing for 1 s" in message and "--upstream-idle-timeout" in message
-    gemini = httpx.post(
+    gemini = local_http.post(
         f"{tight.base_url}{GEMINI_PATH}", json={"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}, timeout=60
     )
     assert gemini.status_code == 504 and gemini.json()["error"]["status"] == "DEADLINE_EXCEEDED"
@@ -173,13 +173,14 @@ def test_an_upstream_that_sends_nothing_gets_a_504_naming_the_option(tight: Serv
 
 
 def test_an_upstream_that_never_accepts_gets_a_504_naming_the_option(tight: ServeProcess) -> None:
-    response = httpx.post(f"{tight.base_url}/v1/messages", json=MESSAGES, timeout=60)
+    response = local_http.post(f"{tight.base_url}/v1/messages", json=MESSAGES, timeout=60)
     assert response.status_code == 504
     assert response.json()["error"]["type"] == "timeout_error"
     message = shape("anthropic", 504, response.content)
     assert "could not be reached within 1 s" in message and "--upstream-connect-timeout" in message
 
 
+@pytest.mark.slow
 def test_at_the_connection_cap_busy_connections_stay_a_new_one_gets_a_503_and_healthz_answers(
     hanging: HangingUpstream, tmp_path: Path
 ) -> None:
@@ -202,8 +203,8 @@ def test_at_the_connection_cap_busy_connections_stay_a_new_one_gets_a_503_and_he
         for sock in busy:
             sock.close()
     # once they left, their places (and upstream connections) are free again
-    assert wait_for(lambda: httpx.get(f"{served.base_url}/healthz", timeout=30).status_code == 200, timeout=60)
-    assert httpx.get(f"{served.base_url}/healthz", timeout=30).headers["x-microcompact-serve-mode"] == "audit"
+    assert wait_for(lambda: local_http.get(f"{served.base_url}/healthz", timeout=30).status_code == 200, timeout=60)
+    assert local_http.get(f"{served.base_url}/healthz", timeout=30).headers["x-microcompact-serve-mode"] == "audit"
     served.kill()
 
 
@@ -222,7 +223,7 @@ def test_at_the_cap_a_new_connection_closes_a_stalled_one(tmp_path: Path) -> Non
     try:
         for sock in stalled:
             sock.sendall(b"GET /healthz HTTP/1.1\r\n")
-        assert httpx.get(f"{served.base_url}/healthz", timeout=30).status_code == 200
+        assert local_http.get(f"{served.base_url}/healthz", timeout=30).status_code == 200
         assert wait_for(lambda: closed_by_peer(stalled[0]), timeout=30)  # the oldest went
     finally:
         for sock in stalled:
@@ -250,7 +251,7 @@ def test_abandoned_clients_leave_no_upstream_connection_open(hanging: HangingUps
         for sock in clients:
             sock.close()
         assert wait_for(lambda: hanging.open == 0, timeout=60), f"{hanging.open} upstream connections still open"
-        assert httpx.get(f"{served.base_url}/healthz", timeout=30).status_code == 200
+        assert local_http.get(f"{served.base_url}/healthz", timeout=30).status_code == 200
         no_tracebacks(served)
     finally:
         served.kill()
@@ -305,7 +306,7 @@ def test_a_declared_100_mb_body_gets_a_413_before_it_is_sent(
 
 def test_a_body_under_the_limit_still_goes_up(scripted: ScriptedUpstream, plain: ServeProcess) -> None:
     big: dict[str, Any] = {**MESSAGES, "messages": [{"role": "user", "content": "z" * 3_000_000}]}
-    response = httpx.post(f"{plain.base_url}/v1/messages", json=big, timeout=60)
+    response = local_http.post(f"{plain.base_url}/v1/messages", json=big, timeout=60)
     assert response.status_code == 200, response.text[:300]
     assert scripted.requests[-1].body["messages"][0]["content"] == "z" * 3_000_000
 
@@ -318,7 +319,7 @@ def test_a_100_mb_body_is_refused_with_memory_bounded_and_nothing_stored(
     before = len(scripted.requests)
     assert served.process is not None
     try:
-        assert httpx.get(f"{served.base_url}/healthz", timeout=30).status_code == 200
+        assert local_http.get(f"{served.base_url}/healthz", timeout=30).status_code == 200
         baseline = peak_rss_kib(served.process.pid)
         piece = b"x" * (1024 * 1024)
         text = b'{"model": "claude-test", "max_tokens": 64, "messages": [{"role": "user", "content": "'
@@ -328,13 +329,13 @@ def test_a_100_mb_body_is_refused_with_memory_bounded_and_nothing_stored(
             for _ in range(100):
                 yield piece
 
-        response = httpx.post(f"{served.base_url}/v1/messages", content=chunks(), headers=JSON, timeout=120)
+        response = local_http.post(f"{served.base_url}/v1/messages", content=chunks(), headers=JSON, timeout=120)
         assert response.status_code == 413
         assert response.json()["error"]["type"] == "request_too_large"
         assert "more than 8 MiB sent" in shape("anthropic", 413, response.content)
         # and with a Content-Length, as SDKs send it: the client finishes sending and reads the 413
         whole = text + b"y" * HUNDRED_MB + b'"}]}'
-        response = httpx.post(f"{served.base_url}/v1/messages", content=whole, headers=JSON, timeout=120)
+        response = local_http.post(f"{served.base_url}/v1/messages", content=whole, headers=JSON, timeout=120)
         assert response.status_code == 413 and "Content-Length 104,857,6" in response.json()["error"]["message"]
         grown_mib = (peak_rss_kib(served.process.pid) - baseline) / 1024
         assert grown_mib < 48, f"the proxy's peak memory grew by {grown_mib:.0f} MiB for a refused 100 MB body"

@@ -9,9 +9,10 @@ import socket
 import time
 from pathlib import Path
 
-import httpx
+import pytest
 
 from microcompact.server.hops import MAX_HOPS, VIA_HEADER, Hops
+from support import local_http
 from support.serve_process import ServeProcess
 
 CHAT = {"model": "gpt-test", "messages": [{"role": "user", "content": "hello"}]}
@@ -35,19 +36,19 @@ def test_a_proxy_pointed_at_itself_refuses_at_once_and_stops_on_sigterm(tmp_path
     served = _pointed_at(tmp_path, port, port)
     try:
         started = time.monotonic()
-        answer = httpx.post(f"{served.base_url}/v1/chat/completions", json=CHAT, timeout=30)
+        answer = local_http.post(f"{served.base_url}/v1/chat/completions", json=CHAT, timeout=30)
         assert answer.status_code == 508 and time.monotonic() - started < 10
         error = answer.json()["error"]
         assert (
             "points at this microcompact serve itself" in error["message"] and "--openai-upstream" in error["message"]
         )
         assert set(error) >= {"message", "type", "param", "code"}  # OpenAI's error shape
-        answer = httpx.post(
+        answer = local_http.post(
             f"{served.base_url}/v1/messages", json=MESSAGES, headers={"x-api-key": "k", "anthropic-version": "1"}
         )
         assert answer.status_code == 508 and answer.json()["type"] == "error"  # Anthropic's shape
         assert "--anthropic-upstream" in answer.json()["error"]["message"]
-        page = httpx.get(f"{served.base_url}/metrics", timeout=10).text
+        page = local_http.get(f"{served.base_url}/metrics", timeout=10).text
         assert 'reason="loop"' in page
         log = (tmp_path / "logs" / "agent.log").read_text(encoding="utf-8")
         assert "came back to the proxy" in log
@@ -57,12 +58,13 @@ def test_a_proxy_pointed_at_itself_refuses_at_once_and_stops_on_sigterm(tmp_path
         assert served.process.wait(timeout=30) is not None
 
 
+@pytest.mark.slow
 def test_two_proxies_pointed_at_each_other_refuse_with_the_hops_counted(tmp_path: Path) -> None:
     port_a, port_b = _free_port(), _free_port()
     a = _pointed_at(tmp_path / "a", port_a, port_b)
     b = _pointed_at(tmp_path / "b", port_b, port_a)
     try:
-        answer = httpx.post(f"{a.base_url}/v1/chat/completions", json=CHAT, timeout=30)
+        answer = local_http.post(f"{a.base_url}/v1/chat/completions", json=CHAT, timeout=30)
         # a's answer is b's refusal passed back, or a's own: either way the loop names its hops
         assert answer.status_code == 508
         assert "(2 hop(s))" in answer.json()["error"]["message"]

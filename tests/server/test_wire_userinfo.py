@@ -8,12 +8,12 @@ import logging
 import socket
 from pathlib import Path
 
-import httpx
 import pytest
 from typer.testing import CliRunner
 
 from microcompact.cli import app
 from microcompact.server.userinfo import HideUserinfo, without_userinfo
+from support import local_http
 from support.serve_process import ServeProcess
 from upstream import ScriptedUpstream
 
@@ -38,11 +38,11 @@ def test_startup_errors_and_logs_never_print_the_password(tmp_path: Path) -> Non
             startup = "".join(served.stderr)
             assert f"forwarding to http://127.0.0.1:{port}/v1, {scripted.base_url} and" in startup
             chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
-            response = httpx.post(f"{served.base_url}/v1/chat/completions", json=chat, timeout=60)
+            response = local_http.post(f"{served.base_url}/v1/chat/completions", json=chat, timeout=60)
             assert response.status_code == 502  # nothing listens there: a log line names the upstream
             assert f"127.0.0.1:{port}" in response.json()["error"]["message"]
             messages = {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
-            response = httpx.post(f"{served.base_url}/v1/messages", json=messages, timeout=60)
+            response = local_http.post(f"{served.base_url}/v1/messages", json=messages, timeout=60)
             assert response.status_code == 200
             assert scripted.requests[-1].headers["authorization"].startswith("Basic ")  # the userinfo went up
             assert served.stop() == 0

@@ -919,6 +919,7 @@ def _replay_with_crash(store, sid, msgs, cfg, summarizer, cut):
     return s
 
 
+@pytest.mark.slow
 def test_resume_right_after_a_finished_turn_does_not_finalize_it_twice(tmp_path):
     st = SQLiteStore(tmp_path / "s.db")
     cfg = small_config()

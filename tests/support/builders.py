@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from microcompact.config import Config, parse_config
@@ -23,3 +25,40 @@ def request_points(messages):
         for i, m in enumerate(messages)
         if m["role"] in ("user", "tool") and (i + 1 == len(messages) or messages[i + 1]["role"] != "tool")
     ]
+
+
+def short_turns(n: int, size: int = 120) -> list[dict[str, Any]]:
+    """``n`` short agent turns (user, two tool iterations, answer): every pass runs at the end of a turn."""
+    msgs: list[dict[str, Any]] = []
+    for t in range(n):
+        msgs.append({"role": "user", "content": f"request number {t}: please continue with the next step"})
+        for k in range(2):
+            cid = f"call_{t}_{k}"
+            msgs.append(
+                {
+                    "role": "assistant",
+                    "content": f"Step {k} of request {t}.",
+                    "tool_calls": [
+                        {
+                            "id": cid,
+                            "type": "function",
+                            "function": {"name": "Bash", "arguments": json.dumps({"command": f"ls dir{t}_{k}"})},
+                        }
+                    ],
+                }
+            )
+            msgs.append({"role": "tool", "tool_call_id": cid, "content": f"file{t}_{k}.txt " * size})
+        msgs.append({"role": "assistant", "content": f"Request {t} is done."})
+    return msgs
+
+
+def write_jsonl(path: Path, messages: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(m) + "\n" for m in messages), encoding="utf-8")
+    return path
+
+
+def turns_file(folder: Path) -> Path:
+    """Twelve short turns in ``folder``: at a 20K window, a replay with a score of passes in a tenth of the
+    bundled demo's time, for the tests to which the transcript is incidental (what a command writes or
+    refuses, not what compaction does to the demo)."""
+    return write_jsonl(folder / "turns.jsonl", short_turns(12))

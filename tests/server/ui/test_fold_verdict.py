@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import httpx
 import pytest
 
 from microcompact.server.ui.data import Verdict, folds
+from support import local_http
 from support.proxy_server import ProxyServer
 from support.ui_pages import drive
 from upstream import ScriptedUpstream
@@ -104,9 +104,9 @@ VERDICTS = re.compile(
 def test_each_fold_row_on_the_page_says_its_verdict(upstream: ScriptedUpstream, tmp_path: Path, audit: bool) -> None:
     with ProxyServer(upstream.base_url, tmp_path / "s.db", context_limit=16_000, audit=audit) as proxy:
         session, _ = drive(proxy, history=[])
-        detail = httpx.get(f"{proxy.base_url}/ui/api/conversation", params={"id": session}).json()
-        page = httpx.get(f"{proxy.base_url}/ui/{quote(session, safe='')}").text
-        listing = httpx.get(f"{proxy.base_url}/ui").text
+        detail = local_http.get(f"{proxy.base_url}/ui/api/conversation", params={"id": session}).json()
+        page = local_http.get(f"{proxy.base_url}/ui/{quote(session, safe='')}").text
+        listing = local_http.get(f"{proxy.base_url}/ui").text
     assert detail["pricing"] == "gpt-4o" and "(priced as gpt-4o)" in page
     [listed] = re.findall(r'<tr class="conv">(.*?)</tr>', listing, re.S)
     headings = re.findall(r"<th[^>]*>(.*?)</th>", listing)

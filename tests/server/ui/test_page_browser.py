@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
-import httpx
 import pytest
 
 from microcompact.messages import MARKER_HEADING
+from support import local_http
 from support.chromium import INSTALL_HINT, dump_dom, find_chromium, screenshot
 from support.claude_code import run_claude, unavailable_reason
 from support.serve_process import ServeProcess
@@ -61,7 +61,7 @@ def wait_for_rows(base_url: str, expected: int, headers: dict[str, str] | None =
     each answer, so the last one may land a moment after the client exits)."""
     deadline = time.monotonic() + 30
     while True:
-        listed = httpx.get(f"{base_url}/ui/api/conversations", headers=headers).json()["conversations"]
+        listed = local_http.get(f"{base_url}/ui/api/conversations", headers=headers).json()["conversations"]
         mine = [c for c in listed if (c.get("client") or "").startswith("claude-cli/")]
         if (mine and max(c["requests"] for c in mine) >= expected) or time.monotonic() > deadline:
             return max(mine, key=lambda c: c["requests"]) if mine else {}
@@ -102,7 +102,7 @@ def test_claude_code_conversation_in_headless_chromium(upstream: ScriptedUpstrea
 def output_hits(base: str, sid: str, query: str) -> list[dict[str, Any]]:
     """The absorbed tool outputs matching ``query`` (the assistant's call that printed it matches too)."""
     params, key = {"id": sid, "q": query}, {"x-microcompact-key": KEY}
-    hits = httpx.get(f"{base}/ui/api/search", params=params, headers=key).json()["hits"]
+    hits = local_http.get(f"{base}/ui/api/search", params=params, headers=key).json()["hits"]
     return [h for h in hits if h["role"] != "assistant"]
 
 
@@ -122,7 +122,7 @@ def check_pages(base: str, conversation: dict[str, Any], requests: int, shots: P
     screenshot(f"{base}/ui?key={KEY}", shots / "ui-conversations.png", 1500, 360)
 
     key = {"x-microcompact-key": KEY}
-    detail = httpx.get(f"{base}/ui/api/conversation", params={"id": sid}, headers=key).json()
+    detail = local_http.get(f"{base}/ui/api/conversation", params={"id": sid}, headers=key).json()
     [hit] = output_hits(base, sid, "needlestep1")
     opened = dump_dom(f"{page}?{urlencode({'key': KEY, 'q': 'needlestep1', 'open': hit['row']})}")
     chart = re.search(r'<svg id="occupancy".*?</svg>', opened, re.S)

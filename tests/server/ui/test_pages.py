@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from microcompact.messages import MARKER_HEADING
+from support import local_http
 from support.proxy_server import ProxyServer
 from support.ui_pages import SECRET, drive
 from upstream import ScriptedUpstream
@@ -54,13 +55,13 @@ def served(upstream: ScriptedUpstream, tmp_path: Path) -> Any:
 
 def test_the_json_has_every_request_and_fold(served: Any) -> None:
     proxy, session, requests, _ = served
-    listed = httpx.get(f"{proxy.base_url}/ui/api/conversations").json()["conversations"]
+    listed = local_http.get(f"{proxy.base_url}/ui/api/conversations").json()["conversations"]
     [row] = [c for c in listed if c["id"] == session]
     assert row["requests"] == requests and row["client"] == "page-test/1.0" and row["model"] == "gpt-4o"
     assert row["api"] == "openai" and row["folds"] >= 1
     assert row["spent"] is not None and row["uncompacted"] is not None and row["spent"] < row["uncompacted"]
     assert row["prompt_tokens"] < row["uncompacted_tokens"]
-    detail = httpx.get(f"{proxy.base_url}/ui/api/conversation", params={"id": session}).json()
+    detail = local_http.get(f"{proxy.base_url}/ui/api/conversation", params={"id": session}).json()
     figures = detail["requests_figures"]
     assert [r["request"] for r in figures] == list(range(1, requests + 1))
     assert all(isinstance(r["occupancy_pct"], float) and r["prompt_tokens"] > 0 for r in figures)
@@ -73,22 +74,24 @@ def test_the_json_has_every_request_and_fold(served: Any) -> None:
     assert absorbed and all(p["removed_tokens"] > 0 and p["saving_per_request"] > 0 for p in absorbed)
     assert detail["markers_now"] and all(MARKER_HEADING in m["text"] for m in detail["markers_now"])
     assert detail["messages"]["absorbed"] > 0
-    hits = httpx.get(f"{proxy.base_url}/ui/api/search", params={"id": session, "q": "needle0"}).json()["hits"]
+    hits = local_http.get(f"{proxy.base_url}/ui/api/search", params={"id": session, "q": "needle0"}).json()["hits"]
     [hit] = hits
-    original = httpx.get(f"{proxy.base_url}/ui/api/original", params={"id": session, "row": hit["row"]}).json()
+    original = local_http.get(f"{proxy.base_url}/ui/api/original", params={"id": session, "row": hit["row"]}).json()
     assert "needle0 line 0-0 line 0-1" in original["text"] and original["state"] == "absorbed"
     assert SECRET not in original["text"] and "OPENAI_API_KEY=[REDACTED]" in original["text"]
-    [found] = httpx.get(f"{proxy.base_url}/ui/api/search", params={"id": session, "q": "OPENAI_API_KEY"}).json()["hits"]
+    [found] = local_http.get(f"{proxy.base_url}/ui/api/search", params={"id": session, "q": "OPENAI_API_KEY"}).json()[
+        "hits"
+    ]
     assert found["row"] == hit["row"] and SECRET not in found["snippet"]
-    page = httpx.get(f"{proxy.base_url}/ui/{quote(session, safe='')}", params={"q": "needle0", "open": hit["row"]})
+    page = local_http.get(f"{proxy.base_url}/ui/{quote(session, safe='')}", params={"q": "needle0", "open": hit["row"]})
     assert SECRET not in page.text and "[REDACTED]" in page.text
 
 
 def test_the_page_draws_one_point_per_request_and_expands_a_hit(served: Any) -> None:
     proxy, session, requests, _ = served
-    listing = httpx.get(f"{proxy.base_url}/ui")
+    listing = local_http.get(f"{proxy.base_url}/ui")
     assert listing.status_code == 200 and f'href="/ui/{quote(session, safe="")}"' in listing.text
-    page = httpx.get(f"{proxy.base_url}/ui/{quote(session, safe='')}", params={"q": "needle0"})
+    page = local_http.get(f"{proxy.base_url}/ui/{quote(session, safe='')}", params={"q": "needle0"})
     assert page.status_code == 200
     elements = parsed(page.text).elements
     points = [a for tag, a in elements if tag == "circle" and "pt" in (a.get("class") or "").split()]
@@ -96,7 +99,7 @@ def test_the_page_draws_one_point_per_request_and_expands_a_hit(served: Any) -> 
     assert sum(1 for a in points if "fold" in (a.get("class") or "")) >= 1
     assert '<pre class="marker">' in page.text
     [hit] = [a for tag, a in elements if tag == "details"]
-    opened = httpx.get(
+    opened = local_http.get(
         f"{proxy.base_url}/ui/{quote(session, safe='')}", params={"q": "needle0", "open": hit["data-row"]}
     )
     assert '<details class="hit"' in opened.text and " open>" in opened.text
@@ -105,13 +108,13 @@ def test_the_page_draws_one_point_per_request_and_expands_a_hit(served: Any) -> 
 
 def test_hostile_text_renders_as_text_under_a_strict_policy(served: Any) -> None:
     proxy, session, _, _ = served
-    page = httpx.get(f"{proxy.base_url}/ui/{quote(session, safe='')}", params={"q": "alert"})
+    page = local_http.get(f"{proxy.base_url}/ui/{quote(session, safe='')}", params={"q": "alert"})
     policy = page.headers["content-security-policy"]
     assert "default-src 'none'" in policy and "unsafe-inline" not in policy
     assert re.search(r"script-src 'nonce-[\w-]+'", policy)
-    hits = httpx.get(f"{proxy.base_url}/ui/api/search", params={"id": session, "q": "alert"}).json()["hits"]
+    hits = local_http.get(f"{proxy.base_url}/ui/api/search", params={"id": session, "q": "alert"}).json()["hits"]
     [hit] = hits
-    opened = httpx.get(f"{proxy.base_url}/ui/{quote(session, safe='')}", params={"q": "alert", "open": hit["row"]})
+    opened = local_http.get(f"{proxy.base_url}/ui/{quote(session, safe='')}", params={"q": "alert", "open": hit["row"]})
     doc = parsed(opened.text)
     scripts = [a for tag, a in doc.elements if tag == "script"]
     assert len(scripts) == 1 and scripts[0]["nonce"], "only the page's own script, under its nonce"
@@ -124,9 +127,9 @@ def test_hostile_text_renders_as_text_under_a_strict_policy(served: Any) -> None
 
 def test_an_unknown_conversation_is_a_404(served: Any) -> None:
     proxy, _, _, _ = served
-    assert httpx.get(f"{proxy.base_url}/ui/no-such-conversation").status_code == 404
-    assert httpx.get(f"{proxy.base_url}/ui/api/conversation", params={"id": "nope"}).status_code == 404
-    assert httpx.get(f"{proxy.base_url}/ui/api/original", params={"id": "nope", "row": "x"}).status_code == 404
+    assert local_http.get(f"{proxy.base_url}/ui/no-such-conversation").status_code == 404
+    assert local_http.get(f"{proxy.base_url}/ui/api/conversation", params={"id": "nope"}).status_code == 404
+    assert local_http.get(f"{proxy.base_url}/ui/api/original", params={"id": "nope", "row": "x"}).status_code == 404
 
 
 def test_with_a_proxy_key_the_page_and_its_json_refuse_a_request_without_it(
@@ -136,11 +139,11 @@ def test_with_a_proxy_key_the_page_and_its_json_refuse_a_request_without_it(
         session, _ = drive(proxy, {"x-microcompact-key": KEY})
         page = f"/ui/{quote(session, safe='')}"
         for path in ("/ui", page, "/ui/api/conversations", f"/ui/api/conversation?id={quote(session)}"):
-            refused = httpx.get(proxy.base_url + path)
+            refused = local_http.get(proxy.base_url + path)
             assert refused.status_code == 401 and session not in refused.text, path
-            assert httpx.get(proxy.base_url + path, headers={"x-microcompact-key": "wrong"}).status_code == 401
-            assert httpx.get(proxy.base_url + path, headers={"x-microcompact-key": KEY}).status_code == 200
-        assert httpx.get(f"{proxy.base_url}{page}?key=wrong").status_code == 401
+            assert local_http.get(proxy.base_url + path, headers={"x-microcompact-key": "wrong"}).status_code == 401
+            assert local_http.get(proxy.base_url + path, headers={"x-microcompact-key": KEY}).status_code == 200
+        assert local_http.get(f"{proxy.base_url}{page}?key=wrong").status_code == 401
         with httpx.Client(base_url=proxy.base_url) as browser:
             login = browser.get(f"{page}?key={KEY}&q=needle0")
             assert login.status_code == 303 and login.headers["location"] == f"{page}?q=needle0"
@@ -153,38 +156,38 @@ def test_with_a_proxy_key_the_page_and_its_json_refuse_a_request_without_it(
 
 def test_the_page_polls_its_json_whose_signature_moves_with_the_conversation(served: Any) -> None:
     proxy, session, requests, history = served
-    page = httpx.get(f"{proxy.base_url}/ui/{quote(session, safe='')}")
+    page = local_http.get(f"{proxy.base_url}/ui/{quote(session, safe='')}")
     [body] = [a for tag, a in parsed(page.text).elements if tag == "body"]
     assert body["data-poll"] == f"/ui/api/conversation?id={quote(session, safe='')}"
-    before = httpx.get(proxy.base_url + body["data-poll"]).json()["signature"]
+    before = local_http.get(proxy.base_url + body["data-poll"]).json()["signature"]
     assert before[0] == requests and body["data-sig"] == json.dumps(before, separators=(",", ":"))
     again, _ = drive(proxy, history=history)
     assert again == session
-    after = httpx.get(proxy.base_url + body["data-poll"]).json()["signature"]
+    after = local_http.get(proxy.base_url + body["data-poll"]).json()["signature"]
     assert after[0] == 2 * requests and after != before
 
 
 def test_each_marker_links_to_the_originals_it_absorbed(served: Any) -> None:
     proxy, session, _, _ = served
     base = f"{proxy.base_url}/ui/{quote(session, safe='')}"
-    detail = httpx.get(f"{proxy.base_url}/ui/api/conversation", params={"id": session}).json()
+    detail = local_http.get(f"{proxy.base_url}/ui/api/conversation", params={"id": session}).json()
     row = next(r for m in detail["markers"] for r in m["absorbed_rows"])
-    page = httpx.get(base).text
+    page = local_http.get(base).text
     assert f'href="/ui/{quote(session, safe="")}?open={row}"' in page
-    opened = parsed(httpx.get(base, params={"open": row}).text)
+    opened = parsed(local_http.get(base, params={"open": row}).text)
     [shown] = [a for tag, a in opened.elements if tag == "details" and a.get("data-row") == str(row)]
     assert "open" in shown
-    original = httpx.get(f"{proxy.base_url}/ui/api/original", params={"id": session, "row": row}).json()
+    original = local_http.get(f"{proxy.base_url}/ui/api/original", params={"id": session, "row": row}).json()
     assert original["text"][:200] in "".join(opened.text)
 
 
 def test_a_hostile_conversation_id_is_a_plain_404(upstream: ScriptedUpstream, tmp_path: Path) -> None:
     with ProxyServer(upstream.base_url, tmp_path / "s.db") as proxy:
         for path in ("/ui/%3Cscript%3Ealert(1)%3C%2Fscript%3E", "/ui/%FF%FE", "/ui/%ED%A0%80", "/ui/a%00b"):
-            answer = httpx.get(proxy.base_url + path)
+            answer = local_http.get(proxy.base_url + path)
             assert answer.status_code == (400 if "%00" in path else 404), path  # NUL: refused before the app
             assert "<script>alert" not in answer.text and "\x00" not in answer.text
         for query in ("id=%FF&row=1", "id=x&row=99999999999999999999", "id=x&row=-1"):
-            assert httpx.get(f"{proxy.base_url}/ui/api/original?{query}").status_code == 404, query
-        assert httpx.get(f"{proxy.base_url}/ui/api/search?id=x&q=%00%FF").json()["hits"] == []
-        assert httpx.get(f"{proxy.base_url}/ui/api/nothing-here").status_code == 404
+            assert local_http.get(f"{proxy.base_url}/ui/api/original?{query}").status_code == 404, query
+        assert local_http.get(f"{proxy.base_url}/ui/api/search?id=x&q=%00%FF").json()["hits"] == []
+        assert local_http.get(f"{proxy.base_url}/ui/api/nothing-here").status_code == 404

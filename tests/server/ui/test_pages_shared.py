@@ -7,9 +7,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
-import httpx
 import pytest
 
+from support import local_http
 from support.proxy_server import ProxyServer
 from support.stores import FreshPgDatabase
 from support.ui_pages import drive
@@ -34,8 +34,8 @@ def test_another_serve_on_the_same_postgres_shows_the_same_page(
         ProxyServer(upstream.base_url, pg_database, context_limit=16_000, salt_file=salt) as reader,
     ):
         session, requests = drive(writer)
-        mine = httpx.get(f"{writer.base_url}/ui/api/conversation", params={"id": session}).json()
-        theirs = httpx.get(f"{reader.base_url}/ui/api/conversation", params={"id": session}).json()
+        mine = local_http.get(f"{writer.base_url}/ui/api/conversation", params={"id": session}).json()
+        theirs = local_http.get(f"{reader.base_url}/ui/api/conversation", params={"id": session}).json()
         assert theirs == mine and theirs["requests"] == requests and theirs["folds"] >= 1
-        page = httpx.get(f"{reader.base_url}/ui/{quote(session, safe='')}").text
+        page = local_http.get(f"{reader.base_url}/ui/{quote(session, safe='')}").text
         assert page.count('<circle class="pt') == requests
