@@ -99,12 +99,19 @@ def _short_identifiers(text: str) -> frozenset[str]:
 
 def _read_identifiers(text: str) -> set[str]:
     found: set[str] = set()
-    for match in _TOKEN.finditer(text):
-        token = match.group().rstrip(_TRIM)
-        for candidate in _candidates(token):
-            if is_identifier(candidate):
-                found.add(candidate)
+    for token in set(_TOKEN.findall(text)):
+        found.update(_token_identifiers(token))
     return found
+
+
+# The same tokens come back in every output an agent reads (words, names, paths): each is judged once.
+TOKENS = 1 << 16
+
+
+@lru_cache(maxsize=TOKENS)
+def _token_identifiers(token: str) -> tuple[str, ...]:
+    """The identifiers one untrimmed token holds (see the module docstring)."""
+    return tuple(candidate for candidate in _candidates(token.rstrip(_TRIM)) if is_identifier(candidate))
 
 
 def argument_values(arguments: Any) -> Iterator[str]:
