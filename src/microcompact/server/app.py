@@ -15,8 +15,8 @@ Routes (:mod:`.routes` holds the table; each path is matched to exactly one API,
   passed through to that provider's upstream, with only that provider's credential headers;
 - any other path: 404, forwarded nowhere; a request that came back to this proxy (:mod:`.hops`): 508.
 
-Every answer carries ``X-Microcompact-Mode``: ``compacted`` (its compacted view forwarded), ``passthrough;
-reason=...`` (forwarded as it came, or refused, and why) or ``audit`` (``serve --audit``: :mod:`.audit`).
+Every answer carries ``X-Microcompact-Mode`` (:mod:`.mode_headers`): ``compacted``, ``passthrough;
+reason=...`` or ``audit`` (``serve --audit``: :mod:`.audit`). A request goes up through :mod:`.upstream_send`.
 
 The event loop only forwards and copies bytes; parsing a compacted route's body and the engine work run on
 a worker thread, in one hand-off per request.
@@ -31,8 +31,6 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
-from typing import Any
 
 import anyio.to_thread
 import httpx
@@ -44,7 +42,6 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route as Path
 
 from ..bill.cache_usage import UsageReport
-from ..bill.cost_line import figure_pct
 from ..bill.proxy_bills import Through
 from ..bill.session_bill import full_ratio
 from ..router import SessionRouter
@@ -59,9 +56,11 @@ from .gemini_format import GeminiFormat
 from .hops import Hops
 from .limits import BodyLimit, parse_json
 from .metrics import Metrics
+from .mode_headers import MODE_HEADER, ModeHeaders, mode
 from .openai_format import OpenAIFormat
-from .provider import Provider, dumps, stripped
+from .provider import Provider, dumps
 from .request_line import request_line
+from .request_step import Aside, RequestSteps, parse
 from .responses_format import ResponsesFormat
 from .routes import (
     CHAT,
@@ -78,8 +77,9 @@ from .routes import (
 )
 from .session_key import SessionKeys, load_salt
 from .settings import ProxySettings, upstream_url
-from .thinking import ThinkingGuard, ThinkingPlan, is_binding_refusal
+from .thinking import ThinkingGuard, ThinkingPlan
 from .ui import ConversationPages
+from .upstream_send import UpstreamSender
 from .upstream_summary import remember as remember_for_summary
 from .usage_tap import UsageTap
 from .view import unchanged
@@ -87,15 +87,10 @@ from .view import unchanged
 log = logging.getLogger("microcompact")
 
 Endpoint = Callable[[Request], Awaitable[Response]]
-Plan = ThinkingPlan | None  # None: audited, the client's bytes go up (server/audit.py)
 OPENAI = OpenAIFormat()
 ANTHROPIC = AnthropicFormat()
 RESPONSES_API = ResponsesFormat()
 GEMINI = GeminiFormat()
-MODE_HEADER = "x-microcompact-mode"
-# Degraded reasons under which the client's messages went up as they came (the others still compacted).
-UNCOMPACTED = frozenset({"store-unavailable", "engine-error", "view-invalid"})
-MAX_LOGGED_PASSTHROUGHS = 10_000  # conversations whose passthrough was logged, remembered to log it once
 PROXY_KEY_HEADER = "x-microcompact-key"
 
 
@@ -106,11 +101,6 @@ def route_of(request: Request) -> Route:
         route = match(request.method, request.url.path, request.headers, request.url.query)
         request.state.route = route
     return route
-
-
-def mode(reason: str | None) -> str:
-    """The X-Microcompact-Mode value: ``compacted``, or ``passthrough; reason=REASON``."""
-    return "compacted" if reason is None else f"passthrough; reason={reason}"
 
 
 class Proxy:
@@ -129,10 +119,11 @@ class Proxy:
         self.thinking = ThinkingGuard(router.config.thinking, self.metrics)
         self.hops = Hops()
         self.keys = SessionKeys(None if settings.share_sessions_across_keys else load_salt(settings.salt_file))
-        self.client: httpx.AsyncClient | None = None
+        self.upstream = UpstreamSender(settings.limits)
+        self.modes = ModeHeaders(self.metrics, self.compaction)
+        self.steps = RequestSteps(self.compaction, self.thinking, self.keys)
         self._follow_ups: set[asyncio.Task[None]] = set()
         self.collector = CollectionPacing()  # full garbage collections between requests
-        self._logged_passthroughs: dict[tuple[str, str], None] = {}  # insertion-ordered, bounded
 
     # ------------------------------------------------------------------ app
 
@@ -152,18 +143,14 @@ class Proxy:
 
     @asynccontextmanager
     async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        # trust_env: HTTPS_PROXY / NO_PROXY / SSL_CERT_FILE apply to the upstream, as they do for the agent itself
-        limits = self.settings.limits
-        self.client = httpx.AsyncClient(
-            timeout=limits.upstream_timeout(), limits=limits.upstream_pool(), trust_env=True
-        )
+        self.upstream.open()
         self.collector.start()
         try:
             yield
         finally:
             if self._follow_ups:
                 await asyncio.gather(*self._follow_ups, return_exceptions=True)
-            await self.client.aclose()
+            await self.upstream.close()
             self.collector.stop()
 
     def _guarded(self, endpoint: Endpoint) -> Endpoint:
@@ -228,8 +215,8 @@ class Proxy:
             return refused
         raw = await request.body()
         try:
-            body, history = _parse(ANTHROPIC, raw)
-            key = self._key(request, ANTHROPIC, body)
+            body, history = parse(ANTHROPIC, raw)
+            key = self.steps.key(request, ANTHROPIC, body)
         except BadRequest as exc:
             return self._answer(ANTHROPIC.name, 400, str(exc))
         messages = await anyio.to_thread.run_sync(self.compaction.view_for_count, ANTHROPIC, body, key, history)
@@ -248,7 +235,7 @@ class Proxy:
         refused = self._refused(request, api)
         if refused is not None:
             return refused
-        headers = self._passthrough(api, "endpoint", f"{request.method} {request.url.path}")
+        headers = self.modes.passthrough(api, "endpoint", f"{request.method} {request.url.path}")
         return await self._forward(request, _PROVIDERS[api], await request.body(), started, None, headers)
 
     async def gemini(self, request: Request) -> Response:
@@ -272,7 +259,7 @@ class Proxy:
             inner = outer.get("generateContentRequest") if isinstance(outer, dict) else None
             body = inner if isinstance(inner, dict) and "contents" in inner else outer
             history = GEMINI.history(body)
-            key = self._key(request, GEMINI, body)
+            key = self.steps.key(request, GEMINI, body)
         except BadRequest as exc:
             return self._answer(GEMINI.name, 400, str(exc))
         messages = await anyio.to_thread.run_sync(self.compaction.view_for_count, GEMINI, body, key, history)
@@ -286,7 +273,7 @@ class Proxy:
 
     async def unknown_route(self, request: Request) -> Response:
         """A path of no known API: refused, so it (and its credentials) reach no upstream."""
-        headers = self._passthrough("none", "unknown_route", f"{request.method} {request.url.path}")
+        headers = self.modes.passthrough("none", "unknown_route", f"{request.method} {request.url.path}")
         message = (
             f"microcompact: no route for {request.method} {request.url.path}; this proxy serves OpenAI "
             "(/v1/chat/completions, /v1/responses, ...), Anthropic (/v1/messages, ...) and Gemini "
@@ -308,91 +295,21 @@ class Proxy:
             return refused
         raw = await request.body()
         try:
-            step = await anyio.to_thread.run_sync(self._engine_step, request, provider, raw)
+            step = await anyio.to_thread.run_sync(self.steps.step, request, provider, raw)
         except BadRequest as exc:
             return self._answer(provider.name, 400, str(exc))
-        if isinstance(step, _Aside):
-            headers = {**step.headers, **self._passthrough(provider.name, step.reason, step.hint)}
+        if isinstance(step, Aside):
+            headers = {**step.headers, **self.modes.passthrough(provider.name, step.reason, step.hint)}
             return await self._forward(request, provider, raw, started, None, headers)
         prepared, plan = step
         if plan is None:  # serve --audit: the client's bytes go up; the headers say what rewriting would do
             headers = self.compaction.audit.headers(provider.name, prepared, self.compaction.bills)
             return await self._forward(request, provider, raw, started, prepared, headers)
         content = plan.first.content
-        headers = self._report(prepared)
-        headers.update(self._mode_of(provider, prepared))
+        headers = self.modes.report(prepared)
+        headers.update(self.modes.of_compacted_route(provider.name, prepared, self.router.config.compression.enabled))
         ratio = full_ratio(len(raw), len(content))
         return await self._forward(request, provider, content, started, prepared, headers, plan, ratio)
-
-    def _engine_step(self, request: Request, provider: Provider, raw: bytes) -> _Aside | tuple[Prepared, Plan]:
-        """On a worker thread, in one hand-off (each hand-off waits for a thread to be scheduled, which on a
-        loaded machine is a slice of the scheduler's): parse the body (tens of ms of interpreter time for a
-        150K-token one, which on the loop would hold every other connection's bytes), then either why it
-        goes up as it came, or the engine's step and the thinking plan (None: audited). Raises BadRequest."""
-        body, history = _parse(provider, raw)
-        aside = self.thinking.aside(provider, body)
-        if aside is not None:  # the provider compacts this conversation itself
-            return _Aside("provider_compaction", _conversation_hint(request, body), aside)
-        reason = provider.passthrough_reason(body)
-        if reason is not None:
-            return _Aside(reason, _conversation_hint(request, body))
-        target = model_method(request.url.path) if provider is GEMINI else None  # Gemini's model is in the path
-        key = self._key(request, provider, body)
-        prepared = self.compaction.prepare(provider, body, key, history, target[0] if target else None)
-        prepared.client = request.headers.get("user-agent")  # the conversation page names the client
-        prepared.streamed = body.get("stream") is True or (target is not None and target[1].startswith("stream"))
-        prepared.audit = self.compaction.audit.step(provider, body, history, raw, prepared)
-        if prepared.audit is not None:
-            return prepared, None
-        plan = self.thinking.plan(provider, prepared.key, body, history, prepared.messages, raw, provider.body)
-        return prepared, plan
-
-    def _mode_of(self, provider: Provider, prepared: Prepared) -> dict[str, str]:
-        """The mode header of a compacted route's request: passthrough when nothing could be compacted."""
-        reason = None
-        if prepared.degraded in UNCOMPACTED:
-            reason = prepared.degraded
-        elif prepared.session is None:
-            reason = "empty"
-        elif not self.router.config.compression.enabled:
-            reason = "disabled"
-        if reason is not None:
-            return self._passthrough(provider.name, reason, prepared.key)
-        self.metrics.mode(provider.name, "compacted", "")
-        return {MODE_HEADER: mode(None)}
-
-    def _passthrough(self, api: str, reason: str, conversation: str) -> dict[str, str]:
-        """The mode header of a request passed through (or refused) for ``reason``; counts it, and logs it
-        once per conversation (or route) and reason."""
-        self.metrics.mode(api, "passthrough", reason)
-        seen = (reason, conversation)
-        if seen not in self._logged_passthroughs:
-            if len(self._logged_passthroughs) >= MAX_LOGGED_PASSTHROUGHS:
-                self._logged_passthroughs.pop(next(iter(self._logged_passthroughs)))
-            self._logged_passthroughs[seen] = None
-            if reason == "unknown_route":
-                log.warning("Proxy: refused %s, forwarded nowhere (%s)", conversation, reason)
-            elif reason != "endpoint":
-                log.warning("Proxy: passing %s through uncompacted (%s)", conversation or f"an {api} request", reason)
-        return {MODE_HEADER: mode(reason)}
-
-    def _report(self, prepared: Prepared) -> dict[str, str]:
-        """The X-Microcompact-* response headers as known before the upstream answers: this request's
-        occupancy and prices, the conversation's totals through its previous request (a response read
-        whole before it goes out gets them through itself: :meth:`_forward`)."""
-        headers: dict[str, str] = {}
-        if prepared.session is not None:
-            headers["x-microcompact-session"] = prepared.session.session_id
-            occupancy = figure_pct(prepared.occupancy_pct)
-            if occupancy is not None:
-                headers["x-microcompact-occupancy"] = f"{occupancy:.1f}"
-            headers["x-microcompact-pricing"] = self.compaction.pricing(prepared)[1]
-            headers.update(self.compaction.bills.headers(prepared.session.session_id, Through.PREVIOUS))
-        if prepared.degraded:
-            headers["x-microcompact-degraded"] = prepared.degraded
-            self.metrics.degrade(prepared.degraded)
-        self.metrics.passes_done(prepared.outcomes)
-        return headers
 
     # ------------------------------------------------------------------ forwarding
 
@@ -409,7 +326,6 @@ class Proxy:
     ) -> Response:
         """``full_ratio``: the client's request over the forwarded one, in bytes (what the bill scales the
         reported prompt by for the uncompacted counterfactual)."""
-        assert self.client is not None, "the app's lifespan did not run"
         route = route_of(request)
         url = upstream_url(self.settings, route, request.url.query)
         sent = self.hops.forwarded(request.headers, upstream_headers(request.headers.items(), route.api))
@@ -418,7 +334,9 @@ class Proxy:
         )
         self.metrics.proxy_overhead(time.perf_counter() - started)
         try:
-            answer = await unless_client_leaves(request.receive, lambda: self._send(outgoing, sent, headers, plan))
+            answer = await unless_client_leaves(
+                request.receive, lambda: self.upstream.send(outgoing, sent, headers, plan)
+            )
         except httpx.HTTPError as exc:
             if prepared is not None:
                 self._follow_up(prepared, None)
@@ -455,44 +373,6 @@ class Proxy:
         )
         return Passthrough(response, tap, headers, done, hold=hold)
 
-    async def _send(
-        self, outgoing: httpx.Request, sent: list[tuple[str, str]], headers: dict[str, str], plan: ThinkingPlan | None
-    ) -> httpx.Response:
-        """The upstream's answer to ``outgoing`` (and to the plan's retries); cancelled, it leaves no
-        upstream response open."""
-        assert self.client is not None
-        response = await self.client.send(outgoing, stream=True)
-        if plan is not None:
-            try:
-                response = await self._refusal_fixed(plan, outgoing, sent, response)
-            except BaseException:
-                with anyio.CancelScope(shield=True):
-                    await response.aclose()
-                raise
-            headers.update(plan.headers)
-        return response
-
-    async def _refusal_fixed(
-        self, plan: ThinkingPlan, first: httpx.Request, sent: list[tuple[str, str]], response: httpx.Response
-    ) -> httpx.Response:
-        """``response``, or when it refuses a thinking block the proxy's fold left, the answer to the plan's
-        retries (the refusal arrives before any byte went to the client). Any other answer goes on as is."""
-        assert self.client is not None
-        retries = plan.retries()
-        while response.status_code == 400:
-            try:
-                refusal = await response.aread()
-            finally:
-                with anyio.CancelScope(shield=True):
-                    await response.aclose()
-            attempt = next(retries, None) if is_binding_refusal(response.status_code, refusal) else None
-            if attempt is None:
-                return httpx.Response(400, headers=response.headers, stream=httpx.ByteStream(refusal))
-            retry = httpx.Request(first.method, first.url, headers=plan.upstream_headers(sent), content=attempt.content)
-            response = await self.client.send(retry, stream=True)
-        plan.answered(response.status_code)
-        return response
-
     def _follow_up(
         self, prepared: Prepared, prompt_tokens: int | None, usage: UsageReport | None = None, full_ratio: float = 1.0
     ) -> None:
@@ -508,12 +388,6 @@ class Proxy:
         self.collector.between_requests()
 
     # ------------------------------------------------------------------ helpers
-
-    def _key(self, request: Request, provider: Provider, body: dict[str, Any]) -> str:
-        """The request's conversation key: the same for every route of one conversation (its credential
-        fingerprint included), so a count and the thinking guard see the conversation its requests built."""
-        material = stripped(provider.key_material(body))
-        return self.keys.key(provider.name, request.headers, request.url.query, material)
 
     def _refused(self, request: Request, api: str) -> Response | None:
         expected = self.settings.api_key
@@ -542,32 +416,6 @@ class Proxy:
 
 FORMATS: dict[WireApi, Provider] = {p.wire: p for p in (OPENAI, RESPONSES_API, ANTHROPIC, GEMINI)}
 _PROVIDERS: dict[Upstream, Provider] = {p.name: p for p in (OPENAI, ANTHROPIC, GEMINI)}  # forwards, by upstream
-
-
-@dataclass(frozen=True)
-class _Aside:
-    """A compacted route's request that goes up as it came: why (the mode header's reason), the name of its
-    conversation for the log, and headers of its own."""
-
-    reason: str
-    hint: str
-    headers: dict[str, str] = field(default_factory=dict)
-
-
-def _parse(provider: Provider, raw: bytes) -> tuple[dict[str, Any], list[Any]]:
-    """The body and its messages (a BadRequest when it is not JSON or nests too deeply: server/limits.py)."""
-    body = parse_json(raw)
-    return body, provider.history(body)
-
-
-def _conversation_hint(request: Request, body: dict[str, Any]) -> str:
-    """What names a passed-through conversation in the log (its history is not here to digest): the
-    client's session header (Codex sends ``session-id``), else its prompt cache key, else nothing."""
-    for name in ("x-microcompact-session", "x-claude-code-session-id", "session-id"):
-        if request.headers.get(name):
-            return f"conversation {request.headers[name][:200]}"
-    cache_key = body.get("prompt_cache_key")
-    return f"conversation {cache_key[:200]}" if isinstance(cache_key, str) and cache_key else ""
 
 
 def _origin(url: str) -> str:
