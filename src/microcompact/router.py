@@ -38,7 +38,7 @@ from .messages import Message
 from .session import Convert, HistorySync, Session
 from .session.store_writer import SessionExists
 from .store import StoreLocked
-from .summarizers import Summarizer
+from .summarizers import Summarizer, summarizer_for
 
 if TYPE_CHECKING:
     from .store import SessionStore
@@ -129,6 +129,18 @@ class SessionRouter:
             return self._conversation(key).sessions.get(session_id)
 
     # ------------------------------------------------------------------ sessions
+
+    def warm(self) -> None:
+        """Make once, now, what every session this router opens makes for itself at its conversation's first
+        request: its summarizer (a model summarizer's SDK imported and its client made, most of a second the
+        first time), so that no request waits for it. A summarizer the config cannot make is left for the
+        sessions to report, as they did."""
+        if self.summarizer is not None or self._new_session != self._default_session:
+            return  # the caller's summarizer, or the caller's factory: nothing of ours to make
+        try:
+            summarizer_for(self.config)
+        except Exception as exc:
+            log.warning("Router: the summarizer was not prepared ahead (%s: %s)", type(exc).__name__, exc)
 
     def _default_session(self, session_id: str, config: Config | None = None) -> Session:
         if self.store is not None:

@@ -149,7 +149,8 @@ class Compaction:
         store = router.store  # the bills' totals count the cost lines it holds, whoever answered them
         self.bills = ProxyBills(RequestFigures(store) if isinstance(store, _SQLStore) else None)
         self._prices: dict[tuple[int, str | None, str | None], tuple[Config, CachePricing | None, str]] = {}
-        self.windows = ModelWindows(router.config)
+        self.windows = ModelWindows(router.config)  # the tokenizer, loaded now
+        router.warm()  # and the summarizer's SDK and client: a conversation's first request waits for neither
         self.fixed_blocks = FixedBlocks()
         self.prefixes = PrefixDigests()  # each key's last history, hashed: a continuation digests its new part
         self.recall_notes = RecallNotes()  # markers name the recall tools when a request lists them

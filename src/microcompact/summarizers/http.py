@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -56,6 +57,32 @@ FactsHook = Callable[[str | None, Sequence[Message]], str]
 _Build = Callable[[list[Message], str], str]
 
 
+MAX_SHARED_CLIENTS = 64  # endpoints (URL, key, timeout) whose SDK client is kept for the next summarizer
+_clients: dict[tuple[str, str | None, float], Any] = {}
+_clients_lock = threading.Lock()
+
+
+def shared_client(key: str, base_url: str | None, timeout: float) -> Any:
+    """The SDK client for one endpoint, key and timeout, made once per process and shared by every summarizer
+    that calls it (the SDK client is thread-safe). A proxy opens a session, and so a summarizer, at each
+    conversation's first request: making a client loads the TLS certificates (tens of ms), and the first one
+    imports the SDK (most of a second), which that request would wait for. One client is also one
+    connection pool for every session. The SDK is imported here, so the offline extractive path never pays
+    for it."""
+    import openai
+
+    url = base_url or os.environ.get("OPENAI_BASE_URL")  # what the SDK itself would take
+    with _clients_lock:
+        client = _clients.get((key, url, timeout))
+        if client is None:
+            if len(_clients) >= MAX_SHARED_CLIENTS:
+                _clients.pop(next(iter(_clients)))  # dropped, not closed: a summarizer may still use it
+            client = _clients[(key, url, timeout)] = openai.OpenAI(
+                api_key=key, base_url=url, timeout=timeout, max_retries=0
+            )
+        return client
+
+
 class OpenAISummarizer:
     """Summaries from a model behind any OpenAI-compatible chat-completions endpoint.
 
@@ -80,8 +107,6 @@ class OpenAISummarizer:
         count_text: CountText | None = None,
         prose_words: int = PROSE_WORDS,
     ) -> None:
-        import openai  # imported here so the offline extractive path never pays for the SDK
-
         self.name = model
         self.model = model
         self.api_key_env = api_key_env
@@ -94,7 +119,7 @@ class OpenAISummarizer:
         self.rejections = 0  # answers rejected by the checks (first attempts and retries)
         key = os.environ.get(api_key_env)
         self._key_missing = not key
-        self._client = openai.OpenAI(api_key=key or _PLACEHOLDER_KEY, base_url=base_url, timeout=timeout, max_retries=0)
+        self._client = shared_client(key or _PLACEHOLDER_KEY, base_url, timeout)
 
     # ------------------------------------------------------------------ the protocol
 
