@@ -49,6 +49,10 @@ def test_a_tail_of_user_messages_keeps_the_iteration_they_answer():
     assert tail_start(msgs, toks, budget=0, min_messages=1, floor=1) == 4
     assert tail_start([*msgs, U], [*toks, 10], budget=0, min_messages=1, floor=1) == 4
     assert tail_start(msgs, toks, budget=0, min_messages=1, floor=5) == 5, "never below the floor's cut"
+    # Claude Code's notification beside a result arrives as a system message: the same.
+    notice = {"role": "system", "content": "[SYSTEM NOTIFICATION] a background task finished"}
+    assert tail_start([*msgs[:-1], notice], toks, budget=0, min_messages=1, floor=1) == 4
+    assert tail_start([*msgs, notice], [*toks, 10], budget=0, min_messages=1, floor=1) == 4
     # After a plain answer, or with an assistant message in the tail, nothing changes.
     assert tail_start([S, U, A("x"), T("x"), A(), U], [10] * 6, budget=0, min_messages=1, floor=1) == 5
     assert tail_start([*msgs, A()], [*toks, 10], budget=10, min_messages=1, floor=1) == 7
