@@ -17,9 +17,11 @@ prefix caching (``cached_tokens``), priced at 0.1x with the rest at 1x, or at 1.
 
 Tasks (Claude Code 2.1.x from npm, ``claude -p``; the upstream counts its steps itself, since a compacting
 proxy shortens the history): ``24k``, 50 Bash steps of ~24 KB outputs; ``8k``, 150 steps of ~8 KB. Rows:
-direct, ``serve`` with its defaults (background passes), inline passes, and a scripted model summarizer
-of 2 s per call with model answers of 1 s. The ``-idle`` tasks are the same steps in three user turns
-(``claude -p`` then ``--continue``) with idle gaps longer than the cache's life between them: the TTL is
+direct, ``serve`` with its defaults (inline passes with the extractive summarizer; ``--config`` setting
+``micro_compact_background: true`` gives the background ones), inline passes set explicitly, and a scripted
+model summarizer of 2 s per call (serve's default for it: background passes) with model answers of 1 s. The
+``-idle`` tasks are the same steps in three user turns (``claude -p`` then ``--continue``) with idle gaps
+longer than the cache's life between them: the TTL is
 scaled to 15 s (upstream and proxy) and the gaps are 20 s, so a cold cache costs what it would after 5
 minutes without the bench waiting for them. The SDK loop: 48 tool steps of ~24 KB through the openai SDK
 (no window refusal: a 400K-window model).

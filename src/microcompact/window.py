@@ -138,7 +138,8 @@ def tail_start(
     """Index of the first message of the protected tail.
 
     Walks back from the end while the token budget lasts, always keeping at least ``min_messages`` and never
-    starting the tail on a tool result (the call that produced it comes along). ``floor`` (the head's end) is
+    starting the tail on a tool result (the call that produced it comes along), nor on what the client said
+    right after one (user or system messages: the iteration they answer comes along). ``floor`` (the head's end) is
     the lowest index the tail may reach. The last user message is never absorbed by any pass, so it needs no
     positional protection here: a long turn's early iterations can leave the tail while its user message stays.
     An empty tail (``min_messages=0``: a fold computed ahead) still keeps a tool call at the end whose results
@@ -154,10 +155,31 @@ def tail_start(
         spent += cost
         start -= 1
     start = TOOL_PAIRING.backward(messages, start, floor)
+    said = _said_from(messages, start, floor)
+    if floor < said < n and messages[said - 1].get("role") == "tool":
+        # The newest message holds tool results and text (Anthropic's tool_result blocks beside a reminder or a
+        # notification, split into tool and user or system messages): the iteration it answers stays with it,
+        # so it goes out whole.
+        start = TOOL_PAIRING.backward(messages, said - 1, floor)
     if start == n > floor:
         call = TOOL_PAIRING.backward(messages, n - 1, floor)
         if messages[call].get("role") == "assistant" and iteration_end(messages, call) is None:
             return call
+    return start
+
+
+_CALLS_AND_RESULTS = ("assistant", "tool")  # roles of an iteration; any other is what the client said
+
+
+def _said_from(messages: Sequence[Message], start: int, floor: int) -> int:
+    """Where the run of messages ending the transcript that are neither calls nor results begins (what the client
+    said after the newest iteration: user text, a notification as a system message), when ``messages[start:]``
+    lies in it (above ``floor``); ``len(messages)`` otherwise."""
+    n = len(messages)
+    if start >= n or any(m.get("role") in _CALLS_AND_RESULTS for m in messages[start:]):
+        return n
+    while start > floor and messages[start - 1].get("role") not in _CALLS_AND_RESULTS:
+        start -= 1
     return start
 
 

@@ -41,6 +41,25 @@ def test_tail_budget_min_messages_and_never_starts_on_tool():
     assert tail_start(msgs, toks, budget=10**6, min_messages=1, floor=2) == 2
 
 
+def test_a_tail_of_user_messages_keeps_the_iteration_they_answer():
+    # An Anthropic user message with a tool_result beside a reminder: a tool and a user message here. A tail
+    # of the reminder alone would let a fold absorb the result the client's newest message holds.
+    msgs = [S, U, A("x"), T("x"), A("y"), T("y"), U]
+    toks = [10] * len(msgs)
+    assert tail_start(msgs, toks, budget=0, min_messages=1, floor=1) == 4
+    assert tail_start([*msgs, U], [*toks, 10], budget=0, min_messages=1, floor=1) == 4
+    assert tail_start(msgs, toks, budget=0, min_messages=1, floor=5) == 5, "never below the floor's cut"
+    # Claude Code's notification beside a result arrives as a system message: the same.
+    notice = {"role": "system", "content": "[SYSTEM NOTIFICATION] a background task finished"}
+    assert tail_start([*msgs[:-1], notice], toks, budget=0, min_messages=1, floor=1) == 4
+    assert tail_start([*msgs, notice], [*toks, 10], budget=0, min_messages=1, floor=1) == 4
+    # After a plain answer, or with an assistant message in the tail, nothing changes.
+    assert tail_start([S, U, A("x"), T("x"), A(), U], [10] * 6, budget=0, min_messages=1, floor=1) == 5
+    assert tail_start([*msgs, A()], [*toks, 10], budget=10, min_messages=1, floor=1) == 7
+    # An empty tail (a fold computed ahead) stays empty.
+    assert tail_start(msgs, toks, budget=0, min_messages=0, floor=1) == 7
+
+
 def test_iterations_and_exchanges():
     msgs = [U, A("x"), T("x"), A("y", "z"), T("z"), T("y"), A(), U, A("w")]
     assert iteration_end(msgs, 1) == 3

@@ -100,7 +100,8 @@ def test_a_pass_finished_by_the_follow_up_is_applied_there_not_by_the_next_reque
     pass is due at every request, none held for a later one as the price schedule does.)"""
     store = open_store(tmp_path / "s.db")
     config_file = tmp_path / "cadence.yaml"
-    config_file.write_text("compression:\n  micro_compact_schedule: cadence\n")
+    # Background passes asked for: serve's default with the extractive summarizer is inline.
+    config_file.write_text("compression:\n  micro_compact_schedule: cadence\n  micro_compact_background: true\n")
     router = SessionRouter(proxy_config(config_file, 8192), store=store)
     compaction = Compaction(router, Metrics())
     history: list[dict[str, object]] = [{"role": "user", "content": "Fix the failing tests."}]
@@ -129,9 +130,12 @@ def test_a_pass_finished_by_the_follow_up_is_applied_there_not_by_the_next_reque
 
 def test_a_fold_held_for_later_lands_before_a_threshold_batch_would_prune(tmp_path: Path) -> None:
     """The price schedule holds a fold computed ahead; when the batch threshold is crossed first, that fold
-    is adopted instead (a summary, one switch) and no batch runs while it brings the view under."""
+    is adopted instead (a summary, one switch) and no batch runs while it brings the view under. (Folds are
+    computed ahead only in the background, which serve's default with the extractive summarizer is not.)"""
     store = open_store(tmp_path / "s.db")
-    router = SessionRouter(proxy_config(None, 8192), store=store)
+    config_file = tmp_path / "background.yaml"
+    config_file.write_text("compression:\n  micro_compact_background: true\n")
+    router = SessionRouter(proxy_config(config_file, 8192), store=store)
     compaction = Compaction(router, Metrics())
     history: list[dict[str, object]] = [{"role": "user", "content": "Fix the failing tests."}]
     for k in range(6):

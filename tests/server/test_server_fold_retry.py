@@ -33,7 +33,9 @@ def tool_step(history: list[dict[str, object]], k: int) -> None:
 
 def test_a_retry_after_the_turn_end_follow_up_never_forwards_a_view_ending_in_the_marker(tmp_path: Path) -> None:
     store = open_store(tmp_path / "s.db")
-    router = SessionRouter(proxy_config(None, 200_000), store=store)
+    config_file = tmp_path / "background.yaml"  # folds are computed ahead only in the background
+    config_file.write_text("compression:\n  micro_compact_background: true\n")
+    router = SessionRouter(proxy_config(config_file, 200_000), store=store)
     compaction = Compaction(router, Metrics())
     history: list[dict[str, object]] = [
         {"role": "system", "content": "system " * 16_000},

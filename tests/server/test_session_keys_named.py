@@ -172,9 +172,12 @@ def test_one_named_id_identical_histories_two_conversations(
         for turn in range(1, 5):
             alice = chat(proxy, KEY_A, header, "cc-1", tool_history("SAME", turn))
         assert compacted(forwarded_with(upstream, KEY_A)[-1]), "Alice's conversation holds a summary"
-        opening = tool_history("SAME", 1)  # short of any compaction: a new conversation sends it as it is
+        opening = tool_history("SAME", 1)
+        fresh_id = chat(proxy, KEY_B, header, "fresh", opening)  # what a new conversation of his sends for it
         bob = chat(proxy, KEY_B, header, "cc-1", opening)
-        assert forwarded_with(upstream, KEY_B) == [opening], "nothing of Alice's conversation went up for Bob"
+        fresh, sent = forwarded_with(upstream, KEY_B)
+        assert sent == fresh, "nothing of Alice's conversation went up for Bob"
+        assert "SAME-cmd-2" not in json.dumps(sent), "none of her summaries (her later commands)"
         # Her whole history, byte for byte: sent up as in any conversation of his that made the same
         # requests (it compacts on its own, by its own requests).
         chat(proxy, KEY_B, header, "control", opening)
@@ -186,7 +189,7 @@ def test_one_named_id_identical_histories_two_conversations(
         assert compacted(forwarded_with(upstream, KEY_A)[-1]), "she continued her compacted conversation"
         assert chat(proxy, KEY_B, header, "cc-1", tool_history("SAME", 5)) == bob
         stored = sorted(s["id"] for s in proxy.store.list_sessions())
-    assert bob != alice and stored == sorted([alice, bob, control]), "three conversations, none forked"
+    assert bob != alice and stored == sorted([alice, bob, control, fresh_id]), "four conversations, none forked"
     assert fingerprint_of(alice) != fingerprint_of(bob) and None not in (fingerprint_of(alice), fingerprint_of(bob))
 
 

@@ -98,7 +98,9 @@ class CompressionConfig(StrictSection):
         None, ge=256, le=10_000_000, description="tokens one micro pass may absorb; unset = derived (at most 8,000)"
     )
     micro_compact_max_failures: int = Field(3, ge=1, le=100)
-    micro_compact_background: bool | None = Field(None, description="unset: inline in a Session, background in serve")
+    micro_compact_background: bool | None = Field(
+        None, description="unset: inline in a Session; in serve, background for a model summarizer, else inline"
+    )
     micro_compact_cache_ttl_seconds: float | None = Field(
         None, ge=0, le=86_400, description="cache-aware scheduling's cache TTL; 0: off; unset: off, 300 in serve"
     )

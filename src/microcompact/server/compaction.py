@@ -1,10 +1,11 @@
 """The engine side of one request, run on a worker thread (it syncs, compacts and reads the store).
 
 Before the forward (:meth:`Compaction.prepare`): route the client's full history to its session, run
-``before_request`` (inline batch compaction only when the hard limit forces it; micro passes go to the
-session's background worker) and build the outgoing messages. After the response: calibrate with the
-reported prompt tokens and, when a person spoke, end the previous turn (``finalize_turn``), which starts
-that turn's pass in the background. That follow-up is queued the moment the response ends
+``before_request`` (batch compaction only when the hard limit forces it; micro passes inline with the
+extractive summarizer, on the session's background worker with a model one: ``server/run.py``,
+``background_passes``) and build the outgoing messages. After the response: calibrate with the reported
+prompt tokens and, when a person spoke, end the previous turn (``finalize_turn``), which runs that turn's
+pass (or starts it on the worker). That follow-up is queued the moment the response ends
 (:meth:`Compaction.answered`) and run on a worker thread (:meth:`Compaction.follow_up`), or first thing by
 the conversation's next request if it comes sooner: a fast client never gets ahead of its turn's end. A
 background pass that finished by then is applied there too (committed and applied to the session's
