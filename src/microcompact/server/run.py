@@ -226,6 +226,9 @@ def serve(options: ServeOptions, say: Callable[[str], None]) -> None:
         sock = bind(options.host, options.port, guard)
         host, port = sock.getsockname()[:2]
         base = f"http://{host if ':' not in host else f'[{host}]'}:{port}"
+        # The tokenizer and the summarizer are made here, before the line that tells clients to come: a first
+        # request never waits in the accept queue behind them.
+        proxy = Proxy(router, settings, request_lines=None if options.quiet else say)
         if not settings.api_key and not ipaddress.ip_address(host).is_loopback:
             say(
                 f"warning: listening on {host} without --api-key: anyone who can reach this port can use the proxy "
@@ -247,7 +250,6 @@ def serve(options: ServeOptions, say: Callable[[str], None]) -> None:
             + "routes:\n"
             + "\n".join(f"  {line}" for line in served())
         )
-        proxy = Proxy(router, settings, request_lines=None if options.quiet else say)
         server = uvicorn.Server(uvicorn_config(proxy, guard))
         stop_hiding(hider)
         hider = hide_userinfo_in_logs()  # uvicorn.Config put its own handlers on its loggers
