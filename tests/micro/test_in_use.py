@@ -14,7 +14,7 @@ from microcompact.micro import CadencePolicy, MicroCompactor, PassMode
 from microcompact.micro.price import PricePolicy
 from microcompact.tokens import EstimateCounter, Ledger, TokenCounter
 from microcompact.window import Window, WindowBudget
-from support.agent_steps import filler, read, reply, user
+from support.agent_steps import bash, filler, read, reply, user
 from support.price_loop import Notes
 from support.strategies import isolated_config_data
 
@@ -78,3 +78,22 @@ def test_the_estimate_counts_the_kept_read_and_prices_a_dropped_one() -> None:
     dropped = engine.moment(ledger).estimate()
     assert (dropped.kept_in_use, dropped.refetches, dropped.refetched) == (0, 1, read_tokens)
     assert dropped.absorbable == estimate.absorbable + read_tokens
+
+
+def test_a_fold_after_a_refetch_keeps_the_step_the_agent_works_on() -> None:
+    """Issue 26's cascade: the newest iteration re-runs an old command, and the step before it holds the key
+    the next reply must quote. The fold keeps only the newest in its tail; it must not absorb that step."""
+    engine, ledger = _engine(by_price=True)
+    key = "8c41e07d2b9f3a16"
+    numbers = " ".join(str(41_000_000 + k) for k in range(200))  # over the fold's tail: only the re-fetch fits
+    used = bash("run step 40", "key of step 40: 3f9a0c2e7b1d4a65")
+    working = bash("run step 41", f"{numbers}\nkey of step 41: {key}", text="step 40 key 3f9a0c2e7b1d4a65")
+    refetch = bash("run step 2", "id of step 2: d2e5a9b04c7f1836")
+    for m in [*used, *working, *refetch]:
+        ledger.append(m)
+    budget = engine._fold_budget(0, 1)
+    assert Window.of(ledger.messages, ledger.tokens, budget).tail == len(ledger.messages) - 2
+    results = engine.run_pass(ledger, PassMode.DRAIN, budget)
+    assert any(r.outcome in MICRO_ABSORBS for r in results), results
+    contents = [m.get("content") for m in ledger.messages]
+    assert all(m["content"] in contents for m in working), "the working step stays verbatim"

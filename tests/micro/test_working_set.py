@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
 from microcompact.micro.working_set import (
     ITEM_SHARE,
+    PENDING,
     RECENT_REPLIES,
     FactsCache,
     facts_of,
@@ -19,6 +21,7 @@ from microcompact.summarizers.facts_model import ToolKind
 from support.agent_steps import bash, edit, filler, read, reply, user
 from support.paths import NORMALIZED
 
+Message = dict[str, Any]
 SESSIONS = NORMALIZED
 SOURCE = "def pane_exists(name):\n    return name in ActiveSessionRegistry.panes\n"
 
@@ -160,3 +163,51 @@ def test_a_result_over_half_the_budget_is_not_kept_and_the_rest_is() -> None:
     budget = int((610 - 1) / ITEM_SHARE)  # the dump is just over the share
     assert ws.keep_within(tokens, budget) == {3}
     assert ws.dropped({3}, tokens) == (1, 610)
+
+
+KEY_4, KEY_5, ID_OLD = "3f9a0c2e7b1d4a65", "8c41e07d2b9f3a16", "d2e5a9b04c7f1836"
+
+
+def _refetch_after_working_step() -> list[Message]:
+    """The reactive agent's cascade (issue 26): step 5's output holds the key the next reply must quote, but the
+    agent first re-runs an old command whose output a fold took; no reply has quoted step 5's key yet."""
+    msgs = [user("go"), *filler(4)]
+    msgs += bash("run step 4", f"key of step 4: {KEY_4}")
+    msgs += bash("run step 5", f"key of step 5: {KEY_5}", text=f"step 4 key {KEY_4}")
+    msgs += bash("run step 1", f"id of step 1: {ID_OLD}")  # the re-fetch: it quotes nothing of step 5
+    return msgs
+
+
+def test_the_step_the_agent_works_on_is_pending_behind_a_refetch() -> None:
+    msgs = _refetch_after_working_step()
+    refetch, working, used = len(msgs) - 2, len(msgs) - 4, len(msgs) - 6
+    ws = working_set(msgs)
+    assert ws.pending == {refetch, working}
+    assert used not in ws.pending  # step 5's reply quoted step 4's key
+    assert working not in ws.in_use  # no reply mentions step 5's key: the mention rule alone lost it
+    tokens = [10] * len(msgs)
+    assert ws.keep_within(tokens, 0, before=refetch) == {working}
+
+
+def test_an_output_the_next_call_used_is_not_pending() -> None:
+    msgs = _refetch_after_working_step()[:-2]
+    msgs += bash("run step 6", "key of step 6: 5a7c", text=f"step 5 key {KEY_5}")
+    assert working_set(msgs).pending == frozenset()  # step 6 holds no identifier, step 5 was used
+
+
+def test_pending_needs_an_output_the_agent_used_within_reach() -> None:
+    """At most ``PENDING`` before the newest, and only behind an output a reply used: an agent that never
+    quotes its outputs (a scripted loop) has nothing pending, and its folds keep only their tail."""
+    value = "value_0_" + "ab" * 8
+    msgs = [user("go"), *bash("run step 0", value)]
+    for k in range(1, PENDING + 2):
+        msgs += bash(f"run step {k}", f"value_{k}_{'cd' * 8}", text=f"quoting {value}" if k == 1 else "")
+    ws = working_set(msgs)
+    assert len(ws.pending) == PENDING + 1 and 1 not in ws.pending
+    assert max(ws.pending) == len(msgs) - 2
+    msgs += bash("run one more", "value_9_" + "ef" * 8)
+    assert working_set(msgs).pending == frozenset()  # the used one is out of reach
+    loop = [user("go")]
+    for k in range(4):
+        loop += bash(f"run step {k}", f"value_{k}_{'ab' * 8}")
+    assert working_set(loop).pending == frozenset()

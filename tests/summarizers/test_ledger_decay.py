@@ -7,7 +7,7 @@ import hashlib
 
 from microcompact.summarizers.facts import compress_facts, render_facts
 from microcompact.summarizers.facts_model import Facts, FileFact, ItemKind, Lesson, ToolKind
-from microcompact.summarizers.facts_taught import used_cost
+from microcompact.summarizers.facts_taught import compress_lessons, render_lessons, used_cost
 from microcompact.tokens import EstimateCounter, TiktokenCounter
 
 estimate = EstimateCounter().count
@@ -90,3 +90,17 @@ def test_without_mentioned_values_read_files_keep_their_sizes() -> None:
     taught = [Lesson(ToolKind.READ, "data/batch_1.log", "", {ItemKind.ID: ["0001deadbeef0"]})]
     text = render_facts(compress_facts(Facts(files=files, taught=taught), 2000, estimate))
     assert text.count("653 lines") == 40
+
+
+def test_the_ids_of_an_output_the_agent_quoted_from_rank_with_what_it_quoted() -> None:
+    """A step's key quoted at once and its id needed 8 steps on (the reactive agent of issue 26): under
+    pressure a step's id goes with its quoted key, newest steps first, not before every older key."""
+    count = TiktokenCounter().count
+    steps = [
+        Lesson(ToolKind.COMMAND, f"run step {k}", "", {ItemKind.USED: [planted(k)], ItemKind.ID: [f"{k:04x}cafe0{k}"]})
+        for k in range(20)
+    ]
+    text = render_lessons(compress_lessons(steps, 300, count))
+    kept = [k for k in range(20) if planted(k) in text]
+    assert 0 < len(kept) < 20 and 19 in kept
+    assert [k for k in kept if f"{k:04x}cafe0{k}" not in text] == []

@@ -24,7 +24,14 @@ def ranked_from_scratch(lessons: list[Lesson], budget: int, count: Callable[[str
         return lessons
     ranked = sorted(
         (
-            (TIER[kind], -n, i, n, kind, value)
+            (
+                TIER[ItemKind.USED if kind is ItemKind.ID and lesson.items.get(ItemKind.USED) else kind],
+                -n,
+                i,
+                n,
+                kind,
+                value,
+            )
             for n, lesson in enumerate(lessons)
             for kind, values in lesson.items.items()
             for i, value in enumerate(values)

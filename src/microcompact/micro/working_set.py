@@ -10,6 +10,13 @@ transcript only (no model), an iteration is **in use** now when
   model is enough; the newest is the freshest: a re-run's output, the file after the last read);
 - **the file the agent is editing was read there**: a recent editing call names a path, and this is the
   newest read of that path (the agent needs the text it edits).
+- **the agent has not used its output yet**: the newest iterations whose results hold identifiers no reply
+  after them mentions, back to (not including) the newest one a reply used, at most :data:`PENDING` before
+  the newest (:attr:`WorkingSet.pending`); only when there is such a used one, so an agent that never quotes
+  its outputs (a scripted loop) keeps nothing this way. The agent works from them: a re-run of a command
+  whose output a fold took comes after the step it was working on, which no reply has quoted yet; folding
+  that step away makes the next reply re-run it too (the cascade of issue 26). A fold keeps them whatever
+  its budget.
 
 Identifiers that stay in front of the model whatever a fold does (in user and system messages and in
 markers) make nothing in use. An iteration that is not in use is **stale** when the model would be misled
@@ -44,6 +51,9 @@ RECENT_REPLIES = 8
 # rewrite). Measured through serve (docs/cost-and-cache.md, "Fold by use"): the reactive agent's 48 x 24 KB
 # task went from 0.72x to 0.62x of direct with as many re-fetches, at two points of recall.
 ITEM_SHARE = 0.5
+# How many iterations before the newest a fold keeps because no reply has used their output yet: a re-fetch
+# after the step the agent works on, and a second one (the reactive agent re-runs up to two lost values a step).
+PENDING = 2
 _FIXED_ROLES = ("user", "system", "developer")
 
 
@@ -127,6 +137,7 @@ class WorkingSet:
     stale: frozenset[int] = frozenset()
     last_use: Mapping[int, int] = field(default_factory=dict)  # in-use start -> index of the newest reply using it
     mentioned: frozenset[str] = frozenset()  # identifiers the recent replies use that only tools showed
+    pending: frozenset[int] = frozenset()  # the newest iterations whose output no reply used yet (the newest too)
 
     def tokens(self, tokens: Sequence[int], starts: Iterable[int] | None = None) -> int:
         """Tokens of the in-use iterations (or of ``starts``)."""
@@ -136,11 +147,13 @@ class WorkingSet:
     def keep_within(self, tokens: Sequence[int], budget: int, before: int | None = None) -> frozenset[int]:
         """The in-use iterations a fold keeps within ``budget`` tokens: the most recently used first (what
         nobody referenced for a while goes first), none over :data:`ITEM_SHARE` of the budget; only those
-        starting before ``before`` count (the rest sit in the tail, which no fold touches)."""
-        chosen: list[int] = []
-        spent = 0
+        starting before ``before`` count (the rest sit in the tail, which no fold touches). The pending ones
+        (:attr:`pending`) come first, whatever their size: the agent is working from them."""
+        chosen = [s for s in self.pending if before is None or s < before]
+        spent = self.tokens(tokens, chosen)
         ranked = sorted(
-            (s for s in self.in_use if before is None or s < before), key=lambda s: (self.last_use.get(s, s), s)
+            (s for s in self.in_use if (before is None or s < before) and s not in self.pending),
+            key=lambda s: (self.last_use.get(s, s), s),
         )
         for s in reversed(ranked):
             cost = sum(tokens[s : self.iterations[s]])
@@ -193,7 +206,33 @@ def working_set(
     in_use, last_use = _claims(iterations, all_facts, mentioned_by)
     _editing(iterations, all_facts, recent, in_use, last_use)
     stale = _stale(iterations, all_facts, in_use)
-    return WorkingSet(iterations, frozenset(in_use), stale, last_use, frozenset(mentioned_by))
+    pending = _pending(messages, iterations, all_facts, fixed)
+    return WorkingSet(iterations, frozenset(in_use), stale, last_use, frozenset(mentioned_by), pending)
+
+
+def _pending(
+    messages: Sequence[Message], iterations: Mapping[int, int], all_facts: Sequence[Facts], fixed: set[str]
+) -> frozenset[int]:
+    """Newest first, the iterations whose results no later reply mentions, when the walk meets one a later
+    reply used within the newest and :data:`PENDING` before it (an agent that works from its outputs); none
+    when it meets first one whose results hold no identifier (nothing tells) or none at all (an agent that
+    never quotes its outputs: a scripted loop, whose folds keep only their tail)."""
+    later: set[str] = set()  # what the replies after the iteration at hand mention
+    reply = len(messages)  # replies at or after this index are in ``later``
+    found: list[int] = []
+    for start in sorted(iterations, reverse=True)[: PENDING + 2]:
+        end = iterations[start]
+        for k in range(end, reply):
+            if messages[k].get("role") == "assistant" and not is_marker(messages[k]):
+                later |= all_facts[k].idents
+        reply = end
+        results = set().union(*(all_facts[k].idents for k in range(start + 1, end))) - fixed
+        if not results:
+            return frozenset()
+        if results & later:
+            return frozenset(found)
+        found.append(start)
+    return frozenset()
 
 
 def _held(start: int, end: int, all_facts: Sequence[Facts]) -> frozenset[str]:
@@ -270,6 +309,7 @@ def _stale(iterations: Mapping[int, int], all_facts: Sequence[Facts], in_use: se
 
 __all__ = [
     "ITEM_SHARE",
+    "PENDING",
     "RECENT_REPLIES",
     "Call",
     "Facts",

@@ -11,10 +11,11 @@ They are written as the marker section ``### What tools showed``, one line per l
 and read back from it (``parse_lesson(render_lesson(x)) == x`` for lessons in canonical form).
 
 **Budget by value, not by order** (:func:`compress_lessons`): every item is ranked, an item the agent
-mentioned again first, then error lines, then symbols and test names, then hits, ids and versions, then
-other names; within a rank the newer lesson first. Items are kept in that order while they fit; a lesson
-left with nothing is dropped. A mention in a later span moves an item into ``used`` and its lesson to the
-newest place (:func:`merge_lessons`): what the agent keeps using stays, what nobody used goes first.
+mentioned again first (with the ids of the same result: :func:`_tier`), then error lines, then symbols and
+test names, then hits, ids and versions, then other names; within a rank the newer lesson first. Items are
+kept in that order while they fit; a lesson left with nothing is dropped. A mention in a later span moves an
+item into ``used`` and its lesson to the newest place (:func:`merge_lessons`): what the agent keeps using
+stays, what nobody used goes first.
 """
 
 from __future__ import annotations
@@ -120,6 +121,14 @@ def counting_once(count_text: Callable[[str], int]) -> Callable[[str], int]:
     return count
 
 
+def _tier(lesson: Lesson, kind: ItemKind) -> int:
+    """``kind``'s rank; the ids of a result the agent quoted from rank with what it quoted: the output it used
+    holds what it reaches for later (a step's key quoted at once, its id needed 8 steps on)."""
+    if kind is ItemKind.ID and lesson.items.get(ItemKind.USED):
+        return TIER[ItemKind.USED]
+    return TIER[kind]
+
+
 def compress_lessons(lessons: list[Lesson], budget_tokens: int, count_text: Callable[[str], int]) -> list[Lesson]:
     """The lessons' items kept by rank while the section fits ``budget_tokens`` (see the module doc)."""
     count_text = counting_once(count_text)
@@ -127,7 +136,7 @@ def compress_lessons(lessons: list[Lesson], budget_tokens: int, count_text: Call
         return lessons
     ranked = sorted(
         (
-            (TIER[kind], -n, i, n, kind, value)
+            (_tier(lesson, kind), -n, i, n, kind, value)
             for n, lesson in enumerate(lessons)
             for kind, values in lesson.items.items()
             for i, value in enumerate(values)
