@@ -41,11 +41,14 @@ def one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) ->
 
 @pytest.fixture
 def store(tmp_path: Path, cli: Cli) -> Path:
-    result = cli(
-        tmp_path, "replay", str(turns_file(tmp_path)), "--context-limit", "20000", "--db", "s.db", "--session", "A"
-    )
+    result = replay(cli, tmp_path, "--db", "s.db", "--session", "A")
     assert result.returncode == 0, result.stderr[-1500:]
     return tmp_path / "s.db"
+
+
+def replay(cli: Cli, folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``microcompact replay`` of the short turns at a 20K window, in ``folder``, with ``args``."""
+    return cli(folder, "replay", str(turns_file(folder)), "--context-limit", "20000", *args)
 
 
 def sessions_in(db: Path) -> int:
@@ -67,12 +70,9 @@ def test_out_on_the_store_is_refused_and_the_store_kept(
 ) -> None:
     (tmp_path / "link-to-store").symlink_to(store)
     before = store.read_bytes()
-    result = cli(
+    result = replay(
+        cli,
         tmp_path,
-        "replay",
-        str(turns_file(tmp_path)),
-        "--context-limit",
-        "20000",
         "--db",
         db,
         "--session",
@@ -87,12 +87,9 @@ def test_out_on_the_store_is_refused_and_the_store_kept(
 def test_out_on_the_log_or_the_plot_is_refused(tmp_path: Path, cli: Cli) -> None:
     log = tmp_path / "run.log"
     log.write_text("kept\n", encoding="utf-8")
-    result = cli(
+    result = replay(
+        cli,
         tmp_path,
-        "replay",
-        str(turns_file(tmp_path)),
-        "--context-limit",
-        "20000",
         "--log",
         "run.log",
         "--out",
@@ -102,7 +99,7 @@ def test_out_on_the_log_or_the_plot_is_refused(tmp_path: Path, cli: Cli) -> None
     assert log.read_text(encoding="utf-8") == "kept\n"
     default_log = tmp_path / "home" / "logs" / "agent.log"
     default_log.parent.mkdir(parents=True)
-    result = cli(tmp_path, "replay", str(turns_file(tmp_path)), "--context-limit", "20000", "--out", str(default_log))
+    result = replay(cli, tmp_path, "--out", str(default_log))
     one_line_error(result, "is also the --log file")
     result = cli(
         tmp_path,
@@ -129,10 +126,7 @@ def test_out_may_replace_the_transcript_it_replays(tmp_path: Path, cli: Cli) -> 
 
 def test_report_plot_on_a_log_it_reads_is_refused(tmp_path: Path, cli: Cli) -> None:
     log = tmp_path / "agent.log"
-    assert (
-        cli(tmp_path, "replay", str(turns_file(tmp_path)), "--context-limit", "20000", "--log", str(log)).returncode
-        == 0
-    )
+    assert replay(cli, tmp_path, "--log", str(log)).returncode == 0
     before = log.read_bytes()
     one_line_error(cli(tmp_path, "report", str(log), "--plot", str(log)), f"--plot {log}", "is also the log file")
     assert log.read_bytes() == before
@@ -149,12 +143,9 @@ def test_a_sqlite_url_names_the_relative_file(tmp_path: Path, cli: Cli) -> None:
     name = f"mc-relative-{uuid.uuid4().hex[:12]}.db"
     at_root = Path("/") / name
     try:
-        result = cli(
+        result = replay(
+            cli,
             tmp_path,
-            "replay",
-            str(turns_file(tmp_path)),
-            "--context-limit",
-            "20000",
             "--db",
             f"sqlite:///{name}",
             "--session",
