@@ -50,11 +50,12 @@ e2e-install-gemini-cli:
 e2e-install-aider:
 	tests/e2e/install-aider.sh
 
-# Everything, slow tests included, every property-test example: what CI runs, in one pass on two workers.
+# Everything, slow tests included, every property-test example: what CI runs, in one pass on three workers
+# (the agents, servers and kill loops wait much of their time: on two idle cores, 10 min 59 s on two workers).
 # The long replays, kill loops, multi-process races and the agents themselves have deadlines of minutes,
 # not seconds, so they pass beside one another on a busy machine; no test needs the machine to itself.
 test-all: $(STAMP) e2e-install
-	$(BIN)/python -m pytest --hypothesis-profile=ci -n 2
+	$(BIN)/python -m pytest --hypothesis-profile=ci -n 3
 
 # Lint, format and types (CI runs this before the tests).
 lint: $(STAMP)
