@@ -73,3 +73,16 @@ def test_candidates_per_result_are_capped_at_the_first_found() -> None:
 def test_identifiers_held_are_identifiers_not_substrings_of_longer_tokens() -> None:
     text = "pid 123456789\nport 40213 open\nsrc/app/session.py:12: error"
     assert identifiers_held(text, {"1234567", "40213", "session.py", "other_name"}) == {"40213", "session.py"}
+
+
+def test_a_long_commands_lesson_names_it_in_60_characters_and_keeps_its_values() -> None:
+    command = 'seq 77000001 77000250; echo "id of step 77: $(printf %s r8-77-id | sha256sum)"; seq 77000251 77000500'
+    output = "77000001\nid of step 77: c61452040effa6b0\n77000500"
+    messages = [
+        *step(1, "Bash", {"command": command}, output),
+        {"role": "assistant", "content": "Key c61452040effa6b0."},
+    ]
+    (lesson,) = extract_facts(messages).taught
+    assert len(lesson.subject) == 60 and lesson.subject.endswith("…")
+    assert command.startswith(lesson.subject[:-1])
+    assert lesson.items[ItemKind.USED] == ["c61452040effa6b0"]
