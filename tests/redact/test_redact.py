@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from microcompact.redact import REDACTED, redact_message, redact_text
+from microcompact.redact import REDACTED, error_text, redact_message, redact_text
 from support.paths import NORMALIZED
 from support.secrets_table import NOT_SECRETS as TABLE_NOT_SECRETS
-from support.secrets_table import SECRET_FORMATS
+from support.secrets_table import OPENAI_PROJECT, SECRET_FORMATS
 from support.strategies import examples
 
 TRANSCRIPT = NORMALIZED / "cc_fa812bfe.jsonl"
@@ -383,3 +383,12 @@ def test_one_megabyte_of_adversarial_text_is_redacted_quickly(text: str) -> None
     start = time.perf_counter()
     redact_text(text)
     assert time.perf_counter() - start < 3.0
+
+
+def test_an_error_text_is_redacted_before_it_is_cut() -> None:
+    """A secret across the cut would leave a half the patterns no longer recognise: redact first."""
+    secret = OPENAI_PROJECT
+    exc = RuntimeError("x" * 185 + f" {secret} tail")
+    text = error_text(exc)
+    assert len(text) <= 200 and secret[:10] not in text
+    assert error_text(RuntimeError(f"bad value {secret}"), 500) == f"bad value {REDACTED}"

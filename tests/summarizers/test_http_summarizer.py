@@ -26,6 +26,7 @@ from microcompact.telemetry import parse_line
 from microcompact.tokens import EstimateCounter, TokenCounter
 from support import builders
 from support.chat_server import ChatServer, notes
+from support.secrets_table import OPENAI_PROJECT
 
 KEY_ENV = "MICROCOMPACT_TEST_HTTP_SUMMARIZER_KEY"
 MODEL = "test-model"
@@ -437,3 +438,22 @@ def test_secrets_never_leave_and_never_come_back(chat_server: ChatServer, caplog
     logged = "\n".join(r.getMessage() for r in caplog.records)
     for needle in sent_secrets + secret_needles(returned):
         assert needle not in logged
+
+
+def test_an_error_answer_quoting_a_secret_is_redacted_in_the_log(
+    chat_server: ChatServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server's error message may quote what it was sent or a header; it reaches the log redacted."""
+    secret = OPENAI_PROJECT
+    s = session(chat_server)
+    prefill(s, 8)
+    end_turn(s, 8)
+    s.extend(turn(9))
+    chat_server.add_faults((400, f"Invalid 'Authorization' value near {secret} in the request"))
+    with caplog.at_level(logging.WARNING, logger="microcompact"):
+        results = s.finalize_turn()
+    assert [r.outcome for r in results] == ["summarize_failed"]
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "Invalid 'Authorization' value" in logged and REDACTED in logged
+    assert secret not in logged
+    assert secret[-12:] not in logged

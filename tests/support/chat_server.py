@@ -160,6 +160,10 @@ class _Handler(BaseHTTPRequestHandler):
         if fault == "hang":
             chat._wait(chat.hang_seconds)
             return  # the client has given up; answering now would only hit a closed socket
+        if isinstance(fault, tuple):  # (status, message): an error answer saying what the test needs
+            status, message = fault
+            self._json(status, {"error": {"message": message, "type": "invalid_request_error", "param": None}})
+            return
         if fault in _ERRORS:
             status, error = _ERRORS[fault]
             self._json(status, {"error": {"param": None, **error}})

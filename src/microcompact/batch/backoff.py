@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from ..redact import error_text
 from ..summarizers import SummarizerAuthError, SummarizerBadOutput, SummarizerRateLimited, SummarizerTimeout
 
 
@@ -28,7 +29,7 @@ class Backoff:
     def failed(self, exc: Exception) -> None:
         now = self.clock()
         if isinstance(exc, SummarizerAuthError):
-            self.auth_error = str(exc)[:200]
+            self.auth_error = error_text(exc)
         elif isinstance(exc, SummarizerTimeout):
             self.timeouts += 1
             self.until = now + min(30.0 * 2 ** (self.timeouts - 1), 900.0)

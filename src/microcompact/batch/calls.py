@@ -14,7 +14,7 @@ from typing import Any
 from ..config import Config
 from ..events import Outcome
 from ..messages import Message
-from ..redact import redact_text
+from ..redact import error_text, redact_text
 from ..summarizers import (
     ExtractiveSummarizer,
     Summarizer,
@@ -103,7 +103,7 @@ class SummarizerCalls:
                 self.backoff.failed(exc)
                 error = type(exc).__name__
                 level = logging.ERROR if isinstance(exc, SummarizerAuthError) else logging.WARNING
-                log.log(level, "Batch compaction: summarizer failed (%s: %s)", error, str(exc)[:200])
+                log.log(level, "Batch compaction: summarizer failed (%s: %s)", error, error_text(exc))
                 blocked = self.backoff.blocked()
         # The model is unavailable. Keep the session alive with the deterministic summary when it matters.
         if at_risk:

@@ -18,6 +18,7 @@ from typing import Any
 from ..config import Config
 from ..events import MICRO_ABSORBS, Absorb, CommitHook, Event, Outcome, Rewrite, Span, apply_event, commit_or_log
 from ..messages import Message, marker_body, render_micro_marker
+from ..redact import error_text
 from ..summarizers import Summarizer, SummarizerAuthError, SummarizerBadOutput
 from ..tokens import Ledger, TokenCounter
 from ..window import Window, WindowBudget, head_end, protected_head
@@ -336,7 +337,7 @@ class MicroCompactor:
         st, span, key = self.state, planned.span, planned.key
         fields = {"error": type(exc).__name__, "summarizer_input_tokens": planned.read, "summarizer_output_tokens": 0}
         if isinstance(exc, SummarizerAuthError):
-            self.refusal.error = str(exc)[:200]
+            self.refusal.error = error_text(exc)
             log.error(
                 "Micro-compaction: summarizer refused credentials or quota (%s); no further summarizer "
                 "calls in this session",
@@ -347,7 +348,7 @@ class MicroCompactor:
             "Micro-compaction: summarizer failed on exchange at cursor %d (%s: %s)",
             span.start,
             type(exc).__name__,
-            str(exc)[:200],
+            error_text(exc),
         )
         return self._report(attempt, st.count_failure(key, span, self.cfg.micro_compact_max_failures), **fields)
 

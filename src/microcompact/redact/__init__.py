@@ -83,7 +83,7 @@ from .patterns import REDACTED
 from .secret_memory import SecretMemory, active_memory, remembering
 from .shapes import _substitute_tokens
 
-__all__ = ["REDACTED", "redact_message", "redact_text", "remember_secrets", "remembering"]
+__all__ = ["REDACTED", "error_text", "redact_message", "redact_text", "remember_secrets", "remembering"]
 
 
 def redact_text(text: str) -> str:
@@ -134,6 +134,13 @@ def _hide_escaped(text: str, values: list[str]) -> str:
     alternatives = "|".join(r"\\*/".join(re.escape(part) for part in v.split("/")) for v in spelled)
     pattern = re.compile(rf"(?:(?<![{_WORD_CHAR}])|(?<=\\[ntr]))(?:{alternatives})(?![{_WORD_CHAR}])")
     return pattern.sub(REDACTED, text)
+
+
+def error_text(exc: BaseException, limit: int = 200) -> str:
+    """An exception's message as a log line or a record may carry it: redacted, then cut to ``limit``
+    characters (cut after, so a secret cut in half is still found). A server's error may quote the request or
+    a header; a summarizer's, what it was sent."""
+    return redact_text(str(exc))[:limit]
 
 
 def redact_message(message: dict[str, Any]) -> dict[str, Any]:

@@ -39,6 +39,7 @@ from ..identity import DIGEST_KEY, Forms, PrefixDigests, digest, digest_memo, hi
 from ..messages import Message, TranscriptError
 from ..recall.watch import RecallLine, RecallWatches
 from ..recall_tools import RecallNotes
+from ..redact import error_text
 from ..router import SessionRouter
 from ..session import Session
 from ..store import StoreError, _SQLStore
@@ -416,7 +417,7 @@ class Compaction:
 
     def _failed(self, reason: str, key: str, exc: Exception) -> None:
         """One log line, until the failure changes."""
-        failure = f"{reason}: {type(exc).__name__}: {exc}"
+        failure = f"{reason}: {type(exc).__name__}: {error_text(exc, 500)}"
         if failure != self._last_failure:
             log.error("Proxy: forwarding session %s uncompacted (%s)", key, failure)
             self._last_failure = failure

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..messages import Message
-from ..redact import redact_text
+from ..redact import error_text, redact_text
 from ..render import exchange_text as render_exchange
 from ..tokens import EstimateCounter
 from . import base
@@ -289,7 +289,7 @@ class OpenAISummarizer:
             return base.SummarizerUnavailable(f"{self.model}: endpoint unavailable ({_describe(exc)})")
         if isinstance(exc, openai.APIResponseValidationError):
             return base.SummarizerBadOutput(f"{self.model}: response does not match the API schema")
-        return base.SummarizerError(f"{self.model}: request failed ({_describe(exc)}: {str(exc)[:200]})")
+        return base.SummarizerError(f"{self.model}: request failed ({_describe(exc)}: {error_text(exc)})")
 
 
 def split_prose(summary: str) -> tuple[str, str]:
