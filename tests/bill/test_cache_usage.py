@@ -299,3 +299,28 @@ def test_a_stream_is_stopped_at_its_final_event_and_no_sooner():
     whole.feed(json.dumps(openai_completion(900, 0)).encode())
     whole.finish()
     assert not whole.stopped, "only a stream stops early: a JSON answer is read whole anyway"
+
+
+def test_responses_json_and_stream_report_cached_tokens_and_the_turn_end():
+    """The Responses API reports its cache read as ``input_tokens_details.cached_tokens``, a stream in its
+    final ``response.completed`` event, and ends a turn with an answer, not with a function call."""
+    from microcompact.server.responses_format import ResponsesFormat
+    from upstream import ToolCall, responses_wire
+    from upstream.replies import Reply
+
+    body = {"model": "m", "input": [{"role": "user", "content": "hi"}]}
+    call = Reply((ToolCall("shell", {"command": ["ls"]}, id="call_1"),))
+    for reply, turn_over in ((text("done"), True), (call, False)):
+        full = responses_wire.response(body, reply, 1, responses_wire.usage_json(8000, 6144, 3))
+        taps = []
+        for content_type, chunks in (
+            ("application/json", [json.dumps(full).encode()]),
+            ("text/event-stream", responses_wire.stream_events(full, 5)),
+        ):
+            tap = UsageTap(content_type, ResponsesFormat())
+            for chunk in chunks:
+                for i in range(0, len(chunk), 7):
+                    tap.feed(chunk[i : i + 7])
+            tap.finish()
+            taps.append(tap.report(at=5.0))
+        assert taps == [UsageReport(8000, 6144, None, 5.0, turn_over=turn_over)] * 2

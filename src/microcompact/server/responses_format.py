@@ -39,7 +39,7 @@ from ..render import content_text
 from ..wire import Upstream, WireApi
 from .errors import BadRequest
 from .provider import dumps, identity_form, rewritten
-from .usage_tap import openai_cache_fields
+from .usage_tap import responses_cache_fields
 
 GROUP = "microcompact.group"  # a run of model-produced items held as one client message (never sent)
 MESSAGE_ROLES = ("user", "assistant", "system", "developer")
@@ -319,7 +319,7 @@ class ResponsesFormat:
         return [body.get("instructions"), [identity_form(m) for m in system], identity_form(first_user)]
 
     def cache_fields(self, usage: dict[str, Any]) -> tuple[Any, Any]:
-        return openai_cache_fields(usage)
+        return responses_cache_fields(usage)
 
     def with_breakpoints(self, body: dict[str, Any], messages: list[Message]) -> list[Message]:
         return messages

@@ -8,7 +8,8 @@ parsed (OpenAI's final chunk with ``stream_options.include_usage``, Anthropic's 
 
 The cache figures: Anthropic's ``cache_read_input_tokens`` and ``cache_creation_input_tokens`` (in the
 message's ``usage``, or a stream's ``message_start`` / ``message_delta``; the largest value seen counts),
-OpenAI's ``prompt_tokens_details.cached_tokens``, Gemini's ``usageMetadata.cachedContentTokenCount``
+OpenAI's ``prompt_tokens_details.cached_tokens`` (the Responses API's ``input_tokens_details.cached_tokens``, a
+stream's in its final ``response``), Gemini's ``usageMetadata.cachedContentTokenCount``
 (its JSON leaves a zero out: with a prompt count and no cached count, it read nothing). A figure that is
 not a count, or larger than the prompt, is ignored with one log line
 (:func:`microcompact.bill.cache_usage.checked_report`).
@@ -19,9 +20,10 @@ passing that event on, so a client that sends its next request the moment it rea
 request's totals.
 
 Why the response stopped (Anthropic's ``stop_reason``, OpenAI's ``finish_reason``, Gemini's
-``finishReason``) says whether the client's turn is over (a final answer: an idle gap may follow) or goes
-on (a tool call). Gemini says ``STOP`` after a ``functionCall`` too, so there a call seen in any chunk of
-the answer means the turn goes on.
+``finishReason``; the Responses API's completed response, by whether its output calls a function) says
+whether the client's turn is over (a final answer: an idle gap may follow) or goes on (a tool call). Gemini
+says ``STOP`` after a ``functionCall`` too, so there a call seen in any chunk of the answer means the turn
+goes on.
 """
 
 from __future__ import annotations
@@ -50,11 +52,16 @@ WATCHED = (USAGE, FINISH, GEMINI_FINISH, GEMINI_CALL, *STOPS)
 TURN_OVER = {"end_turn", "stop", "stop_sequence"}
 TURN_GOES_ON = {"tool_use", "tool_calls", "function_call", "pause_turn"}
 GEMINI_TURN_OVER = "STOP"
+# Output items of a Responses API answer that the client runs and answers: its turn goes on.
+RESPONSES_CALLS = frozenset(
+    {"function_call", "custom_tool_call", "local_shell_call", "computer_call", "mcp_approval_request"}
+)
 
 
 # Where each API reports its cache figures: (read field, write field) in ``usage``; OpenAI's read is nested.
 ANTHROPIC_CACHE_FIELDS = ("cache_read_input_tokens", "cache_creation_input_tokens")
 OPENAI_DETAILS = "prompt_tokens_details"
+RESPONSES_DETAILS = "input_tokens_details"
 OPENAI_CACHED = "cached_tokens"
 GEMINI_USAGE, GEMINI_PROMPT, GEMINI_CACHED = "usageMetadata", "promptTokenCount", "cachedContentTokenCount"
 MISSING = object()  # a figure the usage does not carry
@@ -62,14 +69,15 @@ MISSING = object()  # a figure the usage does not carry
 
 def usage_of(parsed: Any) -> dict[str, Any] | None:
     """The ``usage`` object of a response or of one stream event (Anthropic's ``message_start`` nests it
-    in ``message``; Gemini's is ``usageMetadata``, the last chunk's in a streamed JSON array)."""
+    in ``message``, the Responses API's final events in ``response``; Gemini's is ``usageMetadata``, the last
+    chunk's in a streamed JSON array)."""
     if isinstance(parsed, list):
         found = [u for u in map(usage_of, parsed) if u is not None]
         return found[-1] if found else None
     if not isinstance(parsed, dict):
         return None
-    message = parsed.get("message")
-    usage = (message if isinstance(message, dict) else parsed).get("usage", parsed.get(GEMINI_USAGE))
+    inner = next((parsed[k] for k in ("message", "response") if isinstance(parsed.get(k), dict)), parsed)
+    usage = inner.get("usage", parsed.get(GEMINI_USAGE))
     return usage if isinstance(usage, dict) else None
 
 
@@ -81,6 +89,13 @@ def anthropic_cache_fields(usage: dict[str, Any]) -> tuple[Any, Any]:
 def openai_cache_fields(usage: dict[str, Any]) -> tuple[Any, Any]:
     """OpenAI's read figure (nested); it reports no write."""
     details = usage.get(OPENAI_DETAILS)
+    read = details.get(OPENAI_CACHED, MISSING) if isinstance(details, dict) else MISSING
+    return read, MISSING
+
+
+def responses_cache_fields(usage: dict[str, Any]) -> tuple[Any, Any]:
+    """The Responses API's read figure (nested under ``input_tokens_details``); it reports no write."""
+    details = usage.get(RESPONSES_DETAILS)
     read = details.get(OPENAI_CACHED, MISSING) if isinstance(details, dict) else MISSING
     return read, MISSING
 
@@ -208,6 +223,7 @@ class UsageTap:
         choices = parsed.get("choices")
         if isinstance(choices, list):
             reasons += [c.get("finish_reason") for c in choices if isinstance(c, dict)]
+        reasons.append(_responses_reason(parsed))
         for reason in reasons:
             if reason in TURN_OVER:
                 self.turn_over = True
@@ -225,3 +241,16 @@ class UsageTap:
                 self.turn_over = False
             if candidate.get("finishReason") == GEMINI_TURN_OVER and not self._called:
                 self.turn_over = True
+
+
+def _responses_reason(parsed: dict[str, Any]) -> str | None:
+    """Why a Responses API answer stopped, in Chat's words: ``tool_calls`` when its completed response calls
+    a function (the client runs it and comes back), ``stop`` when it answered; None for anything else (an
+    event before the end, an incomplete or failed response, another API's body)."""
+    inner = parsed.get("response") if parsed.get("type") == "response.completed" else parsed
+    if not isinstance(inner, dict) or inner.get("object") != "response" or inner.get("status") != "completed":
+        return None
+    output = inner.get("output")
+    items = output if isinstance(output, list) else []
+    called = any(isinstance(i, dict) and i.get("type") in RESPONSES_CALLS for i in items)
+    return "tool_calls" if called else "stop"
