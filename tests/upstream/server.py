@@ -30,6 +30,17 @@ from .replies import Answer, Fault, Reply, text
 from .usage import DEFAULT_OVERHEAD, PrefixCache, PromptCache, PromptUsage, output_tokens, prompt_tokens
 
 
+def tcp_listener(port: int = 0) -> socket.socket:
+    """A socket bound on 127.0.0.1 for uvicorn's ``sockets=``, made as ``serve`` makes its own (``run.bind``:
+    the protocol IPPROTO_TCP, not 0): asyncio turns Nagle's algorithm off only on the connections of such a
+    socket. With ``socket.socket()`` every response uvicorn writes in two parts (headers, then body) on a
+    kept-alive connection waited for the client's delayed ACK, 40 ms a request, most of a tool loop's time."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    return sock
+
+
 def default_script(request: RecordedRequest) -> Reply:
     return text(f"Scripted reply to request {request.number}.")
 
@@ -92,9 +103,7 @@ class ScriptedUpstream:
         self.context_window = context_window  # prompts over it are refused, as the real APIs refuse them
         self._answers: deque[Answer] = deque()
         self._lock = threading.Lock()
-        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._socket.bind(("127.0.0.1", port))
+        self._socket = tcp_listener(port)
         self.port: int = self._socket.getsockname()[1]
         config = uvicorn.Config(
             self._app(),
