@@ -28,7 +28,7 @@ from support.session_ids import named
 from support.stored_session import normalized_export
 from upstream import ScriptedUpstream
 from upstream.replay import TranscriptReplay, anthropic_history
-from upstream.server import tcp_listener
+from upstream.serving import ThreadServer, tcp_listener
 
 
 class App:
@@ -40,7 +40,7 @@ class App:
         self.proxy = Proxy(self.router, settings)
         self.socket = tcp_listener()
         self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}"
-        self.server = uvicorn.Server(
+        self.server = ThreadServer(
             uvicorn.Config(self.proxy.app(), log_level="warning", access_log=False, lifespan="on")
         )
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True)
@@ -57,7 +57,7 @@ class App:
             time.sleep(0.005)
 
     def close(self) -> None:
-        self.server.should_exit = True
+        self.server.stop()
         self.thread.join(10)
         self.socket.close()
         self.router.close()

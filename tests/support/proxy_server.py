@@ -18,7 +18,7 @@ from microcompact.router import SessionRouter
 from microcompact.server import Proxy, ProxySettings
 from microcompact.server.run import proxy_config
 from microcompact.store import open_store
-from upstream.server import tcp_listener
+from upstream.serving import ThreadServer, tcp_listener
 
 
 class ProxyServer:
@@ -53,7 +53,7 @@ class ProxyServer:
         self._socket = tcp_listener(port)
         self.port: int = self._socket.getsockname()[1]
         self.received: list[tuple[str, bytes]] = []  # (path, body) of every POST the proxy got, in order
-        self._server = uvicorn.Server(
+        self._server = ThreadServer(
             uvicorn.Config(self._recording(self.proxy.app()), log_level="warning", access_log=False, lifespan="on")
         )
         self._thread: threading.Thread | None = None
@@ -108,7 +108,7 @@ class ProxyServer:
             session.drain(timeout)
 
     def close(self) -> None:
-        self._server.should_exit = True
+        self._server.stop()
         if self._thread is not None:
             self._thread.join(timeout=10)
         self._socket.close()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import threading
 import time
 from collections import deque
@@ -27,18 +26,8 @@ from . import anthropic_wire, openai_wire, validate
 from .body import ScriptedBody
 from .recorded import RecordedRequest, Script
 from .replies import Answer, Fault, Reply, text
+from .serving import ThreadServer, tcp_listener
 from .usage import DEFAULT_OVERHEAD, PrefixCache, PromptCache, PromptUsage, output_tokens, prompt_tokens
-
-
-def tcp_listener(port: int = 0) -> socket.socket:
-    """A socket bound on 127.0.0.1 for uvicorn's ``sockets=``, made as ``serve`` makes its own (``run.bind``:
-    the protocol IPPROTO_TCP, not 0): asyncio turns Nagle's algorithm off only on the connections of such a
-    socket. With ``socket.socket()`` every response uvicorn writes in two parts (headers, then body) on a
-    kept-alive connection waited for the client's delayed ACK, 40 ms a request, most of a tool loop's time."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", port))
-    return sock
 
 
 def default_script(request: RecordedRequest) -> Reply:
@@ -112,7 +101,7 @@ class ScriptedUpstream:
             lifespan="off",
             timeout_graceful_shutdown=1,
         )
-        self._server = uvicorn.Server(config)
+        self._server = ThreadServer(config)
         self._thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -130,7 +119,7 @@ class ScriptedUpstream:
         return self
 
     def close(self) -> None:
-        self._server.should_exit = True
+        self._server.stop()
         if self._thread is not None:
             self._thread.join(timeout=5)
         self._socket.close()
