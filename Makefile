@@ -26,8 +26,11 @@ demo: $(STAMP)
 
 # The fast suite: every contract, without the long replays, kill loops and multi-process races, and with a
 # tenth of the property-test examples (the "fast" hypothesis profile, tests/conftest.py), on three workers:
-# a third of the suite's time waits on its servers and timeouts, so two cores keep busy with a third worker
-# (2 idle cores: 3 min 57 s on two workers, 2 min 59 s on three, 3 min 9 s on four).
+# part of the suite's time waits on its servers, processes and timeouts, so two cores keep busy with a third
+# worker (2 idle cores, before the test servers turned Nagle's algorithm off and stopped at once: 3 min 57 s
+# on two workers, 2 min 59 s on three, 3 min 9 s on four; since, on 2 cores that other sessions kept a load
+# of 3-5 on, not idle: 3 min 20 s on three, where the tests before took 5 min 17 s; 3 min 37 s on two,
+# 3 min 51 s on four).
 test: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow" --hypothesis-profile=fast -n 3
 

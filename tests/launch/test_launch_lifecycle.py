@@ -122,7 +122,7 @@ def test_sigterm_reaches_the_agent_and_the_started_serve_is_stopped(tmp_path: Pa
 @pytest.fixture
 def other_server() -> Iterator[int]:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     try:
         yield int(server.server_address[1])
     finally:
@@ -220,7 +220,7 @@ class OlderServe(http.server.BaseHTTPRequestHandler):
 
 def test_a_serve_that_does_not_say_its_mode_is_refused_only_when_a_mode_is_asked(tmp_path: Path, agent: Path) -> None:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), OlderServe)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     port = str(server.server_address[1])
     try:
         line = one_line_error(launch(tmp_path, agent, "claude", "--audit", "--port", port))

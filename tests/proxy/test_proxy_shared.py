@@ -9,7 +9,6 @@ background passes a single process is itself timing-dependent).
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from typing import Any
@@ -29,6 +28,7 @@ from support.session_ids import named
 from support.stored_session import normalized_export
 from upstream import ScriptedUpstream
 from upstream.replay import TranscriptReplay, anthropic_history
+from upstream.serving import ThreadServer, tcp_listener
 
 
 class App:
@@ -38,10 +38,9 @@ class App:
         self.router = SessionRouter(config, store=store, shared=True)
         settings = ProxySettings(openai_upstream=f"{upstream}/v1", anthropic_upstream=upstream)
         self.proxy = Proxy(self.router, settings)
-        self.socket = socket.socket()
-        self.socket.bind(("127.0.0.1", 0))
+        self.socket = tcp_listener()
         self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}"
-        self.server = uvicorn.Server(
+        self.server = ThreadServer(
             uvicorn.Config(self.proxy.app(), log_level="warning", access_log=False, lifespan="on")
         )
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True)
@@ -58,7 +57,7 @@ class App:
             time.sleep(0.005)
 
     def close(self) -> None:
-        self.server.should_exit = True
+        self.server.stop()
         self.thread.join(10)
         self.socket.close()
         self.router.close()

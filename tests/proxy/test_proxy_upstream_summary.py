@@ -9,6 +9,7 @@ import dataclasses
 import json
 import logging
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -79,8 +80,11 @@ def output(n: int) -> str:
     return "\n".join(f"{n} line {i} " + "x" * 60 for i in range(120))
 
 
-def anthropic_loop(proxy: ProxyServer, key: str, opening: str = "Run the steps.") -> list[httpx.Response]:
-    """An agent loop like Claude Code's: breakpoints on the system prompt and the newest message."""
+def anthropic_loop(
+    proxy: ProxyServer, key: str, opening: str = "Run the steps.", tool_seconds: float = 0.0
+) -> list[httpx.Response]:
+    """An agent loop like Claude Code's: breakpoints on the system prompt and the newest message; each tool
+    call takes ``tool_seconds`` (the price schedule plans its folds by the gaps between requests)."""
     messages: list[dict[str, Any]] = [{"role": "user", "content": [{"type": "text", "text": opening}]}]
     answers = []
     with httpx.Client(base_url=proxy.base_url, timeout=60) as client:
@@ -106,6 +110,7 @@ def anthropic_loop(proxy: ProxyServer, key: str, opening: str = "Run the steps."
             result = {"type": "tool_result", "tool_use_id": calls[0]["id"], "content": output(len(answers))}
             messages.append({"role": "user", "content": [result]})
             proxy.settle()
+            time.sleep(tool_seconds)
     return answers
 
 
@@ -159,7 +164,9 @@ def markers(requests: list[RecordedRequest]) -> list[str]:
 
 def test_the_summary_rides_the_cache_and_is_billed_as_the_clients_model(tmp_path: Path):
     with ScriptedUpstream(scripted(None), min_cacheable=0) as upstream, serve(upstream, tmp_path) as proxy:
-        answers = anthropic_loop(proxy, "sk-ant-one")
+        # An agent's tool takes a moment: a loop that sends its next request the instant the last answer
+        # is in looks to the price schedule like a summarizer that cannot keep up, one exchange per fold.
+        answers = anthropic_loop(proxy, "sk-ant-one", tool_seconds=0.05)
         proxy.settle()
         bills = dict(proxy.proxy.compaction.bills)
         pricing = proxy.config.cache_pricing("anthropic", "claude-sonnet-4-5")

@@ -4,7 +4,6 @@ in front of a scripted upstream, with a real SQLite store that survives a restar
 from __future__ import annotations
 
 import json
-import socket
 import tempfile
 import threading
 import time
@@ -19,6 +18,7 @@ from microcompact.router import SessionRouter
 from microcompact.server import Proxy, ProxySettings
 from microcompact.server.run import proxy_config
 from microcompact.store import open_store
+from upstream.serving import ThreadServer, tcp_listener
 
 
 class ProxyServer:
@@ -50,12 +50,10 @@ class ProxyServer:
             **({"gemini_upstream": gemini_upstream} if gemini_upstream else {}),
         )
         self.proxy = Proxy(self.router, settings)
-        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._socket.bind(("127.0.0.1", port))
+        self._socket = tcp_listener(port)
         self.port: int = self._socket.getsockname()[1]
         self.received: list[tuple[str, bytes]] = []  # (path, body) of every POST the proxy got, in order
-        self._server = uvicorn.Server(
+        self._server = ThreadServer(
             uvicorn.Config(self._recording(self.proxy.app()), log_level="warning", access_log=False, lifespan="on")
         )
         self._thread: threading.Thread | None = None
@@ -110,7 +108,7 @@ class ProxyServer:
             session.drain(timeout)
 
     def close(self) -> None:
-        self._server.should_exit = True
+        self._server.stop()
         if self._thread is not None:
             self._thread.join(timeout=10)
         self._socket.close()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import threading
 import time
 from collections import deque
@@ -27,6 +26,7 @@ from . import anthropic_wire, openai_wire, validate
 from .body import ScriptedBody
 from .recorded import RecordedRequest, Script
 from .replies import Answer, Fault, Reply, text
+from .serving import ThreadServer, tcp_listener
 from .usage import DEFAULT_OVERHEAD, PrefixCache, PromptCache, PromptUsage, output_tokens, prompt_tokens
 
 
@@ -92,9 +92,7 @@ class ScriptedUpstream:
         self.context_window = context_window  # prompts over it are refused, as the real APIs refuse them
         self._answers: deque[Answer] = deque()
         self._lock = threading.Lock()
-        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._socket.bind(("127.0.0.1", port))
+        self._socket = tcp_listener(port)
         self.port: int = self._socket.getsockname()[1]
         config = uvicorn.Config(
             self._app(),
@@ -103,7 +101,7 @@ class ScriptedUpstream:
             lifespan="off",
             timeout_graceful_shutdown=1,
         )
-        self._server = uvicorn.Server(config)
+        self._server = ThreadServer(config)
         self._thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -121,7 +119,7 @@ class ScriptedUpstream:
         return self
 
     def close(self) -> None:
-        self._server.should_exit = True
+        self._server.stop()
         if self._thread is not None:
             self._thread.join(timeout=5)
         self._socket.close()
