@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..bill.replay_cost import Pricing
-from ..config import Config
+from ..config import Config, SummarizerKind
 from ..messages import Message
 from ..replay.compare import POLICIES, plot_compare
 from . import runs
@@ -95,7 +95,7 @@ def run_compare(
     log_file: Path | None,
 ) -> None:
     """Replay under every policy (logging to ``log_file``), draw the plot if asked, print the table or JSON."""
-    if cfg.auxiliary.compression.kind == "openai":
+    if cfg.auxiliary.compression.kind is SummarizerKind.ENDPOINT:
         err.print(
             f"note: --compare replays under {len(POLICIES)} policies, each with its own summarizer calls: "
             f"about {len(POLICIES)} times the model calls of one replay",

@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..bill.replay_cost import Pricing, load_pricing
-from ..config import Config, ConfigError, load_config
+from ..config import Config, ConfigError, SummarizerKind, load_config
 from ..messages import Message, TranscriptError
 from ..replay import ReplayStats, default_session_id, read_transcript, resume_start, summary_json
 from ..session import Session
@@ -287,7 +287,7 @@ def configure(req: ReplayRequest) -> Config:
         **{"auxiliary.compression": aux},
         model={"context_length": req.context_limit},
     )
-    if cfg.auxiliary.compression.kind == "extractive":
+    if cfg.auxiliary.compression.kind is SummarizerKind.EXTRACTIVE:
         given = [
             flag
             for flag, v in (("--model", req.model), ("--base-url", req.base_url), ("--api-key-env", req.api_key_env))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import socket
 from urllib.parse import urlsplit
 
-from ..config import Config
+from ..config import Config, SummarizerKind
 from ..events import Outcome
 from ..replay import ReplayStats
 
@@ -31,12 +31,12 @@ ANSWERED_BATCH = (Outcome.COMPACTED,)
 def unreachable(cfg: Config) -> str | None:
     """Why the configured model endpoint cannot be reached (None: reachable, or no endpoint named)."""
     aux = cfg.auxiliary.compression
-    if aux.kind == "upstream":
+    if aux.kind is SummarizerKind.UPSTREAM:
         return (
             "auxiliary.compression.provider: upstream asks the client's own model through microcompact serve; "
             "a replay has no upstream: set another provider (or replay with --summarizer extractive)"
         )
-    if aux.kind != "openai" or not aux.base_url or not aux.model:
+    if aux.kind is not SummarizerKind.ENDPOINT or not aux.base_url or not aux.model:
         return None  # no endpoint named (the SDK's default), or no model: that error comes first
     parts = urlsplit(aux.base_url)
     port = parts.port or (443 if parts.scheme == "https" else 80)

@@ -49,6 +49,7 @@ from .sections import (
     PricingConfig,
     ProxyConfig,
     StrictSection,
+    SummarizerKind,
     ThinkingConfig,
     ThinkingMode,
 )
@@ -64,6 +65,7 @@ __all__ = [  # the sections' home is config.sections; they are read here as part
     "ModelConfig",
     "PricingConfig",
     "ProxyConfig",
+    "SummarizerKind",
     "ThinkingConfig",
     "ThinkingMode",
     "home_dir",
@@ -169,7 +171,7 @@ class Config(StrictSection):
         are borrowed) and for a library session with no price configured."""
         # The upstream summarizer's calls are billed from their own usage (read, written, output at the
         # client's model's prices: server/upstream_summary.py), not per pass at a summarizer price.
-        free = self.auxiliary.compression.kind in ("extractive", "upstream")
+        free = self.auxiliary.compression.kind in (SummarizerKind.EXTRACTIVE, SummarizerKind.UPSTREAM)
         listed = model_pricing(api, model) if api is not None else None
         if self.pricing.configured:  # a preset named wins; fields alone go over the model's (or API's) prices
             return self.pricing.resolve(api, summarizer_free=free, base=listed)
@@ -368,7 +370,7 @@ def _check_settings_work_together(config: Config, source: str) -> None:
     """Settings each valid alone that cannot work together: a clear error now, not failures at every pass."""
     aux, c = config.auxiliary.compression, config.compression
     threshold = c.micro_compact_defrag_threshold_tokens
-    if aux.kind == "openai" and c.micro_compact and config.summarizer_output_tokens() < threshold:
+    if aux.kind is SummarizerKind.ENDPOINT and c.micro_compact and config.summarizer_output_tokens() < threshold:
         raise ConfigError(
             f"invalid configuration in {source}: auxiliary.compression.max_output_tokens: {aux.max_output_tokens} "
             f"is below compression.micro_compact_defrag_threshold_tokens ({threshold}), so the model could not "

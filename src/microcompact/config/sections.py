@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import re
+from enum import StrEnum
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
@@ -34,6 +35,14 @@ class StrictSection(BaseModel):
         ):
             raise ValueError("expected a number, not true/false")
         return v
+
+
+class SummarizerKind(StrEnum):
+    """Who writes the summary, as far as cost, waiting and keys go (a closed set: one per way)."""
+
+    EXTRACTIVE = "extractive"  # code in this process: free, milliseconds, no key
+    UPSTREAM = "upstream"  # the client's own model through ``serve``, on the client's credential
+    ENDPOINT = "openai"  # an OpenAI-compatible endpoint: a model call, its key, its price
 
 
 class AuxCompressionConfig(StrictSection):
@@ -67,9 +76,11 @@ class AuxCompressionConfig(StrictSection):
         return v
 
     @property
-    def kind(self) -> str:
-        """``extractive``, ``upstream`` (the client's own model, through ``serve``) or ``openai`` (an endpoint)."""
-        return self.provider if self.provider in ("extractive", "upstream") else "openai"
+    def kind(self) -> SummarizerKind:
+        """The :class:`SummarizerKind` of ``provider``: every endpoint provider is one kind."""
+        if self.provider in ("extractive", "upstream"):
+            return SummarizerKind(self.provider)
+        return SummarizerKind.ENDPOINT
 
     @property
     def local(self) -> bool:

@@ -40,7 +40,7 @@ from ..bill.fold_price import (
     working_set_low_water,
 )
 from ..bill.pricing import CachePricing
-from ..config import FALLBACK_CONTEXT_LIMIT, Config
+from ..config import FALLBACK_CONTEXT_LIMIT, Config, SummarizerKind
 from .policy import MAX_CATCH_UP_PASSES, Fold, FoldEstimate, FoldPlan, Moment, PassMode, WorkerMode
 
 # The new marker's size, as a share of what a fold absorbs, until the summary reaches its defrag threshold
@@ -59,7 +59,7 @@ SPEED_WEIGHT = 0.5
 # Before a fold was timed: seconds per removed token by summarizer kind (the extractive one took about 90 ms
 # per 10K-token pass on a loaded 2-core machine; a model, about 2 s per piece budget of 8K tokens). Only
 # how early the first fold starts depends on them: the first timed fold replaces them.
-PRIOR_SECONDS_PER_TOKEN = {"extractive": 1e-5}
+PRIOR_SECONDS_PER_TOKEN = {SummarizerKind.EXTRACTIVE: 1e-5}
 PRIOR_MODEL_SECONDS_PER_TOKEN = 2.5e-4
 
 
@@ -282,7 +282,7 @@ class PricePolicy:
         estimate = moment.estimate()
         tail = self.config.low_water_tokens()
         messages = self.config.fold_min_messages()
-        if self.config.auxiliary.compression.kind == "upstream":
+        if self.config.auxiliary.compression.kind is SummarizerKind.UPSTREAM:
             keep = max(keep, 1)  # its summary request is the client's last one: it holds nothing newer
         if ahead > 0:
             growth = self.cache.growth_per_request() or self._growth() or 0.0
@@ -387,7 +387,7 @@ def policy_for(config: Config, cache: CacheObservations) -> PricePolicy | None:
     if schedule == "cadence" or (schedule == "auto" and pricing is None):
         return None
     if pricing is None:
-        summarizer_free = config.auxiliary.compression.kind == "extractive"
+        summarizer_free = config.auxiliary.compression.kind is SummarizerKind.EXTRACTIVE
         pricing = config.pricing.resolve("anthropic", summarizer_free=summarizer_free)
     return PricePolicy(config, pricing, cache)
 

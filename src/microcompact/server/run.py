@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 import uvicorn
 
-from ..config import AuxCompressionConfig, Config, ConfigError, load_config
+from ..config import AuxCompressionConfig, Config, ConfigError, SummarizerKind, load_config
 from ..router import SessionRouter
 from ..store import SessionStore, StoreError, open_store
 from ..windows import Windows
@@ -87,7 +87,7 @@ def background_passes(summarizer: AuxCompressionConfig) -> bool:
     inline for the offline extractive one, whose fold is milliseconds of CPU in serve's own process: on a worker
     it buys nothing, and back-to-back requests starve the worker so folds land late (through serve on the shared
     Claude Code sessions, mean prompt 22.5K in the background against 18.3K inline, recall alike)."""
-    return summarizer.kind != "extractive"
+    return summarizer.kind is not SummarizerKind.EXTRACTIVE
 
 
 def proxy_config(config_path: Path | None, context_limit: int | None, summarizer: str | None = None) -> Config:

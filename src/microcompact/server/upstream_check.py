@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from ..config import Config
+from ..config import Config, SummarizerKind
 
 OPENAI_KEY_ENV = "OPENAI_API_KEY"
 ANTHROPIC_KEY_ENV = "ANTHROPIC_API_KEY"
@@ -171,7 +171,7 @@ def _not_found(upstream: Upstream, key: str | None, timeout: float) -> Finding:
 def check_summarizer(config: Config, env: Mapping[str, str]) -> Finding:
     """A summarizer endpoint needs its key variable set (a local model may take none: then a warning)."""
     aux = config.auxiliary.compression
-    if aux.kind != "openai":
+    if aux.kind is not SummarizerKind.ENDPOINT:
         return Finding("summarizer", Status.OK, f"{aux.kind}: no key needed")
     if env.get(aux.api_key_env):
         return Finding("summarizer", Status.OK, f"{aux.provider} at {aux.base_url or 'its default URL'}: key set")

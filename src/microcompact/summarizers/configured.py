@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ..config import Config, ConfigError
+from ..config import Config, ConfigError, SummarizerKind
 from ..tokens import TokenCounter
 from .base import Summarizer
 from .extractive import ExtractiveSummarizer
@@ -35,9 +35,9 @@ def summarizer_for(config: Config, counter: TokenCounter | None = None) -> Summa
         count_text=counter.count_text if counter else None,
         ledger_budget_tokens=config.ledger_room_tokens(),
     )
-    if aux.kind == "extractive":
+    if aux.kind is SummarizerKind.EXTRACTIVE:
         return extractive
-    if aux.kind == "upstream":
+    if aux.kind is SummarizerKind.UPSTREAM:
         return _upstream(config, extractive, counter)
     if not aux.model:
         raise ConfigError(
