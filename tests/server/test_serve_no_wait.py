@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import openai
 import pytest
 
 from microcompact.config import Config
@@ -23,8 +22,11 @@ from microcompact.server.openai_format import OpenAIFormat
 from microcompact.store import open_store
 from microcompact.summarizers import summarizer_for
 from support.chat_server import ChatServer
+from support.lazy_sdk import lazy
 from support.serve_process import ServeProcess
 from upstream import ScriptedUpstream
+
+openai = lazy("openai")
 
 KEY_ENV = "MICROCOMPACT_TEST_SLOW_SUMMARIZER_KEY"
 OVERHEAD = re.compile(r'^microcompact_proxy_overhead_seconds_bucket\{le="([^"]+)"\} (\d+)$', re.MULTILINE)
