@@ -22,11 +22,8 @@ from microcompact.server.openai_format import OpenAIFormat
 from microcompact.store import open_store
 from microcompact.summarizers import summarizer_for
 from support.chat_server import ChatServer
-from support.lazy_sdk import lazy
 from support.serve_process import ServeProcess
 from upstream import ScriptedUpstream
-
-openai = lazy("openai")
 
 KEY_ENV = "MICROCOMPACT_TEST_SLOW_SUMMARIZER_KEY"
 OVERHEAD = re.compile(r'^microcompact_proxy_overhead_seconds_bucket\{le="([^"]+)"\} (\d+)$', re.MULTILINE)
@@ -44,6 +41,8 @@ class CountedClients:
     """``openai.OpenAI`` made to count the clients made while it is patched in."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import openai  # here, not at collection (support.lazy_sdk): the patch goes on the module itself
+
         self.made = 0
         real = openai.OpenAI
 

@@ -1,31 +1,31 @@
 """An SDK module imported at its first use, not when pytest collects the test file that names it.
 
-Every xdist worker collects every test file, so a module-level ``import anthropic`` (or openai, google.genai,
-mcp, the agent frameworks: 0.2-1.3 s of CPU each) costs every worker that import, whether or not it runs
-one of the file's tests. ``anthropic = lazy("anthropic")`` binds the name to the module whose code runs at
-the first attribute read (``importlib.util.LazyLoader``), so only a worker that runs such a test pays. The
-module is the real one from then on, in ``sys.modules`` for every later ``import`` too. A test file that
-reads an attribute at module level (a parametrize list, a class statement) loads it at collection anyway:
+Every xdist worker collects every test file, so a module-level ``import anthropic`` (or openai, mcp: 0.3-1.3 s
+of CPU each) costs every worker that import, whether or not it runs one of the file's tests.
+``anthropic = lazy("anthropic")`` binds the name to a stand-in whose public attributes are the real module's,
+imported at the first read (``anthropic.Anthropic``, ``except anthropic.APIStatusError``). Its private names
+are not forwarded: collection reads those of every module global (pytest looks for ``_mock_name`` and
+``__wrapped__`` when it looks for fixtures), and an SDK's own tests never need them. A test file that reads a
+public attribute at module level (a parametrize list, a class statement) imports it at collection anyway:
 keep those reads inside the tests or fixtures.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import sys
+import importlib
 from types import ModuleType
+from typing import Any
+
+
+class LazySdk(ModuleType):
+    """Stands for the module of the same name; the first public attribute read imports it."""
+
+    def __getattr__(self, attr: str) -> Any:  # only for what the stand-in itself does not have
+        if attr.startswith("_"):
+            raise AttributeError(attr)
+        return getattr(importlib.import_module(self.__name__), attr)
 
 
 def lazy(name: str) -> ModuleType:
-    """The module ``name`` (dotted), loaded when an attribute is first read; already imported: itself."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.find_spec(name)
-    if spec is None or spec.loader is None:
-        raise ModuleNotFoundError(f"no module named {name!r}", name=name)
-    loader = importlib.util.LazyLoader(spec.loader)
-    spec.loader = loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    loader.exec_module(module)
-    return module
+    """A stand-in for the module ``name`` (dotted names too), imported at its first public attribute read."""
+    return LazySdk(name)
