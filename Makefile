@@ -30,7 +30,9 @@ demo: $(STAMP)
 # worker (2 idle cores, before the test servers turned Nagle's algorithm off and stopped at once: 3 min 57 s
 # on two workers, 2 min 59 s on three, 3 min 9 s on four; since, on 2 cores that other sessions kept a load
 # of 3-5 on, not idle: 3 min 20 s on three, where the tests before took 5 min 17 s; 3 min 37 s on two,
-# 3 min 51 s on four).
+# 3 min 51 s on four). The suite is now mostly CPU: since the SDKs load at a test's first use rather than at
+# every worker's collection and CliRunner reuses the CLI's click tree, 2 min 24 s and 246 CPU-s on three
+# workers (before: 3 min 0 s, 274 CPU-s), 2 min 48 s and the same CPU on two (load 1-3 from other sessions).
 test: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow" --hypothesis-profile=fast -n 3
 
