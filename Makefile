@@ -30,7 +30,10 @@ demo: $(STAMP)
 # worker (2 idle cores, before the test servers turned Nagle's algorithm off and stopped at once: 3 min 57 s
 # on two workers, 2 min 59 s on three, 3 min 9 s on four; since, on 2 cores that other sessions kept a load
 # of 3-5 on, not idle: 3 min 20 s on three, where the tests before took 5 min 17 s; 3 min 37 s on two,
-# 3 min 51 s on four).
+# 3 min 51 s on four). The suite is now mostly CPU, and its CPU seconds swing with the other sessions' load
+# (2-3): before the SDKs loaded at a test's first use rather than at every worker's collection (10.2 CPU-s
+# a worker, now 7.9) and CliRunner reused the CLI's click tree, 2 min 28 s-3 min 0 s and 254-274 CPU-s in two
+# runs; since, 2 min 16 s-2 min 44 s and 219-286 CPU-s in three. Two workers: 245 CPU-s, 2 min 45-48 s.
 test: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow" --hypothesis-profile=fast -n 3
 

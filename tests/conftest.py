@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import shutil
@@ -10,6 +11,8 @@ import tempfile
 from collections.abc import Iterator
 
 import pytest
+import typer.main
+import typer.testing
 from hypothesis import HealthCheck, settings
 
 from support import pg as pgserver
@@ -25,6 +28,11 @@ _UNTIMED = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow]}
 settings.register_profile("ci", max_examples=100, **_UNTIMED)
 settings.register_profile("fast", max_examples=10, **_UNTIMED)
 settings.load_profile("ci")
+
+# typer's CliRunner builds the click command tree from the app at every invoke: ~16 ms of CPU, mostly
+# get_type_hints evaluating every command's annotations, for each of the hundreds of in-process runs in
+# make test. Nothing changes ``microcompact.cli.app`` after import, so each app's tree is built once.
+typer.testing._get_command = functools.cache(typer.main.get_command)
 
 # Transitional, while the branches written before tests/support existed merge: their files (and
 # tests/test_batch.py, tests/test_background_cache_aware.py, moved later) import the helpers by their old

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ import pytest
 from microcompact.bill.cost_line import CostLine
 from microcompact.recall.watch import RecallLine
 from microcompact.telemetry import format_line, log_telemetry
+from support.cli_runs import RUNNERS, from_here
 from support.proxy_server import ProxyServer
 from support.serve_process import run_cli
 from upstream import Reply, ScriptedUpstream, Text, ToolCall, text
@@ -76,8 +79,17 @@ def proxy_log(tmp_path: Path) -> Path:
     )
 
 
-def test_recall_stands_beside_each_sessions_cost(tmp_path: Path, proxy_log: Path) -> None:
-    shown = run_cli(tmp_path / "home", "report", "--per-session", str(proxy_log))
+@pytest.fixture(params=RUNNERS)
+def cli(request: pytest.FixtureRequest) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """``microcompact ARGS``: in-process in the fast suite, a real process in the slow one (support.cli_runs);
+    tests/server/test_figures_agree.py runs ``report`` as a real process in the fast suite."""
+    return from_here(request.param)
+
+
+def test_recall_stands_beside_each_sessions_cost(
+    cli: Callable[..., subprocess.CompletedProcess[str]], tmp_path: Path, proxy_log: Path
+) -> None:
+    shown = cli(tmp_path / "home", "report", "--per-session", str(proxy_log))
     assert shown.returncode == 0, shown.stderr
     out = shown.stdout
     assert "Recall (proxy sessions)" in out
@@ -93,8 +105,10 @@ def test_recall_stands_beside_each_sessions_cost(tmp_path: Path, proxy_log: Path
     assert alpha.rstrip(" │").endswith("3,000")
 
 
-def test_json_has_the_recall_totals_and_each_cost_its_recall(tmp_path: Path, proxy_log: Path) -> None:
-    shown = run_cli(tmp_path / "home", "report", "--json", str(proxy_log))
+def test_json_has_the_recall_totals_and_each_cost_its_recall(
+    cli: Callable[..., subprocess.CompletedProcess[str]], tmp_path: Path, proxy_log: Path
+) -> None:
+    shown = cli(tmp_path / "home", "report", "--json", str(proxy_log))
     assert shown.returncode == 0, shown.stderr
     data = json.loads(shown.stdout)
     assert {k: data["recall"][k] for k in ("replies", "targets", "present", "recall_pct", "losing")} == {
@@ -119,18 +133,22 @@ def test_json_has_the_recall_totals_and_each_cost_its_recall(tmp_path: Path, pro
     assert "kept_in_use" in data["definitions"] and "recall" in data["definitions"]
 
 
-def test_a_library_log_says_nothing_of_recall(tmp_path: Path) -> None:
+def test_a_library_log_says_nothing_of_recall(
+    cli: Callable[..., subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
     log = log_of(tmp_path, [micro(1, "lib", 0, 0)])
-    shown = run_cli(tmp_path / "home", "report", str(log))
+    shown = cli(tmp_path / "home", "report", str(log))
     assert shown.returncode == 0, shown.stderr
     assert "Recall" not in shown.stdout and "Cost against" not in shown.stdout
     assert "nothing (1 fold(s) by use left no tool iteration in place)" in shown.stdout
-    data = json.loads(run_cli(tmp_path / "home", "report", "--json", str(log)).stdout)
+    data = json.loads(cli(tmp_path / "home", "report", "--json", str(log)).stdout)
     assert "recall" not in data and "cost" not in data
 
 
-def test_passes_by_age_say_nothing_of_what_was_in_use(tmp_path: Path) -> None:
-    shown = run_cli(tmp_path / "home", "report", str(log_of(tmp_path, [micro(1, "aged", None)])))
+def test_passes_by_age_say_nothing_of_what_was_in_use(
+    cli: Callable[..., subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
+    shown = cli(tmp_path / "home", "report", str(log_of(tmp_path, [micro(1, "aged", None)])))
     assert shown.returncode == 0, shown.stderr
     assert "not logged: the folds went by age (only folds by use, micro_compact_fold_by_use, log it)" in shown.stdout
 

@@ -15,11 +15,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import anthropic
-import openai
 import pytest
 
 from support import local_http
+from support.lazy_sdk import lazy
 from upstream import (
     PromptCache,
     RedactedThinking,
@@ -36,6 +35,9 @@ from upstream import (
     text,
 )
 from upstream.scripts import ToolLoop, seq_command, tool_results
+
+anthropic = lazy("anthropic")
+openai = lazy("openai")
 
 USER = [{"role": "user", "content": "Count the files."}]
 THINKING_REPLY = Reply(

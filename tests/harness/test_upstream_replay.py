@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import anthropic
-import openai
 import pytest
 
+from support.lazy_sdk import lazy
 from support.paths import NORMALIZED
 from upstream import Reply, ScriptedUpstream, Text, ToolCall
 from upstream.replay import TranscriptReplay, anthropic_history, load_transcript, reply_from_message, tail_key
+
+anthropic = lazy("anthropic")
+openai = lazy("openai")
 
 SESSION = NORMALIZED / "cc_subagent_a2898e3.jsonl"
 

@@ -11,15 +11,17 @@ import json
 from pathlib import Path
 from typing import Any
 
-import anthropic
 import pytest
 
 from support.anthropic_contract import marker_texts, request_errors
 from support.http_tap import TapRelay
+from support.lazy_sdk import lazy
 from support.numbered_steps import NumberedSteps
 from support.serve_process import ServeProcess
 from support.stored_session import stored_session_errors
 from upstream import ScriptedUpstream
+
+anthropic = lazy("anthropic")
 
 pytestmark = pytest.mark.slow
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from microcompact.keys import RECALL_META, ROW_KEY
 from microcompact.messages import MARKER_PREFIX, RECALL_NOTE, marker_body, render_micro_marker, with_recall_note
 from microcompact.recall_tools import RecallNotes, recall_tool_names
-from microcompact.recall_tools.stdio import EXPAND_DESCRIPTION, RECALL_DESCRIPTION
+from microcompact.recall_tools.note import EXPAND_DESCRIPTION, RECALL_DESCRIPTION
 from microcompact.store import StoreError, open_store
 from support.recall_folds import KEY_A, FoldingProxy, new_history, notes_in, step, tools
 

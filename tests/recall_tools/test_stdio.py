@@ -11,11 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from mcp import Client, StdioServerParameters
 
 from microcompact.recall_tools import recall_tool_names
 from microcompact.store import PostgresStore, open_store
+from support.lazy_sdk import lazy
 from support.recall_folds import AWS_SECRET, Folded, fold_two_conversations
+
+mcp = lazy("mcp")
 
 
 def folded_store(store_location: str, tmp_path: Path) -> tuple[Folded, Folded]:
@@ -32,10 +34,10 @@ def folded_store(store_location: str, tmp_path: Path) -> tuple[Folded, Folded]:
 
 async def session_calls(store_location: str, calls: list[tuple[str, dict[str, Any]]]) -> tuple[list[Any], list[Any]]:
     """The server's tools, and each call's (is_error, text), in one stdio session."""
-    server = StdioServerParameters(
+    server = mcp.StdioServerParameters(
         command=sys.executable, args=["-m", "microcompact.cli", "mcp", "--db", store_location], env=dict(os.environ)
     )
-    async with Client(server) as client:
+    async with mcp.Client(server) as client:
         listed = (await client.list_tools()).tools
         results = []
         for name, arguments in calls:

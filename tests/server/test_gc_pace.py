@@ -9,12 +9,14 @@ import gc
 from collections.abc import Iterator
 from pathlib import Path
 
-import anthropic
 import pytest
 
 from microcompact.server.gc_pace import DEFAULT_FULL_AFTER, OVERDUE, CollectionPacing
+from support.lazy_sdk import lazy
 from support.proxy_server import ProxyServer
 from upstream import ScriptedUpstream, text
+
+anthropic = lazy("anthropic")
 
 
 @pytest.fixture

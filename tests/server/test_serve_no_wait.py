@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import openai
 import pytest
 
 from microcompact.config import Config
@@ -42,6 +41,8 @@ class CountedClients:
     """``openai.OpenAI`` made to count the clients made while it is patched in."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import openai  # here, not at collection (support.lazy_sdk): the patch goes on the module itself
+
         self.made = 0
         real = openai.OpenAI
 

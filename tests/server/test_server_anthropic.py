@@ -9,13 +9,15 @@ import itertools
 from pathlib import Path
 from typing import Any
 
-import anthropic
 import httpx
 
 from support import local_http
+from support.lazy_sdk import lazy
 from support.proxy_server import ProxyServer
 from support.server_contract import compacted, contract_errors, is_marker
 from upstream import RedactedThinking, Reply, ScriptedUpstream, Text, Thinking, ToolCall, text
+
+anthropic = lazy("anthropic")
 
 SYSTEM = [{"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}}]
 TOOLS = [

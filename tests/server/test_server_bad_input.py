@@ -7,17 +7,19 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import anthropic
 import httpx
-import openai
 import pytest
 
 from microcompact.server.run import proxy_config
 from support import local_http
+from support.lazy_sdk import lazy
 from support.proxy_server import ProxyServer
 from support.server_contract import compacted, contract_errors
 from support.session_ids import named
 from upstream import ScriptedUpstream, disconnect, error, garbage, text, tool_call
+
+anthropic = lazy("anthropic")
+openai = lazy("openai")
 
 ANTHROPIC_HEADERS = {"anthropic-version": "2023-06-01", "x-api-key": "k"}
 

@@ -10,16 +10,18 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import openai
 import pytest
 from typer.testing import CliRunner
 
 from microcompact.cli import app
 from microcompact.telemetry import setup_file_logging
+from support.lazy_sdk import lazy
 from support.proxy_server import ProxyServer
 from support.server_contract import compacted, contract_errors
 from support.session_ids import named
 from upstream import ScriptedUpstream, text, tool_call
+
+openai = lazy("openai")
 
 SYSTEM = {"role": "system", "content": "You are a careful coding agent."}
 SESSION = {"X-Microcompact-Session": "report-me"}

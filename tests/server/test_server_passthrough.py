@@ -6,13 +6,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-import anthropic
-import openai
 import pytest
 
 from support import local_http
+from support.lazy_sdk import lazy
 from support.proxy_server import ProxyServer
 from upstream import Reply, ScriptedUpstream, Text, Thinking, ToolCall, text
+
+anthropic = lazy("anthropic")
+openai = lazy("openai")
 
 USER = [{"role": "user", "content": "Count the files."}]
 

@@ -8,14 +8,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import openai
 import pytest
 
 from microcompact.messages import MARKER_PREFIX
 from support import local_http
+from support.lazy_sdk import lazy
 from support.proxy_server import ProxyServer
 from upstream import Reply, Text, Thinking
 from upstream.responses_server import ResponsesToolLoop, ResponsesUpstream
+
+openai = lazy("openai")
 
 PROMPT = "Print the numbers, step by step, with the tool."
 TOOLS: list[Any] = [

@@ -9,12 +9,14 @@ import re
 from pathlib import Path
 from typing import Any
 
-import openai
 import pytest
 
 from support import local_http
+from support.lazy_sdk import lazy
 from support.proxy_server import ProxyServer
 from upstream.responses_server import ResponsesToolLoop, ResponsesUpstream
+
+openai = lazy("openai")
 
 TOOLS: list[Any] = [
     {

@@ -14,7 +14,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import openai
 import pytest
 
 from microcompact import AsyncSession, Session, open_store, summarizer_from
@@ -25,7 +24,10 @@ from microcompact.session import HistoryDiverged
 from microcompact.tokens import EstimateCounter, TokenCounter
 from support import builders
 from support.chat_server import ChatServer
+from support.lazy_sdk import lazy
 from support.paths import NORMALIZED
+
+openai = lazy("openai")
 
 LATENCY = 0.5
 
@@ -60,8 +62,9 @@ async def ticking_while(work: Any, period: float = 0.01) -> tuple[Any, int]:
         await task
 
 
-@pytest.mark.parametrize("cls", [openai.AsyncOpenAI, openai.OpenAI])
-def test_the_loop_keeps_ticking_while_a_slow_summarizer_runs(chat_server: ChatServer, cls: type) -> None:
+@pytest.mark.parametrize("asynchronous", [True, False], ids=["async", "sync"])
+def test_the_loop_keeps_ticking_while_a_slow_summarizer_runs(chat_server: ChatServer, asynchronous: bool) -> None:
+    cls = openai.AsyncOpenAI if asynchronous else openai.OpenAI
     chat_server.latency = LATENCY
 
     async def main() -> None:
@@ -76,7 +79,7 @@ def test_the_loop_keeps_ticking_while_a_slow_summarizer_runs(chat_server: ChatSe
         assert elapsed >= LATENCY and ticks >= 10  # the loop ran all along (blocked, it ticks at most once)
         (marker,) = [m for m in session.transcript if marker_kind(m) == "micro"]
         assert marker_body(marker).startswith("### Goal\nnone\n### Work done\nTest summary")
-        if cls is openai.AsyncOpenAI:  # the agent keeps using the same client on its loop: nothing broke
+        if asynchronous:  # the agent keeps using the same client on its loop: nothing broke
             chat_server.latency = 0
             reply = await client.chat.completions.create(model="main", messages=session.messages)
             assert reply.choices[0].message.content

@@ -10,7 +10,6 @@ import threading
 import time
 from collections.abc import Iterator
 
-import openai
 import pytest
 
 from microcompact import Session, summarizer_from
@@ -26,6 +25,9 @@ from microcompact.summarizers import (
 )
 from microcompact.tokens import EstimateCounter, TokenCounter
 from support.chat_server import ChatServer
+from support.lazy_sdk import lazy
+
+openai = lazy("openai")
 
 MICRO = {
     "compression": {"micro_compact": True, "protect_first_n": 1, "micro_compact_max_exchange_tokens": 4000},

@@ -10,8 +10,6 @@ import asyncio
 import json
 from typing import Any
 
-import anthropic
-import openai
 import pytest
 
 from microcompact import Session, summarizer_from
@@ -33,6 +31,10 @@ from microcompact.summarizers import (
 from microcompact.tokens import EstimateCounter, TokenCounter
 from support.anthropic_server import AnthropicServer
 from support.chat_server import ChatServer
+from support.lazy_sdk import lazy
+
+anthropic = lazy("anthropic")
+openai = lazy("openai")
 
 SECRET = "sk-proj-" + "Ab3dE5gH7jK9mN1pQ3sT5vX7zB9dF1hJ"
 EXCHANGE = [
@@ -47,22 +49,28 @@ def anthropic_server() -> Any:
         yield server
 
 
-def openai_client(server: ChatServer, cls: type = openai.OpenAI, **kw: Any) -> Any:
+# The SDKs load at the first test that builds a client, not at collection (support.lazy_sdk).
+SYNC_AND_ASYNC = pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+
+
+def openai_client(server: ChatServer, asynchronous: bool = False, **kw: Any) -> Any:
+    cls = openai.AsyncOpenAI if asynchronous else openai.OpenAI
     return cls(api_key="test-key", base_url=server.base_url, **kw)
 
 
-def anthropic_client(server: AnthropicServer, cls: type = anthropic.Anthropic, **kw: Any) -> Any:
+def anthropic_client(server: AnthropicServer, asynchronous: bool = False, **kw: Any) -> Any:
+    cls = anthropic.AsyncAnthropic if asynchronous else anthropic.Anthropic
     return cls(api_key="test-key", base_url=server.base_url, **kw)
 
 
 # --------------------------------------------------------------------------- OpenAI clients
 
 
-@pytest.mark.parametrize("cls", [openai.OpenAI, openai.AsyncOpenAI])
+@SYNC_AND_ASYNC
 def test_an_openai_client_summarizes_with_the_prompts_and_redacts_what_it_sends(
-    chat_server: ChatServer, cls: type
+    chat_server: ChatServer, asynchronous: bool
 ) -> None:
-    summarizer = summarizer_from(openai_client(chat_server, cls), model="cheap-model")
+    summarizer = summarizer_from(openai_client(chat_server, asynchronous), model="cheap-model")
     out = summarizer.merge("", EXCHANGE)
     assert out.startswith("### Goal\nnone\n### Work done\nTest summary of a")
     body = chat_server.requests[-1]
@@ -99,11 +107,11 @@ def test_options_reach_the_sdk_call_and_the_output_is_redacted(chat_server: Chat
         ("empty", SummarizerBadOutput),
     ],
 )
-@pytest.mark.parametrize("cls", [openai.OpenAI, openai.AsyncOpenAI])
+@SYNC_AND_ASYNC
 def test_openai_failures_become_summarizer_errors_without_sdk_retries(
-    chat_server: ChatServer, cls: type, fault: Any, error: type
+    chat_server: ChatServer, asynchronous: bool, fault: Any, error: type
 ) -> None:
-    summarizer = summarizer_from(openai_client(chat_server, cls), model="m")
+    summarizer = summarizer_from(openai_client(chat_server, asynchronous), model="m")
     chat_server.add_faults(fault)
     with pytest.raises(error) as caught:
         summarizer.merge("", EXCHANGE)
@@ -112,10 +120,10 @@ def test_openai_failures_become_summarizer_errors_without_sdk_retries(
 
 
 def test_a_hanging_openai_endpoint_times_out(chat_server: ChatServer) -> None:
-    for cls in (openai.OpenAI, openai.AsyncOpenAI):
+    for asynchronous in (False, True):
         chat_server.add_faults("hang")
         with pytest.raises(SummarizerTimeout):
-            summarizer_from(openai_client(chat_server, cls), model="m", timeout=0.3).merge("", EXCHANGE)
+            summarizer_from(openai_client(chat_server, asynchronous), model="m", timeout=0.3).merge("", EXCHANGE)
 
 
 def test_the_callers_client_is_left_as_it_was(chat_server: ChatServer) -> None:
@@ -127,9 +135,11 @@ def test_the_callers_client_is_left_as_it_was(chat_server: ChatServer) -> None:
 # --------------------------------------------------------------------------- Anthropic clients
 
 
-@pytest.mark.parametrize("cls", [anthropic.Anthropic, anthropic.AsyncAnthropic])
-def test_an_anthropic_client_summarizes_from_the_text_blocks(anthropic_server: AnthropicServer, cls: type) -> None:
-    summarizer = summarizer_from(anthropic_client(anthropic_server, cls), model="claude-haiku")
+@SYNC_AND_ASYNC
+def test_an_anthropic_client_summarizes_from_the_text_blocks(
+    anthropic_server: AnthropicServer, asynchronous: bool
+) -> None:
+    summarizer = summarizer_from(anthropic_client(anthropic_server, asynchronous), model="claude-haiku")
     out = summarizer.merge("", EXCHANGE)
     assert out.startswith("### Summary\n- Anthropic test summary of a")  # the thinking block is not part of it
     body = anthropic_server.requests[-1]
@@ -150,11 +160,11 @@ def test_an_anthropic_client_summarizes_from_the_text_blocks(anthropic_server: A
         ("thinking_only", SummarizerBadOutput),
     ],
 )
-@pytest.mark.parametrize("cls", [anthropic.Anthropic, anthropic.AsyncAnthropic])
+@SYNC_AND_ASYNC
 def test_anthropic_failures_become_summarizer_errors_without_sdk_retries(
-    anthropic_server: AnthropicServer, cls: type, fault: Any, error: type
+    anthropic_server: AnthropicServer, asynchronous: bool, fault: Any, error: type
 ) -> None:
-    summarizer = summarizer_from(anthropic_client(anthropic_server, cls), model="claude-haiku")
+    summarizer = summarizer_from(anthropic_client(anthropic_server, asynchronous), model="claude-haiku")
     anthropic_server.add_faults(fault)
     with pytest.raises(error):
         summarizer.merge("", EXCHANGE)
@@ -164,7 +174,7 @@ def test_anthropic_failures_become_summarizer_errors_without_sdk_retries(
 def test_a_hanging_anthropic_endpoint_times_out(anthropic_server: AnthropicServer) -> None:
     anthropic_server.add_faults("hang")
     with pytest.raises(SummarizerTimeout):
-        summarizer_from(anthropic_client(anthropic_server, anthropic.AsyncAnthropic), model="c", timeout=0.3).merge(
+        summarizer_from(anthropic_client(anthropic_server, asynchronous=True), model="c", timeout=0.3).merge(
             "", EXCHANGE
         )
 

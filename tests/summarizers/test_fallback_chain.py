@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import logging
 
-import anthropic
-import openai
 import pytest
 
 from microcompact import FallbackChain, Session, summarizer_from
@@ -24,6 +22,10 @@ from microcompact.summarizers import (
 from microcompact.tokens import EstimateCounter, TokenCounter
 from support.anthropic_server import AnthropicServer
 from support.chat_server import ChatServer
+from support.lazy_sdk import lazy
+
+anthropic = lazy("anthropic")
+openai = lazy("openai")
 
 CANARY = "zebra-canary-7731"  # exchange content that must never reach a log line
 EXCHANGE = [

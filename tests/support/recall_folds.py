@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from microcompact.messages import content_text
-from microcompact.recall_tools.stdio import EXPAND_DESCRIPTION, RECALL_DESCRIPTION
+from microcompact.recall_tools.note import EXPAND_DESCRIPTION, RECALL_DESCRIPTION
 from microcompact.router import SessionRouter
 from microcompact.server.compaction import Compaction
 from microcompact.server.metrics import Metrics

@@ -8,7 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import anthropic
+from support.lazy_sdk import lazy
+
+anthropic = lazy("anthropic")
 
 MODEL = "claude-opus-5-5"
 EPHEMERAL = {"type": "ephemeral"}

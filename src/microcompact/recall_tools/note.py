@@ -32,6 +32,18 @@ from .conversation import conversation_token, handle_of
 log = logging.getLogger("microcompact")
 
 TOOL_TAG = "microcompact"  # in both tools' descriptions (``stdio``): how a request's tools are recognised
+# The tools' descriptions, which ``stdio`` serves: here, beside the tag, so the proxy's side and its tests
+# never import the mcp SDK.
+RECALL_DESCRIPTION = (
+    f"[{TOOL_TAG}] Search the originals folded out of this conversation's context (tool outputs, earlier "
+    "replies) for identifiers or words: paths, symbols, ids, error text. Returns the best matches, each with a "
+    "handle and an excerpt. `conversation` is the value given in the compaction summary's note."
+)
+EXPAND_DESCRIPTION = (
+    f"[{TOOL_TAG}] Read a folded original of this conversation whole (redacted, bounded): a handle from recall, "
+    "or the summary's own handle for the list of what it folded. `conversation` is the value given in the "
+    "compaction summary's note."
+)
 MAX_TOOL_DEPTH = 4
 REMEMBERED_SESSIONS = 4096
 _ENDS = {word: re.compile(rf"(?:^|[_.\-]){word}$") for word in ("recall", "expand")}

@@ -15,7 +15,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from ..store import StoreError
-from .note import TOOL_TAG
+from .note import EXPAND_DESCRIPTION, RECALL_DESCRIPTION
 from .originals import OriginalsStore
 from .reader import DEFAULT_HITS, MAX_HITS, MAX_QUERY_CHARS, Originals, RecallRefused
 
@@ -24,17 +24,6 @@ INSTRUCTIONS = (
     "Earlier turns of this conversation were folded into a summary by microcompact. The summary's note gives "
     "the conversation's capability and its handle: recall searches the folded originals, expand reads one."
 )
-RECALL_DESCRIPTION = (
-    f"[{TOOL_TAG}] Search the originals folded out of this conversation's context (tool outputs, earlier "
-    "replies) for identifiers or words: paths, symbols, ids, error text. Returns the best matches, each with a "
-    "handle and an excerpt. `conversation` is the value given in the compaction summary's note."
-)
-EXPAND_DESCRIPTION = (
-    f"[{TOOL_TAG}] Read a folded original of this conversation whole (redacted, bounded): a handle from recall, "
-    "or the summary's own handle for the list of what it folded. `conversation` is the value given in the "
-    "compaction summary's note."
-)
-
 Conversation = Annotated[str, Field(description="The conversation value from the compaction summary's note.")]
 
 
