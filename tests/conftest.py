@@ -32,6 +32,9 @@ settings.load_profile("ci")
 # typer's CliRunner builds the click command tree from the app at every invoke: ~16 ms of CPU, mostly
 # get_type_hints evaluating every command's annotations, for each of the hundreds of in-process runs in
 # make test. Nothing changes ``microcompact.cli.app`` after import, so each app's tree is built once.
+# typer.testing names typer.main.get_command as its own private _get_command: checked, so that a typer which
+# builds its commands another way fails here instead of quietly building them at every invoke again.
+assert typer.testing._get_command is typer.main.get_command, "typer.testing no longer uses typer.main.get_command"
 typer.testing._get_command = functools.cache(typer.main.get_command)
 
 # Transitional, while the branches written before tests/support existed merge: their files (and
