@@ -85,8 +85,9 @@ def identify(base: str, mode: str | None = None) -> str | None:
     """None when ``base`` is a microcompact ``serve`` the agents can use (in ``mode``, when given), else why
     not."""
     try:
-        health = httpx.get(f"{base}/healthz", timeout=5)
-        metrics = httpx.get(f"{base}/metrics", timeout=5)
+        with httpx.Client(timeout=5) as client:  # one client (and TLS context) for both
+            health = client.get(f"{base}/healthz")
+            metrics = client.get(f"{base}/metrics")
     except httpx.HTTPError as exc:
         return f"something listens on {base} but does not answer HTTP ({type(exc).__name__})"
     ours = health.status_code == 200 and health.text.strip() == "ok"
@@ -121,13 +122,14 @@ class StartedServe:
 
     def wait_ready(self, base: str) -> None:
         deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise LaunchError(f"microcompact serve exited ({self.process.returncode}): {self._last_line()}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                    return
-            time.sleep(0.1)
+        with httpx.Client(timeout=2) as client:  # one client for every poll, not one per poll
+            while time.monotonic() < deadline:
+                if self.process.poll() is not None:
+                    raise LaunchError(f"microcompact serve exited ({self.process.returncode}): {self._last_line()}")
+                with contextlib.suppress(httpx.HTTPError):
+                    if client.get(f"{base}/healthz").status_code == 200:
+                        return
+                time.sleep(0.1)
         self.stop()
         raise LaunchError(
             f"microcompact serve did not answer on {base} within {START_TIMEOUT:.0f} s; see {self.output}"

@@ -10,6 +10,7 @@ too). A summarizer endpoint whose key variable is not set is flagged, since its 
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -134,9 +135,14 @@ def check_upstream(upstream: Upstream, env: Mapping[str, str], port: int | None,
     return _verdict(upstream, key, answer, timeout)
 
 
+# httpx builds a TLS context (its CA bundle loaded, ~30 ms) for every client; the checks make several calls.
+_tls_context = functools.cache(httpx.create_ssl_context)
+
+
 def _models(upstream: Upstream, base: str, key: str | None, timeout: float) -> httpx.Response:
     headers = upstream.headers(key) if key is not None else {}
-    return httpx.get(base.rstrip("/") + upstream.models_path, headers=headers, timeout=timeout)
+    url = base.rstrip("/") + upstream.models_path
+    return httpx.get(url, headers=headers, timeout=timeout, verify=_tls_context())
 
 
 def _verdict(upstream: Upstream, key: str | None, answer: httpx.Response, timeout: float) -> Finding:
