@@ -86,18 +86,20 @@ def anthropic_cache_fields(usage: dict[str, Any]) -> tuple[Any, Any]:
     return usage.get(ANTHROPIC_CACHE_FIELDS[0], MISSING), usage.get(ANTHROPIC_CACHE_FIELDS[1], MISSING)
 
 
+def _cached_read(usage: dict[str, Any], details_field: str) -> tuple[Any, Any]:
+    """OpenAI's read figure, ``cached_tokens`` nested under ``details_field``; OpenAI reports no write."""
+    details = usage.get(details_field)
+    return (details.get(OPENAI_CACHED, MISSING) if isinstance(details, dict) else MISSING), MISSING
+
+
 def openai_cache_fields(usage: dict[str, Any]) -> tuple[Any, Any]:
-    """OpenAI's read figure (nested); it reports no write."""
-    details = usage.get(OPENAI_DETAILS)
-    read = details.get(OPENAI_CACHED, MISSING) if isinstance(details, dict) else MISSING
-    return read, MISSING
+    """Chat Completions' read figure (``prompt_tokens_details``)."""
+    return _cached_read(usage, OPENAI_DETAILS)
 
 
 def responses_cache_fields(usage: dict[str, Any]) -> tuple[Any, Any]:
-    """The Responses API's read figure (nested under ``input_tokens_details``); it reports no write."""
-    details = usage.get(RESPONSES_DETAILS)
-    read = details.get(OPENAI_CACHED, MISSING) if isinstance(details, dict) else MISSING
-    return read, MISSING
+    """The Responses API's read figure (``input_tokens_details``)."""
+    return _cached_read(usage, RESPONSES_DETAILS)
 
 
 def gemini_cache_fields(usage: dict[str, Any]) -> tuple[Any, Any]:
