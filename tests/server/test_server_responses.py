@@ -14,20 +14,13 @@ from microcompact.messages import MARKER_PREFIX
 from support import local_http
 from support.lazy_sdk import lazy
 from support.proxy_server import ProxyServer
+from support.responses_loop import TOOLS, tool_loop
 from upstream import Reply, Text, Thinking
 from upstream.responses_server import ResponsesToolLoop, ResponsesUpstream
 
 openai = lazy("openai")
 
 PROMPT = "Print the numbers, step by step, with the tool."
-TOOLS: list[Any] = [
-    {
-        "type": "function",
-        "name": "exec_command",
-        "description": "Run a shell command.",
-        "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]},
-    }
-]
 
 
 @pytest.fixture
@@ -95,30 +88,6 @@ def test_streaming_create_passes_every_event_through_in_order(
     assert any(s.counter.overhead != 0 for s in sessions), "response.completed's usage calibrated a session"
 
 
-def _tool_loop(client: openai.OpenAI, steps: int, *, stream: bool = False) -> tuple[list[Any], list[str]]:
-    """The SDK's tool loop: send, run each function call (a large output), send the outputs back."""
-    items: list[Any] = [{"role": "user", "content": PROMPT}]
-    answers = []
-    for _ in range(steps + 2):
-        response: Any
-        if stream:
-            with client.responses.stream(model="gpt-test", input=items, tools=TOOLS, store=False) as events:
-                response = events.get_final_response()
-        else:
-            response = client.responses.create(model="gpt-test", input=items, tools=TOOLS, store=False)
-        answers.append(response.output_text)
-        output = [item.model_dump(exclude_none=True) for item in response.output]
-        items += output
-        calls = [item for item in output if item["type"] == "function_call"]
-        if not calls:
-            return items, answers
-        for call in calls:
-            start, end = json.loads(call["arguments"])["cmd"].split()[1:]
-            result = "\n".join(str(n) for n in range(int(start), int(end) + 1))
-            items.append({"type": "function_call_output", "call_id": call["call_id"], "output": result})
-    raise AssertionError("the tool loop did not end")
-
-
 @pytest.mark.parametrize("stream", [False, pytest.param(True, marks=pytest.mark.slow)])  # make test: JSON answers
 def test_a_long_tool_loop_is_compacted_with_items_whole(tmp_path: Path, stream: bool) -> None:
     steps = 14
@@ -126,7 +95,8 @@ def test_a_long_tool_loop_is_compacted_with_items_whole(tmp_path: Path, stream: 
         ResponsesUpstream(ResponsesToolLoop(steps)) as upstream,
         ProxyServer(upstream.base_url, tmp_path / "s.db", context_limit=32_768) as proxy,
     ):
-        items, answers = _tool_loop(_client(proxy), steps, stream=stream)
+        loop = tool_loop(_client(proxy), steps, PROMPT, stream=stream)
+        items, answers = loop.items, loop.answers
         proxy.settle()
         requests = upstream.responses_requests()
         assert answers[-1] == "All steps are done." and len(requests) == steps + 1
@@ -268,7 +238,7 @@ def test_a_remote_compaction_request_goes_up_as_it_came(tmp_path: Path) -> None:
         ResponsesUpstream(ResponsesToolLoop(steps)) as upstream,
         ProxyServer(upstream.base_url, tmp_path / "s.db", context_limit=32_768) as proxy,
     ):
-        items, _ = _tool_loop(_client(proxy), steps)
+        items = tool_loop(_client(proxy), steps, PROMPT).items
         assert any(is_marker_item(i) for i in upstream.responses_requests()[-1].body["input"]), "compacted before"
         trigger = json.dumps(
             {"model": "gpt-test", "input": [*items, {"type": "compaction_trigger"}], "tools": TOOLS, "store": False}
