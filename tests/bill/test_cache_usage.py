@@ -324,3 +324,32 @@ def test_responses_json_and_stream_report_cached_tokens_and_the_turn_end():
             tap.finish()
             taps.append(tap.report(at=5.0))
         assert taps == [UsageReport(8000, 6144, None, 5.0, turn_over=turn_over)] * 2
+
+
+@pytest.mark.parametrize(
+    "details, logged",
+    [
+        ({"cached_tokens": 9000}, "more than the prompt"),
+        ({"cached_tokens": "lots"}, "cache_read_tokens"),
+        ("cached_tokens", None),  # not an object: no figure at all
+        ({"cached_tokens": -5}, "cache_read_tokens"),
+    ],
+)
+def test_bad_responses_cache_figures_are_ignored_with_at_most_one_line(caplog, details, logged):
+    """A Responses answer whose cache figure is not a count, or more than the prompt, bills the prompt only."""
+    from microcompact.server.responses_format import ResponsesFormat
+    from upstream import responses_wire
+
+    usage = {"input_tokens": 1000, "input_tokens_details": details, "output_tokens": 3}
+    full = responses_wire.response({"model": "m"}, text("done"), 1, usage)
+    tap = UsageTap("application/json", ResponsesFormat())
+    with caplog.at_level(logging.WARNING, logger="microcompact"):
+        tap.feed(json.dumps(full).encode())
+        tap.finish()
+        report = tap.report(at=5.0)
+    assert report == UsageReport(1000, None, None, 5.0, turn_over=True)
+    lines = [r.getMessage() for r in caplog.records]
+    if logged is None:
+        assert lines == []
+    else:
+        assert len(lines) == 1 and logged in lines[0], lines
