@@ -24,13 +24,12 @@ from .facts_extract import (
     run_counts,
     shell_command,
 )
-from .facts_model import one_line
+from .facts_model import SUBJECT_CHARS, one_line
 from .findings import ITEM_CHARS, has_reason, reported_findings, requirements, users_own
 from .provenance import OUTPUT, REPLIED, attributed, flagged, sentence_case, tainted_from
 from .sections import Section, clip, parse_sections, render_sections
 from .validation import shorten_summary
 
-_COMMAND_CHARS = 120
 _OUTCOME_CHARS = 100
 _PROMPT = re.compile(r"^\s*\S{0,40}[$#>]\s*$")  # a shell prompt echoed at the end of an output ("bash-$")
 # Sections replaced, not merged: "where the work stands" is about the newest span only.
@@ -175,7 +174,7 @@ def _read_command(notes: _Notes, command: str, result: str) -> None:
     outcome = clip(last, _OUTCOME_CHARS) if last else "no output"
     if last and (flagged(last) or tainted_from(result) < len(result)):
         outcome = attributed(OUTPUT, last, _OUTCOME_CHARS)  # never an order in our own words
-    notes.commands.append(f"`{one_line(command, _COMMAND_CHARS)}` → {outcome}")
+    notes.commands.append(f"`{one_line(command, SUBJECT_CHARS)}` → {outcome}")
 
 
 def _answer_line(exchange: list[dict[str, Any]]) -> str:
@@ -249,5 +248,5 @@ def describe_tool_result(call: dict[str, Any] | None, result: str) -> str:
         facts.append(f"exit {code}")
     elif ERROR_RESULT.match(result):
         facts.append("error")
-    where = f" {clip(target.splitlines()[0], _COMMAND_CHARS)}" if target else ""
+    where = f" {clip(target.splitlines()[0], SUBJECT_CHARS)}" if target else ""
     return f"[{parsed.name}]{where} ({', '.join(facts)})"

@@ -44,6 +44,7 @@ from .facts_extract import (
 )
 from .facts_model import (
     REASON_CHARS,
+    SUBJECT_CHARS,
     ItemKind,
     Lesson,
     ToolKind,
@@ -91,11 +92,6 @@ CANDIDATES = 512  # distinct names one result may count (later new ones are not)
 NUMBER_NAMES = 4  # plain numbers one result may keep as names
 _OCCURRENCES = 8  # lines looked at per identifier when checking that a result showed it
 _SUBJECT_CHARS = 80
-# A command's, search's or edit's subject names the call; the values a later step reaches for are its items.
-# Past 60 characters a command is mostly arguments (numbers, flags), which the marker pays for at every fold
-# (written again) and every request (read): at 120, the reactive agent's 150 x 8 KB task cost 0.61x of
-# direct; at 60, 0.60x, with the same recall on the shared sessions (bench/recall.py: 97.9%).
-_CALL_SUBJECT_CHARS = 60
 _PATH_CHARS = 240
 
 
@@ -292,7 +288,7 @@ def _subject(call: Call, kind: ToolKind) -> str:
     else:
         detail = next((v for v in call.args.values() if isinstance(v, str) and v.strip()), "")
         subject = f"{call.name} {detail}" if detail else call.name
-    return one_line(subject, _SUBJECT_CHARS if kind is ToolKind.OTHER else _CALL_SUBJECT_CHARS)
+    return one_line(subject, _SUBJECT_CHARS if kind is ToolKind.OTHER else SUBJECT_CHARS)
 
 
 def _holding(lines: list[str], char: str) -> str:

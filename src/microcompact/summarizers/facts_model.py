@@ -21,6 +21,11 @@ CHANGED = ("created", "edited", "deleted", "renamed")  # states a ledger never d
 LOOKED = ("read", "searched")
 STATES = CHANGED + LOOKED
 COMMAND_CHARS = 120
+# A command, search or edit as the marker's notes and lessons name it. Past 60 characters a command is mostly
+# arguments (numbers, flags), which the marker pays for at every fold (written again) and every request
+# (read): at 120, the reactive agent's 150 x 8 KB task cost 0.61x of direct; at 60, 0.60x, with the same
+# recall on the shared sessions (bench/recall.py: 97.9%). A failure keeps its whole command (COMMAND_CHARS).
+SUBJECT_CHARS = 60
 GIST_CHARS = 90
 REASON_CHARS = 160
 _MIN_ROOT_PARTS = 3  # "/home/user/" is worth factoring out; "/" is not
