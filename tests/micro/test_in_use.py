@@ -11,7 +11,9 @@ from microcompact.bill.cache_usage import CacheObservations
 from microcompact.config import parse_config
 from microcompact.events import MICRO_ABSORBS
 from microcompact.micro import CadencePolicy, MicroCompactor, PassMode
+from microcompact.micro.in_use import InUse, command_uses
 from microcompact.micro.price import PricePolicy
+from microcompact.micro.working_set import COMMAND_USES
 from microcompact.tokens import EstimateCounter, Ledger, TokenCounter
 from microcompact.window import Window, WindowBudget
 from support.agent_steps import bash, filler, read, reply, user
@@ -97,3 +99,14 @@ def test_a_fold_after_a_refetch_keeps_the_step_the_agent_works_on() -> None:
     assert any(r.outcome in MICRO_ABSORBS for r in results), results
     contents = [m.get("content") for m in ledger.messages]
     assert all(m["content"] in contents for m in working), "the working step stays verbatim"
+
+
+def test_a_taken_command_output_goes_under_the_extractive_summarizer_only() -> None:
+    """The extractive marker keeps the quoting reply's words; a model's summary may not, so one use keeps it."""
+    extractive = parse_config({})
+    model = parse_config(
+        {"auxiliary": {"compression": {"provider": "openai", "model": "m", "base_url": "http://h/v1"}}}
+    )
+    assert command_uses(extractive) == COMMAND_USES == 2
+    assert command_uses(model) == 1
+    assert InUse(model).command_uses == 1

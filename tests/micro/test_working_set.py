@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from microcompact.micro.working_set import (
+    COMMAND_USES,
     ITEM_SHARE,
     PENDING,
     RECENT_REPLIES,
@@ -37,10 +38,35 @@ def test_a_read_the_agent_mentions_is_in_use_and_stops_being_once_unmentioned() 
 
 def test_only_the_newest_holder_of_an_identifier_is_in_use() -> None:
     msgs = [user("go"), *bash("make build", "artifact 6e3cdee91"), *bash("make build", "artifact 6e3cdee91 again")]
-    msgs.append(reply("built 6e3cdee91"))
+    msgs += [reply("built 6e3cdee91"), reply("deploying 6e3cdee91")]
     ws = working_set(msgs)
     assert ws.in_use == {3}
     assert 1 in ws.stale  # the same command ran again since
+
+
+def test_a_command_output_quoted_once_was_taken_and_one_quoted_again_is_in_use() -> None:
+    msgs = [user("go"), *bash("make build", "artifact 6e3cdee91"), reply("built 6e3cdee91")]
+    assert COMMAND_USES == 2
+    assert working_set(msgs).in_use == frozenset()  # the reply holds the value it took
+    msgs.append(reply("deploying 6e3cdee91 next"))
+    assert working_set(msgs).in_use == {1}
+
+
+def test_one_use_keeps_a_command_output_in_use_when_asked() -> None:
+    msgs = [user("go"), *bash("make build", "artifact 6e3cdee91"), reply("built 6e3cdee91")]
+    assert working_set(msgs, command_uses=1).in_use == {1}
+
+
+def test_a_read_quoted_once_stays_in_use() -> None:
+    msgs = [user("go"), *read("src/app/panes.py", SOURCE), reply("pane_exists is the check")]
+    assert working_set(msgs).in_use == {1}
+
+
+def test_a_taken_command_leaves_the_identifier_to_an_older_read() -> None:
+    msgs = [user("go"), *read("src/app/panes.py", SOURCE), *bash("grep -rn pane_exists src", "src/app/panes.py:1")]
+    msgs.append(reply("pane_exists is defined once"))
+    ws = working_set(msgs)
+    assert ws.in_use == {1}
 
 
 def test_its_own_call_does_not_make_an_iteration_in_use() -> None:
@@ -136,7 +162,7 @@ def test_on_a_recorded_session_every_claim_is_a_recent_mention() -> None:
 def test_a_later_search_naming_the_path_does_not_take_the_edited_file_from_its_read() -> None:
     msgs = [user("go"), *read("src/app/panes.py", "plain text only")]
     msgs += bash("grep -rl label src", "src/app/panes.py")
-    msgs += edit("src/app/panes.py", "plain", "simple")
+    msgs += [reply("src/app/panes.py has it"), *edit("src/app/panes.py", "plain", "simple")]
     ws = working_set(msgs)
     assert {1, 3} <= ws.in_use
 
@@ -155,8 +181,8 @@ def test_a_result_over_half_the_budget_is_not_kept_and_the_rest_is() -> None:
     """One result may take at most ``ITEM_SHARE`` of the working set's budget: a huge output the agent
     quoted one value from would otherwise be the whole set, rewritten at every fold."""
     msgs = [user("go"), *bash("make dump", "noise " * 50 + "token_6e3cdee91"), *read("src/a_mod.py", "alpha_one")]
-    msgs += [reply("token_6e3cdee91 and alpha_one")]
-    tokens = [10, 10, 600, 10, 100, 10]
+    msgs += [reply("token_6e3cdee91 and alpha_one"), reply("token_6e3cdee91 once more")]
+    tokens = [10, 10, 600, 10, 100, 10, 10]
     ws = working_set(msgs)
     assert ws.in_use == {1, 3}
     assert ws.keep_within(tokens, 1_300) == {1, 3}

@@ -17,11 +17,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..bill.fold_price import keep_budget
-from ..config import FALLBACK_CONTEXT_LIMIT, Config
+from ..config import FALLBACK_CONTEXT_LIMIT, Config, SummarizerKind
 from ..events import Span
 from ..messages import Message
 from ..window import Window
-from .working_set import FactsCache, WorkingSet, working_set
+from .working_set import COMMAND_USES, FactsCache, WorkingSet, working_set
 
 
 class InUse:
@@ -31,6 +31,7 @@ class InUse:
         self.config = config
         self.facts = FactsCache()
         self._lock = threading.Lock()
+        self.command_uses = command_uses(config)
 
     def budget(self) -> int:
         """Tokens of in-use iterations a fold may keep."""
@@ -41,8 +42,18 @@ class InUse:
         """The working set now and the in-use iterations before ``window``'s tail a fold keeps (the most
         recently used first, within :meth:`budget`)."""
         with self._lock:
-            ws = working_set(msgs, facts=self.facts)
+            ws = working_set(msgs, facts=self.facts, command_uses=self.command_uses)
         return ws, ws.keep_within(tokens, self.budget(), before=window.tail)
+
+
+def command_uses(config: Config) -> int:
+    """How many replies must use a command's output to keep it in use (:data:`.working_set.COMMAND_USES`)
+    under ``config``'s summarizer. The extractive marker keeps a folded reply's findings in its own words,
+    so the value a reply took from an output stays in front of the model after both are folded; a model's
+    summary holds what the model chose to keep, so under a model summarizer one use keeps an output in use.
+    Measured beside it (docs/cost-and-cache.md): with a 2 s model summarizer the reactive agent's folds came
+    twice as often, the model fell behind, and the 48 x 24 KB task pruned three times and re-fetched seven."""
+    return COMMAND_USES if config.auxiliary.compression.kind is SummarizerKind.EXTRACTIVE else 1
 
 
 def kept_record(span: Span, msgs: Sequence[Message], tokens: Sequence[int]) -> dict[str, Any]:
@@ -53,4 +64,4 @@ def kept_record(span: Span, msgs: Sequence[Message], tokens: Sequence[int]) -> d
     return {"kept_in_use_iterations": calls, "kept_in_use_tokens": sum(tokens[i] for i in kept)}
 
 
-__all__ = ["InUse", "kept_record"]
+__all__ = ["InUse", "command_uses", "kept_record"]

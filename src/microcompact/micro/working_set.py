@@ -7,7 +7,9 @@ transcript only (no model), an iteration is **in use** now when
   the same rule the recall measure counts) in its call's argument values or its results is mentioned by
   one of the last :data:`RECENT_REPLIES` assistant messages (their text and argument values) that came
   after its call, and it is the *newest* iteration holding that identifier (one source in front of the
-  model is enough; the newest is the freshest: a re-run's output, the file after the last read);
+  model is enough; the newest is the freshest: a re-run's output, the file after the last read); a
+  command's output only while :data:`COMMAND_USES` of those replies use it (a value quoted once was taken:
+  the reply holds it);
 - **the file the agent is editing was read there**: a recent editing call names a path, and this is the
   newest read of that path (the agent needs the text it edits).
 - **the agent has not used its output yet**: the newest iterations whose results hold identifiers no reply
@@ -22,10 +24,12 @@ Identifiers that stay in front of the model whatever a fold does (in user and sy
 markers) make nothing in use. An iteration that is not in use is **stale** when the model would be misled
 or served twice by it: a read of a path edited since, or a call re-run since with the same arguments.
 
-Why the last 8 replies (:data:`RECENT_REPLIES`): replayed on the shared Claude Code sessions
-(``bench/working_set_recall.py``), the identifiers the next reply takes from tool results are mostly the
-ones the agent spoke of in its last few steps; 8 steps cover one edit-test cycle of a coding agent, and a
-longer window mostly adds iterations the next reply does not use (the bench prints the sweep).
+Why the last 12 replies (:data:`RECENT_REPLIES`): the identifiers the next reply takes from tool results
+are mostly the ones the agent spoke of in its last few steps (``bench/working_set_recall.py`` prints the
+sweep on the shared Claude Code sessions). Since a command's output quoted once no longer counts, the
+reads and outputs the agent comes back to over a longer stretch do: replayed through ``serve``
+(``bench/recall.py``, Anthropic route), 8 replies kept 96.7% of what the agent used next at a 17.4K mean
+prompt, 12 kept 97.3% at 18.7K, and the reactive agent's bill was the same.
 
 Cost: a proxy asks this before each request of a 150K-token history. Each message is read once:
 :class:`FactsCache` remembers a message's identifiers by the message object itself (the engine's ledger
@@ -44,7 +48,14 @@ from ..render import content_text
 from ..summarizers.facts_extract import parse_call, tool_kind
 from ..summarizers.facts_model import ToolKind
 
-RECENT_REPLIES = 8
+RECENT_REPLIES = 12
+# How many recent replies must use a command's output for it to stay in use. A value an agent quotes once
+# from a command it ran (a key, an id, a count) was taken: the reply that quoted it holds it verbatim, and
+# the marker's findings when that reply is folded; keeping the output too rewrites it at every fold and
+# reads it at every request. An output the agent goes back to (two replies or more) is in use. Reads,
+# searches and edits stay in use from one mention: they are the text the agent works against. Under a model
+# summarizer an engine asks for one use (``micro/in_use.py``, ``command_uses``).
+COMMAND_USES = 2
 # The most of the working set's budget one iteration may take. A fold rewrites what it keeps (the cache writes
 # it again), so one large output the agent quoted a value from (a 24 KB log: ~12K tokens of a 16K budget)
 # would be the whole set, rewritten at every fold, and would put the fold off (the price rule sees a large
@@ -185,9 +196,14 @@ def iterations_of(messages: Sequence[Message]) -> dict[int, int]:
 
 
 def working_set(
-    messages: Sequence[Message], *, recent_replies: int = RECENT_REPLIES, facts: FactsCache | None = None
+    messages: Sequence[Message],
+    *,
+    recent_replies: int = RECENT_REPLIES,
+    facts: FactsCache | None = None,
+    command_uses: int = COMMAND_USES,
 ) -> WorkingSet:
-    """The :class:`WorkingSet` of ``messages`` now (see the module docstring for the rule)."""
+    """The :class:`WorkingSet` of ``messages`` now (see the module docstring for the rule); ``command_uses``:
+    how many recent replies must use a command's output for it to be in use."""
     read = facts if facts is not None else FactsCache()
     all_facts = [read(m) for m in messages]
     if len(read) > 2 * len(messages) + 64:  # folds dropped messages (and splices copied kept ones): forget them
@@ -203,7 +219,7 @@ def working_set(
     for r in recent:
         for x in all_facts[r].idents - fixed:
             mentioned_by.setdefault(x, []).append(r)
-    in_use, last_use = _claims(iterations, all_facts, mentioned_by)
+    in_use, last_use = _claims(iterations, all_facts, mentioned_by, command_uses)
     _editing(iterations, all_facts, recent, in_use, last_use)
     stale = _stale(iterations, all_facts, in_use)
     pending = _pending(messages, iterations, all_facts, fixed)
@@ -246,9 +262,12 @@ def _claims(
     iterations: Mapping[int, int],
     all_facts: Sequence[Facts],
     mentioned_by: Mapping[str, list[int]],
+    command_uses: int,
 ) -> tuple[set[int], dict[int, int]]:
     """Newest first, each iteration claims the mentioned identifiers it holds that no newer one claimed and
-    a reply after its call mentions (its own call, or a reply before it, is no use of what it returned)."""
+    a reply after its call mentions (its own call, or a reply before it, is no use of what it returned). A
+    command's output claims only when ``command_uses`` replies used it (:func:`_taken`); otherwise an older
+    source of the same identifiers may still claim them."""
     remaining = set(mentioned_by)
     in_use: set[int] = set()
     last_use: dict[int, int] = {}
@@ -257,11 +276,23 @@ def _claims(
             break
         held = _held(start, iterations[start], all_facts) & remaining
         hits = {x for x in held if mentioned_by[x][-1] > start}
-        if hits:
+        if hits and not _taken(start, hits, all_facts, mentioned_by, command_uses):
             in_use.add(start)
             last_use[start] = max(mentioned_by[x][-1] for x in hits)
             remaining -= hits
     return in_use, last_use
+
+
+def _taken(
+    start: int, hits: set[str], all_facts: Sequence[Facts], mentioned_by: Mapping[str, list[int]], uses: int
+) -> bool:
+    """Whether the iteration at ``start`` is a command whose output fewer than ``uses`` replies after it
+    used: the value was taken, and the reply that took it holds it."""
+    calls = all_facts[start].calls
+    if not calls or any(c.kind is not ToolKind.COMMAND for c in calls):
+        return False
+    replies = {r for x in hits for r in mentioned_by[x] if r > start}
+    return len(replies) < uses
 
 
 def _editing(
@@ -309,6 +340,7 @@ def _stale(iterations: Mapping[int, int], all_facts: Sequence[Facts], in_use: se
 
 __all__ = [
     "ITEM_SHARE",
+    "COMMAND_USES",
     "PENDING",
     "RECENT_REPLIES",
     "Call",
