@@ -39,7 +39,7 @@ def _chat_body(history: list[Message]) -> dict[str, Any]:
     return {"model": MODEL, "messages": history}
 
 
-def _anthropic_body(history: list[Message]) -> dict[str, Any]:
+def anthropic_body(history: list[Message]) -> dict[str, Any]:
     system, messages = anthropic_history(history)
     last = messages[-1]
     blocks = last["content"] if isinstance(last["content"], list) else [{"type": "text", "text": last["content"]}]
@@ -163,7 +163,7 @@ WIRES = {
         "/v1/chat/completions", {"authorization": "Bearer bench"}, _chat_body, lambda b: list(b.get("messages") or [])
     ),
     "anthropic": Wire(
-        "/v1/messages", {"x-api-key": "bench", "anthropic-version": "2023-06-01"}, _anthropic_body, _from_anthropic
+        "/v1/messages", {"x-api-key": "bench", "anthropic-version": "2023-06-01"}, anthropic_body, _from_anthropic
     ),
     "responses": Wire("/v1/responses", {"authorization": "Bearer bench"}, _responses_body, _from_responses),
 }
