@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import functools
-import importlib
 import os
 import shutil
-import sys
 import tempfile
 from collections.abc import Iterator
 
@@ -36,19 +34,6 @@ settings.load_profile("ci")
 # builds its commands another way fails here instead of quietly building them at every invoke again.
 assert typer.testing._get_command is typer.main.get_command, "typer.testing no longer uses typer.main.get_command"
 typer.testing._get_command = functools.cache(typer.main.get_command)
-
-# Transitional, while the branches written before tests/support existed merge: their files (and
-# tests/test_batch.py, tests/test_background_cache_aware.py, moved later) import the helpers by their old
-# top-level names. Each old name is the support module itself. Remove this (and the same list in
-# pyproject.toml's isort section) once every test imports ``support.*``.
-OLD_HELPER_NAMES = (
-    "agent_script anthropic_contract anthropic_server chat_server claude_code compaction_runs http_tap "
-    "import_checks numbered_steps paths pg proxy_server router_worker secrets_table serve_process "
-    "server_contract stored_session strategies"
-).split()
-for _old in OLD_HELPER_NAMES:
-    sys.modules.setdefault(_old, importlib.import_module(f"support.{_old}"))
-
 
 # --------------------------------------------------------------------------- $MICROCOMPACT_HOME
 
