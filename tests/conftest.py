@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 
@@ -61,6 +62,22 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         os.environ[HOME_ENV] = real
     if run is not None:
         shutil.rmtree(run, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- what collection imports
+
+_AFTER_COLLECTION: dict[str, frozenset[str]] = {}  # "modules": sys.modules' names when collection ended
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    _AFTER_COLLECTION["modules"] = frozenset(sys.modules)
+
+
+@pytest.fixture
+def modules_after_collection() -> frozenset[str]:
+    """The modules this process had imported when its collection ended, before any test ran: what every
+    xdist worker pays for before its first test (tests/harness/test_collection_imports.py)."""
+    return _AFTER_COLLECTION["modules"]
 
 
 @pytest.fixture
