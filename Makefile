@@ -34,6 +34,10 @@ demo: $(STAMP)
 # (2-3): before the SDKs loaded at a test's first use rather than at every worker's collection (10.2 CPU-s
 # a worker, now 7.9) and CliRunner reused the CLI's click tree, 2 min 28 s-3 min 0 s and 254-274 CPU-s in two
 # runs; since, 2 min 16 s-2 min 44 s and 219-286 CPU-s in three. Two workers: 245 CPU-s, 2 min 45-48 s.
+# The agent frameworks and google-genai load at a test's first use too since: collecting costs a worker
+# 2.8-3.4 CPU-s (7.9-8.7 before), and three workers that run no test take 9.5 CPU-s all told (25-31 before),
+# while the worker running the framework tests loads them, ~3 CPU-s. One run since, while other sessions
+# took the load from 2.5 to 4.3: 4 min 59 s and 266 CPU-s (2 min 13 s of two whole cores).
 test: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow" --hypothesis-profile=fast -n 3
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import importlib
 import os
 import shutil
 import sys
@@ -37,19 +36,6 @@ settings.load_profile("ci")
 assert typer.testing._get_command is typer.main.get_command, "typer.testing no longer uses typer.main.get_command"
 typer.testing._get_command = functools.cache(typer.main.get_command)
 
-# Transitional, while the branches written before tests/support existed merge: their files (and
-# tests/test_batch.py, tests/test_background_cache_aware.py, moved later) import the helpers by their old
-# top-level names. Each old name is the support module itself. Remove this (and the same list in
-# pyproject.toml's isort section) once every test imports ``support.*``.
-OLD_HELPER_NAMES = (
-    "agent_script anthropic_contract anthropic_server chat_server claude_code compaction_runs http_tap "
-    "import_checks numbered_steps paths pg proxy_server router_worker secrets_table serve_process "
-    "server_contract stored_session strategies"
-).split()
-for _old in OLD_HELPER_NAMES:
-    sys.modules.setdefault(_old, importlib.import_module(f"support.{_old}"))
-
-
 # --------------------------------------------------------------------------- $MICROCOMPACT_HOME
 
 HOME_ENV = "MICROCOMPACT_HOME"
@@ -76,6 +62,22 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         os.environ[HOME_ENV] = real
     if run is not None:
         shutil.rmtree(run, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- what collection imports
+
+_AFTER_COLLECTION: dict[str, frozenset[str]] = {}  # "modules": sys.modules' names when collection ended
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    _AFTER_COLLECTION["modules"] = frozenset(sys.modules)
+
+
+@pytest.fixture
+def modules_after_collection() -> frozenset[str]:
+    """The modules this process had imported when its collection ended, before any test ran: what every
+    xdist worker pays for before its first test (tests/harness/test_collection_imports.py)."""
+    return _AFTER_COLLECTION["modules"]
 
 
 @pytest.fixture

@@ -5,18 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from importlib.util import find_spec
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-pytest.importorskip("agents")
-
-from agents import Agent, OpenAIChatCompletionsModel, RunConfig, Runner, function_tool, set_tracing_disabled
-from openai import AsyncOpenAI
-
 from microcompact import open_store
-from microcompact.integrations.openai_agents import MicroCompactSession, compacting_input_filter, flatten
 from support.agent_script import (
     CUT_NOTE,
     ITERATIONS_PER_TURN,
@@ -25,12 +20,21 @@ from support.agent_script import (
     check_requests,
     config,
     oversized_output,
-    tool_output,
     tool_path,
 )
 from support.chat_server import ChatServer
+from support.lazy_sdk import lazy
 
-set_tracing_disabled(True)
+if TYPE_CHECKING:
+    from microcompact.integrations.openai_agents import MicroCompactSession
+
+pytestmark = pytest.mark.skipif(find_spec("agents") is None, reason="the OpenAI Agents SDK is not installed")
+
+# The Agents SDK (and the adapter and scripted agent that import it) load at this file's first test, through
+# support.lazy_sdk, not when every xdist worker collects the file: about a second of CPU each.
+agents = lazy("agents")
+adapter = lazy("microcompact.integrations.openai_agents")
+coder = lazy("support.openai_agents_coder")
 
 
 def scripted_coder(log: RequestLog) -> Any:
@@ -56,26 +60,14 @@ def scripted_coder(log: RequestLog) -> Any:
     return respond
 
 
-@function_tool
-def read_file(path: str) -> str:
-    """Read a file of the project."""
-    turn, step = (int(x) for x in path.removeprefix("src/module_").removesuffix(".py").split("_"))
-    return tool_output(turn, step)
-
-
-def coder_agent(server: ChatServer) -> Agent[Any]:
-    model = OpenAIChatCompletionsModel("scripted", AsyncOpenAI(base_url=server.base_url, api_key="test"))
-    return Agent(name="coder", instructions="You fix bugs.", model=model, tools=[read_file])
-
-
 def run_session(session: MicroCompactSession, log: RequestLog, prompts: list[str]) -> list[dict[str, Any]]:
     """The runner over ``prompts`` in ``session``; the session's items afterwards."""
 
     async def run() -> list[dict[str, Any]]:
         with ChatServer(scripted_coder(log)) as server:
-            agent = coder_agent(server)
+            agent = coder.coder_agent(server)
             for prompt in prompts:
-                await Runner.run(agent, prompt, session=session, run_config=session.run_config(), max_turns=50)
+                await agents.Runner.run(agent, prompt, session=session, run_config=session.run_config(), max_turns=50)
             return await session.get_items()
 
     return asyncio.run(run())
@@ -87,20 +79,20 @@ def without_items(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def test_the_runner_gets_a_bounded_view_and_the_session_keeps_every_item() -> None:
     log = RequestLog()
-    items = run_session(MicroCompactSession("chat-1", config=config()), log, PROMPTS)
+    items = run_session(adapter.MicroCompactSession("chat-1", config=config()), log, PROMPTS)
     assert len(items) == len(PROMPTS) * (3 * ITERATIONS_PER_TURN + 2)  # message, call, output per iteration
-    check_requests(log, without_items(flatten(items)[0]))
+    check_requests(log, without_items(adapter.flatten(items)[0]))
 
 
 def test_another_process_gets_the_whole_history_back_from_the_store(tmp_path: Path) -> None:
     db = tmp_path / "agents.db"
     with open_store(db) as store:
-        session = MicroCompactSession("chat-1", config=config(), store=store)
+        session = adapter.MicroCompactSession("chat-1", config=config(), store=store)
         items = run_session(session, RequestLog(), PROMPTS[:1])
         session.close()
     assert len(items) == 3 * ITERATIONS_PER_TURN + 2
     with open_store(db) as store:
-        reopened = MicroCompactSession("chat-1", config=config(), store=store)
+        reopened = adapter.MicroCompactSession("chat-1", config=config(), store=store)
         assert asyncio.run(reopened.get_items()) == items
         reopened.close()
 
@@ -108,12 +100,12 @@ def test_another_process_gets_the_whole_history_back_from_the_store(tmp_path: Pa
 def test_pop_and_clear_continue_in_a_new_branch_and_nothing_is_deleted(tmp_path: Path) -> None:
     async def run() -> None:
         with open_store(tmp_path / "s.db") as store:
-            session = MicroCompactSession("chat-2", context_length=32_000, store=store)
+            session = adapter.MicroCompactSession("chat-2", context_length=32_000, store=store)
             await session.add_items([{"role": "user", "content": "one"}, {"role": "user", "content": "two"}])
             assert await session.pop_item() == {"role": "user", "content": "two"}
             assert await session.get_items() == [{"role": "user", "content": "one"}]
             session.close()
-            reopened = MicroCompactSession("chat-2", context_length=32_000, store=store)
+            reopened = adapter.MicroCompactSession("chat-2", context_length=32_000, store=store)
             assert await reopened.get_items() == [{"role": "user", "content": "one"}]
             await reopened.clear_session()
             assert await reopened.get_items() == []
@@ -128,18 +120,18 @@ def test_the_filter_alone_compacts_runs_without_a_session() -> None:
 
     async def run() -> None:
         with ChatServer(scripted_coder(log)) as server:
-            agent = coder_agent(server)
-            run_filter = compacting_input_filter(config=config())
+            agent = coder.coder_agent(server)
+            run_filter = adapter.compacting_input_filter(config=config())
             history: list[Any] = []
             for prompt in PROMPTS:
-                result = await Runner.run(
+                result = await agents.Runner.run(
                     agent,
                     [*history, {"role": "user", "content": prompt}],
-                    run_config=RunConfig(call_model_input_filter=run_filter),
+                    run_config=agents.RunConfig(call_model_input_filter=run_filter),
                     max_turns=50,
                 )
                 history = result.to_input_list()
-            check_requests(log, without_items(flatten(history)[0]))
+            check_requests(log, without_items(adapter.flatten(history)[0]))
 
     asyncio.run(run())
 
@@ -150,7 +142,7 @@ def test_a_tool_output_over_the_window_reaches_the_model_cut_with_its_call_id() 
         {"type": "function_call", "call_id": "c1", "name": "read_file", "arguments": '{"path": "log.txt"}', "id": "f"},
         {"type": "function_call_output", "call_id": "c1", "output": oversized_output()},
     ]
-    view = compacting_input_filter(context_length=4096).compacted(items)
+    view = adapter.compacting_input_filter(context_length=4096).compacted(items)
     assert view[:2] == items[:2]
     assert view[2]["call_id"] == "c1" and view[2]["type"] == "function_call_output"
     assert CUT_NOTE in view[2]["output"] and len(view[2]["output"]) < len(oversized_output()) // 2

@@ -13,12 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from google import genai
-from google.genai import types
 
 from support import local_http
 from support.gemini_server import GeminiUpstream, final_text, markers, numbered_steps, pairing_errors
+from support.lazy_sdk import lazy
 from support.serve_process import ServeProcess
+
+genai = lazy("google.genai")
+types = lazy("google.genai.types")
 
 pytestmark = pytest.mark.slow
 
@@ -29,21 +31,20 @@ MODEL = "gemini-3-pro-e2e"
 PROMPT = "Run the numbered steps with run_step, one call a step, and say when all are done."
 SYSTEM = "You are an agent that runs numbered steps."
 KEY = "gemini-test-key"
-TOOLS: list[types.Tool | Any] = [
-    types.Tool(
-        function_declarations=[
-            types.FunctionDeclaration(
-                name="run_step",
-                description="Run one numbered step.",
-                parameters_json_schema={
-                    "type": "object",
-                    "properties": {"step": {"type": "integer"}, "lines": {"type": "integer"}},
-                    "required": ["step"],
-                },
-            )
-        ]
+
+
+def tools() -> list[types.Tool | Any]:
+    """The one function the model calls, built in the tests: collecting this file imports no google-genai."""
+    declaration = types.FunctionDeclaration(
+        name="run_step",
+        description="Run one numbered step.",
+        parameters_json_schema={
+            "type": "object",
+            "properties": {"step": {"type": "integer"}, "lines": {"type": "integer"}},
+            "required": ["step"],
+        },
     )
-]
+    return [types.Tool(function_declarations=[declaration])]
 
 
 def run_step(args: dict[str, Any]) -> str:
@@ -70,7 +71,7 @@ def served(gemini: GeminiUpstream, tmp_path: Path) -> Iterator[ServeProcess]:
 def tool_loop(client: genai.Client, stream: bool) -> tuple[str, list[types.Content]]:
     config = types.GenerateContentConfig(
         system_instruction=SYSTEM,
-        tools=TOOLS,
+        tools=tools(),
         automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
         temperature=0.2,
     )

@@ -7,7 +7,8 @@ imported at the first read (``anthropic.Anthropic``, ``except anthropic.APIStatu
 are not forwarded: collection reads those of every module global (pytest looks for ``_mock_name`` and
 ``__wrapped__`` when it looks for fixtures), and an SDK's own tests never need them. A test file that reads a
 public attribute at module level (a parametrize list, a class statement) imports it at collection anyway:
-keep those reads inside the tests or fixtures.
+keep those reads inside the tests or fixtures, and a class that subclasses an SDK's (a scripted chat model)
+in a support module bound with ``lazy`` too (``support.langchain_coder``).
 """
 
 from __future__ import annotations
