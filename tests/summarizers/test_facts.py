@@ -397,7 +397,7 @@ def test_the_ledger_budget_scales_with_the_defrag_threshold() -> None:
 
     small, large = ledger_under(200), ledger_under(4_000)
     assert "read or searched" in small and "read or searched" not in large  # folded only when it must be
-    # LEDGER_SHARE times the threshold (the window unknown): 800 tokens, then 16,000
+    # LEDGER_MULTIPLE times the threshold (the window unknown): 800 tokens, then 16,000
     assert estimate(render_facts(parse_facts(small))) <= 800 < estimate(render_facts(parse_facts(large)))
     assert "a.ex — edited 1x" in small and "a.ex — edited 1x" in large
 

@@ -301,10 +301,12 @@ SUMMARIZER_OUTPUT_TOKENS = 1024
 # The rolling summary's ledger room is at most this fraction of the batch threshold (config.summary_room_tokens).
 SUMMARY_ROOM_DIVISOR = 16
 # The ledger (what the marker keeps of files, failures, tests and what tools showed, ranked by value) may take
-# this many times the summary room (8,000 tokens at a 200K window: see summarizers/facts.py for the measured
-# trade), and at most a share of the batch threshold that grows with it, threshold / LEDGER_SCALE_TOKENS (so
-# 500 tokens at a 32K window, as before, where the history needs the room; 1,757 at 60K), never less than
-# half the summary room.
+# this many times the summary room (8,000 tokens at a 200K window), and at most a share of the batch threshold
+# that grows with it, threshold / LEDGER_SCALE_TOKENS (so 500 tokens at a 32K window, as before, where the
+# history needs the room; 1,757 at 60K), never less than half the summary room. It is the cheapest recall
+# there is: replayed on the shared Claude Code sessions (bench/recall.py, folding by use), half the room kept
+# 94.4% of what the agent used next at a 17.0K mean prompt, four times it 97.9% at 18.6K
+# (docs/cost-and-cache.md). Defrag condenses the prose only, so a larger ledger never makes it run.
 LEDGER_MULTIPLE = 4
 LEDGER_SCALE_TOKENS = 512_000
 # Derived low-water mark: at most a piece budget divided by this (4,000 tokens at a 200K window).

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from ..config import LEDGER_MULTIPLE
 from ..identifiers import identifiers
 from ..messages import Message
 from ..tokens import EstimateCounter
@@ -26,17 +27,9 @@ from .facts_lessons import extract_lessons
 from .facts_model import CHANGED, Facts, Failure, FileFact, FolderFact, TestRun, mark_used, merge_facts
 from .facts_text import LEDGER_HEADINGS, compress_facts, parse_facts, render_facts, strip_facts
 
-# The ledger's budget, in multiples of micro_compact_defrag_threshold_tokens (8,000 tokens at the default 2,000).
-# It is what the marker keeps of what tools showed, ranked by value, and it is the cheapest recall there is:
-# replayed on the shared Claude Code sessions (bench/recall.py, folding by use), 0.5 kept 94.4% of what
-# the agent used next at a 17.0K mean prompt, 4.0 kept 97.9% at 18.6K (docs/cost-and-cache.md). Defrag
-# condenses the prose only (micro/defrag.py), so a ledger larger than the threshold never makes it run.
-LEDGER_SHARE = 4.0
-
 __all__ = [
     "CHANGED",
     "LEDGER_HEADINGS",
-    "LEDGER_SHARE",
     "Facts",
     "Failure",
     "FileFact",
@@ -65,7 +58,7 @@ def extract_facts(messages: Iterable[Message]) -> Facts:
 
 def ledger_budget(defrag_threshold_tokens: int) -> int:
     """Tokens the ledger may take in a rolling summary that is defragmented above ``defrag_threshold_tokens``."""
-    return int(LEDGER_SHARE * defrag_threshold_tokens)
+    return LEDGER_MULTIPLE * defrag_threshold_tokens
 
 
 def facts_block(
