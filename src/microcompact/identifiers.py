@@ -37,6 +37,7 @@ from functools import lru_cache
 from typing import Any
 
 from .render import content_text
+from .textmemo import TextMemo
 
 MIN_LENGTH = 5
 
@@ -83,13 +84,16 @@ def _candidates(token: str) -> Iterator[str]:
 # texts are read once per process, at most this many characters each, and this many of them.
 SHORT_TEXT_CHARS = 200
 SHORT_TEXTS = 16384
+# Longer texts come back too (a message copied by a splice, a history re-sent or resumed): the identifiers of
+# the most recent ones, this many characters of them in all, are read once (see :mod:`microcompact.textmemo`).
+LONG_TEXTS_CHARS = 4_000_000
 
 
 def identifiers(text: str) -> set[str]:
     """Every identifier in ``text`` (see the module docstring)."""
     if len(text) <= SHORT_TEXT_CHARS:
         return set(_short_identifiers(text))
-    return _read_identifiers(text)
+    return set(_long_identifiers(text))
 
 
 @lru_cache(maxsize=SHORT_TEXTS)
@@ -102,6 +106,11 @@ def _read_identifiers(text: str) -> set[str]:
     for token in set(_TOKEN.findall(text)):
         found.update(_token_identifiers(token))
     return found
+
+
+_long_identifiers: TextMemo[frozenset[str]] = TextMemo(
+    lambda text: frozenset(_read_identifiers(text)), LONG_TEXTS_CHARS
+)
 
 
 # The same tokens come back in every output an agent reads (words, names, paths): each is judged once.
