@@ -46,6 +46,7 @@ _TRIM = ".,:;-/"
 _HEX = re.compile(r"[0-9a-fA-F]{7,}")
 _HAS_LETTER = re.compile(r"[A-Za-z]")
 _HAS_DIGIT = re.compile(r"[0-9]")
+_HEX_LETTER = re.compile(r"[a-fA-F]")
 _DOTTED = re.compile(r"\w\.\w")
 _SNAKE = re.compile(r"[A-Za-z0-9]_[A-Za-z0-9]")
 _CAMEL = re.compile(r"[a-z][A-Z]")
@@ -64,7 +65,7 @@ def is_identifier(token: str) -> bool:
         return True
     if _CAMEL.search(token):
         return True
-    if _HEX.fullmatch(token) and _HAS_DIGIT.search(token) and re.search(r"[a-fA-F]", token):
+    if _HEX.fullmatch(token) and _HAS_DIGIT.search(token) and _HEX_LETTER.search(token):
         return True
     return _NUMBER.fullmatch(token) is not None
 
@@ -120,7 +121,14 @@ TOKENS = 1 << 16
 @lru_cache(maxsize=TOKENS)
 def _token_identifiers(token: str) -> tuple[str, ...]:
     """The identifiers one untrimmed token holds (see the module docstring)."""
-    return tuple(candidate for candidate in _candidates(token.rstrip(_TRIM)) if is_identifier(candidate))
+    token = token.rstrip(_TRIM)
+    # Most tokens are plain words or plain numbers (tokens are ASCII): the rule's answer for them, without
+    # its searches. A word is an identifier only as a camel name, a number only by its length.
+    if token.isalpha():
+        return (token,) if len(token) >= MIN_LENGTH and _CAMEL.search(token) else ()
+    if token.isdigit():
+        return (token,) if len(token) >= MIN_LENGTH else ()
+    return tuple(candidate for candidate in _candidates(token) if is_identifier(candidate))
 
 
 def argument_values(arguments: Any) -> Iterator[str]:
