@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 
+from microcompact import redact
 from microcompact.identifiers import SHORT_TEXT_CHARS, identifiers
 from microcompact.textmemo import TextMemo
 from microcompact.tokens import EstimateCounter, TiktokenCounter
@@ -80,3 +81,16 @@ def test_remembered_long_counts_and_identifiers_are_the_fresh_ones() -> None:
     first = identifiers(text)
     first.add("added_by_a_caller")  # a caller's set is its own
     assert identifiers(text) == {"end_session", "src/app/session.py", "session.py", "6e3cdee1"}
+
+
+def test_a_remembered_redaction_is_the_rules_own_and_a_fresh_list() -> None:
+    text = "connect postgres://admin:Hunter2Pass9@db.internal:5432/app then " + "ordinary build log line\n" * 12
+    text += 'password = "s3cretValue77" and {"u": "https:\\/\\/bob:Other9Pass@h"}'  # escaped slashes too
+    assert len(text) > redact.SHORT_TEXT_CHARS
+    fresh = redact._read_all(text)
+    assert sorted(fresh[1]) == ["Hunter2Pass9", "Other9Pass", "s3cretValue77"]
+    first = redact._redact_all(text)
+    first[1].append("added_by_a_caller")  # a caller's list is its own
+    again = redact._redact_all("".join(list(text)))
+    assert first[0] == again[0] == fresh[0] and "Hunter2Pass9" not in again[0] and "Other9Pass" not in again[0]
+    assert again[1] == fresh[1]
