@@ -17,7 +17,6 @@ import gzip
 import hashlib
 import json
 import logging
-import re
 import threading
 from collections import deque
 from collections.abc import Sequence
@@ -63,12 +62,17 @@ class EstimateCounter:
         return _long_estimates(text)
 
 
-_WHITESPACE = re.compile(r"\s+")
-
-
 def _estimate(text: str) -> int:
-    folded = _WHITESPACE.sub(" ", text)
-    return (len(folded.encode("utf-8", "replace")) + 3) // 4
+    """``ceil(bytes / 4)`` of ``text`` with every whitespace run folded to one space: its words a space
+    apart, plus one space at each end that is whitespace (``str.split`` and the regex ``\\s`` know the same
+    whitespace); a split and a join cost a third of a regex substitution, and ASCII needs no encoding."""
+    words = text.split()
+    if not words:
+        return 1 if text else 0  # whitespace only: one space
+    spaced = " ".join(words)
+    size = len(spaced) if text.isascii() else len(spaced.encode("utf-8", "replace"))
+    size += text[0].isspace() + text[-1].isspace()
+    return (size + 3) // 4
 
 
 class TiktokenCounter:

@@ -3,7 +3,11 @@ and the same answer from every thread."""
 
 from __future__ import annotations
 
+import re
 import threading
+
+from hypothesis import given
+from hypothesis import strategies as st
 
 from microcompact import redact
 from microcompact.identifiers import SHORT_TEXT_CHARS, identifiers
@@ -94,3 +98,13 @@ def test_a_remembered_redaction_is_the_rules_own_and_a_fresh_list() -> None:
     again = redact._redact_all("".join(list(text)))
     assert first[0] == again[0] == fresh[0] and "Hunter2Pass9" not in again[0] and "Other9Pass" not in again[0]
     assert again[1] == fresh[1]
+
+
+_WHITESPACE = re.compile(r"\s+")
+
+
+@given(st.text() | st.text(alphabet=" \t\n\r\x0b\x0c\x1c\x1f\x85\xa0\u2003\u3000ab\u00e9\ud800", max_size=30))
+def test_the_estimate_is_the_folded_texts_bytes_over_four(text: str) -> None:
+    # What the estimator documents, written the plain way: whitespace runs folded, UTF-8 bytes, rounded up.
+    want = (len(_WHITESPACE.sub(" ", text).encode("utf-8", "replace")) + 3) // 4
+    assert EstimateCounter().count(text) == want
