@@ -27,6 +27,7 @@ LAYERS: list[set[str]] = [
         "config",
         "render",
         "identifiers",
+        "textmemo",
         "bill",
         "windows",
         "wire",

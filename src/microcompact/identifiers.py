@@ -37,6 +37,7 @@ from functools import lru_cache
 from typing import Any
 
 from .render import content_text
+from .textmemo import TextMemo
 
 MIN_LENGTH = 5
 
@@ -45,6 +46,7 @@ _TRIM = ".,:;-/"
 _HEX = re.compile(r"[0-9a-fA-F]{7,}")
 _HAS_LETTER = re.compile(r"[A-Za-z]")
 _HAS_DIGIT = re.compile(r"[0-9]")
+_HEX_LETTER = re.compile(r"[a-fA-F]")
 _DOTTED = re.compile(r"\w\.\w")
 _SNAKE = re.compile(r"[A-Za-z0-9]_[A-Za-z0-9]")
 _CAMEL = re.compile(r"[a-z][A-Z]")
@@ -63,7 +65,7 @@ def is_identifier(token: str) -> bool:
         return True
     if _CAMEL.search(token):
         return True
-    if _HEX.fullmatch(token) and _HAS_DIGIT.search(token) and re.search(r"[a-fA-F]", token):
+    if _HEX.fullmatch(token) and _HAS_DIGIT.search(token) and _HEX_LETTER.search(token):
         return True
     return _NUMBER.fullmatch(token) is not None
 
@@ -83,13 +85,16 @@ def _candidates(token: str) -> Iterator[str]:
 # texts are read once per process, at most this many characters each, and this many of them.
 SHORT_TEXT_CHARS = 200
 SHORT_TEXTS = 16384
+# Longer texts come back too (a message copied by a splice, a history re-sent or resumed): the identifiers of
+# the most recent ones, this many characters of them in all, are read once (see :mod:`microcompact.textmemo`).
+LONG_TEXTS_CHARS = 4_000_000
 
 
 def identifiers(text: str) -> set[str]:
     """Every identifier in ``text`` (see the module docstring)."""
     if len(text) <= SHORT_TEXT_CHARS:
         return set(_short_identifiers(text))
-    return _read_identifiers(text)
+    return set(_long_identifiers(text))
 
 
 @lru_cache(maxsize=SHORT_TEXTS)
@@ -104,6 +109,11 @@ def _read_identifiers(text: str) -> set[str]:
     return found
 
 
+_long_identifiers: TextMemo[frozenset[str]] = TextMemo(
+    lambda text: frozenset(_read_identifiers(text)), LONG_TEXTS_CHARS
+)
+
+
 # The same tokens come back in every output an agent reads (words, names, paths): each is judged once.
 TOKENS = 1 << 16
 
@@ -111,7 +121,14 @@ TOKENS = 1 << 16
 @lru_cache(maxsize=TOKENS)
 def _token_identifiers(token: str) -> tuple[str, ...]:
     """The identifiers one untrimmed token holds (see the module docstring)."""
-    return tuple(candidate for candidate in _candidates(token.rstrip(_TRIM)) if is_identifier(candidate))
+    token = token.rstrip(_TRIM)
+    # Most tokens are plain words or plain numbers (tokens are ASCII): the rule's answer for them, without
+    # its searches. A word is an identifier only as a camel name, a number only by its length.
+    if token.isalpha():
+        return (token,) if len(token) >= MIN_LENGTH and _CAMEL.search(token) else ()
+    if token.isdigit():
+        return (token,) if len(token) >= MIN_LENGTH else ()
+    return tuple(candidate for candidate in _candidates(token) if is_identifier(candidate))
 
 
 def argument_values(arguments: Any) -> Iterator[str]:

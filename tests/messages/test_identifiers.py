@@ -9,7 +9,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from microcompact.identifiers import (
+    _TRIM,
     SHORT_TEXT_CHARS,
+    _candidates,
+    _token_identifiers,
     argument_values,
     identifiers,
     is_identifier,
@@ -100,3 +103,19 @@ def test_a_remembered_reading_is_the_same_and_a_fresh_set() -> None:
     assert (
         identifiers(long_text) == identifiers(line) == {"end_session", "src/app/session.py", "session.py", "6e3cdee1"}
     )
+
+
+_TOKEN_ALPHABET = "abcdefXYZ0123456789_./-:@#$~"
+
+
+@given(
+    st.text(alphabet=_TOKEN_ALPHABET, min_size=1, max_size=14)
+    | st.text(alphabet="abcxyzABCXYZ", min_size=1, max_size=9)
+    | st.text(alphabet="0123456789", min_size=1, max_size=9)
+    | st.from_regex(r"[A-Za-z]{1,8}[0-9.:,;/-]{0,3}", fullmatch=True)
+)
+def test_the_plain_word_and_number_shortcut_gives_the_rules_answer(token: str) -> None:
+    # Plain words and plain numbers skip the rule's searches: for every token, the answer is the rule's own.
+    rule = tuple(c for c in _candidates(token.rstrip(_TRIM)) if is_identifier(c))
+    _token_identifiers.cache_clear()
+    assert _token_identifiers(token) == rule

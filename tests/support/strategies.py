@@ -24,6 +24,7 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 from hypothesis import settings
@@ -133,6 +134,21 @@ class _Ids:
         return f"u{self.user}:"
 
 
+@cache
+def _one_of(values: tuple[Any, ...]) -> st.SearchStrategy[Any]:
+    """``st.sampled_from(values)``, built once: hypothesis caches no strategy of a list, and building one (and
+    a list strategy over it) at every draw cost the property tests more than the draws themselves."""
+    return st.sampled_from(values)
+
+
+def pick(draw: st.DrawFn, values: list[Any]) -> Any:
+    """One of ``values``, drawn exactly as ``st.sampled_from(values)`` draws it."""
+    return draw(_one_of(tuple(values)))
+
+
+_WORD_LISTS = st.lists(st.sampled_from(WORDS), min_size=1, max_size=5)
+
+
 def rarely(draw: st.DrawFn, one_in: int) -> bool:
     """True about once in ``one_in`` draws; shrinks towards False (the ordinary case)."""
     return draw(st.integers(1, one_in)) == one_in
@@ -141,7 +157,7 @@ def rarely(draw: st.DrawFn, one_in: int) -> bool:
 @st.composite
 def words_text(draw: st.DrawFn, min_chars: int = 1, max_chars: int = 200, whitespace_heavy: bool | None = None) -> str:
     """Text of ``min_chars``..``max_chars`` characters made of a few words repeated (never empty)."""
-    words = draw(st.lists(st.sampled_from(WORDS), min_size=1, max_size=5))
+    words = draw(_WORD_LISTS)
     if whitespace_heavy is None:
         whitespace_heavy = rarely(draw, 6)
     base = " ".join(words)
@@ -158,7 +174,7 @@ def words_text(draw: st.DrawFn, min_chars: int = 1, max_chars: int = 200, whites
 
 @st.composite
 def tool_output(draw: st.DrawFn, tiers: list[str] = TIER_WEIGHTS) -> str | list[dict[str, Any]]:
-    tier = draw(st.sampled_from(tiers))
+    tier = pick(draw, tiers)
     lo, hi = SIZE_TIERS[tier]
     text = draw(words_text(lo, hi))
     quote = draw(st.integers(0, 14))  # 13, 14: quote the marker (shrinks towards plain output)
@@ -211,9 +227,9 @@ def _call(cid: str, name: str, arg: str) -> dict[str, Any]:
 @st.composite
 def iteration(draw: st.DrawFn, ids: _Ids, tiers: list[str] = TIER_WEIGHTS) -> list[Message]:
     """One assistant message with its tool calls, followed by all results in a shuffled order."""
-    n_calls = draw(st.sampled_from([1, 1, 1, 2, 2, 3, 4, 0]))
+    n_calls = pick(draw, [1, 1, 1, 2, 2, 3, 4, 0])
     step = ids.next_step()
-    style = draw(st.sampled_from(["str", "none", "list"])) if n_calls else draw(st.sampled_from(["str", "list"]))
+    style = pick(draw, ["str", "none", "list"]) if n_calls else pick(draw, ["str", "list"])
     text = f"{step} {draw(words_text(1, 120, whitespace_heavy=False))}"
     if style == "str":
         msg: Message = {"role": "assistant", "content": text}
@@ -223,10 +239,7 @@ def iteration(draw: st.DrawFn, ids: _Ids, tiers: list[str] = TIER_WEIGHTS) -> li
         msg = {"role": "assistant", "content": [{"type": "text", "text": text}]}
     if not n_calls:
         return [msg]
-    calls = [
-        _call(ids.next_call(), draw(st.sampled_from(TOOL_NAMES)), draw(words_text(1, 40, False)))
-        for _ in range(n_calls)
-    ]
+    calls = [_call(ids.next_call(), pick(draw, TOOL_NAMES), draw(words_text(1, 40, False))) for _ in range(n_calls)]
     msg["tool_calls"] = calls
     results = [{"role": "tool", "tool_call_id": c["id"], "content": draw(tool_output(tiers))} for c in calls]
     return [msg, *draw(st.permutations(results))]
@@ -243,7 +256,7 @@ def final_answer(draw: st.DrawFn, ids: _Ids) -> Message:
 @st.composite
 def turn(draw: st.DrawFn, ids: _Ids, *, long: bool = False) -> list[Message]:
     msgs = [draw(user_message(ids))]
-    kind = draw(st.sampled_from(["normal"] * 6 + ["interrupted", "unanswered"]))
+    kind = pick(draw, ["normal"] * 6 + ["interrupted", "unanswered"])
     if kind == "unanswered" and not long:
         return msgs  # the next user message follows directly (e.g. the user added something)
     if long:

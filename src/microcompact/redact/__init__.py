@@ -77,6 +77,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ..keys import TOKENS_KEY
+from ..textmemo import TextMemo
 from .commands import Edit
 from .context import _context_edits
 from .patterns import REDACTED
@@ -102,12 +103,34 @@ def redact_text(text: str) -> str:
 
 def _redact_all(text: str) -> tuple[str, list[str]]:
     """The rules on ``text`` (and on its reading with plain slashes): the text redacted, the values found."""
+    if len(text) <= SHORT_TEXT_CHARS:
+        return _read_all(text)
+    out, found = _long_readings(text)
+    return out, list(found)
+
+
+# A message's text is read at its append (its secrets remembered) and again when a fold redacts it for the
+# summarizer, and a re-sent history brings it back: the rules' answer for the most recent long texts, this
+# many characters of them in all, is kept (the rules depend on the text alone; see microcompact.textmemo).
+SHORT_TEXT_CHARS = 200
+LONG_TEXTS_CHARS = 4_000_000
+
+
+def _read_all(text: str) -> tuple[str, list[str]]:
     slashed: list[str] = []
     if "\\/" in text:  # JSON that escapes slashes: the rules read it with plain slashes
         slashed = _redact_found(_ESCAPES.sub("\\\\", _ESCAPED_SLASH.sub("/", text)))[1]
         text = _hide_escaped(text, slashed)
     out, found = _redact_found(text)
     return out, found + slashed
+
+
+def _read_all_kept(text: str) -> tuple[str, tuple[str, ...]]:
+    out, found = _read_all(text)
+    return out, tuple(found)
+
+
+_long_readings: TextMemo[tuple[str, tuple[str, ...]]] = TextMemo(_read_all_kept, LONG_TEXTS_CHARS)
 
 
 def _redact_found(text: str) -> tuple[str, list[str]]:

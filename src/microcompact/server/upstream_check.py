@@ -10,7 +10,6 @@ too). A summarizer endpoint whose key variable is not set is flagged, since its 
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from ..config import Config, SummarizerKind
+from .upstream_send import tls_context
 
 OPENAI_KEY_ENV = "OPENAI_API_KEY"
 ANTHROPIC_KEY_ENV = "ANTHROPIC_API_KEY"
@@ -135,14 +135,10 @@ def check_upstream(upstream: Upstream, env: Mapping[str, str], port: int | None,
     return _verdict(upstream, key, answer, timeout)
 
 
-# httpx builds a TLS context (its CA bundle loaded, ~30 ms) for every client; the checks make several calls.
-_tls_context = functools.cache(httpx.create_ssl_context)
-
-
 def _models(upstream: Upstream, base: str, key: str | None, timeout: float) -> httpx.Response:
     headers = upstream.headers(key) if key is not None else {}
     url = base.rstrip("/") + upstream.models_path
-    return httpx.get(url, headers=headers, timeout=timeout, verify=_tls_context())
+    return httpx.get(url, headers=headers, timeout=timeout, verify=tls_context())
 
 
 def _verdict(upstream: Upstream, key: str | None, answer: httpx.Response, timeout: float) -> Finding:

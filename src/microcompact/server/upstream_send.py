@@ -4,6 +4,10 @@ arrives before any byte went to the client, so the client sees only the answer t
 
 from __future__ import annotations
 
+import functools
+import os
+import ssl
+
 import anyio
 import httpx
 
@@ -21,7 +25,10 @@ class UpstreamSender:
     def open(self) -> None:
         # trust_env: HTTPS_PROXY / NO_PROXY / SSL_CERT_FILE apply to the upstream, as they do for the agent itself
         self.client = httpx.AsyncClient(
-            timeout=self.limits.upstream_timeout(), limits=self.limits.upstream_pool(), trust_env=True
+            timeout=self.limits.upstream_timeout(),
+            limits=self.limits.upstream_pool(),
+            trust_env=True,
+            verify=tls_context(),
         )
 
     async def close(self) -> None:
@@ -65,3 +72,16 @@ class UpstreamSender:
             response = await self.client.send(retry, stream=True)
         plan.answered(response.status_code)
         return response
+
+
+def tls_context() -> ssl.SSLContext:
+    """The TLS context httpx builds for this environment (``SSL_CERT_FILE``, ``SSL_CERT_DIR``, else certifi's
+    bundle), built once per pair of those variables: building one loads the CA bundle (~30 ms of CPU), and
+    every app a process starts (a test suite starts hundreds) and every doctor check would build its own."""
+    return _tls_context(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+
+
+@functools.lru_cache(maxsize=4)
+def _tls_context(cert_file: str | None, cert_dir: str | None) -> ssl.SSLContext:
+    del cert_file, cert_dir  # the cache's key: httpx reads the same variables
+    return httpx.create_ssl_context(trust_env=True)
