@@ -26,18 +26,11 @@ demo: $(STAMP)
 
 # The fast suite: every contract, without the long replays, kill loops and multi-process races, and with a
 # tenth of the property-test examples (the "fast" hypothesis profile, tests/conftest.py), on three workers:
-# part of the suite's time waits on its servers, processes and timeouts, so two cores keep busy with a third
-# worker (2 idle cores, before the test servers turned Nagle's algorithm off and stopped at once: 3 min 57 s
-# on two workers, 2 min 59 s on three, 3 min 9 s on four; since, on 2 cores that other sessions kept a load
-# of 3-5 on, not idle: 3 min 20 s on three, where the tests before took 5 min 17 s; 3 min 37 s on two,
-# 3 min 51 s on four). The suite is now mostly CPU, and its CPU seconds swing with the other sessions' load
-# (2-3): before the SDKs loaded at a test's first use rather than at every worker's collection (10.2 CPU-s
-# a worker, now 7.9) and CliRunner reused the CLI's click tree, 2 min 28 s-3 min 0 s and 254-274 CPU-s in two
-# runs; since, 2 min 16 s-2 min 44 s and 219-286 CPU-s in three. Two workers: 245 CPU-s, 2 min 45-48 s.
-# The agent frameworks and google-genai load at a test's first use too since: collecting costs a worker
-# 2.8-3.4 CPU-s (7.9-8.7 before), and three workers that run no test take 9.5 CPU-s all told (25-31 before),
-# while the worker running the framework tests loads them, ~3 CPU-s. One run since, while other sessions
-# took the load from 2.5 to 4.3: 4 min 59 s and 266 CPU-s (2 min 13 s of two whole cores).
+# part of the suite waits on its servers, processes and timeouts, so a third worker keeps two cores busy (two
+# and four were slower each time they were measured beside it). On 2 cores shared with other sessions (load
+# 0.7-2.7): 1 min 59 s and 200 CPU-s for 2,784 tests; 264 CPU-s before the SDKs and frameworks loaded at a
+# test's first use instead of at every worker's collection and before the repeated token counts, identifier
+# reads and redactions of one text were memoized (src/microcompact/textmemo.py).
 test: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow" --hypothesis-profile=fast -n 3
 
