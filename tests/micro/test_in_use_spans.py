@@ -17,7 +17,7 @@ from microcompact.config import Config, parse_config
 from microcompact.messages import is_marker, marker_count
 from microcompact.micro.in_use_spans import kept_zone
 from microcompact.micro.state import RollingSummary
-from microcompact.micro.working_set import RECENT_REPLIES, iterations_of, working_set
+from microcompact.micro.working_set import PENDING, RECENT_REPLIES, iterations_of, working_set
 from microcompact.properties import contract_errors
 from microcompact.store import open_store
 from microcompact.tokens import EstimateCounter, Ledger, TokenCounter
@@ -140,19 +140,24 @@ def test_the_working_set_costs_at_most_its_budget_over_folding_by_age(
     msgs: list[Message], cfg: dict[str, Any], budget: int
 ) -> None:
     """No request over the window: what the working set keeps is bounded by the budget the window gives
-    (``keep_budget``), so a drained transcript is at most that much above one drained by age."""
+    (``keep_budget``), so a drained transcript is at most that much above one drained by age, beside the
+    newest iterations whose output no reply used yet (``WorkingSet.pending``, kept whatever the budget: at
+    most ``PENDING`` + 1 of the newest, which the hard limits bound)."""
     config = parse_config(cfg)
     by_age = _ledger([dict(m) for m in msgs])
     _fold_all(by_age, RollingSummary(), config, budget=None)
     by_use, state = _ledger(msgs), RollingSummary()
     for fold in _fold_all(by_use, state, config, budget=budget):
         assert contract_errors(fold.before, fold.after, head=fold.window.head, tail=fold.window.tail) == []
+    now = working_set(by_use.messages)
+    assert len(now.pending) <= PENDING + 1
+    pending = now.tokens(by_use.tokens, now.pending)
     if state.marker_index is not None:
         head = Window.of(by_use.messages, by_use.tokens, WindowBudget.of(config)).head
         zone = kept_zone(by_use.messages, state.marker_index, head) or head
         rows = zip(by_use.messages[zone : state.marker_index], by_use.tokens[zone : state.marker_index], strict=True)
-        assert sum(t for m, t in rows if m.get("role") in ("assistant", "tool")) <= budget
-    assert by_use.total <= by_age.total + budget
+        assert sum(t for m, t in rows if m.get("role") in ("assistant", "tool")) <= budget + pending
+    assert by_use.total <= by_age.total + budget + pending
 
 
 def test_keep_budget_bounds_the_working_set_by_the_window() -> None:

@@ -339,8 +339,8 @@ def _stale(iterations: Mapping[int, int], all_facts: Sequence[Facts], in_use: se
 
 
 __all__ = [
-    "ITEM_SHARE",
     "COMMAND_USES",
+    "ITEM_SHARE",
     "PENDING",
     "RECENT_REPLIES",
     "Call",
