@@ -37,7 +37,7 @@ from functools import lru_cache
 from typing import Any
 
 from .render import content_text
-from .textmemo import TextMemo
+from .textmemo import MEMO_CHARS, SHORT_TEXT_CHARS, TextMemo
 
 MIN_LENGTH = 5
 
@@ -82,12 +82,11 @@ def _candidates(token: str) -> Iterator[str]:
 
 
 # A ledger's values are read again at every merge (does the agent mention them?): the identifiers of short
-# texts are read once per process, at most this many characters each, and this many of them.
-SHORT_TEXT_CHARS = 200
+# texts are read once per process: at most SHORT_TEXT_CHARS characters each (microcompact.textmemo), this
+# many of them.
 SHORT_TEXTS = 16384
 # Longer texts come back too (a message copied by a splice, a history re-sent or resumed): the identifiers of
-# the most recent ones, this many characters of them in all, are read once (see :mod:`microcompact.textmemo`).
-LONG_TEXTS_CHARS = 4_000_000
+# the most recent ones are read once (see :mod:`microcompact.textmemo`).
 
 
 def identifiers(text: str) -> set[str]:
@@ -109,9 +108,7 @@ def _read_identifiers(text: str) -> set[str]:
     return found
 
 
-_long_identifiers: TextMemo[frozenset[str]] = TextMemo(
-    lambda text: frozenset(_read_identifiers(text)), LONG_TEXTS_CHARS
-)
+_long_identifiers: TextMemo[frozenset[str]] = TextMemo(lambda text: frozenset(_read_identifiers(text)), MEMO_CHARS)
 
 
 # The same tokens come back in every output an agent reads (words, names, paths): each is judged once.

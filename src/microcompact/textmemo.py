@@ -20,6 +20,12 @@ from typing import Generic, TypeVar
 
 T = TypeVar("T")
 
+# A text up to this many characters is short: its callers keep a cache of their own (an ``lru_cache`` of
+# many small texts: a ledger's values, lesson lines); a longer one goes to a :class:`TextMemo`.
+SHORT_TEXT_CHARS = 200
+# What one memo holds of the most recent long texts, in characters of keys (~4 MB, one history or two).
+MEMO_CHARS = 4_000_000
+
 
 class TextMemo(Generic[T]):
     """``fn(text)``, remembered for the most recently used texts up to ``max_chars`` characters in all."""

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 from .keys import TOKENS_KEY as TOKENS_KEY  # defined in keys; micro and bench import it from here
 from .messages import Message, content_text
-from .textmemo import TextMemo
+from .textmemo import MEMO_CHARS, SHORT_TEXT_CHARS, TextMemo
 
 log = logging.getLogger("microcompact")
 
@@ -92,14 +92,12 @@ class TiktokenCounter:
 
 
 # Short texts (a ledger's values and lesson lines, counted again at every merge of every session) are
-# counted once per process: at most this many characters each, and this many of them.
-SHORT_TEXT_CHARS = 200
+# counted once per process: at most SHORT_TEXT_CHARS characters each (microcompact.textmemo), this many of them.
 SHORT_TEXT_COUNTS = 32768
 # Longer texts come back too (a history re-sent or resumed, an exchange rendered for its summarizer, a
-# message a splice copied): the most recent ones, this many characters in all, are counted once per
-# encoding (see :mod:`microcompact.textmemo`).
-LONG_TEXTS_CHARS = 4_000_000
-_long_estimates: TextMemo[int] = TextMemo(_estimate, LONG_TEXTS_CHARS)
+# message a splice copied): the most recent ones are counted once per encoding (see
+# :mod:`microcompact.textmemo`).
+_long_estimates: TextMemo[int] = TextMemo(_estimate, MEMO_CHARS)
 _long_memos: dict[str, TextMemo[int]] = {}
 _long_lock = threading.Lock()
 
@@ -110,7 +108,7 @@ def _long_counts(encoding: str, enc: Any) -> TextMemo[int]:
         memo = _long_memos.get(encoding)
         if memo is None:
             memo = _long_memos[encoding] = TextMemo(
-                lambda text: len(enc.encode(text, disallowed_special=())), LONG_TEXTS_CHARS
+                lambda text: len(enc.encode(text, disallowed_special=())), MEMO_CHARS
             )
         return memo
 

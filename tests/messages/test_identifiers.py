@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 
 from microcompact.identifiers import (
     _TRIM,
-    SHORT_TEXT_CHARS,
     _candidates,
     _token_identifiers,
     argument_values,
@@ -18,6 +17,7 @@ from microcompact.identifiers import (
     is_identifier,
     message_identifiers,
 )
+from microcompact.textmemo import SHORT_TEXT_CHARS
 
 
 @pytest.mark.parametrize(

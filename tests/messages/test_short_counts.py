@@ -3,7 +3,8 @@ length that is remembered, for every counter of an encoding."""
 
 from __future__ import annotations
 
-from microcompact.tokens import SHORT_TEXT_CHARS, TiktokenCounter
+from microcompact.textmemo import SHORT_TEXT_CHARS
+from microcompact.tokens import TiktokenCounter
 
 
 def test_remembered_counts_are_the_encoders() -> None:

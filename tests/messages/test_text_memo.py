@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from microcompact import redact
-from microcompact.identifiers import SHORT_TEXT_CHARS, identifiers
-from microcompact.textmemo import TextMemo
+from microcompact.identifiers import identifiers
+from microcompact.textmemo import SHORT_TEXT_CHARS, TextMemo
 from microcompact.tokens import EstimateCounter, TiktokenCounter
 
 
@@ -90,7 +90,7 @@ def test_remembered_long_counts_and_identifiers_are_the_fresh_ones() -> None:
 def test_a_remembered_redaction_is_the_rules_own_and_a_fresh_list() -> None:
     text = "connect postgres://admin:Hunter2Pass9@db.internal:5432/app then " + "ordinary build log line\n" * 12
     text += 'password = "s3cretValue77" and {"u": "https:\\/\\/bob:Other9Pass@h"}'  # escaped slashes too
-    assert len(text) > redact.SHORT_TEXT_CHARS
+    assert len(text) > SHORT_TEXT_CHARS
     fresh = redact._read_all(text)
     assert sorted(fresh[1]) == ["Hunter2Pass9", "Other9Pass", "s3cretValue77"]
     first = redact._redact_all(text)

@@ -77,7 +77,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ..keys import TOKENS_KEY
-from ..textmemo import TextMemo
+from ..textmemo import MEMO_CHARS, SHORT_TEXT_CHARS, TextMemo
 from .commands import Edit
 from .context import _context_edits
 from .patterns import REDACTED
@@ -110,10 +110,8 @@ def _redact_all(text: str) -> tuple[str, list[str]]:
 
 
 # A message's text is read at its append (its secrets remembered) and again when a fold redacts it for the
-# summarizer, and a re-sent history brings it back: the rules' answer for the most recent long texts, this
-# many characters of them in all, is kept (the rules depend on the text alone; see microcompact.textmemo).
-SHORT_TEXT_CHARS = 200
-LONG_TEXTS_CHARS = 4_000_000
+# summarizer, and a re-sent history brings it back: the rules' answer for the most recent long texts is kept
+# (the rules depend on the text alone; see microcompact.textmemo).
 
 
 def _read_all(text: str) -> tuple[str, list[str]]:
@@ -130,7 +128,7 @@ def _read_all_kept(text: str) -> tuple[str, tuple[str, ...]]:
     return out, tuple(found)
 
 
-_long_readings: TextMemo[tuple[str, tuple[str, ...]]] = TextMemo(_read_all_kept, LONG_TEXTS_CHARS)
+_long_readings: TextMemo[tuple[str, tuple[str, ...]]] = TextMemo(_read_all_kept, MEMO_CHARS)
 
 
 def _redact_found(text: str) -> tuple[str, list[str]]:
