@@ -303,3 +303,18 @@ def test_a_read_only_store_still_hides_and_does_not_complain_per_flush(tmp_path:
         s.close()
     assert leaked(hidden, REMENTIONS[:2]) == []
     assert "could not save the secret memory" not in caplog.text
+
+
+@pytest.mark.parametrize("row", REMENTIONS[:3], ids=IDS[:3])
+def test_a_long_bare_mention_read_before_the_value_was_learned_is_still_hidden(row: tuple[str, str, str, str]) -> None:
+    """The rules' answer for a long text is remembered process-wide (microcompact.textmemo), and a bare
+    value passes the rules: a long output read (and so remembered) before the session learned the value
+    must still have it hidden once learned, since the memory hides on every call, after the rules."""
+    _, context, bare, value = row
+    long_bare = f"{bare}\n" + "ordinary build log line\n" * 20
+    assert value in redact_text(long_bare)  # the rules alone pass it, and this reading is now remembered
+    s = Session(parse_config(MICRO), counter=counter())
+    s.append({"role": "system", "content": "be brief"})
+    turns = [planted_turn(0, context), planted_turn(1, long_bare), *turns_for([], filler=12)]
+    markers = run_turns(s, turns)
+    assert markers and leaked("\n".join(markers), [row]) == []
